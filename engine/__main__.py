@@ -1,0 +1,5 @@
+"""`python -m engine` runs the CLI."""
+
+from engine.cli import main
+
+main()

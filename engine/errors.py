@@ -1,0 +1,102 @@
+"""The engine's error hierarchy.
+
+Errors the engine raises on purpose, drawn as a tree (httpx `_exceptions.py` style)::
+
+    EngineError                    anything the engine reports to a person instead of a traceback
+     ├── SuiteError                one or more problems in suite / models / harness files
+     │                             (carries a list of Diagnostic, each FILE:LINE:COL: error: ...)
+     ├── ConfigError               a bad command-line option or models file setting
+     ├── ClientError               a model call that failed (kind, retryable, status)
+     │    ├── HTTPStatusError      the server answered with a non-2xx status
+     │    ├── TransportError       connection refused / reset, DNS, TLS
+     │    ├── CallTimeout          the per-call deadline passed
+     │    └── StreamError          malformed SSE, a stream that ended without [DONE] or a finish reason
+     ├── HarnessError              an exec harness could not be prepared or run (not a failing program)
+     └── LocalModelError           the embedded model server could not be started
+
+Evaluators never raise to signal a failing answer: they return a Verdict (see `engine.model`).
+A crash inside an evaluator becomes an *error* verdict, never a stopped run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Diagnostic:
+    """One problem in an input file, printed gcc-style.
+
+    Args:
+        file: Path of the file as the user named it.
+        line: 1-based line number (0 when unknown).
+        col: 1-based column number (0 when unknown).
+        message: What is wrong and how to fix it, in plain words.
+        severity: "error" or "warning".
+    """
+
+    file: str
+    line: int
+    col: int
+    message: str
+    severity: str = "error"
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}:{self.col}: {self.severity}: {self.message}"
+
+
+class EngineError(Exception):
+    """Base class: an error the CLI prints as a message, not a traceback."""
+
+
+class SuiteError(EngineError):
+    """Problems found in suite, models or harness files."""
+
+    def __init__(self, diagnostics: list[Diagnostic]) -> None:
+        self.diagnostics = diagnostics
+        super().__init__("\n".join(str(d) for d in diagnostics))
+
+
+class ConfigError(EngineError):
+    """A bad command-line option or setting."""
+
+
+class ClientError(EngineError):
+    """A model call that failed.
+
+    Args:
+        message: What happened, never containing secrets.
+        kind: A short classification stored in results (`http_429`, `timeout`, `connection`, ...).
+        retryable: Whether the retry policy may try again.
+        status: The HTTP status, when there was one.
+    """
+
+    def __init__(self, message: str, *, kind: str, retryable: bool = False, status: int | None = None) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.retryable = retryable
+        self.status = status
+
+
+class HTTPStatusError(ClientError):
+    """The server answered with a non-2xx status."""
+
+
+class TransportError(ClientError):
+    """The connection failed: refused, reset, closed early."""
+
+
+class CallTimeout(ClientError):
+    """The per-call deadline passed."""
+
+
+class StreamError(ClientError):
+    """A malformed or truncated server-sent event stream."""
+
+
+class HarnessError(EngineError):
+    """An exec harness could not be prepared or run."""
+
+
+class LocalModelError(EngineError):
+    """The embedded model server could not be started or reached."""

@@ -1,0 +1,219 @@
+"""Frozen dataclasses every layer shares: tests, answers, verdicts, model configs.
+
+Data walks one way: suite loader -> Test -> runner -> client -> Answer -> evaluators -> Verdict -> results.
+Nothing here does I/O.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Iterator, Mapping
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """One function call the model made.
+
+    Args:
+        name: The function name as the model wrote it.
+        arguments: The decoded arguments (usually a dict); None when `raw_arguments` was not valid JSON.
+        raw_arguments: The argument text exactly as received.
+        valid_json: False when `raw_arguments` did not decode as JSON (the call is flagged, not dropped).
+        id: The provider's call id, when it sent one.
+    """
+
+    name: str
+    arguments: Any = None
+    raw_arguments: str = ""
+    valid_json: bool = True
+    id: str | None = None
+
+    @classmethod
+    def from_arguments(cls, name: str, arguments: Any, id: str | None = None) -> "ToolCall":
+        """Build a call from already-decoded arguments (goldens, replayed data)."""
+        return cls(name=name, arguments=arguments, raw_arguments=json.dumps(arguments), valid_json=True, id=id)
+
+    @classmethod
+    def from_raw(cls, name: str, raw_arguments: str, id: str | None = None) -> "ToolCall":
+        """Build a call from argument text as streamed; invalid JSON is flagged."""
+        text = raw_arguments.strip() or "{}"
+        try:
+            return cls(name=name, arguments=json.loads(text), raw_arguments=raw_arguments, valid_json=True, id=id)
+        except ValueError:
+            return cls(name=name, arguments=None, raw_arguments=raw_arguments, valid_json=False, id=id)
+
+
+@dataclass(frozen=True)
+class Answer:
+    """What the model said, as the evaluators see it.
+
+    Args:
+        text: The visible answer text (reasoning removed by the client or by `normalised_text`).
+        tool_calls: The calls the model made, in order.
+        finish_reason: "stop", "length", "tool_calls", ... or None when unknown.
+        reasoning: Reasoning text, kept for the record and never scored.
+    """
+
+    text: str = ""
+    tool_calls: tuple[ToolCall, ...] = ()
+    finish_reason: str | None = None
+    reasoning: str | None = None
+
+    @classmethod
+    def from_golden(cls, golden: Any) -> "Answer":
+        """The answer a model would give if it gave the golden answer.
+
+        Text stays text; a JSON value is scored as its JSON text; a mapping with `tool_calls`
+        (and optional `content`) is a tool-call envelope.
+        """
+        if isinstance(golden, Mapping) and "tool_calls" in golden:
+            calls = tuple(
+                ToolCall.from_arguments(str(c.get("name", "")), c.get("arguments", {}))
+                for c in golden.get("tool_calls") or ()
+            )
+            return cls(text=str(golden.get("content") or ""), tool_calls=calls,
+                       finish_reason="tool_calls" if calls else "stop")
+        if isinstance(golden, str):
+            return cls(text=golden, finish_reason="stop")
+        return cls(text=json.dumps(golden, ensure_ascii=False), finish_reason="stop")
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """An evaluator's judgement of one answer.
+
+    Args:
+        score: In [0, 1]. 0 for an error verdict.
+        passed: Whether the node passed (its threshold, or score == 1 for leaves without one).
+        reason: One line a person can read: "expected 'Paris', got 'Lyon'".
+        kind: The evaluator key (`contains`, `all`, ...).
+        name: The optional `name:` the author gave the node.
+        weight: The node's weight inside its parent (0 = reported, not counted).
+        error: True when the evaluator could not judge (bad config at run time, a crash) - not a fail.
+        children: Verdicts of child nodes, for compositions.
+        details: Extra facts for the results row (e.g. {"isolation": "pidns+netns"} from exec).
+    """
+
+    score: float
+    passed: bool
+    reason: str
+    kind: str = ""
+    name: str | None = None
+    weight: float = 1.0
+    error: bool = False
+    children: tuple["Verdict", ...] = ()
+    details: Mapping[str, Any] = field(default_factory=dict)
+
+    def walk(self, path: str = "") -> Iterator[tuple[str, "Verdict"]]:
+        """Yield (path, verdict) for this node and every descendant, depth first.
+
+        Paths look like `all`, `all/0.contains`, `all/1.not/0.regex`.
+        """
+        here = path or self.kind
+        yield here, self
+        for i, child in enumerate(self.children):
+            yield from child.walk(f"{here}/{i}.{child.kind}")
+
+
+@dataclass(frozen=True)
+class Test:
+    """One runnable test: a test of a suite, expanded for one row of `cases`.
+
+    Prompts and messages are already rendered; `eval` is the evaluator spec exactly as written
+    (its templates are rendered at scoring time with `variables`).
+
+    Args:
+        suite: The suite id.
+        id: The test id (rendered, so table-driven tests get one id per case).
+        file: The suite file path, for messages.
+        line: The line of the test in the file.
+        messages: Chat messages [{"role": ..., "content": ...}], system first when there is one.
+        prompt: The text sent to completions-API models (see docs/suite-format.md).
+        eval: The evaluator spec (a one-key mapping plus common options), or None for "no check".
+        golden: The reference answer, or None.
+        variables: Template variables: case values, `golden`, `test_id`, `suite`.
+        tools: OpenAI tool definitions offered to the model ({"type": "function", "function": {...}}).
+        tags: Suite tags then test tags.
+        max_tokens: The test's max_tokens (a floor: the run's default never lowers it).
+        temperature: The test's temperature, or None for the run default.
+        threshold: The score a test needs to pass.
+        repeat: How many attempts per model.
+        case_index: The row of `cases` this test came from, or None.
+        hash: Stable content hash of what is sent and how it is scored.
+        suite_dir: The folder of the suite file (harness and data files resolve inside it).
+    """
+
+    suite: str
+    id: str
+    file: str
+    line: int
+    messages: tuple[Mapping[str, Any], ...]
+    prompt: str
+    eval: Mapping[str, Any] | None
+    golden: Any = None
+    variables: Mapping[str, Any] = field(default_factory=dict)
+    tools: tuple[Mapping[str, Any], ...] = ()
+    tags: tuple[str, ...] = ()
+    max_tokens: int | None = None
+    temperature: float | None = None
+    threshold: float = 1.0
+    repeat: int = 1
+    case_index: int | None = None
+    hash: str = ""
+    suite_dir: str = "."
+
+    @property
+    def tool_schemas(self) -> dict[str, Mapping[str, Any]]:
+        """Offered tools by name: name -> the function's JSON Schema `parameters`."""
+        out: dict[str, Mapping[str, Any]] = {}
+        for tool in self.tools:
+            fn = tool.get("function", tool)
+            out[str(fn.get("name"))] = fn.get("parameters") or {}
+        return out
+
+
+@dataclass(frozen=True)
+class Suite:
+    """A loaded, validated suite file."""
+
+    id: str
+    file: str
+    description: str = ""
+    tags: tuple[str, ...] = ()
+    tests: tuple[Test, ...] = ()
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """One named model from models.yaml.
+
+    Args:
+        name: The name rows are reported under (`--model NAME`).
+        model: The model id sent to the server.
+        base_url: The OpenAI-compatible base URL, ending in /v1. None for builtin models until started.
+        api: "chat" or "completions".
+        api_key_env: Name of the environment variable holding the key (never the key itself).
+        concurrency: Calls in flight at most for this model.
+        timeout_s: Per-call deadline, retries included.
+        max_retries: Retries after the first try.
+        stream: Use server-sent events (default) or one JSON response.
+        params: Extra request fields passed through (seed, top_p, ...).
+        price_in: Price per 1M input tokens, or None.
+        price_out: Price per 1M output tokens, or None.
+        builtin: The name of an embedded model the engine starts itself (e.g. "gemma-3-270m").
+    """
+
+    name: str
+    model: str
+    base_url: str | None = None
+    api: str = "chat"
+    api_key_env: str | None = None
+    concurrency: int = 8
+    timeout_s: float = 120.0
+    max_retries: int = 2
+    stream: bool = True
+    params: Mapping[str, Any] = field(default_factory=dict)
+    price_in: float | None = None
+    price_out: float | None = None
+    builtin: str | None = None

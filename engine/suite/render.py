@@ -1,0 +1,73 @@
+"""The one Jinja2 environment: sandboxed, StrictUndefined.
+
+Suite strings are templates (`What is {{ a }} + {{ b }}?`). A string that is exactly one expression
+(`"{{ golden }}"`) renders to the expression's native value, so `equals: "{{ golden }}"` compares
+against the number 5, not the text "5", and `json_field: {equals: "{{ golden.age }}"}` gets an int.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+from typing import Any, Mapping
+
+from jinja2 import StrictUndefined, TemplateSyntaxError, UndefinedError
+from jinja2.sandbox import SandboxedEnvironment
+
+__all__ = ["ENV", "render", "render_value", "is_template", "TemplateSyntaxError", "UndefinedError",
+           "undeclared_variables"]
+
+ENV = SandboxedEnvironment(undefined=StrictUndefined, autoescape=False, keep_trailing_newline=True)
+
+_SINGLE_EXPR = re.compile(r"^\s*\{\{(?P<expr>(?:(?!\}\}).)*)\}\}\s*$", re.S)
+
+
+def is_template(text: str) -> bool:
+    """True when the string contains Jinja syntax worth rendering."""
+    return "{{" in text or "{%" in text
+
+
+@lru_cache(maxsize=4096)
+def _template(text: str) -> Any:
+    return ENV.from_string(text)
+
+
+@lru_cache(maxsize=4096)
+def _expression(expr: str) -> Any:
+    return ENV.compile_expression(expr, undefined_to_none=False)
+
+
+def render(text: str, variables: Mapping[str, Any]) -> str:
+    """Render a template string to text. Raises UndefinedError / TemplateSyntaxError."""
+    if not is_template(text):
+        return text
+    return str(_template(text).render(**variables))
+
+
+def render_value(value: Any, variables: Mapping[str, Any]) -> Any:
+    """Render every template string inside a YAML value (dicts and lists walked).
+
+    A string that is exactly `{{ expr }}` becomes the expression's native value.
+    """
+    if isinstance(value, str):
+        if not is_template(value):
+            return value
+        single = _SINGLE_EXPR.match(value)
+        if single and "{{" not in single.group("expr"):
+            result = _expression(single.group("expr").strip())(**variables)
+            if isinstance(result, StrictUndefined):
+                str(result)  # raises UndefinedError with Jinja's own message
+            return result
+        return render(value, variables)
+    if isinstance(value, Mapping):
+        return {k: render_value(v, variables) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [render_value(v, variables) for v in value]
+    return value
+
+
+def undeclared_variables(text: str) -> set[str]:
+    """The top-level variable names a template uses (for 'case row is missing a variable' checks)."""
+    from jinja2 import meta
+
+    return set(meta.find_undeclared_variables(ENV.parse(text)))
