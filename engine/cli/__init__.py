@@ -3,7 +3,13 @@
 from __future__ import annotations
 
 from engine.cli.app import app
-from engine.cli import suite_cmds, run_cmd, analysis_cmds, import_cmds  # noqa: F401  (they register commands)
+from engine.cli import (  # noqa: F401  (importing registers the commands)
+    analysis_cmds,
+    import_cmds,
+    import_humaneval,
+    run_cmd,
+    suite_cmds,
+)
 
 __all__ = ["app", "main"]
 
