@@ -20,3 +20,13 @@ def shared_data() -> Path:
     if not SHARED_DATA.exists():
         pytest.skip(f"public data not found at {SHARED_DATA}")
     return SHARED_DATA
+
+
+@pytest.fixture
+def fake_openai():
+    """A fake OpenAI-compatible server on loopback (tests/fake_openai.py), fresh per test."""
+    from tests.fake_openai import FakeOpenAI
+
+    server = FakeOpenAI().start()
+    yield server
+    server.stop()

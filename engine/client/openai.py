@@ -1,0 +1,406 @@
+"""Request building and response parsing for OpenAI-compatible endpoints, nothing else.
+
+One `OpenAIClient` wraps one aiohttp session (one bounded connector) for the whole run. `call`
+sends a prepared body, retries as `engine.client.retry` decides, and always returns a `CallResult`:
+a failed call is a result with `error` set, never an exception, so the runner can write its row.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Mapping
+
+from engine.client import retry
+from engine.client.sse import SSEDecoder
+from engine.errors import ClientError
+from engine.model import ModelConfig, Test, ToolCall
+
+if TYPE_CHECKING:
+    import aiohttp
+
+DEFAULT_MAX_TOKENS = 1024
+DEFAULT_TEMPERATURE = 0.0
+_ERROR_BODY_CHARS = 2000
+
+
+@dataclass(slots=True)
+class CallResult:
+    """Everything one call produced, success or not.
+
+    Times are seconds measured from the start of the last try (retries and their waits are counted
+    in `retries` and `rate_limit_wait_s`, not in `latency_s`). Token counts are None when the server
+    sent none - never 0.
+    """
+
+    text: str = ""
+    reasoning: str | None = None
+    tool_calls: tuple[ToolCall, ...] = ()
+    finish_reason: str | None = None
+    served_model: str | None = None
+    system_fingerprint: str | None = None
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    cached_tokens: int | None = None
+    reasoning_tokens: int | None = None
+    latency_s: float | None = None
+    ttft_provider_s: float | None = None
+    ttft_visible_s: float | None = None
+    retries: int = 0
+    rate_limit_wait_s: float = 0.0
+    truncated: bool = False
+    error: ClientError | None = None
+
+
+@dataclass(frozen=True)
+class RequestSettings:
+    """Run-wide request settings from the command line (None = not given).
+
+    Args:
+        temperature: `--temperature`: used when the test sets none.
+        max_tokens: `--max-tokens`: the default floor; a test's larger value wins.
+        seed: `--seed`: sent as `seed` (overrides a seed in the model's params).
+        stream: False for `--no-stream`.
+    """
+
+    temperature: float | None = None
+    max_tokens: int | None = None
+    seed: int | None = None
+    stream: bool = True
+
+
+@dataclass(frozen=True)
+class PreparedRequest:
+    """A request ready to send, and the resolved settings the results row records."""
+
+    url: str
+    body: dict[str, Any]
+    stream: bool
+    temperature: float | None
+    max_tokens: int
+    seed: int | None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def endpoint_url(model: ModelConfig) -> str:
+    """The full URL of the model's endpoint (`.../v1/chat/completions` or `.../v1/completions`)."""
+    base = (model.base_url or "").rstrip("/")
+    return base + ("/completions" if model.api == "completions" else "/chat/completions")
+
+
+def prepare(model: ModelConfig, test: Test, settings: RequestSettings) -> PreparedRequest:
+    """Build the request body for one test.
+
+    Precedence: temperature = the test's, else `--temperature`, else the model's params, else 0;
+    max_tokens = max(`--max-tokens` or 1024, the test's) (a test's value only raises the floor);
+    seed = `--seed`, else the model's params.
+
+    Args:
+        model: The model config (its `params` are passed through).
+        test: The rendered test.
+        settings: The run-wide settings.
+    """
+    params = dict(model.params)
+    temperature = test.temperature
+    if temperature is None:
+        temperature = settings.temperature
+    if temperature is None:
+        temperature = params.get("temperature", DEFAULT_TEMPERATURE)
+    floor = settings.max_tokens if settings.max_tokens is not None else DEFAULT_MAX_TOKENS
+    max_tokens = max(floor, test.max_tokens or 0)
+    seed = settings.seed if settings.seed is not None else params.get("seed")
+    stream = settings.stream and model.stream
+    body: dict[str, Any] = {"model": model.model}
+    if model.api == "completions":
+        body["prompt"] = test.prompt
+    else:
+        body["messages"] = list(test.messages)
+        if test.tools:
+            body["tools"] = list(test.tools)
+            body["tool_choice"] = "auto"
+    body.update(params)
+    body["max_tokens"] = max_tokens
+    if temperature is not None:
+        body["temperature"] = temperature
+    if seed is not None:
+        body["seed"] = seed
+    body["stream"] = stream
+    if stream:
+        body["stream_options"] = {"include_usage": True}
+    return PreparedRequest(endpoint_url(model), body, stream, temperature, max_tokens, seed)
+
+
+class _Failed(Exception):
+    """One failed try: the classified error and the headers its retry delay comes from."""
+
+    def __init__(self, error: ClientError, headers: Mapping[str, str] | None) -> None:
+        super().__init__(str(error))
+        self.error = error
+        self.headers = headers
+
+
+class OpenAIClient:
+    """Calls OpenAI-compatible endpoints over one shared aiohttp session.
+
+    Args:
+        session: The run's session (its connector bounds the open connections).
+        api_keys: model name -> API key, read from the env by the caller. Keys are put in the
+            Authorization header and nowhere else (never in results, errors or logs).
+    """
+
+    def __init__(self, session: "aiohttp.ClientSession", api_keys: Mapping[str, str | None]) -> None:
+        self._session = session
+        self._headers: dict[str, dict[str, str]] = {}
+        for name, key in api_keys.items():
+            headers = {"Content-Type": "application/json", "Accept": "application/json"}
+            if key:
+                headers["Authorization"] = f"Bearer {key}"
+            self._headers[name] = headers
+
+    async def call(self, model: ModelConfig, request: PreparedRequest) -> CallResult:
+        """Send one request with retries under the model's deadline.
+
+        Args:
+            model: The model config (timeout_s, max_retries, name for the key).
+            request: The prepared request.
+
+        Returns:
+            The result; `error` is set when the call failed for good.
+        """
+        payload = json.dumps(request.body).encode()
+        headers = self._headers.get(model.name) or {"Content-Type": "application/json"}
+        result = CallResult()
+        retries = 0
+        waited = 0.0
+        try:
+            async with asyncio.timeout(model.timeout_s):
+                while True:
+                    result = CallResult()
+                    try:
+                        await self._once(request, payload, headers, result)
+                        break
+                    except _Failed as failed:
+                        if not failed.error.retryable or retries >= model.max_retries:
+                            result.error = failed.error
+                            break
+                        delay = retry.retry_delay(failed.headers, retries)
+                        if failed.error.status == 429:
+                            waited += delay
+                        retries += 1
+                        await asyncio.sleep(delay)
+        except TimeoutError:
+            result.error = retry.timeout_error(model.timeout_s)
+            result.truncated = True
+        result.retries = retries
+        result.rate_limit_wait_s = waited
+        return result
+
+    async def _once(self, request: PreparedRequest, payload: bytes, headers: dict[str, str],
+                    result: CallResult) -> None:
+        import aiohttp
+
+        started = time.perf_counter()
+        try:
+            async with self._session.post(request.url, data=payload, headers=headers) as resp:
+                if resp.status >= 300:
+                    body = (await resp.content.read(_ERROR_BODY_CHARS)).decode("utf-8", "replace")
+                    raise _Failed(retry.status_error(resp.status, resp.headers, body), resp.headers)
+                if request.stream:
+                    await _read_stream(resp, result, started, completions="prompt" in request.body)
+                else:
+                    raw = await resp.read()
+                    result.ttft_provider_s = time.perf_counter() - started
+                    _parse_whole(raw, result)
+        except aiohttp.ClientError as exc:
+            during = "reading the response" if result.ttft_provider_s is not None else "connecting"
+            raise _Failed(retry.transport_error(exc, during=during), None) from None
+        except ClientError as exc:  # a stream error found while parsing
+            raise _Failed(exc, None) from None
+        finally:
+            result.latency_s = time.perf_counter() - started
+        _split_think(result)
+        if result.finish_reason == "length":
+            result.truncated = True
+
+
+async def _read_stream(resp: "aiohttp.ClientResponse", result: CallResult, started: float,
+                       completions: bool) -> None:
+    """Read an SSE response into `result`; raise a stream error when it is malformed or cut short."""
+    decoder = SSEDecoder()
+    text: list[str] = []
+    reasoning: list[str] = []
+    calls = _ToolCallAccumulator()
+    done = False
+    visible = False
+    perf = time.perf_counter
+    async for chunk in resp.content.iter_any():
+        if result.ttft_provider_s is None:
+            result.ttft_provider_s = perf() - started
+        for data in decoder.feed(chunk):
+            if data == "[DONE]":
+                done = True
+                break
+            try:
+                event = json.loads(data)
+            except ValueError:
+                raise retry.stream_error(f"malformed server-sent event: not JSON: {data[:80]!r}") from None
+            if not isinstance(event, dict):
+                raise retry.stream_error(f"malformed server-sent event: expected an object, got {data[:80]!r}")
+            got_visible = _apply_event(event, result, text, reasoning, calls, completions)
+            if got_visible and not visible:
+                visible = True
+                result.ttft_visible_s = perf() - started
+        if done:
+            break
+    else:
+        for data in decoder.close():
+            if data == "[DONE]":
+                done = True
+    result.text = "".join(text)
+    result.reasoning = "".join(reasoning) if reasoning else None
+    result.tool_calls = calls.finish()
+    if not done:
+        result.truncated = True
+        raise retry.stream_error("the stream ended without [DONE]: the answer may be cut short")
+    if result.finish_reason is None:
+        result.truncated = True
+        raise retry.stream_error("the stream ended without a finish reason")
+
+
+def _apply_event(event: dict[str, Any], result: CallResult, text: list[str], reasoning: list[str],
+                 calls: "_ToolCallAccumulator", completions: bool) -> bool:
+    """Fold one streamed chunk into the result; True when it carried visible content."""
+    if "error" in event and "choices" not in event:
+        err = event.get("error")
+        message = err.get("message") if isinstance(err, dict) else err
+        raise retry.stream_error(f"the server sent an error inside the stream: {str(message)[:300]}")
+    if result.served_model is None and event.get("model"):
+        result.served_model = str(event["model"])
+    if event.get("system_fingerprint"):
+        result.system_fingerprint = str(event["system_fingerprint"])
+    usage = event.get("usage")
+    if usage:
+        _apply_usage(usage, result)
+    visible = False
+    for choice in event.get("choices") or ():
+        if choice.get("index", 0) != 0:
+            continue
+        if completions:
+            piece = choice.get("text")
+            if piece:
+                text.append(piece)
+                visible = visible or not piece.isspace()
+        else:
+            delta = choice.get("delta") or {}
+            piece = delta.get("content")
+            if piece:
+                text.append(piece)
+                visible = visible or not piece.isspace()
+            thought = delta.get("reasoning_content") or delta.get("reasoning")
+            if thought:
+                reasoning.append(thought)
+            tool_deltas = delta.get("tool_calls")
+            if tool_deltas:
+                calls.add(tool_deltas)
+                visible = True
+        if choice.get("finish_reason"):
+            result.finish_reason = str(choice["finish_reason"])
+    return visible
+
+
+def _apply_usage(usage: Mapping[str, Any], result: CallResult) -> None:
+    result.prompt_tokens = _int_or_none(usage.get("prompt_tokens"))
+    result.completion_tokens = _int_or_none(usage.get("completion_tokens"))
+    prompt_details = usage.get("prompt_tokens_details") or {}
+    completion_details = usage.get("completion_tokens_details") or {}
+    result.cached_tokens = _int_or_none(prompt_details.get("cached_tokens"))
+    result.reasoning_tokens = _int_or_none(completion_details.get("reasoning_tokens"))
+
+
+def _int_or_none(value: Any) -> int | None:
+    return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _parse_whole(raw: bytes, result: CallResult) -> None:
+    """Parse a non-streaming response body."""
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        raise retry.stream_error(f"the response body is not JSON: {raw[:80]!r}") from None
+    if not isinstance(data, dict) or not isinstance(data.get("choices"), list) or not data["choices"]:
+        raise retry.stream_error(f"the response has no choices: {raw[:120]!r}")
+    result.served_model = str(data["model"]) if data.get("model") else None
+    result.system_fingerprint = data.get("system_fingerprint") or None
+    if data.get("usage"):
+        _apply_usage(data["usage"], result)
+    choice = data["choices"][0]
+    result.finish_reason = choice.get("finish_reason")
+    if "text" in choice and "message" not in choice:
+        result.text = choice.get("text") or ""
+        return
+    message = choice.get("message") or {}
+    result.text = message.get("content") or ""
+    result.reasoning = message.get("reasoning_content") or message.get("reasoning") or None
+    calls = []
+    for call in message.get("tool_calls") or ():
+        fn = call.get("function") or {}
+        arguments = fn.get("arguments")
+        raw_args = arguments if isinstance(arguments, str) else json.dumps(arguments or {})
+        calls.append(ToolCall.from_raw(str(fn.get("name") or ""), raw_args, id=call.get("id")))
+    result.tool_calls = tuple(calls)
+
+
+def _split_think(result: CallResult) -> None:
+    """Move a leading `<think>...</think>` block from the answer to the reasoning."""
+    stripped = result.text.lstrip()
+    if not stripped.startswith("<think>"):
+        return
+    inner, sep, rest = stripped[len("<think>"):].partition("</think>")
+    thought = inner.strip()
+    result.reasoning = (result.reasoning + "\n" + thought) if result.reasoning else thought
+    result.text = rest.lstrip() if sep else ""
+
+
+class _ToolCallAccumulator:
+    """Joins streamed tool-call deltas: by `index`, falling back to `id` when indices collide or lack."""
+
+    __slots__ = ("_calls", "_by_index", "_by_id")
+
+    def __init__(self) -> None:
+        self._calls: list[list[Any]] = []   # [id, name, [argument pieces]]
+        self._by_index: dict[int, list[Any]] = {}
+        self._by_id: dict[str, list[Any]] = {}
+
+    def add(self, deltas: list[dict[str, Any]]) -> None:
+        for delta in deltas:
+            index = delta.get("index")
+            call_id = delta.get("id") or None
+            entry = None
+            if call_id is not None and call_id in self._by_id:
+                entry = self._by_id[call_id]
+            elif index is not None and index in self._by_index:
+                known = self._by_index[index]
+                if call_id is None or known[0] in (None, call_id):
+                    entry = known   # same index, and no different id: a continuation
+            elif index is None and call_id is None and self._calls:
+                entry = self._calls[-1]
+            if entry is None:
+                entry = [call_id, "", []]
+                self._calls.append(entry)
+                if index is not None:
+                    self._by_index[index] = entry
+            if call_id is not None:
+                entry[0] = entry[0] or call_id
+                self._by_id[call_id] = entry
+            fn = delta.get("function") or {}
+            name = fn.get("name")
+            if name and name != entry[1]:
+                entry[1] = entry[1] + name if entry[1] else name
+            arguments = fn.get("arguments")
+            if arguments:
+                entry[2].append(arguments if isinstance(arguments, str) else json.dumps(arguments))
+
+    def finish(self) -> tuple[ToolCall, ...]:
+        return tuple(ToolCall.from_raw(name, "".join(pieces), id=call_id) for call_id, name, pieces in self._calls)

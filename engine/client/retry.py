@@ -1,0 +1,119 @@
+"""Error classification and the retry delay - the only place either decision is made.
+
+The policy copies openai-python (`_base_client.py`, `_should_retry` / `_calculate_retry_timeout`):
+
+- an `x-should-retry: true|false` header overrides everything;
+- retry connection errors, timeouts, 408, 409, 429 and every status >= 500; never any other 4xx;
+- the delay comes from the *current* response: `retry-after-ms`, else `retry-after` (seconds or an
+  HTTP date) when 0 < delay <= 120 s, else `min(0.5 * 2**n, 8) * (1 - 0.25 * U)` with n the
+  retries already taken and U uniform in [0, 1).
+"""
+
+from __future__ import annotations
+
+import email.utils
+import random
+import time
+from typing import Mapping
+
+from engine.errors import CallTimeout, ClientError, HTTPStatusError, StreamError, TransportError
+
+INITIAL_DELAY_S = 0.5
+MAX_DELAY_S = 8.0
+MAX_RETRY_AFTER_S = 120.0
+RETRYABLE_STATUSES = frozenset({408, 409, 429})
+
+
+def should_retry_status(status: int, headers: Mapping[str, str]) -> bool:
+    """Whether a non-2xx response may be retried.
+
+    Args:
+        status: The HTTP status code.
+        headers: The response headers (case-insensitive mapping, as aiohttp gives).
+    """
+    override = headers.get("x-should-retry")
+    if override == "true":
+        return True
+    if override == "false":
+        return False
+    return status in RETRYABLE_STATUSES or status >= 500
+
+
+def status_error(status: int, headers: Mapping[str, str], body: str) -> HTTPStatusError:
+    """The classified error for a non-2xx response.
+
+    Args:
+        status: The HTTP status code.
+        headers: The response headers.
+        body: The start of the response body (the server's own message), already shortened.
+    """
+    detail = " ".join(body.split())[:300]
+    message = f"HTTP {status} from the server" + (f": {detail}" if detail else "")
+    return HTTPStatusError(message, kind=f"http_{status}", retryable=should_retry_status(status, headers),
+                           status=status)
+
+
+def transport_error(exc: BaseException, *, during: str) -> TransportError:
+    """A failed connection (refused, reset, closed early), which is always retryable.
+
+    Args:
+        exc: The aiohttp / OS exception.
+        during: What the client was doing ("connecting", "reading the stream").
+    """
+    name = type(exc).__name__
+    text = str(exc).split("\n")[0][:200]
+    return TransportError(f"connection failed while {during}: {name}" + (f": {text}" if text else ""),
+                          kind="connection", retryable=True)
+
+
+def timeout_error(deadline_s: float) -> CallTimeout:
+    """The per-call deadline passed (retries included); never retried since the budget is spent."""
+    return CallTimeout(f"no complete answer within the {deadline_s:g} s deadline (timeout_s in models.yaml)",
+                       kind="timeout", retryable=False)
+
+
+def stream_error(message: str) -> StreamError:
+    """A malformed or truncated stream: a server bug, not retried."""
+    return StreamError(message, kind="stream", retryable=False)
+
+
+def is_retryable(error: ClientError) -> bool:
+    """Whether the retry loop may try again after this error."""
+    return error.retryable
+
+
+def retry_delay(headers: Mapping[str, str] | None, retries_taken: int, rng: random.Random | None = None) -> float:
+    """Seconds to wait before the next try.
+
+    Args:
+        headers: Headers of the response that failed, or None for a connection error.
+        retries_taken: How many retries this call has already made (0 before the first retry).
+        rng: Random source for the jitter (tests pass a seeded one).
+    """
+    if headers is not None:
+        server_delay = _server_delay(headers)
+        if server_delay is not None and 0 < server_delay <= MAX_RETRY_AFTER_S:
+            return server_delay
+    jitter = 1 - 0.25 * (rng or random).random()
+    return min(INITIAL_DELAY_S * 2.0 ** retries_taken, MAX_DELAY_S) * jitter
+
+
+def _server_delay(headers: Mapping[str, str]) -> float | None:
+    """The delay the server asked for, in seconds, or None."""
+    ms = headers.get("retry-after-ms")
+    if ms is not None:
+        try:
+            return float(ms) / 1000.0
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    if value is None:
+        return None
+    try:
+        return float(value)
+    except ValueError:
+        pass
+    parsed = email.utils.parsedate_tz(value)
+    if parsed is None:
+        return None
+    return float(email.utils.mktime_tz(parsed)) - time.time()

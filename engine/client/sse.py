@@ -1,0 +1,87 @@
+"""A server-sent events decoder fed with raw bytes.
+
+aiohttp's line reader refuses lines over its buffer limit (a 5 MB `data:` line kills it), so the
+client reads `resp.content.iter_any()` and feeds the chunks here. The decoder keeps no line limit,
+decodes UTF-8 incrementally (a multi-byte character split across chunks is fine), skips `:` comment
+lines (keep-alive pings) and yields only what the OpenAI protocol uses: the `data` of each event.
+"""
+
+from __future__ import annotations
+
+import codecs
+
+
+class SSEDecoder:
+    """Turns byte chunks into event data strings.
+
+    Usage::
+
+        decoder = SSEDecoder()
+        async for chunk in resp.content.iter_any():
+            for data in decoder.feed(chunk):
+                ...
+        for data in decoder.close():   # an event not followed by a blank line
+            ...
+    """
+
+    __slots__ = ("_utf8", "_buffer", "_data", "_has_data")
+
+    def __init__(self) -> None:
+        self._utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._buffer = ""
+        self._data: list[str] = []
+        self._has_data = False
+
+    def feed(self, chunk: bytes) -> list[str]:
+        """Decode one chunk of bytes.
+
+        Args:
+            chunk: Bytes exactly as read from the socket.
+
+        Returns:
+            The data payloads of every event completed by this chunk, in order.
+        """
+        text = self._buffer + self._utf8.decode(chunk)
+        if "\r" in text:
+            # A lone "\r" may be the first half of "\r\n": keep it until the next chunk decides.
+            keep_cr = text.endswith("\r")
+            text = text.replace("\r\n", "\n").replace("\r", "\n")
+            if keep_cr:
+                text = text[:-1]
+                lines = text.split("\n")
+                self._buffer = lines.pop() + "\r"
+                return self._lines(lines)
+        lines = text.split("\n")
+        self._buffer = lines.pop()
+        return self._lines(lines)
+
+    def close(self) -> list[str]:
+        """Flush at end of stream: a final event without its blank line still counts."""
+        tail = self._buffer + self._utf8.decode(b"", final=True)
+        self._buffer = ""
+        out = self._lines([tail.rstrip("\r")]) if tail else []
+        if self._has_data:
+            out.append("\n".join(self._data))
+            self._data = []
+            self._has_data = False
+        return out
+
+    def _lines(self, lines: list[str]) -> list[str]:
+        events: list[str] = []
+        for line in lines:
+            if not line:
+                if self._has_data:
+                    events.append("\n".join(self._data))
+                    self._data = []
+                    self._has_data = False
+                continue
+            if line[0] == ":":
+                continue  # a comment: servers send these as keep-alive pings
+            field, sep, value = line.partition(":")
+            if field != "data":
+                continue  # event, id, retry: the OpenAI protocol carries everything in data
+            if sep and value.startswith(" "):
+                value = value[1:]
+            self._data.append(value)
+            self._has_data = True
+        return events

@@ -1,0 +1,162 @@
+"""The client against the fake server: streaming, tools, usage, every fault ends classified."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import aiohttp
+import pytest
+
+from engine.client.openai import CallResult, OpenAIClient, RequestSettings, prepare
+from engine.model import ModelConfig, Test
+from tests.fake_openai import FakeOpenAI, Reply
+
+TEST = Test(suite="s", id="t", file="s.yaml", line=1, messages=({"role": "user", "content": "hi"},),
+            prompt="hi", eval=None)
+
+
+def model_for(server: FakeOpenAI, **overrides: Any) -> ModelConfig:
+    return replace(ModelConfig(name="m", model="fake-1", base_url=server.base_url, timeout_s=5.0), **overrides)
+
+
+async def call(server: FakeOpenAI, *, stream: bool = True, test: Test = TEST, **model_fields: Any) -> CallResult:
+    model = model_for(server, **model_fields)
+    async with aiohttp.ClientSession() as session:
+        client = OpenAIClient(session, {"m": "sk-test"})
+        return await client.call(model, prepare(model, test, RequestSettings(stream=stream)))
+
+
+@pytest.mark.parametrize("stream", [True, False])
+async def test_plain_answer_with_usage(fake_openai: FakeOpenAI, stream: bool) -> None:
+    fake_openai.script(Reply(content="The capital is Paris.", usage={
+        "prompt_tokens": 7, "completion_tokens": 5, "prompt_tokens_details": {"cached_tokens": 3},
+        "completion_tokens_details": {"reasoning_tokens": 2}}))
+    result = await call(fake_openai, stream=stream)
+    assert result.error is None
+    assert result.text == "The capital is Paris."
+    assert (result.prompt_tokens, result.completion_tokens, result.cached_tokens, result.reasoning_tokens) == (
+        7, 5, 3, 2)
+    assert result.finish_reason == "stop" and result.served_model == "fake-1"
+    assert result.system_fingerprint == "fp_fake"
+    assert result.latency_s is not None and result.ttft_provider_s is not None
+    assert (result.ttft_visible_s is not None) is stream
+    body = fake_openai.requests[0]
+    assert body["stream"] is stream and body["max_tokens"] == 1024 and body["temperature"] == 0.0
+    assert ("stream_options" in body) is stream
+
+
+async def test_missing_usage_is_null_not_zero(fake_openai: FakeOpenAI) -> None:
+    fake_openai.script(Reply(usage=None))
+    result = await call(fake_openai)
+    assert result.error is None
+    assert result.prompt_tokens is None and result.completion_tokens is None
+
+
+@pytest.mark.parametrize("stream", [True, False])
+async def test_reasoning_kept_apart(fake_openai: FakeOpenAI, stream: bool) -> None:
+    fake_openai.script(Reply(content="42", reasoning="let me think"),
+                       Reply(content="<think>hmm</think>\n\n42"))
+    first = await call(fake_openai, stream=stream)
+    second = await call(fake_openai, stream=stream)
+    assert (first.text, first.reasoning) == ("42", "let me think")
+    assert (second.text, second.reasoning) == ("42", "hmm")
+
+
+@pytest.mark.parametrize("tool_index", [True, False])
+async def test_tool_call_deltas_are_joined(fake_openai: FakeOpenAI, tool_index: bool) -> None:
+    fake_openai.script(Reply(content="", tool_index=tool_index, arg_chunks=4, tool_calls=[
+        {"name": "get_weather", "arguments": {"city": "Paris", "unit": "c"}},
+        {"name": "get_time", "arguments": '{"tz": '}]))
+    test = replace(TEST, tools=({"type": "function", "function": {"name": "get_weather"}},))
+    result = await call(fake_openai, test=test)
+    assert result.error is None and result.finish_reason == "tool_calls"
+    first, second = result.tool_calls
+    assert (first.name, first.arguments, first.valid_json) == ("get_weather", {"city": "Paris", "unit": "c"}, True)
+    assert (second.name, second.valid_json, second.raw_arguments) == ("get_time", False, '{"tz": ')
+    assert fake_openai.requests[0]["tool_choice"] == "auto"
+
+
+async def test_completions_api(fake_openai: FakeOpenAI) -> None:
+    fake_openai.script(Reply(content="done"))
+    result = await call(fake_openai, api="completions")
+    assert result.error is None and result.text == "done"
+    assert fake_openai.requests[0]["prompt"] == "hi"
+
+
+async def test_429_with_retry_after_is_retried(fake_openai: FakeOpenAI) -> None:
+    fake_openai.script(Reply(fault="http_429", retry_after="0.05"), Reply(content="ok"))
+    result = await call(fake_openai)
+    assert result.error is None and result.retries == 1
+    assert result.rate_limit_wait_s == pytest.approx(0.05)
+
+
+async def test_500_then_success(fake_openai: FakeOpenAI) -> None:
+    fake_openai.script(Reply(fault="http_500", retry_after_ms="10"), Reply(content="ok"))
+    result = await call(fake_openai)
+    assert (result.error, result.retries, result.rate_limit_wait_s) == (None, 1, 0.0)
+
+
+async def test_retries_are_bounded(fake_openai: FakeOpenAI) -> None:
+    fake_openai.script(*[Reply(fault="http_503", retry_after_ms="5")] * 5)
+    result = await call(fake_openai, max_retries=2)
+    assert result.error is not None and result.error.kind == "http_503"
+    assert result.retries == 2 and len(fake_openai.requests) == 3
+
+
+async def test_400_is_never_retried(fake_openai: FakeOpenAI) -> None:
+    fake_openai.script(Reply(fault="http_400"), Reply())
+    result = await call(fake_openai)
+    assert result.error is not None and result.error.kind == "http_400" and result.retries == 0
+    assert len(fake_openai.requests) == 1
+
+
+async def test_reset_mid_stream_is_a_retried_connection_error(fake_openai: FakeOpenAI) -> None:
+    fake_openai.script(*[Reply(fault="reset", content="a fairly long answer here")] * 3)
+    result = await call(fake_openai, max_retries=1)
+    assert result.error is not None and result.error.kind == "connection"
+    assert result.retries == 1 and len(fake_openai.requests) == 2
+
+
+async def test_stall_hits_the_deadline(fake_openai: FakeOpenAI) -> None:
+    fake_openai.script(Reply(fault="stall", stall_s=30))
+    result = await call(fake_openai, timeout_s=0.3)
+    assert result.error is not None and result.error.kind == "timeout" and result.truncated
+
+
+async def test_malformed_sse_is_a_stream_error(fake_openai: FakeOpenAI) -> None:
+    fake_openai.script(Reply(fault="malformed"))
+    result = await call(fake_openai)
+    assert result.error is not None and result.error.kind == "stream" and result.retries == 0
+
+
+async def test_missing_done_is_truncated_never_success(fake_openai: FakeOpenAI) -> None:
+    fake_openai.script(Reply(fault="no_done", content="half an ans"))
+    result = await call(fake_openai)
+    assert result.error is not None and result.error.kind == "stream"
+    assert result.truncated and result.text == "half an ans"
+
+
+async def test_five_megabyte_line(fake_openai: FakeOpenAI) -> None:
+    fake_openai.script(Reply(fault="huge_line"))
+    result = await call(fake_openai)
+    assert result.error is None and len(result.text) == 5 * 1024 * 1024
+
+
+async def test_served_model_is_recorded(fake_openai: FakeOpenAI) -> None:
+    fake_openai.script(Reply(model="gpt-4o-mini-2024-07-18"))
+    result = await call(fake_openai)
+    assert result.served_model == "gpt-4o-mini-2024-07-18"
+
+
+async def test_length_finish_is_truncated(fake_openai: FakeOpenAI) -> None:
+    fake_openai.script(Reply(finish_reason="length"))
+    result = await call(fake_openai)
+    assert result.error is None and result.truncated
+
+
+async def test_connection_refused(unused_tcp_port: int) -> None:
+    model = ModelConfig(name="m", model="x", base_url=f"http://127.0.0.1:{unused_tcp_port}/v1", max_retries=1)
+    async with aiohttp.ClientSession() as session:
+        result = await OpenAIClient(session, {}).call(model, prepare(model, TEST, RequestSettings()))
+    assert result.error is not None and result.error.kind == "connection" and result.retries == 1
