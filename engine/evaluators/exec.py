@@ -1,11 +1,29 @@
-"""The `exec` evaluator family: run the model's code in a sandboxed harness (placeholder)."""
+"""The `exec` evaluator: run the model's code through a harness template in the sandbox and score it.
+
+    eval: {exec: {harness: python-function, cases: [{call: "add(2, 3)", expect: 5}]}}
+
+Options (docs/architecture.md): `harness` (required), `cases`, `expect_stdout`, `expect_exit_code`,
+`timeout_s`, `memory_mb`, `language`, `vars`. A failing, crashing or hanging program is a *fail* with the
+reason; a harness that cannot be prepared (unknown name, missing program such as node) is an *error*.
+Called synchronously; the runner bounds how many run at once.
+"""
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+import json
+import secrets
+from collections.abc import Mapping
+from typing import Any
 
+from engine.errors import EngineError
 from engine.evaluators.base import EvalContext, error
+from engine.harness import sandbox, templates
+from engine.harness.extract import extract_code
 from engine.model import Answer, Verdict
+
+KIND = "exec"
+_OPTIONS = frozenset({"harness", "cases", "expect_stdout", "expect_exit_code", "timeout_s", "memory_mb",
+                      "language", "vars"})
 
 
 def exec_(value: Any, options: Mapping[str, Any], answer: Answer, ctx: EvalContext) -> Verdict:
@@ -17,4 +35,115 @@ def exec_(value: Any, options: Mapping[str, Any], answer: Answer, ctx: EvalConte
         answer: The model's answer.
         ctx: The evaluation context.
     """
-    return error("exec harnesses are not implemented yet", kind="exec")
+    if not isinstance(value, Mapping) or not isinstance(value.get("harness"), str):
+        return error("exec needs a mapping with `harness:` (e.g. {exec: {harness: python-function}})", KIND)
+    unknown = sorted(set(value) - _OPTIONS)
+    if unknown:
+        return error(f"exec: unknown option(s) {', '.join(unknown)}; allowed: {', '.join(sorted(_OPTIONS))}", KIND)
+    try:
+        harness = templates.load_harness(value["harness"], ctx.test.suite_dir)
+        cases = _plain(value.get("cases") or [])
+        bad = [i for i, c in enumerate(cases) if not _valid_case(c)]
+        if bad:
+            return error(f"exec: case {bad[0]} must be {{call: ..., expect: ...}} or {{assert: ...}}", KIND)
+        if harness.score == "cases" and not cases:
+            return error(f"exec: harness {harness.name!r} scores cases; give `cases: [{{call, expect}}]`", KIND)
+        extracted = extract_code(answer.text, str(value.get("language") or harness.language))
+        marker = f"@@case-{secrets.token_hex(8)}@@"
+        variables: dict[str, Any] = {
+            "prompt": ctx.test.prompt, "answer": answer.text, "code": extracted.code, "cases": cases,
+            "marker": marker, "expect_stdout": value.get("expect_stdout"),
+            "expect_exit_code": value.get("expect_exit_code", 0), **_plain(value.get("vars") or {}),
+        }
+        files, argv = templates.render_files(harness, variables)
+        limits = sandbox.Limits(
+            timeout_s=float(value.get("timeout_s") or harness.timeout_s or sandbox.Limits.timeout_s),
+            memory_mb=int(value.get("memory_mb") or harness.memory_mb or sandbox.Limits.memory_mb))
+        result = sandbox.run(argv, files, limits)
+    except EngineError as exc:
+        return error(f"exec: {exc}", KIND)
+    details = {"isolation": result.isolation, "exit_code": result.exit_code,
+               "duration_s": round(result.duration_s, 4)}
+    note = f" ({extracted.note})" if extracted.note else ""
+    if harness.score == "cases":
+        return _score_cases(cases, result, marker, note, details)
+    return _score_exit(value, result, note, details)
+
+
+def _plain(value: Any) -> Any:
+    """YAML values (possibly ruamel types) as plain JSON values, so `repr` in templates is valid Python."""
+    return json.loads(json.dumps(value, default=str))
+
+
+def _valid_case(case: Any) -> bool:
+    if not isinstance(case, dict):
+        return False
+    if "call" in case:
+        return isinstance(case["call"], str) and "expect" in case and set(case) <= {"call", "expect", "name"}
+    return isinstance(case.get("assert"), str) and set(case) <= {"assert", "name"}
+
+
+def _tail(text: str, lines: int = 3, chars: int = 300) -> str:
+    """The last lines of stderr (where the exception is), on one line."""
+    kept = [line.strip() for line in text.strip().splitlines() if line.strip()][-lines:]
+    joined = " | ".join(kept)
+    return joined if len(joined) <= chars else "..." + joined[-chars:]
+
+
+def _clip(text: str, chars: int = 120) -> str:
+    return repr(text if len(text) <= chars else text[:chars] + "...")
+
+
+def _normalise_output(text: str) -> str:
+    return "\n".join(line.rstrip() for line in text.strip("\n").splitlines())
+
+
+def _score_exit(value: Mapping[str, Any], result: sandbox.RunResult, note: str,
+                details: dict[str, Any]) -> Verdict:
+    expected_code = int(value.get("expect_exit_code", 0))
+    expected_out = value.get("expect_stdout")
+    if result.timed_out or result.output_exceeded or result.exit_code != expected_code:
+        why = result.describe()
+        if result.exit_code is not None and not result.timed_out:
+            why = f"exit code {result.exit_code}, expected {expected_code}"
+        stderr = _tail(result.stderr)
+        return _verdict(0.0, f"{why}{': ' + stderr if stderr else ''}{note}", details)
+    if expected_out is not None and _normalise_output(result.stdout) != _normalise_output(str(expected_out)):
+        return _verdict(0.0, f"stdout was {_clip(result.stdout)}, expected {_clip(str(expected_out))}{note}", details)
+    return _verdict(1.0, f"exit code {result.exit_code}" + (" and stdout as expected" if expected_out is not None
+                                                            else "") + note, details)
+
+
+def _score_cases(cases: list[dict[str, Any]], result: sandbox.RunResult, marker: str, note: str,
+                 details: dict[str, Any]) -> Verdict:
+    outcome: dict[int, tuple[bool, str]] = {}
+    for line in result.stdout.splitlines():
+        if line.startswith(marker):
+            try:
+                row = json.loads(line[len(marker):])
+                outcome[int(row["case"])] = (bool(row["ok"]), str(row.get("why", "")))
+            except (ValueError, KeyError, TypeError):
+                continue
+    unfinished = f"did not finish: {result.describe()}"
+    if result.stderr.strip() and not result.timed_out:
+        unfinished += f": {_tail(result.stderr, lines=1)}"
+    failures: list[str] = []
+    passed = 0
+    for i, case in enumerate(cases):
+        ok, why = outcome.get(i, (False, unfinished))
+        if ok:
+            passed += 1
+        else:
+            label = case.get("name") or case.get("call") or case.get("assert")
+            failures.append(f"case {i} `{label}`: {why}")
+    score = passed / len(cases)
+    reason = f"{passed}/{len(cases)} cases passed"
+    if failures:
+        shown = "; ".join(failures[:3]) + (f"; and {len(failures) - 3} more" if len(failures) > 3 else "")
+        reason += f"; failed: {shown}"
+    details = {**details, "cases_passed": passed, "cases_total": len(cases)}
+    return _verdict(score, reason + note, details)
+
+
+def _verdict(score: float, reason: str, details: dict[str, Any]) -> Verdict:
+    return Verdict(score=score, passed=score >= 1.0, reason=reason, kind=KIND, details=details)

@@ -1,0 +1,429 @@
+"""Run untrusted code in a child process that cannot outlive its check or see the engine's secrets.
+
+One public call, `run(argv, files, limits)`, blocking and thread-safe (the runner calls it from a
+thread pool). What it does, in order:
+
+1. a fresh temporary directory, owned by the user the child runs as, holding the harness files;
+2. a scrubbed environment (PATH, LANG, HOME and TMPDIR set to the temp dir; nothing else - no API keys);
+3. rlimits set by util-linux `prlimit` before exec (CPU time, address space, file size, open files,
+   processes, core dumps = 0) - no `preexec_fn`, which is unsafe with threads;
+4. when the machine allows it, `unshare --pid --net --fork --mount-proc`: the program is PID 1 of a
+   fresh PID namespace (when it exits the kernel kills everything it started, `setsid()` or not)
+   and has a network namespace with only a down loopback;
+5. when the engine runs as root, the child runs as a private uid/gid (one per concurrent run), so the
+   process limit binds and everything left of the run can be killed by uid;
+6. a new session; stdin is /dev/null; stdout and stderr are read incrementally, the first
+   `output_bytes` kept, and the program killed once it writes far more;
+7. at the wall-clock deadline, at too much output, and also when the program ends normally, every
+   process of the run is killed with SIGKILL; then the temp directory is deleted.
+
+The isolation level is detected once per process (`isolation()`), and reported on every result.
+"""
+
+from __future__ import annotations
+
+import os
+import selectors
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+from engine.errors import HarnessError
+
+__all__ = ["SANDBOX_PATH", "Limits", "RunResult", "isolation", "resolve_program", "run"]
+
+SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin"
+# Private uids for dropped children: one per concurrent run, so RLIMIT_NPROC (counted per real uid)
+# of one run never starves another, and "kill every process of this uid" hits only this run.
+_UID_BASE = 610_000 + (os.getpid() % 1000) * 256
+_UID_COUNT = 256
+_HARD_OUTPUT_FACTOR = 16  # kill the program once it has written this many times the kept output
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Resource limits for one run.
+
+    Args:
+        timeout_s: Wall-clock deadline in seconds (CPU time is capped at the next whole second + 1).
+        memory_mb: Address-space limit in MiB.
+        file_mb: Largest file the program may write, in MiB.
+        max_processes: Processes the run's private uid may have (binds only when privileges are dropped).
+        max_open_files: Open file descriptors per process.
+        output_bytes: Bytes of stdout and of stderr kept; the program is killed past 16 times this.
+    """
+
+    timeout_s: float = 10.0
+    memory_mb: int = 1024
+    file_mb: int = 64
+    max_processes: int = 64
+    max_open_files: int = 256
+    output_bytes: int = 64 * 1024
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """What happened to one sandboxed program.
+
+    Args:
+        exit_code: The exit status, or None when a signal ended it.
+        signal: The signal number that ended it, or None.
+        stdout: The kept start of stdout (decoded as UTF-8, bad bytes replaced).
+        stderr: The kept start of stderr.
+        truncated: True when stdout or stderr was longer than the kept part.
+        timed_out: True when the wall-clock deadline passed and the program was killed.
+        output_exceeded: True when the program was killed for writing too much.
+        duration_s: Wall-clock seconds from start to the end of the program.
+        isolation: The isolation level that ran (see `isolation()`).
+        workdir: The temporary work folder (already deleted when the result is returned).
+        uid: The private uid the program ran as, or None when privileges were not dropped.
+    """
+
+    exit_code: int | None
+    signal: int | None
+    stdout: str
+    stderr: str
+    truncated: bool
+    timed_out: bool
+    output_exceeded: bool
+    duration_s: float
+    isolation: str
+    workdir: str = ""
+    uid: int | None = None
+
+    @property
+    def ok(self) -> bool:
+        """Exited by itself with status 0."""
+        return self.exit_code == 0 and not self.timed_out and not self.output_exceeded
+
+    def describe(self) -> str:
+        """How the program ended, in a few words: 'exit code 1', 'timed out after 2 s', ..."""
+        if self.timed_out:
+            return f"timed out after {self.duration_s:.3g} s"
+        if self.output_exceeded:
+            return "killed: it wrote too much output"
+        if self.signal is not None:
+            try:
+                name = signal.Signals(self.signal).name
+            except ValueError:
+                name = f"signal {self.signal}"
+            hint = {"SIGXCPU": " (CPU time limit)", "SIGXFSZ": " (file size limit)"}.get(name, "")
+            return f"killed by {name}{hint}"
+        return f"exit code {self.exit_code}"
+
+
+# --------------------------------------------------------------------------------------------
+# Detection (once per process)
+
+
+@dataclass(frozen=True)
+class _Plan:
+    level: str
+    use_unshare: bool
+    drop_privileges: bool
+    python: str | None
+
+
+_plan_lock = threading.Lock()
+_plan: _Plan | None = None
+
+
+def isolation() -> str:
+    """The isolation level this process runs programs with, detected once and cached.
+
+    One of `pidns+netns+uid` (namespaces and a private uid), `pidns+netns` (namespaces through a user
+    namespace, not root), `uid` (private uid, no namespaces), `rlimits` (limits and a session only).
+    """
+    return _get_plan().level
+
+
+def _get_plan() -> _Plan:
+    global _plan
+    with _plan_lock:
+        if _plan is None:
+            _plan = _detect()
+        return _plan
+
+
+def _python_candidates() -> list[str]:
+    seen: list[str] = []
+    for path in (sys.executable, os.path.realpath(sys.executable), getattr(sys, "_base_executable", ""),
+                 shutil.which("python3", path=SANDBOX_PATH) or ""):
+        if path and path not in seen:
+            seen.append(path)
+    return seen
+
+
+def _probe(prefix: list[str], python: str, cwd: str) -> bool:
+    try:
+        done = subprocess.run([*prefix, python, "-I", "-c", "pass"], check=False, cwd=cwd, env=_base_env(cwd),
+                              stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL, timeout=20, start_new_session=True)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return done.returncode == 0
+
+
+def _detect() -> _Plan:
+    """Try the strongest isolation first; keep the first that runs a Python child."""
+    root = os.geteuid() == 0
+    prlimit = shutil.which("prlimit", path=SANDBOX_PATH)
+    unshare = shutil.which("unshare", path=SANDBOX_PATH)
+    uid = _UID_BASE
+    workdir = tempfile.mkdtemp(prefix="engine-probe-")
+    try:
+        if root:
+            os.chown(workdir, uid, uid)
+        options: list[tuple[str, list[str], bool, bool]] = []
+        ns = ["--pid", "--net", "--fork", "--mount-proc"]
+        if unshare and root:
+            options.append(("pidns+netns+uid", [unshare, *ns, f"--setgid={uid}", f"--setuid={uid}", "--"],
+                            True, True))
+        if root and shutil.which("setpriv", path=SANDBOX_PATH):
+            options.append(("uid", [shutil.which("setpriv", path=SANDBOX_PATH) or "setpriv",
+                                    f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--"], False, True))
+        if unshare and not root:
+            options.append(("pidns+netns", [unshare, "--user", "--map-root-user", *ns, "--"], True, False))
+        options.append(("rlimits" if prlimit else "session", [], False, False))
+        for level, prefix, use_unshare, drop in options:
+            if level not in ("rlimits", "session") and not prlimit:
+                continue
+            for python in _python_candidates():
+                if _probe(prefix, python, workdir):
+                    return _Plan(level, use_unshare, drop, python)
+        return _Plan("none", False, False, None)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+# --------------------------------------------------------------------------------------------
+# Private uids
+
+
+_uid_lock = threading.Lock()
+_uids_free = list(range(_UID_BASE + 1, _UID_BASE + _UID_COUNT))
+
+
+def _take_uid() -> int:
+    with _uid_lock:
+        if not _uids_free:
+            raise HarnessError(f"more than {_UID_COUNT - 1} sandboxed programs at once; lower the concurrency")
+        return _uids_free.pop(0)
+
+
+def _give_uid(uid: int) -> None:
+    with _uid_lock:
+        _uids_free.append(uid)
+
+
+def _kill_uid(uid: int) -> None:
+    """SIGKILL every process of `uid`, from a helper running as that uid (kill(-1) is atomic in the kernel)."""
+    kill = shutil.which("kill", path=SANDBOX_PATH)
+    if kill is None:
+        return
+    for _ in range(2):
+        try:
+            subprocess.run([kill, "-9", "-1"], check=False, user=uid, group=uid, extra_groups=[], env={},
+                           stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                           cwd="/", timeout=5)
+        except (OSError, subprocess.SubprocessError):
+            return
+
+
+def _uid_has_processes(uid: int) -> bool:
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                if os.stat(entry.path).st_uid == uid:
+                    return True
+            except OSError:
+                continue
+    return False
+
+
+# --------------------------------------------------------------------------------------------
+# Running
+
+
+def resolve_program(name: str) -> list[str] | None:
+    """The argv prefix for a program name a harness uses: `python` -> [interpreter, "-I"], `node` -> [...].
+
+    Returns None when the program is not installed (the caller reports it with a clear reason).
+    """
+    if name in ("python", "python3"):
+        python = _get_plan().python
+        return [python, "-I"] if python else None
+    if os.path.isabs(name):
+        return [name] if os.access(name, os.X_OK) else None
+    found = shutil.which(name, path=SANDBOX_PATH)
+    return [found] if found else None
+
+
+def _base_env(workdir: str) -> dict[str, str]:
+    # An allowlist: nothing of the engine's environment (API keys) reaches the child.
+    return {"PATH": SANDBOX_PATH, "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "HOME": workdir, "TMPDIR": workdir,
+            "PYTHONDONTWRITEBYTECODE": "1", "PYTHONHASHSEED": "0"}
+
+
+def _write_files(workdir: Path, files: Mapping[str, str], uid: int | None) -> None:
+    for rel, text in files.items():
+        pure = PurePosixPath(rel)
+        if pure.is_absolute() or ".." in pure.parts or not pure.parts:
+            raise HarnessError(f"harness file name {rel!r} must be a relative path inside the work folder")
+        target = workdir.joinpath(*pure.parts)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text, encoding="utf-8")
+        if uid is not None:
+            for part in [target, *target.relative_to(workdir).parents]:
+                os.chown(workdir / part, uid, uid)
+
+
+def _limit_args(limits: Limits, nproc: bool) -> list[str]:
+    cpu = int(limits.timeout_s) + 1
+    args = [f"--cpu={cpu}", f"--as={limits.memory_mb * 1024 * 1024}", f"--fsize={limits.file_mb * 1024 * 1024}",
+            f"--nofile={limits.max_open_files}", "--core=0"]
+    if nproc:
+        args.append(f"--nproc={limits.max_processes}")
+    return args
+
+
+def run(argv: Sequence[str], files: Mapping[str, str], limits: Limits = Limits()) -> RunResult:
+    """Write `files` into a fresh temp dir and run `argv` there under the sandbox.
+
+    Args:
+        argv: The command; its first item is a program name (`python`, `node`, `bash`) or an absolute path.
+            `python` becomes the sandbox's interpreter with `-I`.
+        files: Relative path -> text, written into the work folder before the run.
+        limits: Resource limits.
+
+    Returns:
+        The RunResult. A failing, crashing or hanging program is a result, not an exception.
+
+    Raises:
+        HarnessError: The program is not installed or the work folder could not be prepared.
+    """
+    if not argv:
+        raise HarnessError("the harness command is empty; give `run: [program, args...]`")
+    plan = _get_plan()
+    program = resolve_program(argv[0])
+    if program is None:
+        raise HarnessError(f"program {argv[0]!r} is not installed on this machine (searched {SANDBOX_PATH})")
+    uid = _take_uid() if plan.drop_privileges else None
+    workdir = Path(tempfile.mkdtemp(prefix="engine-exec-"))
+    try:
+        if uid is not None:
+            os.chown(workdir, uid, uid)
+        _write_files(workdir, files, uid)
+        command = ["prlimit", *_limit_args(limits, nproc=uid is not None), "--"]
+        if plan.level == "pidns+netns+uid":
+            command += ["unshare", "--pid", "--net", "--fork", "--mount-proc",
+                        f"--setgid={uid}", f"--setuid={uid}", "--"]
+        elif plan.level == "uid":
+            command += ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--"]
+        elif plan.level == "pidns+netns":
+            command += ["unshare", "--user", "--map-root-user", "--pid", "--net", "--fork", "--mount-proc", "--"]
+        elif plan.level == "session":
+            command = []
+        command += [*program, *argv[1:]]
+        return _supervise(command, str(workdir), limits, plan, uid)
+    finally:
+        if uid is not None:
+            if _uid_has_processes(uid):  # a safety net: nothing of this uid may outlive the run
+                _kill_uid(uid)
+            _give_uid(uid)
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _supervise(command: list[str], workdir: str, limits: Limits, plan: _Plan, uid: int | None) -> RunResult:
+    """Start the command, read its output with a deadline, and kill whatever is left."""
+    start = time.monotonic()
+    deadline = start + limits.timeout_s
+    try:
+        proc = subprocess.Popen(command, cwd=workdir, env=_base_env(workdir), stdin=subprocess.DEVNULL,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+                                close_fds=True)
+    except OSError as exc:
+        raise HarnessError(f"could not start the sandboxed program {command[0]!r}: {exc}") from exc
+    kept = {"stdout": bytearray(), "stderr": bytearray()}
+    total = {"stdout": 0, "stderr": 0}
+    timed_out = output_exceeded = False
+    exited_at: float | None = None
+    hard_limit = limits.output_bytes * _HARD_OUTPUT_FACTOR
+    pidfd = os.pidfd_open(proc.pid)
+    selector = selectors.DefaultSelector()
+    assert proc.stdout is not None and proc.stderr is not None
+    selector.register(proc.stdout, selectors.EVENT_READ, "stdout")
+    selector.register(proc.stderr, selectors.EVENT_READ, "stderr")
+    selector.register(pidfd, selectors.EVENT_READ, "exit")
+    try:
+        open_pipes = 2
+        while open_pipes or exited_at is None:
+            remaining = deadline - time.monotonic()
+            if exited_at is not None:
+                # The program is gone; whatever still holds its pipes is a leftover: drain briefly.
+                remaining = min(remaining, exited_at + 1.0 - time.monotonic())
+            if remaining <= 0:
+                timed_out = exited_at is None
+                break
+            for key, _ in selector.select(timeout=remaining):
+                if key.data == "exit":
+                    selector.unregister(pidfd)
+                    exited_at = time.monotonic()
+                    _kill_all(proc, plan, uid, alive=False)
+                    continue
+                chunk = os.read(key.fd, 65536)
+                if not chunk:
+                    selector.unregister(key.fileobj)
+                    open_pipes -= 1
+                    continue
+                total[key.data] += len(chunk)
+                room = limits.output_bytes - len(kept[key.data])
+                if room > 0:
+                    kept[key.data] += chunk[:room]
+                if total[key.data] > hard_limit:
+                    output_exceeded = True
+            if output_exceeded:
+                break
+    finally:
+        _kill_all(proc, plan, uid, alive=proc.poll() is None)
+        selector.close()
+        os.close(pidfd)
+        proc.stdout.close()
+        proc.stderr.close()
+        returncode = proc.wait()
+    duration = (exited_at or time.monotonic()) - start
+    return RunResult(
+        exit_code=returncode if returncode >= 0 else None,
+        signal=-returncode if returncode < 0 else None,
+        stdout=kept["stdout"].decode("utf-8", "replace"),
+        stderr=kept["stderr"].decode("utf-8", "replace"),
+        truncated=any(total[k] > limits.output_bytes for k in total),
+        timed_out=timed_out,
+        output_exceeded=output_exceeded and not timed_out,
+        duration_s=duration,
+        isolation=plan.level,
+        workdir=workdir,
+        uid=uid,
+    )
+
+
+def _kill_all(proc: subprocess.Popen[bytes], plan: _Plan, uid: int | None, alive: bool) -> None:
+    """SIGKILL the run's session, and every process of its private uid.
+
+    With a PID namespace, a program that ended by itself took everything it started with it (it was
+    the namespace's init), so the uid sweep is needed only when we stop it (`alive`) - it then kills
+    the namespace's init, which the session kill cannot reach once it changed uid.
+    """
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    if uid is not None and (alive or not plan.use_unshare):
+        _kill_uid(uid)
