@@ -1,0 +1,179 @@
+"""Composition: `all`, `any`, `not`, weights, thresholds and `must` gates. The only place they live.
+
+Every node of an evaluator spec becomes one Verdict; compositions keep their children's verdicts so
+results can show the breakdown. Leaves are looked up in the registry handed in by
+`engine.evaluators` and never see negation, weights or thresholds.
+
+Scoring rules (docs/evaluators.md has the full story):
+
+- `all`: weighted mean of the children whose weight is > 0 (weights default 1; `weight: 0` is
+  reported, never counted). Without a threshold it passes when every counted child passed.
+- `any`: the best counted child. Without a threshold it passes when one counted child passed.
+- `not`: 1 - the child's score; passes when the child did not.
+- `threshold` on any node: passed = score >= threshold.
+- `must: true` on a child: when that child fails, the parent fails whatever its score (a gate).
+- A child that could not judge (an error verdict) makes its parent an error too: its score is
+  not trustworthy, and errors are kept apart from fails.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from engine.evaluators.base import COMMON_KEYS, EvalContext, Leaf, error
+from engine.model import Answer, Verdict
+from engine.suite.render import TemplateSyntaxError, UndefinedError, render_value
+
+COMPOSITIONS = frozenset({"all", "any", "not", "use"})
+
+
+def short(value: Any, limit: int = 60) -> str:
+    """`repr` of a value cut to one readable line (long answers are truncated with an ellipsis)."""
+    text = repr(value).replace("\n", "\\n")
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def node_kind(spec: Mapping[str, Any], registry: Mapping[str, Leaf]) -> str:
+    """The evaluator key of a node: the one key that names a composition or a catalogue entry.
+
+    Raises:
+        ValueError: when the node names no known evaluator or several.
+    """
+    kinds = [k for k in spec if k in COMPOSITIONS or k in registry]
+    if len(kinds) == 1:
+        return str(kinds[0])
+    if not kinds:
+        unknown = [k for k in spec if k not in COMMON_KEYS]
+        raise ValueError(f"unknown evaluator {', '.join(map(repr, unknown)) or '(empty mapping)'}; "
+                         f"known: {', '.join(sorted(set(registry) | COMPOSITIONS))}")
+    raise ValueError(f"one evaluator per mapping, found {', '.join(map(repr, kinds))}; "
+                     "wrap several in `all: [...]`")
+
+
+def _common(spec: Mapping[str, Any], variables: Mapping[str, Any]) -> tuple[float, float | None, str | None, bool]:
+    """Read weight, threshold, name and must (they may be templates too)."""
+    weight = float(render_value(spec.get("weight", 1), variables))
+    raw_threshold = spec.get("threshold")
+    threshold = None if raw_threshold is None else float(render_value(raw_threshold, variables))
+    name = spec.get("name")
+    must = bool(render_value(spec.get("must", False), variables))
+    if weight < 0:
+        raise ValueError(f"weight must be >= 0, got {weight}")
+    if threshold is not None and not 0 <= threshold <= 1:
+        raise ValueError(f"threshold must be between 0 and 1, got {threshold}")
+    return weight, threshold, None if name is None else str(name), must
+
+
+def evaluate_node(spec: Any, answer: Answer, ctx: EvalContext, registry: Mapping[str, Leaf],
+                  root_threshold: float | None = None) -> Verdict:
+    """Score one node of an evaluator spec (and its subtree). Never raises.
+
+    Args:
+        spec: The node as written: a one-key mapping plus common options.
+        answer: The normalised answer.
+        ctx: The evaluation context.
+        registry: YAML key -> leaf function.
+        root_threshold: For the root node only: the test's threshold, used when the node has none.
+    """
+    kind = "?"
+    try:
+        if not isinstance(spec, Mapping):
+            return error(f"an evaluator must be a mapping like {{contains: Paris}}, got {short(spec)}")
+        kind = node_kind(spec, registry)
+        weight, threshold, name, must = _common(spec, ctx.variables)
+        if kind in COMPOSITIONS:
+            result = _composite(kind, spec, answer, ctx, registry)
+        else:
+            result = _leaf(kind, spec, answer, ctx, registry)
+    except (UndefinedError, TemplateSyntaxError) as exc:
+        return error(f"template error in the {kind} evaluator: {exc}", kind=kind)
+    except Exception as exc:  # noqa: BLE001 - a crash becomes an error verdict, never a stopped run
+        return error(f"{kind} evaluator could not judge: {type(exc).__name__}: {exc}", kind=kind)
+
+    score = min(1.0, max(0.0, result.score))
+    effective = threshold if threshold is not None else root_threshold
+    passed = result.passed if effective is None else score >= effective
+    gated = [c for c in result.children if c.details.get("must") and not c.passed]
+    reason = result.reason
+    if gated and not result.error:
+        passed = False
+        gate = gated[0]
+        reason = f"required check {gate.name or gate.kind} failed: {gate.reason}"
+    if result.error:
+        passed = False
+    details = dict(result.details)
+    if must:
+        details["must"] = True
+    if threshold is not None:
+        details["threshold"] = threshold
+    return Verdict(score=score, passed=passed, reason=reason, kind=kind, name=name, weight=weight,
+                   error=result.error, children=result.children, details=details)
+
+
+def _leaf(kind: str, spec: Mapping[str, Any], answer: Answer, ctx: EvalContext,
+          registry: Mapping[str, Leaf]) -> Verdict:
+    value = render_value(spec[kind], ctx.variables)
+    options = {k: render_value(v, ctx.variables) for k, v in spec.items() if k != kind and k not in COMMON_KEYS}
+    verdict = registry[kind](value, options, answer, ctx)
+    if not isinstance(verdict, Verdict):
+        return error(f"{kind} evaluator returned {type(verdict).__name__}, not a Verdict", kind=kind)
+    return verdict
+
+
+def _children(kind: str, spec: Mapping[str, Any], answer: Answer, ctx: EvalContext,
+              registry: Mapping[str, Leaf]) -> list[Verdict]:
+    items = spec[kind]
+    if kind == "not":
+        items = [items]
+    if not isinstance(items, (list, tuple)) or not items:
+        raise ValueError(f"`{kind}` takes a non-empty list of evaluators, got {short(items)}")
+    return [evaluate_node(item, answer, ctx, registry) for item in items]
+
+
+def _label(verdict: Verdict) -> str:
+    return verdict.name or verdict.kind or "check"
+
+
+def _composite(kind: str, spec: Mapping[str, Any], answer: Answer, ctx: EvalContext,
+               registry: Mapping[str, Leaf]) -> Verdict:
+    if kind == "use":
+        # The loader replaces `use: NAME` by the named evaluator; reaching here means it did not.
+        return error(f"named evaluator {short(spec['use'])} was not resolved; define it under the suite's "
+                     "`evaluators:` and check its spelling", kind="use")
+    children = tuple(_children(kind, spec, answer, ctx, registry))
+    counted = [c for c in children if c.weight > 0]
+    errors = [c for c in children if c.error and (c.weight > 0 or c.details.get("must"))]
+    if errors:
+        first = errors[0]
+        return Verdict(score=0.0, passed=False, error=True, kind=kind, children=children,
+                       reason=f"could not judge {_label(first)}: {first.reason}")
+    if kind == "not":
+        child = children[0]
+        score = 1.0 - child.score
+        passed = not child.passed
+        reason = (f"as required, {_label(child)} did not pass ({child.reason})" if passed
+                  else f"{_label(child)} passed but must not: {child.reason}")
+        return Verdict(score=score, passed=passed, reason=reason, kind=kind, children=children)
+    if not counted:
+        return Verdict(score=1.0, passed=True, reason="no counted checks (every weight is 0)", kind=kind,
+                       children=children)
+    if kind == "all":
+        total = sum(c.weight for c in counted)
+        score = sum(c.weight * c.score for c in counted) / total
+        failed = [c for c in counted if not c.passed]
+        passed = not failed
+        ok = len(counted) - len(failed)
+        if passed:
+            reason = f"all {len(counted)} checks passed"
+        else:
+            reason = (f"{ok} of {len(counted)} checks passed (score {score:.2f}); "
+                      f"{_label(failed[0])}: {failed[0].reason}")
+        return Verdict(score=score, passed=passed, reason=reason, kind=kind, children=children)
+    # any
+    best = max(counted, key=lambda c: (c.passed, c.score))
+    passed = any(c.passed for c in counted)
+    score = max(c.score for c in counted)
+    reason = (f"{_label(best)} passed: {best.reason}" if passed
+              else f"none of {len(counted)} alternatives passed; best {_label(best)}: {best.reason}")
+    return Verdict(score=score, passed=passed, reason=reason, kind=kind, children=children)

@@ -1,0 +1,283 @@
+"""JSON evaluators: is_json, json_schema, json_field.
+
+The JSON in an answer is, in order of preference: the content of a ```json fence, the whole
+trimmed answer, else the last balanced JSON object or array in the text. (Named json_eval so the
+module never shadows the standard library's json.)
+
+Value comparison (json_field `equals`, `in`, `contains`, `set_equals`) follows `values_equal`:
+numbers by value (8 == 8.0), `coerce` (default true) lets "8" equal 8 and "true" equal true,
+strings ignore case unless `case_sensitive: true`, lists in order, objects by keys.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import jsonschema
+
+from engine.evaluators.base import EvalContext, error, verdict
+from engine.evaluators.compose import short
+from engine.model import Answer, Verdict
+
+_JSON_FENCE = re.compile(r"```(?:json|JSON)\s*\n(.*?)```", re.DOTALL)
+_DECODER = json.JSONDecoder()
+_MISSING = object()
+
+
+def find_json(text: str) -> tuple[Any, str | None]:
+    """Find the JSON value in an answer.
+
+    Args:
+        text: The answer text.
+
+    Returns:
+        (value, None) when found, else (None, reason it was not).
+    """
+    for fence in reversed(_JSON_FENCE.findall(text)):
+        try:
+            return json.loads(fence), None
+        except ValueError as exc:
+            fence_error = f"the ```json block is not valid JSON: {exc}"
+            break
+    else:
+        fence_error = None
+    stripped = text.strip()
+    try:
+        return json.loads(stripped), None
+    except ValueError:
+        pass
+    last: Any = _MISSING
+    i = 0
+    while i < len(text):
+        if text[i] in "{[":
+            try:
+                value, end = _DECODER.raw_decode(text, i)
+            except ValueError:
+                i += 1
+                continue
+            last, i = value, end
+            continue
+        i += 1
+    if last is not _MISSING:
+        return last, None
+    return None, fence_error or f"no JSON value found in {short(text)}"
+
+
+def is_json(value: Any, options: Mapping[str, Any], answer: Answer, ctx: EvalContext) -> Verdict:
+    """The answer contains a JSON value (fenced, whole, or the last balanced object/array)."""
+    found, problem = find_json(answer.text)
+    if problem:
+        return verdict(0.0, problem, "is_json")
+    return verdict(1.0, f"found JSON {type(found).__name__}: {short(found)}", "is_json")
+
+
+def _where(path: Any) -> str:
+    out = ""
+    for part in path:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "the top level"
+
+
+def json_schema(value: Any, options: Mapping[str, Any], answer: Answer, ctx: EvalContext) -> Verdict:
+    """The answer's JSON validates against the inline schema; the reason names the first error's place."""
+    if not isinstance(value, Mapping):
+        return error(f"json_schema: the schema must be a mapping, got {short(value)}", "json_schema")
+    try:
+        cls = jsonschema.validators.validator_for(value)
+        cls.check_schema(value)
+    except jsonschema.SchemaError as exc:
+        return error(f"json_schema: the schema itself is invalid: {exc.message}", "json_schema")
+    found, problem = find_json(answer.text)
+    if problem:
+        return verdict(0.0, problem, "json_schema")
+    errors = sorted(cls(value).iter_errors(found), key=lambda e: list(e.absolute_path))
+    if not errors:
+        return verdict(1.0, "JSON matches the schema", "json_schema")
+    first = errors[0]
+    more = f" (+{len(errors) - 1} more)" if len(errors) > 1 else ""
+    return verdict(0.0, f"at {_where(first.absolute_path)}: {first.message}{more}", "json_schema")
+
+
+_PATH_PART = re.compile(r"""\.?(?:(?P<key>[^.\[\]]+)|\[(?P<index>-?\d+)\]|\[(?P<q>["'])(?P<qkey>.*?)(?P=q)\])""")
+
+
+def parse_path(path: str) -> list[str | int]:
+    """Split `items[0].name` (or `a["key.with.dots"]`) into keys and indexes.
+
+    Raises:
+        ValueError: for a path that does not parse.
+    """
+    parts: list[str | int] = []
+    pos = 0
+    text = str(path).strip()
+    if text.startswith("$"):
+        text = text[1:].lstrip(".")
+    while pos < len(text):
+        m = _PATH_PART.match(text, pos)
+        if not m or m.end() == pos:
+            raise ValueError(f"json_field: cannot read path {path!r} at {text[pos:]!r}; write it like items[0].name")
+        if m.group("index") is not None:
+            parts.append(int(m.group("index")))
+        else:
+            parts.append(m.group("key") if m.group("key") is not None else m.group("qkey"))
+        pos = m.end()
+    return parts
+
+
+def resolve(document: Any, parts: list[str | int]) -> tuple[Any, str | None]:
+    """Walk the path. Returns (value, None) or (_MISSING, why it is missing)."""
+    current = document
+    for depth, part in enumerate(parts):
+        here = _where(parts[:depth]) if depth else "the top level"
+        if isinstance(part, int):
+            if not isinstance(current, list):
+                return _MISSING, f"{here} is {type(current).__name__}, not a list"
+            if not -len(current) <= part < len(current):
+                return _MISSING, f"{here} has {len(current)} elements, no [{part}]"
+            current = current[part]
+        else:
+            if not isinstance(current, dict):
+                return _MISSING, f"{here} is {type(current).__name__}, not an object"
+            if part not in current:
+                return _MISSING, f"{here} has no key {part!r}"
+            current = current[part]
+    return current, None
+
+
+def _as_number(value: Any, coerce: bool) -> float | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return float(value)
+    if coerce and isinstance(value, str):
+        try:
+            number = float(value.strip().replace(",", ""))
+        except ValueError:
+            return None
+        return number if math.isfinite(number) else None
+    return None
+
+
+def values_equal(got: Any, expected: Any, *, coerce: bool = True, case_sensitive: bool = False) -> bool:
+    """Compare two JSON values by the json_field rules (see the module docstring)."""
+    if isinstance(expected, bool) or isinstance(got, bool):
+        if isinstance(expected, bool) and isinstance(got, bool):
+            return got is expected
+        if coerce:
+            other, flag = (got, expected) if isinstance(expected, bool) else (expected, got)
+            return isinstance(other, str) and other.strip().lower() == ("true" if flag else "false")
+        return False
+    if expected is None or got is None:
+        return got is None and expected is None
+    a, b = _as_number(got, coerce), _as_number(expected, coerce)
+    if a is not None and b is not None and (not isinstance(got, str) or not isinstance(expected, str)):
+        return a == b
+    if isinstance(got, str) and isinstance(expected, str):
+        return got == expected if case_sensitive else got.casefold() == expected.casefold()
+    if isinstance(got, list) and isinstance(expected, list):
+        return len(got) == len(expected) and all(
+            values_equal(g, e, coerce=coerce, case_sensitive=case_sensitive) for g, e in zip(got, expected))
+    if isinstance(got, dict) and isinstance(expected, dict):
+        return set(got) == set(expected) and all(
+            values_equal(got[k], expected[k], coerce=coerce, case_sensitive=case_sensitive) for k in got)
+    return False
+
+
+_TYPES = {
+    "string": lambda v: isinstance(v, str),
+    "number": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
+    "integer": lambda v: isinstance(v, int) and not isinstance(v, bool)
+    or (isinstance(v, float) and v.is_integer()),
+    "boolean": lambda v: isinstance(v, bool),
+    "array": lambda v: isinstance(v, list),
+    "object": lambda v: isinstance(v, dict),
+    "null": lambda v: v is None,
+}
+COMPARATORS = ("equals", "in", "matches", "approx", "contains", "set_equals", "exists", "type", "length")
+
+
+def json_field(value: Any, options: Mapping[str, Any], answer: Answer, ctx: EvalContext) -> Verdict:
+    """One field of the answer's JSON, found by `path`, checked by exactly one comparator."""
+    kind = "json_field"
+    if not isinstance(value, Mapping) or "path" not in value:
+        return error("json_field: give a mapping with `path` and one comparator, e.g. {path: a.b, equals: 1}", kind)
+    chosen = [c for c in COMPARATORS if c in value]
+    if len(chosen) != 1:
+        return error(f"json_field: give exactly one comparator of {', '.join(COMPARATORS)}; got "
+                     f"{', '.join(chosen) or 'none'}", kind)
+    comparator = chosen[0]
+    expected = value[comparator]
+    coerce = bool(value.get("coerce", True))
+    case_sensitive = bool(value.get("case_sensitive", False))
+    path_text = str(value["path"])
+    parts = parse_path(path_text)
+    document, problem = find_json(answer.text)
+    if problem:
+        return verdict(0.0, problem, kind)
+    got, missing = resolve(document, parts)
+    if comparator == "exists":
+        present = missing is None
+        if present == bool(expected):
+            return verdict(1.0, f"{path_text} {'exists' if present else 'is absent'} as expected", kind)
+        return verdict(0.0, f"{path_text} should {'exist' if expected else 'be absent'}: "
+                            f"{missing or 'found ' + short(got)}", kind)
+    if missing is not None:
+        return verdict(0.0, f"{path_text} not found: {missing}", kind)
+    ok, detail = _compare(comparator, got, expected, value, coerce, case_sensitive)
+    if ok:
+        return verdict(1.0, f"{path_text} = {short(got)} {detail}", kind)
+    return verdict(0.0, f"{path_text}: {detail}, got {short(got)}", kind)
+
+
+def _compare(comparator: str, got: Any, expected: Any, value: Mapping[str, Any], coerce: bool,
+             case_sensitive: bool) -> tuple[bool, str]:
+    eq = lambda a, b: values_equal(a, b, coerce=coerce, case_sensitive=case_sensitive)
+    if comparator == "equals":
+        return eq(got, expected), f"expected {short(expected)}"
+    if comparator == "in":
+        options = expected if isinstance(expected, list) else [expected]
+        return any(eq(got, e) for e in options), f"expected one of {short(options)}"
+    if comparator == "matches":
+        flags = 0 if case_sensitive else re.IGNORECASE
+        text = got if isinstance(got, str) else json.dumps(got)
+        return re.search(str(expected), text, flags) is not None, f"expected to match /{expected}/"
+    if comparator == "approx":
+        tolerance = float(value.get("tolerance", 1e-6))
+        a, b = _as_number(got, coerce), _as_number(expected, True)
+        if b is None:
+            raise ValueError(f"json_field: approx needs a number, got {expected!r}")
+        return a is not None and abs(a - b) <= tolerance, f"expected {b:g} \u00b1 {tolerance:g}"
+    if comparator == "contains":
+        if isinstance(got, str):
+            needle = str(expected)
+            hay, n = (got, needle) if case_sensitive else (got.casefold(), needle.casefold())
+            return n in hay, f"expected to contain {short(expected)}"
+        if isinstance(got, list):
+            return any(eq(item, expected) for item in got), f"expected an element {short(expected)}"
+        if isinstance(got, dict):
+            return str(expected) in got, f"expected a key {short(expected)}"
+        return False, f"expected a string, list or object containing {short(expected)}"
+    if comparator == "set_equals":
+        if not isinstance(got, list) or not isinstance(expected, list):
+            return False, f"expected a list with the same elements as {short(expected)}"
+        same = all(any(eq(g, e) for e in expected) for g in got) and all(any(eq(g, e) for g in got) for e in expected)
+        return same, f"expected the set {short(expected)}"
+    if comparator == "type":
+        names = expected if isinstance(expected, list) else [expected]
+        unknown = [n for n in names if n not in _TYPES]
+        if unknown:
+            raise ValueError(f"json_field: unknown type {unknown[0]!r}; use one of {', '.join(_TYPES)}")
+        return any(_TYPES[n](got) for n in names), f"expected type {' or '.join(map(str, names))}"
+    # length: an exact count or {min, max}
+    if not isinstance(got, (str, list, dict)):
+        return False, "expected a string, list or object to measure"
+    n = len(got)
+    if isinstance(expected, Mapping):
+        low, high = expected.get("min"), expected.get("max")
+        ok = (low is None or n >= int(low)) and (high is None or n <= int(high))
+        return ok, f"length {n}, expected between {low if low is not None else 0} and {high if high is not None else 'any'}"
+    return n == int(expected), f"length {n}, expected {expected}"

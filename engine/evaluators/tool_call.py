@@ -1,0 +1,197 @@
+"""Tool-call evaluators: tool_call, no_tool_call, tool_sequence, first_tool.
+
+`tool_call` scores the list of calls the model made against one expected call (`name` + `args`)
+or several (`calls`). Several calls are matched in any order by maximum bipartite matching (so a
+reordered parallel answer is never failed by a greedy first fit), or position by position with
+`order: exact`. Score = matched calls / max(expected calls, calls made): missing and surplus
+calls both cost credit, and only a full match passes. How single values compare is in
+`tool_match.py` (profiles `strict` and `bfcl`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from engine.evaluators.base import EvalContext, error, verdict
+from engine.evaluators.tool_match import ExpectedCall, check_call, plain, show
+from engine.model import Answer, ToolCall, Verdict
+
+_OPTIONS = ("name", "args", "calls", "count", "order", "extra_args", "match", "underscore_to_dot")
+
+
+def describe(call: ToolCall, limit: int = 80) -> str:
+    """`name(a=1, b='x')`, cut to one line; invalid JSON arguments shown raw."""
+    if not call.valid_json:
+        inner = f"<invalid JSON {call.raw_arguments!r}>"
+    elif isinstance(call.arguments, dict):
+        inner = ", ".join(f"{k}={v!r}" for k, v in call.arguments.items())
+    else:
+        inner = repr(call.arguments)
+    text = f"{call.name}({inner})".replace("\n", "\\n")
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _expected(spec: Mapping[str, Any]) -> list[ExpectedCall]:
+    def one(item: Any, where: str) -> ExpectedCall:
+        if not isinstance(item, Mapping) or not item.get("name"):
+            raise ValueError(f"tool_call: {where} needs a `name`")
+        args = item.get("args")
+        if args is not None and not isinstance(args, Mapping):
+            raise ValueError(f"tool_call: {where} `args` must map each argument to a list of accepted values")
+        accepted = None if args is None else {str(k): (v if isinstance(v, list) else [v])
+                                              for k, v in plain(args).items()}
+        return ExpectedCall(name=str(item["name"]), args=accepted)
+
+    if "calls" in spec:
+        calls = spec["calls"]
+        if not isinstance(calls, list) or not calls:
+            raise ValueError("tool_call: `calls` must be a non-empty list of {name, args}")
+        expected = [one(c, f"calls[{i}]") for i, c in enumerate(calls)]
+        if spec.get("count") is not None and int(spec["count"]) != len(expected):
+            raise ValueError(f"tool_call: count {spec['count']} differs from the {len(expected)} listed calls")
+        return expected
+    count = int(spec.get("count", 1))
+    if count < 1:
+        raise ValueError("tool_call: count must be at least 1 (use no_tool_call for none)")
+    return [one(spec, "the expected call")] * count
+
+
+def max_matching(ok: Sequence[Sequence[bool]], n_right: int) -> list[int | None]:
+    """Maximum bipartite matching (augmenting paths). ok[i][j]: expected i may take call j.
+
+    Returns, for each expected call, the index of the call it got, or None.
+    """
+    owner: list[int | None] = [None] * n_right
+
+    def augment(i: int, seen: set[int]) -> bool:
+        for j in range(n_right):
+            if ok[i][j] and j not in seen:
+                seen.add(j)
+                if owner[j] is None or augment(owner[j], seen):  # type: ignore[arg-type]
+                    owner[j] = i
+                    return True
+        return False
+
+    for i in range(len(ok)):
+        augment(i, set())
+    result: list[int | None] = [None] * len(ok)
+    for j, i in enumerate(owner):
+        if i is not None:
+            result[i] = j
+    return result
+
+
+def tool_call(value: Any, options: Mapping[str, Any], answer: Answer, ctx: EvalContext) -> Verdict:
+    """The model made the expected call(s), with accepted argument values."""
+    kind = "tool_call"
+    if not isinstance(value, Mapping):
+        return error("tool_call: give a mapping with `name` and `args`, or `calls: [...]`", kind)
+    spec = {**options, **value}
+    unknown = [k for k in spec if k not in _OPTIONS]
+    if unknown:
+        return error(f"tool_call: unknown option {unknown[0]!r}; use {', '.join(_OPTIONS)}", kind)
+    profile = str(spec.get("match", "strict"))
+    order = str(spec.get("order", "any"))
+    extra = str(spec.get("extra_args", "deny"))
+    if profile not in ("strict", "bfcl") or order not in ("any", "exact") or extra not in ("allow", "deny"):
+        return error("tool_call: match is strict|bfcl, order is any|exact, extra_args is allow|deny; got "
+                     f"match={profile!r}, order={order!r}, extra_args={extra!r}", kind)
+    expected = _expected(spec)
+    calls = list(answer.tool_calls)
+    schemas = ctx.test.tool_schemas
+
+    def check(e: ExpectedCall, c: ToolCall) -> str | None:
+        return check_call(e, c, profile=profile, schemas=schemas, allow_extra=extra == "allow",
+                          underscore_to_dot=bool(spec.get("underscore_to_dot", False)))
+
+    if not calls:
+        text = f"; it said {show(answer.text)}" if answer.text.strip() else ""
+        return verdict(0.0, f"expected a call to {expected[0].name}, the answer made no tool call{text}", kind)
+    problems = [[check(e, c) for c in calls] for e in expected]
+    if order == "exact":
+        assignment: list[int | None] = [i if i < len(calls) and problems[i][i] is None else None
+                                        for i in range(len(expected))]
+    else:
+        assignment = max_matching([[p is None for p in row] for row in problems], len(calls))
+    matched = sum(1 for j in assignment if j is not None)
+    score = matched / max(len(expected), len(calls))
+    if matched == len(expected) == len(calls):
+        if len(calls) == 1:
+            return verdict(1.0, f"called {describe(calls[0])}", kind)
+        return verdict(1.0, f"all {len(calls)} calls matched", kind)
+    return verdict(score, _why(expected, calls, assignment, problems, order), kind)
+
+
+def _why(expected: list[ExpectedCall], calls: list[ToolCall], assignment: list[int | None],
+         problems: list[list[str | None]], order: str) -> str:
+    """One line naming the first thing that went wrong."""
+    count = "" if len(expected) == len(calls) else f"expected {len(expected)} call(s), got {len(calls)}; "
+    missing = [i for i, j in enumerate(assignment) if j is None]
+    if not missing:
+        used = {j for j in assignment if j is not None}
+        extra = [c for j, c in enumerate(calls) if j not in used]
+        return f"{count}unexpected extra call {describe(extra[0])}"
+    i = missing[0]
+    if order == "exact":
+        if i >= len(calls):
+            return f"{count}call {i + 1} ({expected[i].name}) is missing"
+        return f"{count}call {i + 1}: {problems[i][i]}"
+    used = {j for j in assignment if j is not None}
+    free = [j for j in range(len(calls)) if j not in used] or list(range(len(calls)))
+    same_name = [j for j in free if calls[j].name == expected[i].name]
+    j = (same_name or free)[0]
+    reason = problems[i][j] or "its only matching call is taken by another expected call"
+    if len(expected) == 1:
+        return f"{count}{reason}"
+    return f"{count}expected call {i + 1} of {len(expected)} ({expected[i].name}) not matched: {reason}"
+
+
+def no_tool_call(value: Any, options: Mapping[str, Any], answer: Answer, ctx: EvalContext) -> Verdict:
+    """The model answered without calling any tool (BFCL irrelevance)."""
+    if value is not True:
+        return error(f"no_tool_call takes `true`, got {show(value)}", "no_tool_call")
+    if not answer.tool_calls:
+        return verdict(1.0, "no tool call, as expected", "no_tool_call")
+    first = describe(answer.tool_calls[0])
+    more = f" (+{len(answer.tool_calls) - 1} more)" if len(answer.tool_calls) > 1 else ""
+    return verdict(0.0, f"expected no tool call, got {first}{more}", "no_tool_call")
+
+
+def tool_sequence(value: Any, options: Mapping[str, Any], answer: Answer, ctx: EvalContext) -> Verdict:
+    """The calls' names follow the list in order; `exact: false` allows other calls in between.
+
+    Partial credit: the share of the expected names found in order (exact: the matching prefix,
+    over the longer of the two lists).
+    """
+    kind = "tool_sequence"
+    if not isinstance(value, list) or not value:
+        return error("tool_sequence takes a non-empty list of function names", kind)
+    want = [str(v) for v in value]
+    got = [c.name for c in answer.tool_calls]
+    if bool(options.get("exact", True)):
+        prefix = 0
+        while prefix < min(len(want), len(got)) and want[prefix] == got[prefix]:
+            prefix += 1
+        if want == got:
+            return verdict(1.0, f"called {' -> '.join(got)}", kind)
+        return verdict(prefix / max(len(want), len(got)),
+                       f"expected {' -> '.join(want)}, got {' -> '.join(got) or 'no calls'}", kind)
+    found = 0
+    for name in got:
+        if found < len(want) and name == want[found]:
+            found += 1
+    if found == len(want):
+        return verdict(1.0, f"called {' -> '.join(want)} in order", kind)
+    return verdict(found / len(want), f"expected {' -> '.join(want)} in order; {want[found]!r} not found after "
+                                      f"{found} step(s) in {' -> '.join(got) or 'no calls'}", kind)
+
+
+def first_tool(value: Any, options: Mapping[str, Any], answer: Answer, ctx: EvalContext) -> Verdict:
+    """The first call the model made is to this function."""
+    if not answer.tool_calls:
+        return verdict(0.0, f"expected a first call to {value!r}, the answer made no tool call", "first_tool")
+    name = answer.tool_calls[0].name
+    if name == str(value):
+        return verdict(1.0, f"first call is {name}", "first_tool")
+    return verdict(0.0, f"expected the first call to be {value!r}, got {name!r}", "first_tool")
