@@ -8,18 +8,26 @@ against the number 5, not the text "5", and `json_field: {equals: "{{ golden.age
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from functools import lru_cache
-from typing import Any, Mapping
+from typing import Any
 
 from jinja2 import StrictUndefined, TemplateSyntaxError, UndefinedError
 from jinja2.sandbox import SandboxedEnvironment
 
-__all__ = ["ENV", "render", "render_value", "is_template", "TemplateSyntaxError", "UndefinedError",
-           "undeclared_variables"]
+__all__ = [
+    "ENV",
+    "TemplateSyntaxError",
+    "UndefinedError",
+    "is_template",
+    "render",
+    "render_value",
+    "undeclared_variables",
+]
 
 ENV = SandboxedEnvironment(undefined=StrictUndefined, autoescape=False, keep_trailing_newline=True)
 
-_SINGLE_EXPR = re.compile(r"^\s*\{\{(?P<expr>(?:(?!\}\}).)*)\}\}\s*$", re.S)
+_SINGLE_EXPR = re.compile(r"^\s*\{\{(?P<expr>(?:(?!\}\}).)*)\}\}\s*$", re.DOTALL)
 
 
 def is_template(text: str) -> bool:

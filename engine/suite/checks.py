@@ -1,0 +1,265 @@
+"""What a schema cannot say: references, regexes, templates, inner JSON Schemas, harness paths.
+
+These run after schema validation, on parts that passed it. Each check appends Diagnostics to a
+`Report` (file + positions) instead of raising, so every problem in a file is reported in one pass.
+Compiled templates and regexes are cached: a 10,000-test suite repeats the same few strings.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import SchemaError
+
+from engine.errors import Diagnostic
+from engine.suite.render import ENV, TemplateSyntaxError, is_template
+from engine.suite.schema import did_you_mean
+from engine.suite.yaml import Positions
+
+__all__ = [
+    "RESERVED_VARIABLES",
+    "EvaluatorResolver",
+    "Report",
+    "check_json_schema",
+    "check_regex",
+    "template_names",
+    "walk_strings",
+]
+
+COMMON_KEYS = ("weight", "threshold", "name", "must")
+RESERVED_VARIABLES = frozenset({"golden", "test_id", "suite"})
+_GLOBALS = frozenset(ENV.globals)
+_FLAG_BITS = {"i": re.IGNORECASE, "m": re.MULTILINE, "s": re.DOTALL, "x": re.VERBOSE}
+
+
+@dataclass
+class Report:
+    """Collects diagnostics for one file, pointing into it by path."""
+
+    file: str
+    positions: Positions
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+
+    def error(self, path: tuple[Any, ...], message: str, *, key: bool = False) -> None:
+        """Add an error at the value (or key) at `path`."""
+        line, col = self.positions.of(path, key=key)
+        self.diagnostics.append(Diagnostic(self.file, line, col, message))
+
+    def warning(self, path: tuple[Any, ...], message: str) -> None:
+        """Add a warning: shown, but validation still passes."""
+        line, col = self.positions.of(path)
+        self.diagnostics.append(Diagnostic(self.file, line, col, message, severity="warning"))
+
+    @property
+    def failed(self) -> bool:
+        return any(d.severity == "error" for d in self.diagnostics)
+
+
+@lru_cache(maxsize=8192)
+def template_names(text: str) -> frozenset[str] | str:
+    """The variables a template uses, or the syntax error's message when it does not compile."""
+    if not is_template(text):
+        return frozenset()
+    from jinja2 import meta
+
+    try:
+        parsed = ENV.parse(text)
+    except TemplateSyntaxError as exc:
+        where = f" (line {exc.lineno} of the text)" if exc.lineno and "\n" in text.strip() else ""
+        return f"{exc.message}{where}"
+    return frozenset(meta.find_undeclared_variables(parsed)) - _GLOBALS
+
+
+@lru_cache(maxsize=4096)
+def check_regex(pattern: str, flags: str = "") -> str | None:
+    """None when `pattern` compiles as a Python regex, else the reason it does not."""
+    bits = 0
+    for letter in flags:
+        bits |= _FLAG_BITS.get(letter, 0)
+    try:
+        re.compile(pattern, bits)
+    except re.error as exc:
+        return str(exc)
+    return None
+
+
+def check_json_schema(schema: Any) -> tuple[tuple[Any, ...], str] | None:
+    """None when `schema` is a valid JSON Schema (2020-12), else (path inside it, reason)."""
+    try:
+        Draft202012Validator.check_schema(schema)
+    except SchemaError as exc:
+        return tuple(exc.absolute_path), exc.message
+    return None
+
+
+def walk_strings(value: Any, path: tuple[Any, ...]) -> Iterator[tuple[tuple[Any, ...], str]]:
+    """Every string inside a YAML value, with its path."""
+    if isinstance(value, str):
+        yield path, value
+    elif isinstance(value, Mapping):
+        for key, item in value.items():
+            yield from walk_strings(item, path + (key,))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            yield from walk_strings(item, path + (index,))
+
+
+def _is_template_str(value: Any) -> bool:
+    return isinstance(value, str) and is_template(value)
+
+
+class EvaluatorResolver:
+    """Checks evaluator specs and inlines `{use: name}` references.
+
+    Args:
+        named: The suite's `evaluators:` mapping (already schema-valid).
+        report: Where problems go.
+        suite_dir: The suite's folder, for `exec.harness: ./file.yaml`.
+    """
+
+    def __init__(self, named: Mapping[str, Any], report: Report, suite_dir: Path) -> None:
+        self.named = named
+        self.report = report
+        self.suite_dir = suite_dir
+        self._resolved: dict[str, Any] = {}
+        self._broken: set[str] = set()
+        self._stack: list[str] = []
+
+    def check_definitions(self) -> None:
+        """Check every named evaluator once (regexes, inner schemas, templates, references)."""
+        for name in self.named:
+            self.resolve_named(name, ("evaluators", name))
+
+    def resolve_named(self, name: str, site: tuple[Any, ...]) -> Any:
+        """The named evaluator with its own references inlined, or None when it is broken/unknown."""
+        if name in self._resolved:
+            return self._resolved[name]
+        if name in self._broken:
+            return None
+        if name not in self.named:
+            guess = did_you_mean(name, self.named)
+            hint = f" — did you mean '{guess}'?" if guess else " — define it under `evaluators:` at the top"
+            self.report.error(site, f"unknown named evaluator '{name}'{hint}")
+            return None
+        if name in self._stack:
+            cycle = " -> ".join([*self._stack[self._stack.index(name):], name])
+            self.report.error(("evaluators", name), f"named evaluators refer to each other in a loop: {cycle}")
+            self._broken.add(name)
+            return None
+        self._stack.append(name)
+        try:
+            resolved = self.resolve(self.named[name], ("evaluators", name))
+        finally:
+            self._stack.pop()
+        if resolved is None:
+            self._broken.add(name)
+        else:
+            self._resolved[name] = resolved
+        return resolved
+
+    def resolve(self, spec: Any, path: tuple[Any, ...]) -> Any:
+        """Check one evaluator spec at `path` and return it with `use` inlined (None when broken)."""
+        if not isinstance(spec, Mapping):
+            return None
+        kind = next((k for k in spec if k not in COMMON_KEYS), None)
+        if kind is None:
+            return None
+        value = spec[kind]
+        here = path + (kind,)
+        if kind == "use":
+            target = self.resolve_named(str(value), here)
+            if target is None:
+                return None
+            merged = dict(target)
+            for option in COMMON_KEYS:  # options written beside `use:` win over the named ones
+                if option in spec:
+                    merged[option] = spec[option]
+            merged.setdefault("name", str(value))
+            return merged
+        ok = True
+        if kind in ("all", "any"):
+            children = [self.resolve(child, here + (i,)) for i, child in enumerate(value)]
+            ok = all(c is not None for c in children)
+            value = children
+        elif kind == "not":
+            value = self.resolve(value, here)
+            ok = value is not None
+        else:
+            ok = self._check_leaf(kind, value, spec, path)
+        for text_path, text in walk_strings(spec if kind not in ("all", "any", "not") else
+                                            {k: v for k, v in spec.items() if k in COMMON_KEYS}, path):
+            problem = template_names(text)
+            if isinstance(problem, str):
+                self.report.error(text_path, f"this template does not compile: {problem}")
+                ok = False
+        if not ok:
+            return None
+        out = dict(spec)
+        out[kind] = value
+        return out
+
+    def _check_leaf(self, kind: str, value: Any, spec: Mapping[str, Any], path: tuple[Any, ...]) -> bool:
+        ok = True
+        here = path + (kind,)
+        if kind == "regex" and not _is_template_str(value):
+            flags = spec.get("flags", "") if isinstance(spec.get("flags", ""), str) else ""
+            problem = check_regex(value, flags)
+            if problem:
+                self.report.error(here, f"the regex does not compile: {problem}; remember YAML quoting: "
+                                        "write regexes in single quotes, '\\d+'")
+                ok = False
+        elif kind == "numeric" and isinstance(spec.get("pattern"), str) and not is_template(spec["pattern"]):
+            problem = check_regex(spec["pattern"])
+            if problem:
+                self.report.error(path + ("pattern",), f"the regex in 'pattern' does not compile: {problem}")
+                ok = False
+        elif kind == "json_field" and isinstance(value.get("matches"), str) and not is_template(value["matches"]):
+            problem = check_regex(value["matches"])
+            if problem:
+                self.report.error(here + ("matches",), f"the regex in 'matches' does not compile: {problem}")
+                ok = False
+        elif kind == "json_schema":
+            found = check_json_schema(value)
+            if found:
+                inner, reason = found
+                self.report.error(here + inner, f"this is not a valid JSON Schema: {reason}")
+                ok = False
+        elif kind == "tool_call":
+            ok = self._check_tool_call_args(value, here)
+        elif kind == "exec":
+            ok = self._check_harness(value.get("harness"), here + ("harness",))
+        return ok
+
+    def _check_tool_call_args(self, value: Mapping[str, Any], here: tuple[Any, ...]) -> bool:
+        if "calls" in value and ("count" in value) and value["count"] != len(value["calls"]) \
+                and isinstance(value["count"], int):
+            self.report.error(here + ("count",), f"'count' is {value['count']} but 'calls' lists "
+                                                 f"{len(value['calls'])} calls; remove 'count' or make them agree")
+            return False
+        return True
+
+    def _check_harness(self, harness: Any, path: tuple[Any, ...]) -> bool:
+        if not isinstance(harness, str):
+            return False
+        if harness.startswith("./"):
+            root = self.suite_dir.resolve()
+            target = (root / harness).resolve()
+            if not target.is_relative_to(root):
+                self.report.error(path, f"the harness file '{harness}' is outside this suite's folder; harness "
+                                        "files must sit in the suite's folder or below it")
+                return False
+            if not target.is_file():
+                self.report.error(path, f"the harness file '{harness}' does not exist next to this suite")
+                return False
+            return True
+        if "/" in harness or "\\" in harness or harness.startswith("."):
+            self.report.error(path, f"'{harness}' is neither a harness name (like python-function) nor a "
+                                    "./file.yaml inside this suite's folder")
+            return False
+        return True

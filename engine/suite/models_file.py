@@ -1,0 +1,66 @@
+"""models.yaml -> named `ModelConfig`s, validated against schemas/models.schema.json.
+
+API keys are never read here: `api_key_env` names the environment variable the client reads at call
+time, so no key can reach results, logs or messages through this module.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from engine.errors import Diagnostic
+from engine.model import ModelConfig
+from engine.suite.schema import validate
+from engine.suite.yaml import load_yaml_file
+
+__all__ = ["load_models"]
+
+
+def load_models(path: str | Path) -> tuple[dict[str, ModelConfig], list[Diagnostic]]:
+    """Load a models file.
+
+    Args:
+        path: The models.yaml file.
+
+    Returns:
+        (name -> ModelConfig, diagnostics). The mapping is empty when the file has any error.
+    """
+    name = str(path)
+    file = Path(path)
+    if not file.is_file():
+        return {}, [Diagnostic(name, 0, 0, "no such models file")]
+    loaded = load_yaml_file(file, name)
+    if loaded.diagnostics:
+        return {}, loaded.diagnostics
+    data = loaded.data
+    if not isinstance(data, dict):
+        return {}, [Diagnostic(name, 1, 1, "a models file must be a mapping with a `models:` key")]
+    problems = validate(data, loaded.positions, name, "models")
+    if problems:
+        return {}, problems
+    return {model_name: _config(model_name, spec) for model_name, spec in data["models"].items()}, []
+
+
+def _config(name: str, spec: dict[str, Any]) -> ModelConfig:
+    price = spec.get("price") or {}
+    builtin = spec.get("builtin")
+    return ModelConfig(
+        name=name,
+        model=spec.get("model") or builtin or name,
+        base_url=spec.get("base_url"),
+        api=spec.get("api", "chat"),
+        api_key_env=spec.get("api_key_env"),
+        concurrency=int(spec.get("concurrency", 8)),
+        timeout_s=float(spec.get("timeout_s", 120.0)),
+        max_retries=int(spec.get("max_retries", 2)),
+        stream=bool(spec.get("stream", True)),
+        params=dict(spec.get("params") or {}),
+        price_in=_float_or_none(price.get("input")),
+        price_out=_float_or_none(price.get("output")),
+        builtin=builtin,
+    )
+
+
+def _float_or_none(value: Any) -> float | None:
+    return None if value is None else float(value)

@@ -1,0 +1,323 @@
+"""The source of schemas/suite.schema.json and schemas/models.schema.json, written as Python.
+
+Why Python: the evaluator catalogue repeats one pattern (a kind key, its options, the common options)
+25 times; building it here keeps every kind consistent. `python -m engine.suite.schema_source` rewrites
+the JSON files; a test fails when the files and this source disagree.
+
+Every evaluator kind is a `$defs/eval_<kind>` branch. `$defs/evaluator` dispatches with one
+`if: {required: [<kind>]} then: {$ref: ...}` per kind, so a validator reports what is wrong *inside*
+the branch the author picked, never "not valid under any of the given schemas". Each branch has a
+`title` ("contains evaluator"), which the error mapper uses to name the evaluator.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+SCHEMA_DIR = Path(__file__).resolve().parents[2] / "schemas"
+DIALECT = "https://json-schema.org/draft/2020-12/schema"
+
+COMMON_OPTIONS: dict[str, Any] = {
+    "weight": {"type": "number", "minimum": 0, "description": "Weight of this check inside its parent "
+               "`all` (default 1). 0 = reported but not counted.", "examples": [1, 3, 0]},
+    "threshold": {"type": "number", "minimum": 0, "maximum": 1, "description": "Score (0..1) this node needs "
+                  "to pass; without it a leaf passes only with a full score.", "examples": [0.5]},
+    "name": {"type": "string", "description": "A label shown in results for this check.",
+             "examples": ["mentions the city"]},
+    "must": {"type": "boolean", "description": "When true, the parent fails whenever this check fails, "
+             "whatever the other scores."},
+}
+
+CASE_SENSITIVE = {"type": "boolean", "description": "Compare upper and lower case exactly (default false)."}
+TEXT_OR_TEMPLATE = {"type": "string", "description": "Text; may use {{ variables }}."}
+TEXT_LIST = {"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}, "minItems": 1}]}
+SCALAR = {"type": ["string", "number", "boolean"]}
+
+# kind -> (description, schema of the value under the key, {option: schema}, examples)
+KINDS: dict[str, tuple[str, dict[str, Any], dict[str, Any], list[Any]]] = {
+    "all": ("Every child check; the score is the weighted mean of the children.",
+            {"type": "array", "items": {"$ref": "#/$defs/evaluator"}, "minItems": 1}, {},
+            [{"all": [{"contains": "Paris"}, {"length": {"max_words": 5}}]}]),
+    "any": ("At least one child check; the score is the best child's.",
+            {"type": "array", "items": {"$ref": "#/$defs/evaluator"}, "minItems": 1}, {},
+            [{"any": [{"equals": "Paris"}, {"equals": "Paris, France"}]}]),
+    "not": ("The opposite of one check: score 1 - child.", {"$ref": "#/$defs/evaluator"}, {},
+            [{"not": {"contains": "sorry"}}]),
+    "use": ("A named evaluator from this suite's `evaluators:` section.",
+            {"type": "string", "minLength": 1}, {}, [{"use": "one_word"}]),
+    "equals": ("The whole answer (trimmed) equals this value.", SCALAR, {"case_sensitive": CASE_SENSITIVE},
+               [{"equals": "{{ golden }}"}, {"equals": 42}]),
+    "contains": ("The answer contains this text (or these texts).", TEXT_LIST, {
+        "mode": {"enum": ["all", "any"], "description": "With a list: need `all` texts (default) or `any` one."},
+        "case_sensitive": CASE_SENSITIVE}, [{"contains": "Paris"}, {"contains": ["Paris", "France"], "mode": "any"}]),
+    "not_contains": ("The answer does not contain this text (or any of these texts).", TEXT_LIST,
+                     {"case_sensitive": CASE_SENSITIVE}, [{"not_contains": ["sorry", "as an AI"]}]),
+    "regex": ("A Python regular expression searched in the answer.", {"type": "string"}, {
+        "flags": {"type": "string", "pattern": "^[imsx]*$", "description": "Letters from `imsx`: ignore case, "
+                  "multi-line, dot matches newline, verbose.", "examples": ["i", "ms"]}},
+        [{"regex": "^\\W*\\w+\\W*$"}]),
+    "starts_with": ("The answer (trimmed) starts with this text.", {"type": "string"},
+                    {"case_sensitive": CASE_SENSITIVE}, [{"starts_with": "Yes"}]),
+    "numeric": ("A number in the answer equals this number, within a tolerance.",
+                {"type": ["number", "string"]}, {
+                    "tolerance": {"type": "number", "minimum": 0, "description": "Absolute tolerance (default 0)."},
+                    "rel_tolerance": {"type": "number", "minimum": 0,
+                                      "description": "Relative tolerance, e.g. 0.01 for 1%."},
+                    "pattern": {"type": "string", "description": "A regex whose first group is the number to take "
+                                "(default: the last number in the answer).", "examples": ["answer: (\\S+)"]}},
+                [{"numeric": "{{ golden }}", "tolerance": 0.01}]),
+    "exact_token": ("The answer contains this text as a whole word.", {"type": "string"},
+                    {"case_sensitive": CASE_SENSITIVE}, [{"exact_token": "B"}]),
+    "length": ("Bounds on the answer's length; give at least one.", {
+        "type": "object", "additionalProperties": False, "minProperties": 1, "properties": {
+            "min_chars": {"type": "integer", "minimum": 0, "description": "Fewest characters allowed."},
+            "max_chars": {"type": "integer", "minimum": 0, "description": "Most characters allowed."},
+            "min_words": {"type": "integer", "minimum": 0, "description": "Fewest words allowed."},
+            "max_words": {"type": "integer", "minimum": 0, "description": "Most words allowed."}}}, {},
+        [{"length": {"max_words": 20}}]),
+    "is_json": ("The answer is valid JSON (a ```json fence is accepted).", {"const": True}, {}, [{"is_json": True}]),
+    "json_schema": ("The answer is JSON that matches this JSON Schema.", {"type": "object"}, {},
+                    [{"json_schema": {"type": "object", "required": ["name"]}}]),
+    "json_field": ("One field of the JSON answer, found by `path`, compared with exactly one comparator.", {
+        "type": "object", "additionalProperties": False, "required": ["path"],
+        "oneOf": [{"required": [c]} for c in ("equals", "in", "matches", "approx", "contains", "set_equals",
+                                              "exists", "type", "length")],
+        "properties": {
+            "path": {"type": "string", "description": "Where the field is: `name`, `items[0].price`, `a.b`.",
+                     "examples": ["name", "items[0].price"]},
+            "equals": {"description": "The field equals this value."},
+            "in": {"type": "array", "description": "The field is one of these values."},
+            "matches": {"type": "string", "description": "The field (as text) matches this regex."},
+            "approx": {"type": ["number", "string"], "description": "The field is this number, within `tolerance`."},
+            "contains": {"description": "The field (text or list) contains this value."},
+            "set_equals": {"type": ["array", "string"], "description": "The field, as a set, equals this list."},
+            "exists": {"type": "boolean", "description": "The field is present (true) or absent (false)."},
+            "type": {"enum": ["string", "number", "integer", "boolean", "array", "object", "null"],
+                     "description": "The field's JSON type."},
+            "length": {"type": ["integer", "string"], "description": "The field (list or text) has this length."},
+            "tolerance": {"type": "number", "minimum": 0, "description": "Absolute tolerance for `approx`."},
+            "case_sensitive": CASE_SENSITIVE,
+            "coerce": {"type": "boolean", "description": "Compare \"8\" and 8 as equal (default true)."}}}, {},
+        [{"json_field": {"path": "name", "equals": "Alice"}}]),
+    "tool_call": ("The model called a function with accepted arguments.", {
+        "type": "object", "additionalProperties": False,
+        "oneOf": [{"required": ["name"]}, {"required": ["calls"]}],
+        "properties": {
+            "name": {"type": "string", "description": "The function that must be called.",
+                     "examples": ["get_weather"]},
+            "args": {"$ref": "#/$defs/tool_args"},
+            "calls": {"type": "array", "minItems": 1, "description": "Several calls (parallel calls).",
+                      "items": {"type": "object", "additionalProperties": False, "required": ["name"],
+                                "title": "call", "properties": {
+                                    "name": {"type": "string", "description": "The function name."},
+                                    "args": {"$ref": "#/$defs/tool_args"}}}},
+            "count": {"type": "integer", "minimum": 0, "description": "How many calls there must be."},
+            "order": {"enum": ["any", "exact"], "description": "Whether `calls` must come in this order."},
+            "extra_args": {"enum": ["allow", "deny"],
+                           "description": "Whether arguments not listed in `args` are allowed (default deny)."},
+            "match": {"enum": ["strict", "bfcl"], "description": "Value comparison rules (default strict)."},
+            "underscore_to_dot": {"type": "boolean",
+                                  "description": "Accept `a_b` for the function `a.b` (BFCL FC mode)."}}}, {},
+        [{"tool_call": {"name": "get_weather", "args": {"city": ["Paris"], "unit": ["c", ""]}}}]),
+    "no_tool_call": ("The model called no function.", {"const": True}, {}, [{"no_tool_call": True}]),
+    "tool_sequence": ("The model called these functions, in this order.",
+                      {"type": "array", "items": {"type": "string"}, "minItems": 1}, {
+                          "exact": {"type": "boolean",
+                                    "description": "No other calls in between (default true)."}},
+                      [{"tool_sequence": ["search", "book"]}]),
+    "first_tool": ("The first function the model called.", {"type": "string"}, {}, [{"first_tool": "search"}]),
+    "exec": ("Run the answer's code in a sandboxed harness and check what it does.", {
+        "type": "object", "additionalProperties": False, "required": ["harness"], "properties": {
+            "harness": {"type": "string", "description": "A harness name from harnesses/ or `./file.yaml` "
+                        "inside this suite's folder.", "examples": ["python-function", "./my-harness.yaml"]},
+            "cases": {"type": "array", "description": "Calls to make and what they must return.",
+                      "items": {"type": "object", "additionalProperties": False, "title": "exec case",
+                                "minProperties": 1, "properties": {
+                                    "call": {"type": "string", "description": "An expression to evaluate.",
+                                             "examples": ["add(2, 3)"]},
+                                    "expect": {"description": "The value `call` must return."},
+                                    "assert": {"type": "string", "description": "A statement that must hold."}}}},
+            "expect_stdout": {"type": "string", "description": "The exact output the program must print."},
+            "expect_exit_code": {"type": "integer", "description": "The exit code the program must end with."},
+            "timeout_s": {"type": "number", "exclusiveMinimum": 0, "description": "Time limit per run, seconds."},
+            "memory_mb": {"type": "integer", "minimum": 1, "description": "Memory limit, MB."},
+            "language": {"type": "string", "description": "The language the code is in.", "examples": ["python"]},
+            "vars": {"type": "object", "description": "Extra template variables for the harness."}}}, {},
+        [{"exec": {"harness": "python-function", "cases": [{"call": "add(2, 3)", "expect": 5}]}}]),
+}
+
+
+def _evaluator_defs() -> dict[str, Any]:
+    defs: dict[str, Any] = {}
+    for kind, (description, value_schema, options, examples) in KINDS.items():
+        value = dict(value_schema)
+        value.setdefault("description", description)
+        defs[f"eval_{kind}"] = {
+            "title": f"{kind} evaluator", "description": description, "type": "object",
+            "additionalProperties": False, "required": [kind],
+            "properties": {kind: value, **options, **COMMON_OPTIONS}, "examples": examples}
+    defs["evaluator"] = {
+        "title": "evaluator",
+        "description": "A check on the answer: a one-key mapping whose key is its kind "
+                       "(`contains: Paris`), with options beside it (`weight`, `threshold`, `name`, `must`).",
+        "type": "object",
+        "minProperties": 1,
+        # One branch per kind, chosen by the key; the mapper turns "no branch" into "unknown evaluator".
+        "anyOf": [{"required": [kind]} for kind in KINDS],
+        "allOf": [{"if": {"required": [kind]}, "then": {"$ref": f"#/$defs/eval_{kind}"}} for kind in KINDS],
+        "examples": [{"contains": "Paris"}, {"all": [{"regex": "^\\w+$"}, {"equals": "{{ golden }}"}]}],
+    }
+    defs["tool_args"] = {
+        "type": "object", "description": "Argument name -> list of accepted values; \"\" = may be left out.",
+        "additionalProperties": {"type": "array", "description": "Accepted values for this argument.",
+                                 "minItems": 1},
+        "examples": [{"city": ["Paris"], "unit": ["c", ""]}]}
+    return defs
+
+
+_TEMPLATE = "May use {{ variables }} from `cases`."
+_MESSAGES = {
+    "type": "array", "minItems": 1, "description": "A conversation to send, turn by turn (instead of `prompt`).",
+    "items": {"type": "object", "title": "message", "additionalProperties": False, "required": ["role", "content"],
+              "properties": {
+                  "role": {"enum": ["system", "user", "assistant"], "description": "Who speaks this turn."},
+                  "content": {"type": "string", "description": f"What is said. {_TEMPLATE}"}}},
+    "examples": [[{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello!"},
+                  {"role": "user", "content": "What did I say?"}]]}
+_RUN_SETTINGS = {
+    "system": {"type": "string", "description": f"System instructions sent before the prompt. {_TEMPLATE}",
+               "examples": ["Answer with one word."]},
+    "max_tokens": {"type": "integer", "minimum": 1, "description": "Most tokens the model may write.",
+                   "examples": [32]},
+    "temperature": {"type": "number", "minimum": 0, "maximum": 2, "description": "Sampling temperature (0..2)."},
+    "threshold": {"type": "number", "minimum": 0, "maximum": 1,
+                  "description": "Score (0..1) a test needs to pass (default 1.0).", "examples": [1.0, 0.5]},
+    "repeat": {"type": "integer", "minimum": 1, "maximum": 1000,
+               "description": "How many times to ask each model (default 1)."},
+    "eval": {"$ref": "#/$defs/evaluator", "description": "How the answer is scored."},
+}
+_TAGS = {"type": "array", "items": {"type": "string"}, "description": "Labels for filtering and reports.",
+         "examples": [["knowledge", "geography"]]}
+_TOOL_NAMES = {"type": "array", "items": {"type": "string"}, "description": "Names of tools from the suite's "
+               "`tools:` section offered to the model.", "examples": [["get_weather"]]}
+
+_TEST = {
+    "title": "test", "type": "object", "additionalProperties": False, "required": ["id"],
+    "description": "One test: what to send and how to score the answer.",
+    "oneOf": [{"required": ["prompt"]}, {"required": ["messages"]}],
+    "properties": {
+        "id": {"type": "string", "minLength": 1, "description": "Unique within the suite. With `cases`, a "
+               "template such as `add-{{ a }}-{{ b }}`.", "examples": ["capital-france"]},
+        "description": {"type": "string", "description": "What this test is about (for people)."},
+        "prompt": {"type": "string", "description": f"The user message. {_TEMPLATE}",
+                   "examples": ["What is the capital of France?"]},
+        "messages": _MESSAGES,
+        "tools": _TOOL_NAMES,
+        "golden": {"description": "The reference answer as the model would give it: text, a JSON value, or "
+                   "{tool_calls: [{name, arguments}], content} for tool tests. Checked against `eval` by "
+                   "`engine validate`.", "examples": ["Paris", {"name": "Alice", "age": 30}]},
+        "tags": _TAGS,
+        "cases": {"type": "array", "minItems": 1, "description": "Table-driven test: one test per row; a row's "
+                  "keys are template variables (`golden` sets that row's golden).",
+                  "items": {"type": "object", "title": "case row", "description": "Variable name -> value."},
+                  "examples": [[{"a": 2, "b": 3, "golden": 5}]]},
+        **_RUN_SETTINGS,
+    },
+}
+
+_TOOL = {
+    "title": "tool", "type": "object", "additionalProperties": False, "required": ["parameters"],
+    "description": "An OpenAI function definition (the name is the key above).",
+    "properties": {
+        "description": {"type": "string", "description": "What the function does (the model reads this)."},
+        "parameters": {"type": "object", "description": "JSON Schema of the arguments.",
+                       "examples": [{"type": "object", "properties": {"city": {"type": "string"}},
+                                     "required": ["city"]}]},
+    },
+}
+
+NAME_PATTERN = "^[A-Za-z_][A-Za-z0-9_.-]*$"
+SUITE_SCHEMA: dict[str, Any] = {
+    "$schema": DIALECT,
+    "$id": "https://llm-eval-engine.local/schemas/suite.schema.json",
+    "title": "suite",
+    "description": "An evaluation suite: tests, how to score them, and shared tools and evaluators.",
+    "type": "object", "additionalProperties": False, "required": ["suite", "tests"],
+    "properties": {
+        "suite": {"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9_.-]*$", "description": "The suite id, "
+                  "unique across the suites loaded together (letters, digits, _ . -).", "examples": ["capitals"]},
+        "description": {"type": "string", "description": "What the suite measures (for people)."},
+        "tags": _TAGS,
+        "defaults": {"type": "object", "title": "defaults", "additionalProperties": False,
+                     "description": "Settings applied to every test that does not set them itself.",
+                     "properties": {**_RUN_SETTINGS, "tools": _TOOL_NAMES, "tags": _TAGS}},
+        "tools": {"type": "object", "description": "Functions the model may call, named once, offered by name.",
+                  "propertyNames": {"pattern": "^[A-Za-z_][A-Za-z0-9_.-]{0,63}$"},
+                  "additionalProperties": {"$ref": "#/$defs/tool"}},
+        "evaluators": {"type": "object", "description": "Named evaluators, reused with `{use: name}`.",
+                       "propertyNames": {"pattern": NAME_PATTERN},
+                       "additionalProperties": {"$ref": "#/$defs/evaluator"}},
+        "tests": {"type": "array", "minItems": 1, "items": {"$ref": "#/$defs/test"},
+                  "description": "The tests, in order."},
+    },
+    "$defs": {"test": _TEST, "tool": _TOOL, **_evaluator_defs()},
+}
+
+_MODEL = {
+    "title": "model", "type": "object", "additionalProperties": False,
+    "description": "How to reach one model.",
+    "oneOf": [{"required": ["base_url"]}, {"required": ["builtin"]}],
+    "properties": {
+        "base_url": {"type": "string", "pattern": "^https?://", "description": "OpenAI-compatible base URL, "
+                     "usually ending in /v1.", "examples": ["http://127.0.0.1:8000/v1"]},
+        "builtin": {"type": "string", "description": "An embedded model the engine starts itself (instead of "
+                    "base_url).", "examples": ["gemma-3-270m"]},
+        "model": {"type": "string", "description": "The model id sent to the server (default: the builtin name).",
+                  "examples": ["gpt-4o-mini"]},
+        "api_key_env": {"type": "string", "pattern": "^[A-Za-z_][A-Za-z0-9_]*$", "description": "Name of the "
+                        "environment variable that holds the API key (never the key itself).",
+                        "examples": ["OPENAI_API_KEY"]},
+        "concurrency": {"type": "integer", "minimum": 1, "description": "Calls in flight at most (default 8)."},
+        "timeout_s": {"type": "number", "exclusiveMinimum": 0,
+                      "description": "Per-call deadline in seconds, retries included (default 120)."},
+        "max_retries": {"type": "integer", "minimum": 0, "description": "Retries after the first try (default 2)."},
+        "api": {"enum": ["chat", "completions"], "description": "Which endpoint to call (default chat)."},
+        "stream": {"type": "boolean", "description": "Stream the answer with server-sent events (default true)."},
+        "params": {"type": "object", "description": "Extra request fields passed through (seed, top_p, ...).",
+                   "examples": [{"seed": 1, "top_p": 0.9}]},
+        "price": {"type": "object", "title": "price", "additionalProperties": False,
+                  "description": "Price per 1M tokens, for cost reports.", "properties": {
+                      "input": {"type": "number", "minimum": 0, "description": "Per 1M input tokens."},
+                      "output": {"type": "number", "minimum": 0, "description": "Per 1M output tokens."}},
+                  "examples": [{"input": 0.15, "output": 0.6}]},
+        "description": {"type": "string", "description": "Notes for people."},
+    },
+}
+MODELS_SCHEMA: dict[str, Any] = {
+    "$schema": DIALECT,
+    "$id": "https://llm-eval-engine.local/schemas/models.schema.json",
+    "title": "models file", "description": "Named models the engine can call.",
+    "type": "object", "additionalProperties": False, "required": ["models"],
+    "properties": {"models": {"type": "object", "minProperties": 1, "description": "Model name -> settings.",
+                              "propertyNames": {"pattern": NAME_PATTERN},
+                              "additionalProperties": {"$ref": "#/$defs/model"}}},
+    "$defs": {"model": _MODEL},
+}
+
+
+def dump(schema: dict[str, Any]) -> str:
+    """The schema as the JSON text stored in schemas/."""
+    return json.dumps(schema, indent=2, ensure_ascii=False) + "\n"
+
+
+def main() -> None:
+    """Rewrite schemas/suite.schema.json and schemas/models.schema.json from this source."""
+    SCHEMA_DIR.mkdir(exist_ok=True)
+    (SCHEMA_DIR / "suite.schema.json").write_text(dump(SUITE_SCHEMA), encoding="utf-8")
+    (SCHEMA_DIR / "models.schema.json").write_text(dump(MODELS_SCHEMA), encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main()
