@@ -1,5 +1,177 @@
-"""Placeholder: commands are added here."""
+"""`engine analyze`, `engine report`, `engine diff`, `engine rescore`.
+
+Exit codes: 0 ok; 1 a `--fail-under` threshold missed or a regression found; 2 usage (a missing
+folder, no results, a bad option), always with a message, never a traceback.
+pandas and pyarrow are imported inside the commands so `engine --help` stays fast.
+"""
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
+import typer
+
 from engine.cli.app import app, import_app  # noqa: F401
+from engine.errors import EngineError
+
+USAGE = 2
+FAILED = 1
+
+
+def _fail_usage(message: str) -> typer.Exit:
+    typer.echo(f"error: {message}", err=True)
+    return typer.Exit(USAGE)
+
+
+def _load(paths: list[Path], include_fallback: bool, columns: object = "analysis"):
+    from engine.analysis.load import ANALYSIS_COLUMNS, load
+
+    wanted = ANALYSIS_COLUMNS if columns == "analysis" else None
+    try:
+        return load(paths, include_fallback=include_fallback, columns=wanted)
+    except EngineError as exc:
+        raise _fail_usage(str(exc)) from None
+
+
+@app.command()
+def analyze(
+    results: list[Path] = typer.Argument(..., help="Run folders, a results folder, or Parquet files."),
+    fmt: str = typer.Option("table", "--format", "-f", help="table | markdown | json | csv"),
+    table: str | None = typer.Option(None, "--table", help="For csv: models | tests | suites | tags | comparisons"),
+    fail_under: float | None = typer.Option(
+        None, "--fail-under", help="Exit 1 when any model's mean score is below this (0..1)."),
+    fail_on_regression: Path | None = typer.Option(
+        None, "--fail-on-regression", metavar="BASE",
+        help="Exit 1 when a model's score dropped against the BASE run (95% CI below 0)."),
+    junit: Path | None = typer.Option(None, "--junit", help="Also write JUnit XML (one testcase per test × model)."),
+    include_fallback: bool = typer.Option(False, "--include-fallback", help="Keep rows a fallback model served."),
+    epsilon: float = typer.Option(0.05, "--epsilon", help="Score differences below this count as none."),
+    resamples: int = typer.Option(1000, "--resamples", help="Bootstrap resamples for the CIs."),
+    output: Path | None = typer.Option(None, "--output", "-o", help="Write to this file instead of stdout."),
+) -> None:
+    """Which tests discriminate, which are saturated, floor or flaky, and which model is better."""
+    from engine.analysis.render import FORMATS, TABLES, render
+
+    if fmt not in FORMATS:
+        raise _fail_usage(f"--format {fmt}: choose one of {', '.join(FORMATS)}")
+    if table is not None and table not in TABLES:
+        raise _fail_usage(f"--table {table}: choose one of {', '.join(TABLES)}")
+    if fail_under is not None and not 0.0 <= fail_under <= 1.0:
+        raise _fail_usage(f"--fail-under {fail_under}: give a score between 0 and 1")
+    if resamples < 10:
+        raise _fail_usage(f"--resamples {resamples}: use at least 10 (1000 is the default)")
+    from engine.analysis.cells import build_cells
+    from engine.analysis.summary import analyze as run_analysis
+
+    df = _load(results, include_fallback)
+    base = _load([fail_on_regression], include_fallback) if fail_on_regression is not None else None
+    analysis = run_analysis(df, epsilon=epsilon, resamples=resamples)
+    text = render(analysis, fmt, table=table)
+    if output is not None:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.write_text(text, encoding="utf-8")
+    else:
+        sys.stdout.write(text)
+    if junit is not None:
+        from engine.analysis.junit import write_junit
+
+        write_junit(df, junit, cells=build_cells(df))
+    code = 0
+    if fail_under is not None:
+        missed = analysis.models[~(analysis.models["mean_score"] >= fail_under)]
+        for row in missed.itertuples():
+            shown = "no score" if row.mean_score != row.mean_score else f"{row.mean_score:.3f}"
+            typer.echo(f"fail: {row.model} mean score {shown} is below --fail-under {fail_under:g}", err=True)
+        code = FAILED if len(missed) else code
+    if base is not None:
+        from engine.analysis.compare import diff as run_diff
+
+        result = run_diff(base, df, resamples=max(resamples, 1000))
+        for row in result.summary.itertuples():
+            typer.echo(f"{row.model}: {row.verdict} against {fail_on_regression} "
+                       f"(Δ {row.mean_diff:+.3f}, 95% CI {row.diff_lo:+.3f} to {row.diff_hi:+.3f}; "
+                       f"{row.pass_to_fail} pass→fail, {row.fail_to_pass} fail→pass)", err=True)
+        if result.summary.empty:
+            typer.echo(f"warning: no model in common with {fail_on_regression}: nothing to compare", err=True)
+        code = FAILED if result.regressed else code
+    raise typer.Exit(code)
+
+
+@app.command()
+def report(
+    results: list[Path] = typer.Argument(..., help="Run folders, a results folder, or Parquet files."),
+    output: Path = typer.Option(Path("report.html"), "--output", "-o", help="The HTML file to write."),
+    include_fallback: bool = typer.Option(False, "--include-fallback", help="Keep rows a fallback model served."),
+    epsilon: float = typer.Option(0.05, "--epsilon", help="Score differences below this count as none."),
+) -> None:
+    """Write one self-contained HTML report (opens offline): models, heatmap, scatter, drill-down."""
+    from engine.analysis.report import write_report
+
+    df = _load(results, include_fallback, columns=None)
+    path = write_report(df, output, epsilon=epsilon, sources=[str(p) for p in results])
+    typer.echo(f"report written to {path}")
+
+
+@app.command("diff")
+def diff_cmd(
+    base: Path = typer.Argument(..., help="The base run (folder or Parquet)."),
+    new: Path = typer.Argument(..., help="The new run."),
+    fmt: str = typer.Option("table", "--format", "-f", help="table | json | csv"),
+    include_fallback: bool = typer.Option(False, "--include-fallback", help="Keep rows a fallback model served."),
+) -> None:
+    """Per model: pass→fail and fail→pass flips by test, and a regression verdict with a CI. Exit 1 on a regression."""
+    if fmt not in ("table", "json", "csv"):
+        raise _fail_usage(f"--format {fmt}: choose table, json or csv")
+    from engine.analysis.compare import diff as run_diff
+
+    result = run_diff(_load([base], include_fallback), _load([new], include_fallback))
+    if fmt == "json":
+        import json
+
+        payload = {"summary": result.summary.to_dict(orient="records"), "flips": result.flips.to_dict(orient="records")}
+        sys.stdout.write(json.dumps(payload, indent=2, default=str) + "\n")
+    elif fmt == "csv":
+        sys.stdout.write(result.flips.to_csv(index=False))
+    else:
+        from rich.console import Console
+        from rich.table import Table
+
+        console = Console(width=160)
+        summary = Table(title="Per model (tests with a changed hash left out of the verdict)", title_justify="left")
+        for name in ("model", "tests", "pass→fail", "fail→pass", "changed", "mean A", "mean B", "Δ [95% CI]",
+                     "verdict"):
+            summary.add_column(name)
+        for r in result.summary.itertuples():
+            summary.add_row(str(r.model), str(r.tests), str(r.pass_to_fail), str(r.fail_to_pass),
+                            str(r.changed_tests), f"{r.mean_a:.3f}", f"{r.mean_b:.3f}",
+                            f"{r.mean_diff:+.3f} [{r.diff_lo:+.3f}, {r.diff_hi:+.3f}]", str(r.verdict))
+        console.print(summary)
+        flips = Table(title=f"Flips ({len(result.flips)})", title_justify="left")
+        for name in ("model", "test", "change", "score A", "score B", "test changed"):
+            flips.add_column(name)
+        for r in result.flips.itertuples():
+            test = f"{r.suite}/{r.test_id}" + (f"#{r.case_index}" if r.case_index >= 0 else "")
+            flips.add_row(str(r.model), test, str(r.change), f"{r.score_a:.3f}", f"{r.score_b:.3f}",
+                          "yes" if r.hash_changed else "")
+        console.print(flips)
+    raise typer.Exit(FAILED if result.regressed else 0)
+
+
+@app.command()
+def rescore(
+    results: Path = typer.Argument(..., help="The run folder whose stored answers to re-score."),
+    suites: list[Path] = typer.Option(..., "--suites", help="Suite files or folders with the current evaluators."),
+    out: Path | None = typer.Option(
+        None, "--out", help="Parent folder for the new run (default: the parent of RESULTS)."),
+) -> None:
+    """Re-score stored answers with the current evaluators, calling no model, into a new run folder."""
+    from engine.analysis.rescore import rescore_run
+
+    try:
+        outcome = rescore_run(results, suites, out_parent=out)
+    except EngineError as exc:
+        raise _fail_usage(str(exc)) from None
+    for line in outcome.messages:
+        typer.echo(line, err=True)
+    typer.echo(f"rescored {outcome.rescored} rows into {outcome.folder}")

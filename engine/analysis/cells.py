@@ -1,0 +1,153 @@
+"""The test × model grid every statistic starts from.
+
+A *test* is identified across models and runs by (suite, test_id, case_index); a *cell* is one test
+for one model, aggregating its attempts. Rows whose score is null or NaN (error rows) are not scored:
+they count as errors, never as a zero.
+
+A model *passes* a test when at least half of its scored attempts passed. One flaky attempt does not
+turn a test every model passes into a discriminating one; flakiness is reported on its own.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+ITEM_KEY = ("suite", "test_id", "case_index")
+# The majority rule above: a cell passes when its pass rate reaches this share.
+CELL_PASS_SHARE = 0.5
+
+
+@dataclass
+class Cells:
+    """Per-(test, model) aggregates as (n_tests × n_models) arrays.
+
+    Args:
+        items: One row per test: suite, test_id, case_index (-1 when none), threshold, tags, test_hash
+            (the first seen) and hashes (how many distinct hashes the rows carry).
+        models: Model names, the columns of every array.
+        n_rows: Rows per cell (attempts, error rows included).
+        n_scored: Rows with a score.
+        score: Mean score over scored attempts; NaN when the cell has none.
+        pass_rate: Share of scored attempts that passed; NaN when none.
+        score_min: Lowest scored attempt; NaN when none.
+        score_max: Highest scored attempt; NaN when none.
+        n_truncated: Rows cut at max_tokens.
+        item_code: For each input row, its test's row in `items`.
+        model_code: For each input row, its model's column.
+    """
+
+    items: pd.DataFrame
+    models: list[str]
+    n_rows: np.ndarray
+    n_scored: np.ndarray
+    score: np.ndarray
+    pass_rate: np.ndarray
+    score_min: np.ndarray
+    score_max: np.ndarray
+    n_truncated: np.ndarray
+    item_code: np.ndarray
+    model_code: np.ndarray
+
+    @property
+    def has_data(self) -> np.ndarray:
+        """Cells with at least one scored attempt."""
+        return self.n_scored > 0
+
+    @property
+    def passes(self) -> np.ndarray:
+        """Cell verdicts as floats: 1 pass, 0 fail, NaN no scored attempt (the majority rule)."""
+        out = np.where(self.pass_rate >= CELL_PASS_SHARE, 1.0, 0.0)
+        out[~self.has_data] = np.nan
+        return out
+
+
+def row_scores(df: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per-row (scored mask, score, passed as 0/1) with error rows masked out.
+
+    A row with a score but no `passed` value is judged against its threshold.
+
+    Args:
+        df: Results rows.
+    """
+    score = np.asarray(df["score"], dtype="float64")
+    scored = ~np.isnan(score)
+    passed_col = df["passed"]
+    known = np.asarray(passed_col.notna())
+    passed = np.zeros(len(df), dtype="float64")
+    passed[known] = np.asarray(passed_col[known], dtype=bool)
+    if not known.all():
+        threshold = np.asarray(df["threshold"], dtype="float64")
+        fill = ~known & scored
+        passed[fill] = (score[fill] >= np.nan_to_num(threshold[fill], nan=1.0)).astype("float64")
+    return scored, np.where(scored, score, 0.0), np.where(scored, passed, 0.0)
+
+
+def item_codes(df: pd.DataFrame) -> tuple[np.ndarray, pd.DataFrame]:
+    """Number each row's test (suite, test_id, case_index) and return the test table.
+
+    Args:
+        df: Results rows.
+
+    Returns:
+        (code per row, one row per test sorted by suite, test_id, case_index).
+    """
+    import pandas as pd
+
+    case = df["case_index"].astype("float64").fillna(-1).astype("int64")
+    keys = pd.DataFrame({"suite": df["suite"].astype(str), "test_id": df["test_id"].astype(str), "case_index": case})
+    codes = keys.groupby(list(ITEM_KEY), sort=True).ngroup().to_numpy()
+    _, first = np.unique(codes, return_index=True)
+    items = keys.iloc[first].reset_index(drop=True)
+    items["threshold"] = np.asarray(df["threshold"], dtype="float64")[first]
+    items["tags"] = [tuple(t) if t is not None and not isinstance(t, float) else () for t in df["tags"].iloc[first]]
+    hashes = df["test_hash"]
+    items["test_hash"] = hashes.iloc[first].to_numpy()
+    items["hashes"] = pd.Series(hashes.to_numpy()).groupby(codes).nunique().to_numpy()
+    return codes, items
+
+
+def build_cells(df: pd.DataFrame) -> Cells:
+    """Aggregate results rows into the test × model grid.
+
+    Args:
+        df: Results rows (as from `load`), at least the columns of `load.ANALYSIS_COLUMNS`.
+
+    Returns:
+        The grid. An empty frame gives zero tests and zero models.
+    """
+    import pandas as pd
+
+    item_code, items = item_codes(df)
+    model_code, model_names = pd.factorize(df["model"].astype(str), sort=True)
+    n_items, n_models = len(items), len(model_names)
+    size = n_items * n_models
+    cell = item_code.astype("int64") * n_models + model_code
+    scored, score, passed = row_scores(df)
+    truncated = np.asarray(df["truncated"].fillna(False), dtype=bool) if len(df) else np.zeros(0, bool)
+
+    def grid(weights: np.ndarray | None = None) -> np.ndarray:
+        return np.bincount(cell, weights=weights, minlength=size).astype("float64").reshape(n_items, n_models)
+
+    n_rows = grid()
+    n_scored = grid(scored.astype("float64"))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean = grid(score) / n_scored
+        pass_rate = grid(passed) / n_scored
+    lo = np.full(size, np.nan)
+    hi = np.full(size, np.nan)
+    if scored.any():
+        extremes = pd.Series(score[scored]).groupby(cell[scored]).agg(["min", "max"])
+        lo[extremes.index.to_numpy()] = extremes["min"].to_numpy()
+        hi[extremes.index.to_numpy()] = extremes["max"].to_numpy()
+    return Cells(
+        items=items, models=[str(m) for m in model_names], n_rows=n_rows, n_scored=n_scored,
+        score=mean, pass_rate=pass_rate, score_min=lo.reshape(n_items, n_models),
+        score_max=hi.reshape(n_items, n_models), n_truncated=grid(truncated.astype("float64")),
+        item_code=item_code, model_code=model_code,
+    )

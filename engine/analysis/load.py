@@ -1,0 +1,130 @@
+"""Load results Parquet into one pandas DataFrame.
+
+Accepts run folders (`part-*.parquet` + `manifest.json`), a parent folder of runs (`results/`), single
+Parquet files, or any mix. Files written by different engine versions are read together: the schemas are
+unified, so a column only later runs have is kept (null for older rows), never dropped, and any column of
+`engine.results.schema.SCHEMA` missing from every file is added as nulls so analysis code can rely on it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from engine.errors import EngineError
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+# The columns the statistics need; text columns (prompt, answer, evaluators) are only for drill-down.
+ANALYSIS_COLUMNS: tuple[str, ...] = (
+    "run_id", "model", "fallback", "suite", "test_id", "test_hash", "case_index", "attempt", "tags",
+    "prompt_tokens", "completion_tokens", "latency_s", "ttft_visible_s", "truncated", "cost",
+    "score", "passed", "threshold", "error_kind",
+)
+
+
+class ResultsError(EngineError):
+    """Results could not be found or read; the message names the path and the fix."""
+
+
+def find_parquet_files(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]]) -> list[Path]:
+    """Resolve run folders, parent folders and files to a sorted list of distinct Parquet files.
+
+    A folder is searched recursively without following symlinks, so `results/latest` (a symlink to a
+    run that the parent walk already finds) does not count its run twice; naming `results/latest`
+    directly still works.
+
+    Args:
+        paths: One path or several.
+
+    Returns:
+        Parquet files, each once (by resolved path), in a stable order.
+
+    Raises:
+        ResultsError: A path does not exist, or no Parquet file was found under the paths.
+    """
+    if isinstance(paths, (str, os.PathLike)):
+        paths = [paths]
+    found: dict[Path, Path] = {}
+    names = [Path(p) for p in paths]
+    for path in names:
+        if not path.exists():
+            raise ResultsError(f"{path}: no such file or folder; pass a run folder (results/<run>), "
+                               f"a results folder or a .parquet file")
+        if path.is_file():
+            if path.suffix != ".parquet":
+                raise ResultsError(f"{path}: not a Parquet file; pass a run folder or a .parquet file")
+            found.setdefault(path.resolve(), path)
+            continue
+        for root, dirs, files in os.walk(path):  # followlinks=False: `latest` is not walked twice
+            dirs.sort()
+            for name in sorted(files):
+                if name.endswith(".parquet") and not name.startswith("."):
+                    file = Path(root) / name
+                    found.setdefault(file.resolve(), file)
+    if not found:
+        shown = ", ".join(str(p) for p in names) or "(nothing)"
+        raise ResultsError(f"{shown}: no Parquet results found; run `engine run SUITES --out results` first, "
+                           f"or pass the run folder that holds part-*.parquet")
+    return sorted(found.values(), key=lambda p: str(p))
+
+
+def load(
+    paths: str | os.PathLike[str] | Sequence[str | os.PathLike[str]] = "results/latest",
+    *,
+    include_fallback: bool = False,
+    columns: Sequence[str] | None = None,
+) -> pd.DataFrame:
+    """Read one or many runs into one tidy DataFrame (one row per run × model × test × case × attempt).
+
+    Args:
+        paths: Run folders, a parent folder of runs, Parquet files, or a list of them.
+        include_fallback: Keep rows whose `fallback` is true (a different model served the call; they
+            measure that model, not the one asked, so they are dropped by default).
+        columns: Read only these columns (plus those the fallback filter needs); None reads all.
+            `ANALYSIS_COLUMNS` is enough for `per_model`, `per_test`, `compare` and `diff`.
+
+    Returns:
+        A DataFrame holding every column of the results schema (absent ones as nulls) and any extra
+        columns later engine versions wrote.
+
+    Raises:
+        ResultsError: Paths missing, no Parquet found, or files whose column types cannot be unified.
+    """
+    import pyarrow as pa
+    import pyarrow.dataset as ds
+    import pyarrow.parquet as pq
+
+    from engine.results.schema import SCHEMA
+
+    files = find_parquet_files(paths)
+    schemas = []
+    for file in files:
+        try:
+            schemas.append(pq.read_schema(file))
+        except (OSError, pa.ArrowException) as exc:
+            raise ResultsError(f"{file}: cannot read as Parquet ({exc}); delete or move the file") from exc
+    try:
+        unified = pa.unify_schemas(schemas, promote_options="permissive")
+    except (pa.ArrowException, TypeError) as exc:
+        raise ResultsError(f"{files[0].parent}: the results files disagree on a column type ({exc}); "
+                           f"load the runs separately") from exc
+    wanted = list(columns) if columns is not None else list(unified.names)
+    if columns is not None and "fallback" not in wanted:
+        wanted.append("fallback")
+    present = [c for c in wanted if c in unified.names]
+    try:
+        table = ds.dataset([str(f) for f in files], schema=unified, format="parquet").to_table(columns=present)
+    except (OSError, pa.ArrowException) as exc:
+        raise ResultsError(f"{files[0].parent}: cannot read the results ({exc})") from exc
+    for field in SCHEMA:
+        if field.name in wanted and field.name not in table.column_names:
+            table = table.append_column(field.name, pa.nulls(table.num_rows, field.type))
+    if not include_fallback:
+        import pyarrow.compute as pc
+
+        table = table.filter(pc.invert(pc.fill_null(table["fallback"], False)))
+    return table.to_pandas()

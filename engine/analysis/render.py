@@ -1,0 +1,158 @@
+"""Render an Analysis for the terminal (rich), as Markdown, JSON or CSV."""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+from typing import TYPE_CHECKING, Any
+
+from engine.analysis.summary import Analysis
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+FORMATS = ("table", "markdown", "json", "csv")
+TABLES = ("models", "tests", "suites", "tags", "comparisons")
+TOP_N = 10
+
+
+def _num(value: Any, digits: int = 3) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.{digits}f}"
+    return str(value)
+
+
+def _ci(mean: float, lo: float, hi: float) -> str:
+    if isinstance(mean, float) and math.isnan(mean):
+        return "-"
+    return f"{mean:.3f} [{_num(lo)}, {_num(hi)}]"
+
+
+def _test_name(row: pd.Series) -> str:
+    case = int(row["case_index"])
+    return f"{row['suite']}/{row['test_id']}" + (f"#{case}" if case >= 0 else "")
+
+
+def sections(analysis: Analysis) -> list[tuple[str, list[str], list[list[str]]]]:
+    """The views people read, in order: (title, header, rows of text cells)."""
+    out: list[tuple[str, list[str], list[list[str]]]] = []
+    models = analysis.models
+    out.append(("Models (mean over tests; 95% CI by bootstrap over tests)",
+                ["model", "tests", "score [CI]", "pass rate [CI]", "errors", "truncated", "p50 latency s",
+                 "tokens out", "notes"],
+                [[str(r.model), str(r.tests), _ci(r.mean_score, r.score_lo, r.score_hi),
+                  _ci(r.pass_rate, r.pass_lo, r.pass_hi), f"{r.error_rate:.1%}", f"{r.truncation_rate:.1%}",
+                  _num(r.latency_p50, 2), _num(r.completion_tokens, 1), str(r.notes)]
+                 for r in models.itertuples()]))
+    if analysis.comparisons:
+        out.append(("Paired comparisons (best model against each other)",
+                    ["A", "B", "tests", "win/tie/loss", "only A / only B pass", "McNemar p", "verdict"],
+                    [[c.model_a, c.model_b, str(c.tests), f"{c.wins}/{c.ties}/{c.losses}", f"{c.only_a}/{c.only_b}",
+                      _num(c.mcnemar_p, 4), c.verdict] for c in analysis.comparisons]))
+    tests = analysis.tests
+    ranked = tests[tests["spread"].notna()].sort_values(["spread", "item_rest_r"], ascending=False, kind="stable")
+    header = ["test", "difficulty", "spread", "item-rest r", "status"]
+
+    def rows(frame: pd.DataFrame) -> list[list[str]]:
+        return [[_test_name(r), _num(r["difficulty"]), _num(r["spread"]), _num(r["item_rest_r"]), str(r["status"])]
+                for _, r in frame.iterrows()]
+
+    if 0 < len(ranked) <= 2 * TOP_N:
+        out.append(("Tests by discrimination (spread of model means, most first)", header, rows(ranked)))
+    elif len(ranked):
+        out.append((f"Most discriminating tests (top {TOP_N})", header, rows(ranked.head(TOP_N))))
+        out.append((f"Least discriminating tests (bottom {TOP_N})", header,
+                    rows(ranked.tail(TOP_N).iloc[::-1])))
+    for status, title in (("saturated", "Saturated tests: every model passes (drop or harden)"),
+                          ("floor", "Floor tests: no model passes (check golden and evaluator)"),
+                          ("uninformative", "Uninformative tests: models score the same")):
+        chosen = tests[tests["status"] == status]
+        if len(chosen):
+            out.append((f"{title} - {len(chosen)} of {len(tests)}", ["test", "difficulty", "why"],
+                        [[_test_name(r), _num(r["difficulty"]), str(r["reason"])] for _, r in chosen.iterrows()]))
+    flaky = tests[tests["flaky"]]
+    if len(flaky):
+        out.append((f"Flaky tests: attempts of one model disagree - {len(flaky)} of {len(tests)}",
+                    ["test", "models", "difficulty"],
+                    [[_test_name(r), str(r["flaky_models"]), _num(r["difficulty"])] for _, r in flaky.iterrows()]))
+    out.append(("Suite health (share of tests; health = share discriminating)",
+                ["suite", "tests", "saturated", "floor", "uninformative", "discriminating", "flaky", "health"],
+                [[str(r["suite"]), str(r["tests"])] + [f"{r[c]:.0%}" for c in
+                  ("saturated", "floor", "uninformative", "discriminating", "flaky", "health")]
+                 for _, r in analysis.suites.iterrows()]))
+    return out
+
+
+def render_table(analysis: Analysis, *, width: int | None = None) -> str:
+    """Rich tables as text (colours when printed by a rich Console)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    buffer = io.StringIO()
+    console = Console(file=buffer, width=width or 160, force_terminal=False, color_system=None)
+    for note in analysis.notes:
+        console.print(f"note: {note}")
+    for title, header, rows in sections(analysis):
+        table = Table(title=title, title_justify="left", show_lines=False)
+        for name in header:
+            table.add_column(name, overflow="fold")
+        for cells in rows:
+            table.add_row(*cells)
+        console.print(table)
+    return buffer.getvalue()
+
+
+def render_markdown(analysis: Analysis) -> str:
+    """GitHub-flavoured Markdown tables (for CI job summaries)."""
+    lines = [f"> note: {n}" for n in analysis.notes]
+    for title, header, rows in sections(analysis):
+        lines += ["", f"### {title}", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        lines += ["| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |" for cells in rows]
+    return "\n".join(lines).lstrip() + "\n"
+
+
+def render_json(analysis: Analysis) -> str:
+    """Every table as JSON records."""
+    return json.dumps(analysis.to_dict(), indent=2, ensure_ascii=False, default=str) + "\n"
+
+
+def render_csv(analysis: Analysis, table: str = "tests") -> str:
+    """One table as CSV.
+
+    Args:
+        analysis: The analysis.
+        table: One of TABLES.
+    """
+    import pandas as pd
+
+    if table not in TABLES:
+        raise ValueError(f"--table {table}: choose one of {', '.join(TABLES)}")
+    if table == "comparisons":
+        frame = pd.DataFrame([c.to_dict() for c in analysis.comparisons])
+    else:
+        frame = getattr(analysis, table).copy()
+        if "tags" in frame.columns:
+            frame["tags"] = frame["tags"].map(lambda t: ";".join(t))
+    return frame.to_csv(index=False)
+
+
+def render(analysis: Analysis, fmt: str, *, table: str | None = None) -> str:
+    """Render in one of FORMATS.
+
+    Args:
+        analysis: The analysis.
+        fmt: table | markdown | json | csv.
+        table: For csv, which table (default tests).
+    """
+    if fmt == "table":
+        return render_table(analysis)
+    if fmt == "markdown":
+        return render_markdown(analysis)
+    if fmt == "json":
+        return render_json(analysis)
+    if fmt == "csv":
+        return render_csv(analysis, table or "tests")
+    raise ValueError(f"--format {fmt}: choose one of {', '.join(FORMATS)}")
