@@ -17,8 +17,9 @@ verdict by compose, so a crash never stops a run.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from engine.model import Answer, Test, Verdict
 

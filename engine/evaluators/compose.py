@@ -80,7 +80,10 @@ def evaluate_node(spec: Any, answer: Answer, ctx: EvalContext, registry: Mapping
     try:
         if not isinstance(spec, Mapping):
             return error(f"an evaluator must be a mapping like {{contains: Paris}}, got {short(spec)}")
-        kind = node_kind(spec, registry)
+        try:
+            kind = node_kind(spec, registry)
+        except ValueError as exc:
+            return error(str(exc))
         weight, threshold, name, must = _common(spec, ctx.variables)
         if kind in COMPOSITIONS:
             result = _composite(kind, spec, answer, ctx, registry)
@@ -165,7 +168,8 @@ def _composite(kind: str, spec: Mapping[str, Any], answer: Answer, ctx: EvalCont
         passed = not failed
         ok = len(counted) - len(failed)
         if passed:
-            reason = f"all {len(counted)} checks passed"
+            report_only = len(children) - len(counted)
+            reason = f"all {len(counted)} checks passed" + (f" (+{report_only} report-only)" if report_only else "")
         else:
             reason = (f"{ok} of {len(counted)} checks passed (score {score:.2f}); "
                       f"{_label(failed[0])}: {failed[0].reason}")

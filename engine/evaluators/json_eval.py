@@ -229,7 +229,7 @@ def json_field(value: Any, options: Mapping[str, Any], answer: Answer, ctx: Eval
         return verdict(0.0, f"{path_text} not found: {missing}", kind)
     ok, detail = _compare(comparator, got, expected, value, coerce, case_sensitive)
     if ok:
-        return verdict(1.0, f"{path_text} = {short(got)} {detail}", kind)
+        return verdict(1.0, f"{path_text} = {short(got)} ({detail})", kind)
     return verdict(0.0, f"{path_text}: {detail}, got {short(got)}", kind)
 
 
@@ -272,12 +272,7 @@ def _compare(comparator: str, got: Any, expected: Any, value: Mapping[str, Any],
         if unknown:
             raise ValueError(f"json_field: unknown type {unknown[0]!r}; use one of {', '.join(_TYPES)}")
         return any(_TYPES[n](got) for n in names), f"expected type {' or '.join(map(str, names))}"
-    # length: an exact count or {min, max}
+    # length: of a string, list or object
     if not isinstance(got, (str, list, dict)):
         return False, "expected a string, list or object to measure"
-    n = len(got)
-    if isinstance(expected, Mapping):
-        low, high = expected.get("min"), expected.get("max")
-        ok = (low is None or n >= int(low)) and (high is None or n <= int(high))
-        return ok, f"length {n}, expected between {low if low is not None else 0} and {high if high is not None else 'any'}"
-    return n == int(expected), f"length {n}, expected {expected}"
+    return len(got) == int(expected), f"length {len(got)}, expected {int(expected)}"

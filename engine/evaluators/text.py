@@ -84,6 +84,10 @@ def contains(value: Any, options: Mapping[str, Any], answer: Answer, ctx: EvalCo
             return verdict(1.0, f"found {short(found[0])}", "contains")
         return verdict(0.0, f"none of {short(needles)} found in {short(answer.text)}", "contains")
     score = len(found) / len(needles)
+    if len(needles) == 1:
+        if found:
+            return verdict(1.0, f"found {short(needles[0])}", "contains")
+        return verdict(0.0, f"{short(needles[0])} not found in {short(answer.text)}", "contains")
     if not missing:
         return verdict(1.0, f"found all of {short(needles)}", "contains")
     return verdict(score, f"missing {short(missing)} ({len(found)} of {len(needles)} found) in "
@@ -170,7 +174,8 @@ def numeric(value: Any, options: Mapping[str, Any], answer: Answer, ctx: EvalCon
     allowed = max(tolerance, rel_tolerance * abs(expected))
     for candidate in candidates:
         if abs(candidate - expected) <= allowed or math.isclose(candidate, expected, rel_tol=1e-9):
-            return verdict(1.0, f"{written} is within {allowed:g} of {expected:g}", "numeric")
+            how = "equals" if allowed == 0 else f"is within \u00b1{allowed:g} of"
+            return verdict(1.0, f"{written} {how} {expected:g}", "numeric")
     return verdict(0.0, f"expected {expected:g} (\u00b1{allowed:g}), got {written}", "numeric")
 
 

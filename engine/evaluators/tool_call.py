@@ -138,10 +138,12 @@ def _why(expected: list[ExpectedCall], calls: list[ToolCall], assignment: list[i
             return f"{count}call {i + 1} ({expected[i].name}) is missing"
         return f"{count}call {i + 1}: {problems[i][i]}"
     used = {j for j in assignment if j is not None}
-    free = [j for j in range(len(calls)) if j not in used] or list(range(len(calls)))
+    free = [j for j in range(len(calls)) if j not in used]
+    if not free:
+        return f"{count}no call left for expected call {i + 1} of {len(expected)} ({expected[i].name})"
     same_name = [j for j in free if calls[j].name == expected[i].name]
     j = (same_name or free)[0]
-    reason = problems[i][j] or "its only matching call is taken by another expected call"
+    reason = problems[i][j] or "its matching calls are taken by other expected calls"
     if len(expected) == 1:
         return f"{count}{reason}"
     return f"{count}expected call {i + 1} of {len(expected)} ({expected[i].name}) not matched: {reason}"

@@ -1,0 +1,79 @@
+"""Data-driven evaluator cases: tests/evaluators/cases/*.yaml.
+
+Each case gives an answer, an evaluator, and the expected score, pass/fail and reason (exactly as
+printed), plus optional `variables`, `tools`, `threshold` and `error: true` for error verdicts.
+An answer is text, or a mapping {text, tool_calls: [{name, arguments} | {name, raw_arguments}]}.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from ruamel.yaml import YAML
+
+from engine.evaluators import evaluate
+from engine.model import Answer, Test, ToolCall
+
+CASES_DIR = Path(__file__).parent / "cases"
+
+
+def _load() -> list[Any]:
+    yaml = YAML(typ="safe", pure=True)
+    params = []
+    for path in sorted(CASES_DIR.glob("*.yaml")):
+        for i, case in enumerate(yaml.load(path.read_text(encoding="utf-8"))):
+            params.append(pytest.param(case, id=f"{path.stem}:{i}:{case.get('name', '')}"))
+    return params
+
+
+def make_answer(raw: Any) -> Answer:
+    if isinstance(raw, str):
+        return Answer(text=raw)
+    calls = []
+    for call in raw.get("tool_calls") or []:
+        if "raw_arguments" in call:
+            calls.append(ToolCall.from_raw(call["name"], call["raw_arguments"]))
+        else:
+            calls.append(ToolCall.from_arguments(call["name"], call.get("arguments", {})))
+    return Answer(text=raw.get("text", ""), tool_calls=tuple(calls))
+
+
+def make_test(case: dict[str, Any]) -> Test:
+    tools = tuple({"type": "function", "function": {"name": name, "parameters": params}}
+                  for name, params in (case.get("tools") or {}).items())
+    return Test(suite="cases", id=case.get("name", "case"), file="cases.yaml", line=0, messages=(), prompt="",
+                eval=case["eval"], golden=case.get("golden"), variables=case.get("variables") or {}, tools=tools,
+                threshold=case.get("threshold", 1.0))
+
+
+@pytest.mark.parametrize("case", _load())
+def test_case(case: dict[str, Any]) -> None:
+    test = make_test(case)
+    verdict = evaluate(case["eval"], make_answer(case["answer"]), test)
+    got = {"score": round(verdict.score, 4), "passed": verdict.passed, "reason": verdict.reason,
+           "error": verdict.error}
+    want = {"score": round(float(case["score"]), 4), "passed": case.get("passed", case["score"] >= 1),
+            "reason": case["reason"], "error": case.get("error", False)}
+    assert got == want
+
+
+def test_every_catalogue_kind_has_cases() -> None:
+    from engine.evaluators import EVALUATORS
+
+    kinds: set[str] = set()
+
+    def walk(spec: Any) -> None:
+        if isinstance(spec, dict):
+            kinds.update(k for k in spec if k in EVALUATORS or k in ("all", "any", "not", "use"))
+            for v in spec.values():
+                walk(v)
+        elif isinstance(spec, list):
+            for v in spec:
+                walk(v)
+
+    for param in _load():
+        walk(param.values[0]["eval"])
+    missing = set(EVALUATORS) - {"exec"} - kinds  # exec has its own tests (tests/harness)
+    assert not missing, f"no data-driven case for {sorted(missing)}"
