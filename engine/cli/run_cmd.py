@@ -1,5 +1,47 @@
-"""Placeholder: commands are added here."""
+"""`engine run`: call every selected model on every selected test and record the results.
+
+Heavy modules (aiohttp, pyarrow, the suite loader) are imported inside the command so
+`engine --help` stays fast. The work is in `engine.run.session`; this module only parses options.
+"""
 
 from __future__ import annotations
 
-from engine.cli.app import app, import_app  # noqa: F401
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from engine.cli.app import app
+
+
+@app.command("run")
+def run_command(
+    paths: list[Path] = typer.Argument(None, help="Suite files or folders (default on --resume: the run's own)."),
+    models: Optional[Path] = typer.Option(None, "--models", help="models.yaml (default: the builtin local model)."),
+    model: list[str] = typer.Option([], "--model", help="Run only this model (repeatable)."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Results folder (default: results/)."),
+    concurrency: Optional[int] = typer.Option(None, "--concurrency", min=1, help="Calls in flight at most (default 32)."),
+    repeat: Optional[int] = typer.Option(None, "--repeat", min=1, help="Attempts per test (overrides the suites)."),
+    seed: Optional[int] = typer.Option(None, "--seed", help="Sent as `seed` with every request."),
+    temperature: Optional[float] = typer.Option(None, "--temperature", help="Used when a test sets none (default 0)."),
+    max_tokens: Optional[int] = typer.Option(None, "--max-tokens", min=1,
+                                             help="Default max_tokens floor (default 1024); a test may raise it."),
+    filters: list[str] = typer.Option([], "--filter", help="Keep tests with this tag or id glob (repeatable)."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print every request without calling anything."),
+    resume: Optional[Path] = typer.Option(None, "--resume", help="Continue this run folder: skip finished rows."),
+    retry_errors: bool = typer.Option(False, "--retry-errors", help="With --resume: re-run only error rows."),
+    max_cost: Optional[float] = typer.Option(None, "--max-cost", min=0, help="Stop dispatch past this priced spend."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress output."),
+    no_stream: bool = typer.Option(False, "--no-stream", help="Ask for whole JSON responses instead of SSE."),
+    max_retries: Optional[int] = typer.Option(None, "--max-retries", min=0, help="Retries per call (default 2)."),
+) -> None:
+    """Run suites against models; results go to OUT/<run-id>/ (Parquet + _manifest.json)."""
+    from engine.run.session import Invocation, run_session
+
+    invocation = Invocation(
+        paths=[str(p) for p in paths or []], models_file=None if models is None else str(models),
+        model_names=list(model), out=None if out is None else str(out), concurrency=concurrency, repeat=repeat,
+        seed=seed, temperature=temperature, max_tokens=max_tokens, filters=list(filters),
+        stream=None if not no_stream else False, max_retries=max_retries, max_cost=max_cost)
+    code = run_session(invocation, dry_run=dry_run, resume=resume, retry_errors=retry_errors, quiet=quiet)
+    raise typer.Exit(code)

@@ -1,0 +1,86 @@
+"""The results table: one row per (run, model, test, case, attempt), declared as data.
+
+Bump SCHEMA_VERSION when a column changes meaning or type; adding a nullable column is a minor
+change that readers handle (analysis keeps columns only later runs have). docs/results.md documents
+every column.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+SCHEMA_VERSION = 1
+
+EVALUATOR_NODE = pa.struct([
+    ("path", pa.string()),        # "all/0.contains"
+    ("kind", pa.string()),        # evaluator key
+    ("name", pa.string()),        # author's name: for the node, or null
+    ("score", pa.float64()),
+    ("weight", pa.float64()),
+    ("passed", pa.bool_()),
+    ("error", pa.bool_()),
+    ("reason", pa.string()),
+])
+
+TOOL_CALL = pa.struct([
+    ("id", pa.string()),
+    ("name", pa.string()),
+    ("arguments", pa.string()),   # raw JSON text as received
+    ("valid_json", pa.bool_()),
+])
+
+TS = pa.timestamp("us", tz="UTC")
+
+COLUMNS: list[tuple[str, pa.DataType]] = [
+    ("schema_version", pa.int16()),
+    ("run_id", pa.string()),
+    # who was asked
+    ("model", pa.string()),             # configured name (models.yaml key)
+    ("model_id", pa.string()),          # model id sent in the request
+    ("served_model", pa.string()),      # the response's `model`
+    ("fallback", pa.bool_()),           # served model differs from the one asked: not a measurement of it
+    ("api", pa.string()),               # chat | completions
+    # what was asked
+    ("suite", pa.string()),
+    ("test_id", pa.string()),
+    ("test_hash", pa.string()),
+    ("case_index", pa.int32()),
+    ("attempt", pa.int32()),            # 0-based repeat index
+    ("tags", pa.list_(pa.string())),
+    ("prompt", pa.string()),            # rendered: messages as JSON for chat, text for completions
+    ("golden", pa.string()),            # JSON text of the golden, or null
+    ("temperature", pa.float64()),
+    ("max_tokens", pa.int32()),
+    ("seed", pa.int64()),
+    # what came back
+    ("answer", pa.string()),
+    ("reasoning", pa.string()),
+    ("tool_calls", pa.list_(TOOL_CALL)),
+    ("finish_reason", pa.string()),
+    ("system_fingerprint", pa.string()),
+    ("prompt_tokens", pa.int64()),      # null when the server sent none - never 0
+    ("completion_tokens", pa.int64()),
+    ("cached_tokens", pa.int64()),
+    ("reasoning_tokens", pa.int64()),
+    ("latency_s", pa.float64()),
+    ("ttft_provider_s", pa.float64()),  # first byte of the response body
+    ("ttft_visible_s", pa.float64()),   # first non-blank content or tool-call delta
+    ("retries", pa.int32()),
+    ("rate_limit_wait_s", pa.float64()),
+    ("truncated", pa.bool_()),          # finish_reason == length, or a stream cut short
+    ("cost", pa.float64()),             # from models.yaml price; null when unpriced or tokens unknown
+    # the verdict
+    ("score", pa.float64()),            # null on error rows
+    ("passed", pa.bool_()),             # null on error rows
+    ("threshold", pa.float64()),
+    ("error_kind", pa.string()),        # null | http_4xx | http_429 | http_5xx | timeout | connection | stream | evaluator | ...
+    ("error_message", pa.string()),
+    ("evaluators", pa.list_(EVALUATOR_NODE)),
+    ("isolation", pa.string()),         # exec sandbox level that ran, null when no exec
+    ("started_at", TS),
+    ("ended_at", TS),
+]
+
+SCHEMA = pa.schema(COLUMNS, metadata={b"schema_version": str(SCHEMA_VERSION).encode()})
+
+COLUMN_NAMES = [name for name, _ in COLUMNS]

@@ -1,0 +1,127 @@
+"""Journal -> Parquet parts -> manifest, crash-safe.
+
+A run folder holds `_journal.sqlite` (the truth), `part-NNNNN.parquet` files and, written last,
+`_manifest.json`. Parts are derived from the journal:
+
+1. rows without a part get a part name in the journal (committed first);
+2. the part is written to `part-NNNNN.parquet.tmp`, fsynced, renamed, and the folder fsynced.
+
+If the process dies between 1 and 2, `recover()` (run on every open) rewrites the parts the journal
+names but the folder lacks, rewrites stale parts (a `--retry-errors` success replaced one of their
+rows), and deletes leftover `.tmp` files - so each row is in exactly one part file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from engine.results.journal import Journal
+
+PART_PREFIX = "part-"
+PART_SUFFIX = ".parquet"
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Write `data` to `path` via a fsynced temporary file and a rename.
+
+    Args:
+        path: The final path.
+        data: The bytes to write.
+    """
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as fh:
+        fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+    _fsync_dir(path.parent)
+
+
+class ResultsWriter:
+    """Writes a run folder's Parquet parts from its journal.
+
+    Args:
+        run_dir: The run folder.
+        journal: Its open journal.
+        rows_per_part: Flush a part once this many committed rows wait for one.
+    """
+
+    def __init__(self, run_dir: Path, journal: Journal, rows_per_part: int = 5000) -> None:
+        self.run_dir = run_dir
+        self.journal = journal
+        self.rows_per_part = rows_per_part
+        self._next = self._next_index()
+
+    def _next_index(self) -> int:
+        indices = [int(p[len(PART_PREFIX):-len(PART_SUFFIX)]) for p in self.journal.parts()]
+        indices += [int(p.name[len(PART_PREFIX):-len(PART_SUFFIX)]) for p in self.run_dir.glob("part-*.parquet")]
+        return max(indices, default=-1) + 1
+
+    def recover(self) -> None:
+        """Make the part files agree with the journal after a crash (idempotent)."""
+        for tmp in self.run_dir.glob("part-*.tmp"):
+            tmp.unlink(missing_ok=True)
+        named = self.journal.parts()
+        for part in sorted(named | self.journal.stale_parts()):
+            if part in self.journal.stale_parts() or not (self.run_dir / part).exists():
+                self._write_part(part)
+        for path in self.run_dir.glob("part-*.parquet"):
+            if path.name not in named:
+                path.unlink()   # no journal row points at it: never a second copy of a row
+
+    def maybe_flush(self) -> None:
+        """Flush a part when enough committed rows wait (call after each journal commit)."""
+        if self.journal.unassigned() >= self.rows_per_part:
+            self.flush()
+
+    def flush(self) -> None:
+        """Rewrite stale parts and put every committed row that has no part into a new part."""
+        for part in sorted(self.journal.stale_parts()):
+            self._write_part(part)
+        if self.journal.unassigned():
+            part = f"{PART_PREFIX}{self._next:05d}{PART_SUFFIX}"
+            self._next += 1
+            self.journal.assign_part(part)
+            self._write_part(part)
+
+    def _write_part(self, part: str) -> None:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        from engine.results.schema import SCHEMA
+
+        path = self.run_dir / part
+        rows = list(self.journal.rows_in_part(part))
+        if not rows:
+            path.unlink(missing_ok=True)
+        else:
+            table = pa.Table.from_pylist(rows, schema=SCHEMA)
+            tmp = path.with_name(path.name + ".tmp")
+            with open(tmp, "wb") as fh:
+                pq.write_table(table, fh, compression="zstd")
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, path)
+            _fsync_dir(self.run_dir)
+        self.journal.clear_stale(part)
+
+    def write_manifest(self, manifest: dict[str, Any]) -> None:
+        """Write `_manifest.json` (last, atomically)."""
+        text = json.dumps(manifest, indent=2, ensure_ascii=False, default=str) + "\n"
+        write_atomic(self.run_dir / "_manifest.json", text.encode())

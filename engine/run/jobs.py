@@ -1,0 +1,80 @@
+"""Jobs: one per (model, test, attempt), produced lazily so 100k jobs cost nothing up front."""
+
+from __future__ import annotations
+
+import fnmatch
+from dataclasses import dataclass
+from typing import Iterable, Iterator
+
+from engine.model import ModelConfig, Test
+from engine.results.rows import row_key
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """One call to make and score.
+
+    Args:
+        model: The model (with a base URL).
+        test: The test.
+        attempt: 0-based repeat index.
+        key: The row key (`engine.results.rows.row_key`).
+    """
+
+    model: ModelConfig
+    test: Test
+    attempt: int
+    key: str
+
+
+def select_tests(tests: Iterable[Test], filters: Iterable[str]) -> list[Test]:
+    """Keep tests matching any filter: a tag, or a glob on the test id or `suite/test id`.
+
+    Args:
+        tests: All tests.
+        filters: `--filter` values; none keeps every test.
+    """
+    patterns = list(filters)
+    if not patterns:
+        return list(tests)
+    kept = []
+    for test in tests:
+        for pattern in patterns:
+            if pattern in test.tags or fnmatch.fnmatchcase(test.id, pattern) or \
+                    fnmatch.fnmatchcase(f"{test.suite}/{test.id}", pattern):
+                kept.append(test)
+                break
+    return kept
+
+
+def attempts(test: Test, repeat: int | None) -> int:
+    """How many attempts a test gets: `--repeat` when given, else the test's `repeat`."""
+    return max(1, repeat if repeat is not None else test.repeat)
+
+
+def iter_jobs(model: ModelConfig, tests: list[Test], repeat: int | None, *, skip: set[str] | frozenset[str] = frozenset(),
+              only: set[str] | None = None) -> Iterator[Job]:
+    """The jobs of one model, attempt-major (attempt 0 of every test first), lazily.
+
+    Args:
+        model: The model.
+        tests: The selected tests.
+        repeat: `--repeat`, or None for each test's own.
+        skip: Keys already done (resume).
+        only: When given, only these keys run (`--retry-errors`).
+    """
+    most = max((attempts(t, repeat) for t in tests), default=0)
+    for attempt in range(most):
+        for test in tests:
+            if attempt >= attempts(test, repeat):
+                continue
+            key = row_key(model.name, test, attempt)
+            if key in skip or (only is not None and key not in only):
+                continue
+            yield Job(model, test, attempt, key)
+
+
+def count_jobs(models: list[ModelConfig], tests: list[Test], repeat: int | None, *,
+               skip: set[str] | frozenset[str] = frozenset(), only: set[str] | None = None) -> int:
+    """How many jobs `iter_jobs` yields over all models (for the progress total)."""
+    return sum(1 for model in models for _ in iter_jobs(model, tests, repeat, skip=skip, only=only))

@@ -1,0 +1,108 @@
+"""Progress while a run goes, and the per-model summary at the end.
+
+A rich progress bar on a terminal; plain periodic lines when stdout is not a TTY (CI logs); nothing
+with `--quiet`. Rich is imported only when a bar or a table is drawn.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any, TextIO
+
+from engine.run.runner import RunStats
+
+
+def _line(stats: RunStats) -> str:
+    elapsed = max(1e-9, time.monotonic() - stats.started)
+    scored = stats.done - stats.errors
+    rate = f"{100.0 * stats.passed / scored:.1f}%" if scored else "-"
+    speed = stats.done / elapsed
+    left = stats.total - stats.done
+    eta = f"{left / speed:.0f}s" if speed > 0 and left > 0 else "-"
+    return (f"{stats.done}/{stats.total} done, pass {rate}, errors {stats.errors}, retries {stats.retries}, "
+            f"in flight {stats.in_flight}, {stats.completion_tokens / elapsed:.0f} tok/s, eta {eta}")
+
+
+class Progress:
+    """Shows progress; call `update` after each commit and `close` at the end.
+
+    Args:
+        quiet: Show nothing.
+        stream: Where to write (stdout by default).
+        plain_every_s: Seconds between plain lines when not on a terminal.
+    """
+
+    def __init__(self, *, quiet: bool = False, stream: TextIO | None = None, plain_every_s: float = 5.0) -> None:
+        self.quiet = quiet
+        self.stream = stream or sys.stdout
+        self.plain_every_s = plain_every_s
+        self._last = 0.0
+        self._bar: Any = None
+        self._task: Any = None
+        if not quiet and self.stream.isatty():
+            from rich.console import Console
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress as RichProgress, TextColumn, \
+                TimeRemainingColumn
+
+            self._bar = RichProgress(TextColumn("[bold]run"), BarColumn(), MofNCompleteColumn(),
+                                     TextColumn("{task.fields[info]}"), TimeRemainingColumn(),
+                                     console=Console(file=self.stream), transient=False)
+            self._bar.start()
+
+    def update(self, stats: RunStats) -> None:
+        """Refresh the display from the stats."""
+        if self.quiet:
+            return
+        if self._bar is not None:
+            if self._task is None:
+                self._task = self._bar.add_task("run", total=stats.total, info="")
+            elapsed = max(1e-9, time.monotonic() - stats.started)
+            scored = stats.done - stats.errors
+            rate = f"{100.0 * stats.passed / scored:.1f}%" if scored else "-"
+            info = (f"pass {rate}  errors {stats.errors}  retries {stats.retries}  in flight {stats.in_flight}  "
+                    f"{stats.completion_tokens / elapsed:.0f} tok/s")
+            self._bar.update(self._task, completed=stats.done, total=stats.total, info=info)
+            return
+        now = time.monotonic()
+        if now - self._last >= self.plain_every_s or stats.done == stats.total:
+            self._last = now
+            print(_line(stats), file=self.stream, flush=True)
+
+    def close(self) -> None:
+        """Stop the bar."""
+        if self._bar is not None:
+            self._bar.stop()
+
+
+def summary_rows(stats: RunStats) -> list[dict[str, Any]]:
+    """One summary dict per model: done, passed, failed, errors, pass rate, cost, mean latency."""
+    out = []
+    for name, m in stats.by_model.items():
+        scored = m.passed + m.failed
+        out.append({
+            "model": name, "done": m.done, "passed": m.passed, "failed": m.failed, "errors": m.errors,
+            "pass_rate": (m.passed / scored) if scored else None, "fallbacks": m.fallbacks,
+            "retries": m.retries, "cost": m.cost, "mean_latency_s": (m.latency_sum / m.done) if m.done else None,
+            "error_kinds": dict(m.error_kinds),
+        })
+    return out
+
+
+def print_summary(stats: RunStats, *, stream: TextIO | None = None) -> None:
+    """Print the per-model summary table (rich on a terminal, aligned text otherwise)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="results by model")
+    for column in ("model", "done", "passed", "failed", "errors", "pass rate", "fallbacks", "cost",
+                   "mean latency"):
+        table.add_column(column, justify="left" if column == "model" else "right")
+    for row in summary_rows(stats):
+        kinds = ", ".join(f"{k}×{v}" for k, v in sorted(row["error_kinds"].items()))
+        table.add_row(row["model"], str(row["done"]), str(row["passed"]), str(row["failed"]),
+                      f"{row['errors']}" + (f" ({kinds})" if kinds else ""),
+                      "-" if row["pass_rate"] is None else f"{100 * row['pass_rate']:.1f}%",
+                      str(row["fallbacks"]), f"{row['cost']:.4f}",
+                      "-" if row["mean_latency_s"] is None else f"{row['mean_latency_s']:.2f}s")
+    Console(file=stream or sys.stdout, width=120).print(table)

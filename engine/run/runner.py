@@ -1,0 +1,260 @@
+"""The runner: per-model worker pools under a global cap, scoring, and durable rows.
+
+Each model gets `min(model.concurrency, --concurrency)` workers pulling from its own lazy job
+iterator; a worker already holds its model's slot when it waits for one of the global slots (a
+semaphore), so a slow model never holds global slots it cannot use, and no coroutine exists per job
+(100k jobs start at once and memory stays flat). Finished rows go to the journal, which a committer
+task makes durable every `commit_interval_s` or `commit_rows` rows; a row counts as done (progress,
+summary) only once committed. Parquet parts are flushed every `rows_per_part` committed rows.
+
+Stopping: `stop()` (first Ctrl-C, or the `--max-cost` budget) ends dispatch and lets calls in
+flight finish; `cancel()` (second Ctrl-C) cancels them - a cancelled call writes no row, so
+`--resume` runs it again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, Iterator
+
+from engine.client.openai import OpenAIClient, RequestSettings, prepare
+from engine.model import Answer, ModelConfig, Test, Verdict
+from engine.results.rows import build_row
+from engine.run.jobs import Job
+
+if TYPE_CHECKING:
+    from engine.results.journal import Journal
+    from engine.results.writer import ResultsWriter
+
+Evaluate = Callable[[Any, Answer, Test], Verdict]
+UsesExec = Callable[[Any], bool]
+
+
+@dataclass
+class ModelStats:
+    """Counters for one model (committed rows of this session)."""
+
+    done: int = 0
+    passed: int = 0
+    failed: int = 0
+    unscored: int = 0
+    errors: int = 0
+    fallbacks: int = 0
+    retries: int = 0
+    cost: float = 0.0
+    completion_tokens: int = 0
+    latency_sum: float = 0.0
+    error_kinds: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
+class RunStats:
+    """What the progress display and the summary read."""
+
+    total: int = 0
+    done: int = 0
+    passed: int = 0
+    errors: int = 0
+    retries: int = 0
+    completion_tokens: int = 0
+    in_flight: int = 0
+    spend: float = 0.0
+    started: float = field(default_factory=time.monotonic)
+    stopped: str | None = None           # None | "interrupted" | "budget"
+    by_model: dict[str, ModelStats] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """How to run.
+
+    Args:
+        run_id: The run's id (copied to every row).
+        concurrency: The global cap on calls in flight.
+        settings: Request settings (temperature, max_tokens, seed, stream).
+        max_cost: Stop dispatch once priced spend passes this, or None.
+        commit_interval_s: The longest a finished row waits to be committed.
+        commit_rows: Commit as soon as this many rows wait.
+    """
+
+    run_id: str
+    concurrency: int = 32
+    settings: RequestSettings = field(default_factory=RequestSettings)
+    max_cost: float | None = None
+    commit_interval_s: float = 0.05
+    commit_rows: int = 512
+
+
+class Runner:
+    """Runs jobs and records their rows.
+
+    Args:
+        config: The run configuration.
+        journal: The open journal (rows are added and committed here).
+        writer: The Parquet writer (parts flushed as rows accumulate).
+        evaluate: `engine.evaluators.evaluate`.
+        uses_exec: `engine.evaluators.uses_exec` (those specs are scored in a thread).
+        on_progress: Called after each commit with the stats.
+    """
+
+    def __init__(self, config: RunConfig, journal: "Journal", writer: "ResultsWriter", evaluate: Evaluate,
+                 uses_exec: UsesExec, on_progress: Callable[[RunStats], None] | None = None) -> None:
+        self.config = config
+        self.journal = journal
+        self.writer = writer
+        self.evaluate = evaluate
+        self.uses_exec = uses_exec
+        self.on_progress = on_progress
+        self.stats = RunStats()
+        self._stopping = False
+        self._workers: list[asyncio.Task[None]] = []
+        self._summaries: list[tuple[str, dict[str, Any]]] = []
+        self._wake = asyncio.Event()
+
+    def stop(self, reason: str = "interrupted") -> None:
+        """Stop dispatching; calls in flight finish and are recorded."""
+        if not self._stopping:
+            self._stopping = True
+            self.stats.stopped = reason
+
+    def cancel(self) -> None:
+        """Cancel calls in flight too (their rows are not written; resume runs them)."""
+        self.stop()
+        for task in self._workers:
+            task.cancel()
+
+    async def run(self, jobs_by_model: dict[str, tuple[ModelConfig, Iterator[Job]]], total: int,
+                  api_keys: dict[str, str | None]) -> RunStats:
+        """Run every job; return the stats once all rows are committed and flushed.
+
+        Args:
+            jobs_by_model: model name -> (model, its lazy job iterator).
+            total: The number of jobs (for progress).
+            api_keys: model name -> API key (or None).
+        """
+        import aiohttp
+
+        self.stats.total = total
+        self.stats.by_model = {name: ModelStats() for name in jobs_by_model}
+        global_slots = asyncio.Semaphore(self.config.concurrency)
+        exec_slots = asyncio.Semaphore(os.cpu_count() or 1)
+        connector = aiohttp.TCPConnector(limit=self.config.concurrency, limit_per_host=0, ttl_dns_cache=300)
+        timeout = aiohttp.ClientTimeout(total=None)
+        committer = asyncio.create_task(self._commit_loop())
+        try:
+            async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+                client = OpenAIClient(session, api_keys)
+                for model, jobs in jobs_by_model.values():
+                    for _ in range(max(1, min(model.concurrency, self.config.concurrency))):
+                        self._workers.append(asyncio.create_task(
+                            self._worker(client, model, jobs, global_slots, exec_slots)))
+                results = await asyncio.gather(*self._workers, return_exceptions=True)
+                for outcome in results:
+                    if isinstance(outcome, BaseException) and not isinstance(outcome, asyncio.CancelledError):
+                        raise outcome
+        finally:
+            committer.cancel()
+            try:
+                await committer
+            except asyncio.CancelledError:
+                pass
+            self._commit()
+            self.writer.flush()
+        return self.stats
+
+    async def _worker(self, client: OpenAIClient, model: ModelConfig, jobs: Iterator[Job],
+                      global_slots: asyncio.Semaphore, exec_slots: asyncio.Semaphore) -> None:
+        settings = self.config.settings
+        for job in jobs:
+            if self._stopping:
+                return
+            request = prepare(model, job.test, settings)
+            async with global_slots:
+                if self._stopping:
+                    return
+                started_us = time.time_ns() // 1000
+                self.stats.in_flight += 1
+                try:
+                    result = await client.call(model, request)
+                finally:
+                    self.stats.in_flight -= 1
+            verdict = None
+            evaluator_error = None
+            if result.error is None:
+                answer = Answer(text=result.text, tool_calls=result.tool_calls,
+                                finish_reason=result.finish_reason, reasoning=result.reasoning)
+                verdict, evaluator_error = await self._score(job.test.eval, answer, job.test, exec_slots)
+            row = build_row(run_id=self.config.run_id, model=model, test=job.test, attempt=job.attempt,
+                            request=request, result=result, verdict=verdict, evaluator_error=evaluator_error,
+                            started_us=started_us, ended_us=time.time_ns() // 1000)
+            self.journal.add(job.key, row)
+            self._summaries.append((model.name, row))
+            if row["cost"] is not None and self.config.max_cost is not None:
+                self.stats.spend += row["cost"]
+                if self.stats.spend > self.config.max_cost:
+                    self.stop("budget")
+            if self.journal.pending >= self.config.commit_rows:
+                self._wake.set()
+
+    async def _score(self, spec: Any, answer: Answer, test: Test,
+                     exec_slots: asyncio.Semaphore) -> tuple[Verdict | None, str | None]:
+        """Score one answer; a crash becomes an evaluator error, never a stopped run."""
+        try:
+            if self.uses_exec(spec):
+                async with exec_slots:
+                    verdict = await asyncio.to_thread(self.evaluate, spec, answer, test)
+            else:
+                verdict = self.evaluate(spec, answer, test)
+        except Exception as exc:  # evaluate() should never raise; if it does, the row says so
+            return None, f"the evaluator crashed: {type(exc).__name__}: {exc}"[:500]
+        if verdict.error:
+            return verdict, verdict.reason
+        return verdict, None
+
+    async def _commit_loop(self) -> None:
+        while True:
+            try:
+                await asyncio.wait_for(self._wake.wait(), self.config.commit_interval_s)
+            except TimeoutError:
+                pass
+            self._wake.clear()
+            self._commit()
+
+    def _commit(self) -> None:
+        """Make pending rows durable, then count them as done."""
+        if not self.journal.pending:
+            return
+        self.journal.commit()
+        summaries, self._summaries = self._summaries, []
+        stats = self.stats
+        for name, row in summaries:
+            model = stats.by_model[name]
+            model.done += 1
+            stats.done += 1
+            model.retries += row["retries"]
+            stats.retries += row["retries"]
+            tokens = row["completion_tokens"] or 0
+            model.completion_tokens += tokens
+            stats.completion_tokens += tokens
+            model.cost += row["cost"] or 0.0
+            model.latency_sum += row["latency_s"] or 0.0
+            if row["fallback"]:
+                model.fallbacks += 1
+            kind = row["error_kind"]
+            if kind:
+                model.errors += 1
+                stats.errors += 1
+                model.error_kinds[kind] = model.error_kinds.get(kind, 0) + 1
+            elif row["passed"] is None:
+                model.unscored += 1
+            elif row["passed"]:
+                model.passed += 1
+                stats.passed += 1
+            else:
+                model.failed += 1
+        self.writer.maybe_flush()
+        if self.on_progress is not None:
+            self.on_progress(stats)

@@ -1,0 +1,388 @@
+"""One `engine run` invocation end to end: load, select, start builtin servers, run, finalize.
+
+Exit codes: 0 the run completed (failing tests included), 1 suite errors, a stopped run (Ctrl-C,
+`--max-cost`) or a fatal error, 2 a usage error (bad option, unknown model, missing API key).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import hashlib
+import json
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from engine.errors import EngineError
+from engine.model import ModelConfig, Suite, Test
+
+DEFAULT_OUT = "results"
+DEFAULT_CONCURRENCY = 32
+SECRET_PARAM_WORDS = ("key", "token", "secret", "password", "authorization")
+
+
+@dataclass
+class Invocation:
+    """The run's settings as given on the command line (None / empty = not given).
+
+    Stored in the journal so `--resume` reuses them; options given again on resume win.
+    """
+
+    paths: list[str] = field(default_factory=list)
+    models_file: str | None = None
+    model_names: list[str] = field(default_factory=list)
+    out: str | None = None
+    concurrency: int | None = None
+    repeat: int | None = None
+    seed: int | None = None
+    temperature: float | None = None
+    max_tokens: int | None = None
+    filters: list[str] = field(default_factory=list)
+    stream: bool | None = None
+    max_retries: int | None = None
+    max_cost: float | None = None
+
+    def over(self, stored: dict[str, Any]) -> "Invocation":
+        """These settings, with anything not given taken from `stored`."""
+        merged = dict(stored)
+        for name, value in dataclasses.asdict(self).items():
+            if value not in (None, []):
+                merged[name] = value
+        known = {f.name for f in dataclasses.fields(Invocation)}
+        return Invocation(**{k: v for k, v in merged.items() if k in known})
+
+
+class UsageError(EngineError):
+    """A bad option: exit 2."""
+
+
+def _err(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def run_session(invocation: Invocation, *, dry_run: bool = False, resume: Path | None = None,
+                retry_errors: bool = False, quiet: bool = False) -> int:
+    """Run one invocation and return the exit code.
+
+    Args:
+        invocation: The settings from the command line.
+        dry_run: Print the requests instead of calling.
+        resume: A run folder to continue.
+        retry_errors: Re-run only the error rows of `resume`.
+        quiet: No progress output.
+    """
+    try:
+        return _run(invocation, dry_run=dry_run, resume=resume, retry_errors=retry_errors, quiet=quiet)
+    except UsageError as exc:
+        _err(f"error: {exc}")
+        return 2
+    except EngineError as exc:
+        _err(f"error: {exc}")
+        return 1
+
+
+def _run(invocation: Invocation, *, dry_run: bool, resume: Path | None, retry_errors: bool, quiet: bool) -> int:
+    from engine.results.journal import Journal
+
+    journal = None
+    if retry_errors and resume is None:
+        raise UsageError("--retry-errors needs --resume RUN_DIR (the run whose error rows to re-run)")
+    if resume is not None:
+        if not (resume / "_journal.sqlite").is_file():
+            raise UsageError(f"--resume {resume}: no _journal.sqlite there; give a run folder such as "
+                             f"results/<run-id>")
+        journal = Journal(resume / "_journal.sqlite", replace_errors=retry_errors)
+        invocation = invocation.over(journal.get_meta("invocation", {}))
+    if not invocation.paths:
+        raise UsageError("no suites given: engine run SUITE_PATH... (a file or a folder of *.yaml)")
+
+    tests = _load_tests(invocation)
+    if tests is None:
+        return 1
+    models = _load_models(invocation)
+    api_keys = _api_keys(models)
+
+    if dry_run:
+        _dry_run(models, tests, invocation)
+        return 0
+
+    if journal is None:
+        run_id = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-" + secrets.token_hex(3)
+        run_dir = Path(invocation.out or DEFAULT_OUT) / run_id
+        run_dir.mkdir(parents=True, exist_ok=False)
+        journal = Journal(run_dir / "_journal.sqlite")
+        journal.set_meta("run_id", run_id)
+        journal.set_meta("started_at", _now_iso())
+        journal.set_meta("invocation", dataclasses.asdict(invocation))
+    else:
+        assert resume is not None
+        run_dir = resume
+        run_id = journal.get_meta("run_id") or run_dir.name
+    _point_latest(run_dir)
+    try:
+        return _execute(invocation, run_id, run_dir, journal, models, tests, api_keys,
+                        retry_errors=retry_errors, quiet=quiet)
+    finally:
+        journal.close()
+
+
+def _load_tests(invocation: Invocation) -> list[Test] | None:
+    from engine.run.jobs import select_tests
+    from engine.suite import load_suites
+
+    suites: list[Suite]
+    suites, diagnostics = load_suites([Path(p) for p in invocation.paths])
+    errors = [d for d in diagnostics if d.severity == "error"]
+    for diagnostic in diagnostics:
+        _err(str(diagnostic))
+    if errors:
+        _err(f"{len(errors)} error(s) in the suites: nothing was run; fix them (see `engine validate`)")
+        return None
+    tests = [test for suite in suites for test in suite.tests]
+    if not tests:
+        raise EngineError(f"no tests found in {', '.join(invocation.paths)}")
+    selected = select_tests(tests, invocation.filters)
+    if not selected:
+        raise UsageError(f"--filter {' '.join(invocation.filters)} matches none of the {len(tests)} tests "
+                         f"(a filter is a tag or a glob on the test id)")
+    return selected
+
+
+def _load_models(invocation: Invocation) -> list[ModelConfig]:
+    if invocation.models_file:
+        from engine.suite import load_models
+
+        configs, diagnostics = load_models(Path(invocation.models_file))
+        for diagnostic in diagnostics:
+            _err(str(diagnostic))
+        if any(d.severity == "error" for d in diagnostics):
+            raise EngineError(f"{invocation.models_file} has errors: nothing was run")
+    else:
+        from engine.local import default_models
+
+        configs = default_models()
+    if invocation.model_names:
+        unknown = [n for n in invocation.model_names if n not in configs]
+        if unknown:
+            where = invocation.models_file or "the default models"
+            raise UsageError(f"--model {', '.join(unknown)}: not in {where}; known: {', '.join(sorted(configs))}")
+        chosen = [configs[n] for n in dict.fromkeys(invocation.model_names)]
+    else:
+        chosen = list(configs.values())
+    if invocation.max_retries is not None:
+        chosen = [dataclasses.replace(m, max_retries=invocation.max_retries) for m in chosen]
+    if not chosen:
+        raise UsageError("no models to run: add some to the models file")
+    return chosen
+
+
+def _api_keys(models: list[ModelConfig]) -> dict[str, str | None]:
+    keys: dict[str, str | None] = {}
+    for model in models:
+        if model.api_key_env:
+            value = os.environ.get(model.api_key_env)
+            if not value:
+                raise UsageError(f"model {model.name} reads its API key from ${model.api_key_env}, which is not set; "
+                                 f"export it, or remove api_key_env for a server without keys")
+            keys[model.name] = value
+        else:
+            keys[model.name] = None
+    return keys
+
+
+def _settings(invocation: Invocation) -> Any:
+    from engine.client.openai import RequestSettings
+
+    return RequestSettings(temperature=invocation.temperature, max_tokens=invocation.max_tokens,
+                           seed=invocation.seed, stream=invocation.stream is not False)
+
+
+def _dry_run(models: list[ModelConfig], tests: list[Test], invocation: Invocation) -> None:
+    from engine.client.openai import prepare
+    from engine.run.jobs import attempts
+
+    settings = _settings(invocation)
+    calls = 0
+    for model in models:
+        if model.base_url is None:
+            model = dataclasses.replace(model, base_url=f"http://127.0.0.1:<{model.builtin}>/v1")
+        for test in tests:
+            request = prepare(model, test, settings)
+            n = attempts(test, invocation.repeat)
+            calls += n
+            print(json.dumps({"model": model.name, "suite": test.suite, "test": test.id, "attempts": n,
+                              "url": request.url, "body": request.body}, ensure_ascii=False))
+    _err(f"dry run: {calls} call(s) for {len(models)} model(s) x {len(tests)} test(s); nothing was sent")
+
+
+def _point_latest(run_dir: Path) -> None:
+    """Make `<out>/latest` name this run: a relative symlink, or a text file holding the run id."""
+    latest = run_dir.parent / "latest"
+    tmp = run_dir.parent / f".latest-{os.getpid()}"
+    try:
+        tmp.unlink(missing_ok=True)
+        os.symlink(run_dir.name, tmp)
+        os.replace(tmp, latest)
+    except OSError:
+        tmp.unlink(missing_ok=True)
+        if latest.is_symlink() or latest.is_file():
+            latest.unlink()
+        if not latest.exists():
+            latest.write_text(run_dir.name + "\n")
+
+
+def _execute(invocation: Invocation, run_id: str, run_dir: Path, journal: Any, models: list[ModelConfig],
+             tests: list[Test], api_keys: dict[str, str | None], *, retry_errors: bool, quiet: bool) -> int:
+    from engine.evaluators import evaluate, uses_exec
+    from engine.results.writer import ResultsWriter
+    from engine.run.jobs import count_jobs, iter_jobs
+    from engine.run.progress import Progress, print_summary
+    from engine.run.runner import RunConfig, Runner
+
+    writer = ResultsWriter(run_dir, journal)
+    writer.recover()
+    only = journal.keys(errors_only=True) if retry_errors else None
+    skip = set() if retry_errors else journal.keys()
+    started = time.monotonic()
+    interrupted = False
+    stats = None
+    with contextlib.ExitStack() as servers:
+        try:
+            models = _start_builtins(models, run_dir, servers)
+            total = count_jobs(models, tests, invocation.repeat, skip=skip, only=only)
+            progress = Progress(quiet=quiet)
+            config = RunConfig(run_id=run_id, concurrency=invocation.concurrency or DEFAULT_CONCURRENCY,
+                               settings=_settings(invocation), max_cost=invocation.max_cost)
+            runner = Runner(config, journal, writer, evaluate, uses_exec, on_progress=progress.update)
+            jobs = {m.name: (m, iter_jobs(m, tests, invocation.repeat, skip=skip, only=only)) for m in models}
+            try:
+                stats = asyncio.run(_run_with_signals(runner, jobs, total, api_keys))
+            finally:
+                progress.close()
+        except KeyboardInterrupt:
+            interrupted = True
+    writer.flush()
+    rows, errors = journal.count()
+    stopped = "interrupted" if interrupted else (stats.stopped if stats else None)
+    manifest = _manifest(invocation, run_id, journal, models, tests, rows, errors, stopped,
+                         time.monotonic() - started)
+    writer.write_manifest(manifest)
+    if stats is not None and not quiet:
+        print_summary(stats)
+    print(f"results: {run_dir} ({rows} rows, {errors} errors)" + (f"; stopped: {stopped}" if stopped else ""))
+    if stopped:
+        _err(f"the run stopped early ({stopped}); continue it with: engine run --resume {run_dir}")
+        return 1
+    return 0
+
+
+def _start_builtins(models: list[ModelConfig], run_dir: Path, stack: contextlib.ExitStack) -> list[ModelConfig]:
+    """Start one embedded server per distinct builtin model; the stack stops them."""
+    needed = {m.builtin: m for m in models if m.builtin and not m.base_url}
+    if not needed:
+        return models
+    from engine.local import serve_builtin
+
+    urls = {}
+    for name, model in needed.items():
+        urls[name] = stack.enter_context(
+            serve_builtin(name, log_path=run_dir / f"_{name}.server.log", alias=model.model))
+    return [dataclasses.replace(m, base_url=urls[m.builtin]) if m.builtin in urls and not m.base_url else m
+            for m in models]
+
+
+async def _run_with_signals(runner: Any, jobs: Any, total: int, api_keys: dict[str, str | None]) -> Any:
+    loop = asyncio.get_running_loop()
+    presses = 0
+
+    def on_signal() -> None:
+        nonlocal presses
+        presses += 1
+        if presses == 1:
+            _err("\nstopping: no new calls; finishing the calls in flight (press Ctrl-C again to cancel them)")
+            runner.stop("interrupted")
+        else:
+            _err("\ncancelling the calls in flight; finished rows are kept")
+            runner.cancel()
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(sig, on_signal)
+    return await runner.run(jobs, total, api_keys)
+
+
+def _manifest(invocation: Invocation, run_id: str, journal: Any, models: list[ModelConfig], tests: list[Test],
+              rows: int, errors: int, stopped: str | None, seconds: float) -> dict[str, Any]:
+    from engine import __version__
+
+    suites: dict[str, dict[str, Any]] = {}
+    for test in tests:
+        entry = suites.setdefault(test.suite, {"file": test.file, "tests": 0, "hashes": []})
+        entry["tests"] += 1
+        entry["hashes"].append(test.hash)
+    for entry in suites.values():
+        try:
+            entry["sha256"] = hashlib.sha256(Path(entry["file"]).read_bytes()).hexdigest()
+        except OSError:
+            entry["sha256"] = None
+        entry["tests_sha256"] = hashlib.sha256("\n".join(sorted(entry.pop("hashes"))).encode()).hexdigest()
+    return {
+        "run_id": run_id,
+        "schema_version": _schema_version(),
+        "engine_version": __version__,
+        "started_at": journal.get_meta("started_at"),
+        "ended_at": _now_iso(),
+        "seconds_this_session": round(seconds, 3),
+        "interrupted": stopped == "interrupted",
+        "stopped": stopped,
+        "complete": stopped is None,
+        "suites_git": _git_commit(invocation.paths),
+        "suites": suites,
+        "models": [_public_model(m) for m in models],
+        "invocation": dataclasses.asdict(invocation),
+        "argv": sys.argv[1:],
+        "counts": {"rows": rows, "errors": errors, "parts": len(journal.parts())},
+    }
+
+
+def _schema_version() -> int:
+    from engine.results.schema import SCHEMA_VERSION
+
+    return SCHEMA_VERSION
+
+
+def _public_model(model: ModelConfig) -> dict[str, Any]:
+    """A model config fit for the manifest: the key's variable name, never a secret-looking param."""
+    data = dataclasses.asdict(model)
+    data["params"] = {k: v for k, v in dict(model.params).items()
+                      if not any(word in k.lower() for word in SECRET_PARAM_WORDS)}
+    return data
+
+
+def _git_commit(paths: list[str]) -> dict[str, Any] | None:
+    if not paths:
+        return None
+    where = Path(paths[0])
+    folder = where if where.is_dir() else where.parent
+    try:
+        head = subprocess.run(["git", "-C", str(folder), "rev-parse", "HEAD"], capture_output=True, text=True,
+                              timeout=5)
+        if head.returncode != 0:
+            return None
+        dirty = subprocess.run(["git", "-C", str(folder), "status", "--porcelain", "--", "."], capture_output=True,
+                               text=True, timeout=5)
+        return {"commit": head.stdout.strip(), "dirty": bool(dirty.stdout.strip())}
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def _now_iso() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
