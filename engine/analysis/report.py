@@ -1,0 +1,195 @@
+"""`engine report`: one self-contained HTML file (inline CSS, JS and SVG; opens offline).
+
+The page holds the analysis as JSON in a <script type="application/json"> block; a small inline script
+draws the model table with CIs, the tests × models heatmap, the discrimination-vs-difficulty scatter,
+the saturated / floor / flaky lists and the per-test drill-down. Every text from the results reaches the
+page through `textContent`, never as HTML, so a prompt or an answer cannot inject markup.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import html
+import json
+import math
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Sequence
+
+import numpy as np
+
+from engine.analysis.cells import build_cells
+from engine.analysis.report_assets import CSS, JS
+from engine.analysis.summary import analyze
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+MAX_HEATMAP_TESTS = 400
+MAX_TEXT = 2000
+
+
+def _clean(value: Any) -> Any:
+    """JSON-safe scalars: numpy to Python, NaN to None."""
+    if hasattr(value, "item") and not isinstance(value, (list, tuple, dict, str)):
+        try:
+            value = value.item()
+        except (ValueError, AttributeError):
+            pass
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    if isinstance(value, tuple):
+        return [_clean(v) for v in value]
+    return value
+
+
+def _clip(text: Any) -> str | None:
+    if text is None or (isinstance(text, float) and math.isnan(text)):
+        return None
+    text = str(text)
+    return text if len(text) <= MAX_TEXT else text[:MAX_TEXT] + f"… [{len(text) - MAX_TEXT} more characters]"
+
+
+def _evaluator_nodes(nodes: Any) -> list[dict[str, Any]]:
+    if nodes is None or (isinstance(nodes, float) and math.isnan(nodes)):
+        return []
+    return [{k: _clean(node.get(k)) for k in ("path", "kind", "name", "score", "weight", "passed", "error", "reason")}
+            for node in list(nodes)]
+
+
+def _shown_tests(tests: "pd.DataFrame", limit: int) -> np.ndarray:
+    """Indices of the tests to draw: all when few, else evenly spaced over difficulty plus every flagged one."""
+    order = np.argsort(tests["difficulty"].fillna(-1).to_numpy(), kind="stable")
+    if len(order) <= limit:
+        return order
+    flagged = np.nonzero((tests["status"].isin(["floor", "saturated"]) | tests["flaky"]).to_numpy())[0]
+    spaced = order[np.linspace(0, len(order) - 1, limit).astype(int)]
+    chosen = np.unique(np.concatenate([spaced, flagged[: limit // 2]]))
+    return chosen[np.argsort(tests["difficulty"].fillna(-1).to_numpy()[chosen], kind="stable")]
+
+
+def _drilldown(df: "pd.DataFrame", item_code: np.ndarray, model_code: np.ndarray, shown: np.ndarray,
+               models: list[str]) -> dict[str, list[dict[str, Any]]]:
+    """One representative attempt per (shown test, model): a failing one when there is, to show why."""
+    import pandas as pd
+
+    mask = np.isin(item_code, shown)
+    if not mask.any():
+        return {}
+    sub = pd.DataFrame({
+        "item": item_code[mask], "model": model_code[mask], "row": np.nonzero(mask)[0],
+        "passed_rank": df["passed"].to_numpy()[mask] == True,  # noqa: E712 - nullable: None ranks as not passed
+        "attempt": pd.to_numeric(df["attempt"], errors="coerce").fillna(0).to_numpy()[mask],
+    }).sort_values(["item", "model", "passed_rank", "attempt"], kind="stable")
+    first = sub.drop_duplicates(["item", "model"])
+    counts = sub.groupby(["item", "model"]).size()
+    out: dict[str, list[dict[str, Any]]] = {}
+    for item, model, row in zip(first["item"], first["model"], first["row"]):
+        record = df.iloc[int(row)]
+        out.setdefault(str(int(item)), []).append({
+            "model": models[int(model)],
+            "attempt": _clean(record.get("attempt")),
+            "attempts": int(counts[(item, model)]),
+            "score": _clean(record.get("score")),
+            "passed": _clean(record.get("passed")),
+            "prompt": _clip(record.get("prompt")),
+            "answer": _clip(record.get("answer")),
+            "golden": _clip(record.get("golden")),
+            "finish_reason": _clean(record.get("finish_reason")),
+            "error": _clip(" ".join(str(x) for x in (record.get("error_kind"), record.get("error_message"))
+                                    if x is not None and x == x)) or None,
+            "evaluators": _evaluator_nodes(record.get("evaluators")),
+        })
+    return out
+
+
+def build_payload(df: "pd.DataFrame", *, epsilon: float = 0.05, resamples: int = 1000,
+                  sources: Sequence[str] = (), max_tests: int = MAX_HEATMAP_TESTS) -> dict[str, Any]:
+    """Everything the page draws, as JSON-ready data.
+
+    Args:
+        df: Results rows with the text columns (prompt, answer, evaluators) for the drill-down.
+        epsilon: See `per_test`.
+        resamples: Bootstrap resamples for the model CIs.
+        sources: The paths the results came from (shown in the header).
+        max_tests: Most tests drawn in the heatmap and drill-down (flagged tests first among the rest).
+    """
+    analysis = analyze(df, epsilon=epsilon, resamples=resamples)
+    cells = build_cells(df)
+    tests = analysis.tests
+    shown = _shown_tests(tests, max_tests)
+    # Columns in ranking order (best model first), as in the model table.
+    ranked = [cells.models.index(m) for m in analysis.models["model"]]
+    score = np.where(cells.has_data, cells.score, np.nan)[:, ranked]
+    test_records = []
+    for i, row in enumerate(tests.to_dict(orient="records")):
+        record = {k: _clean(v) for k, v in row.items()}
+        record["index"] = i
+        record["scores"] = [_clean(float(v)) for v in score[i]] if i < len(score) else []
+        test_records.append(record)
+    return {
+        "title": "Evaluation report",
+        "generated": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "sources": list(sources),
+        "runs": sorted({str(r) for r in df["run_id"].dropna().unique()}) if "run_id" in df else [],
+        "rows": len(df),
+        "notes": analysis.notes,
+        "model_names": [cells.models[j] for j in ranked],
+        "models": analysis.to_dict()["models"],
+        "comparisons": [c.to_dict() for c in analysis.comparisons],
+        "suites": analysis.to_dict()["suites"],
+        "tests": test_records,
+        "shown": [int(i) for i in shown],
+        "drill": _drilldown(df, cells.item_code, cells.model_code, shown, cells.models),
+    }
+
+
+def render_html(payload: dict[str, Any]) -> str:
+    """The page: the payload embedded as JSON, the CSS and the script inline.
+
+    Args:
+        payload: From `build_payload`.
+    """
+    data = json.dumps(payload, ensure_ascii=False, allow_nan=False, default=str)
+    data = data.replace("</", "<\\/").replace("<!--", "<\\!--")  # cannot close the script element early
+    title = html.escape(str(payload.get("title", "Evaluation report")))
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>{title}</title>
+<style>{CSS}</style></head>
+<body>
+<header><h1>{title}</h1><p id="meta"></p><ul id="notes"></ul></header>
+<main>
+<section><h2>Models</h2><p class="hint">Mean score over tests; bars show the 95% CI from a bootstrap over tests.</p>
+<div id="models"></div><div id="comparisons"></div></section>
+<section><h2>Scores: tests × models</h2><p class="hint">Click a cell or a test to see the prompt, the answers and
+why each evaluator decided as it did.</p><div id="heatmap"></div></section>
+<section><h2>Discrimination vs difficulty</h2><p class="hint">x: difficulty (mean score; right = easy);
+y: spread between models. Tests on the floor or the ceiling with no spread tell the models apart least.</p>
+<div id="scatter"></div></section>
+<section><h2>Tests to look at</h2><div id="lists"></div></section>
+<section><h2>Suite health</h2><div id="suites"></div></section>
+<section id="drill-section"><h2>Drill-down</h2><div id="drilldown"><p class="hint">Select a test.</p></div></section>
+</main>
+<script type="application/json" id="report-data">{data}</script>
+<script>{JS}</script>
+</body></html>
+"""
+
+
+def write_report(df: "pd.DataFrame", path: str | Path, *, epsilon: float = 0.05, resamples: int = 1000,
+                 sources: Sequence[str] = ()) -> Path:
+    """Write the self-contained HTML report.
+
+    Args:
+        df: Results rows (load them with all columns so the drill-down has prompts and answers).
+        path: The .html file to write (parent folders created).
+        epsilon: See `per_test`.
+        resamples: Bootstrap resamples.
+        sources: The paths the results came from.
+    """
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    payload = build_payload(df, epsilon=epsilon, resamples=resamples, sources=sources)
+    target.write_text(render_html(payload), encoding="utf-8")
+    return target

@@ -1,0 +1,245 @@
+"""The inline stylesheet and script of the HTML report (no network, no libraries).
+
+The script reads the JSON in #report-data and builds every view with DOM calls; text from the results
+is only ever set with textContent.
+"""
+
+from __future__ import annotations
+
+CSS = """
+:root { --fg:#1d232a; --muted:#5d6b78; --line:#d9dee3; --bg:#ffffff; --accent:#2458a6; }
+* { box-sizing: border-box; }
+body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; color: var(--fg);
+       background: var(--bg); margin: 0; padding: 0 24px 48px; }
+header { border-bottom: 2px solid var(--line); margin-bottom: 12px; }
+h1 { font-size: 22px; margin: 18px 0 4px; } h2 { font-size: 17px; margin: 26px 0 6px; }
+.hint, #meta { color: var(--muted); margin: 2px 0 8px; }
+table { border-collapse: collapse; margin: 6px 0 12px; }
+th, td { border-bottom: 1px solid var(--line); padding: 4px 10px; text-align: left; vertical-align: top; }
+th { background: #f3f5f7; font-weight: 600; }
+td.num { text-align: right; font-variant-numeric: tabular-nums; }
+.ci svg { vertical-align: middle; }
+.status { padding: 1px 6px; border-radius: 8px; font-size: 12px; }
+.status.floor { background:#fde2e1; } .status.saturated { background:#e1f3e4; }
+.status.uninformative { background:#f1ecd8; } .status.discriminating { background:#e2ebfa; }
+.test-link { color: var(--accent); cursor: pointer; text-decoration: underline; }
+#heatmap { overflow: auto; max-height: 640px; border: 1px solid var(--line); }
+#heatmap rect.cell { cursor: pointer; } #heatmap rect.cell:hover { stroke: #000; stroke-width: 1; }
+#scatter circle.dot { cursor: pointer; opacity: .75; }
+pre { white-space: pre-wrap; word-break: break-word; background: #f6f8fa; border: 1px solid var(--line);
+      padding: 8px; margin: 4px 0 10px; max-height: 320px; overflow: auto; }
+.attempt { border: 1px solid var(--line); border-radius: 6px; padding: 8px 12px; margin: 8px 0; }
+.attempt h4 { margin: 0 0 6px; }
+.pass { color: #1b7a34; font-weight: 600; } .fail { color: #b3261e; font-weight: 600; }
+.lists { display: grid; grid-template-columns: repeat(auto-fit, minmax(320px, 1fr)); gap: 16px; }
+.lists ul { padding-left: 18px; margin: 4px 0; } .lists li { margin: 2px 0; }
+"""
+
+JS = r"""
+(function () {
+  "use strict";
+  var data = JSON.parse(document.getElementById("report-data").textContent);
+  var SVGNS = "http://www.w3.org/2000/svg";
+
+  function el(tag, attrs, text) {
+    var node = document.createElement(tag);
+    if (attrs) { Object.keys(attrs).forEach(function (k) { node.setAttribute(k, attrs[k]); }); }
+    if (text !== undefined && text !== null) { node.textContent = String(text); }
+    return node;
+  }
+  function svg(tag, attrs, text) {
+    var node = document.createElementNS(SVGNS, tag);
+    Object.keys(attrs || {}).forEach(function (k) { node.setAttribute(k, attrs[k]); });
+    if (text !== undefined) { node.textContent = String(text); }
+    return node;
+  }
+  function fmt(x, digits) { return (x === null || x === undefined) ? "-" : Number(x).toFixed(digits === undefined ? 3 : digits); }
+  function pct(x) { return (x === null || x === undefined) ? "-" : (100 * x).toFixed(1) + "%"; }
+  function colour(score) { return score === null ? "#d7dbe0" : "hsl(" + Math.round(120 * score) + ",62%,46%)"; }
+  function testName(t) { return t.suite + "/" + t.test_id + (t.case_index >= 0 ? "#" + t.case_index : ""); }
+  function table(headers, rows) {
+    var t = el("table"), head = el("tr");
+    headers.forEach(function (h) { head.appendChild(el("th", null, h)); });
+    t.appendChild(head);
+    rows.forEach(function (cells) {
+      var tr = el("tr");
+      cells.forEach(function (c) {
+        if (c instanceof Node) { var td = el("td"); td.appendChild(c); tr.appendChild(td); }
+        else { tr.appendChild(el("td", typeof c === "number" ? { "class": "num" } : null, c)); }
+      });
+      t.appendChild(tr);
+    });
+    return t;
+  }
+  function testLink(t) {
+    var a = el("span", { "class": "test-link", "data-test": t.index }, testName(t));
+    a.addEventListener("click", function () { showTest(t.index); });
+    return a;
+  }
+
+  // Header
+  document.getElementById("meta").textContent = data.rows + " rows; runs: " + (data.runs.join(", ") || "-") +
+      "; from " + (data.sources.join(", ") || "-") + "; generated " + data.generated;
+  var notes = document.getElementById("notes");
+  data.notes.forEach(function (n) { notes.appendChild(el("li", null, n)); });
+
+  // Models with CI bars
+  function ciBar(mean, lo, hi) {
+    var s = svg("svg", { width: 160, height: 14, "class": "cibar" });
+    s.appendChild(svg("rect", { x: 0, y: 6, width: 160, height: 2, fill: "#e5e8eb" }));
+    if (mean !== null) {
+      s.appendChild(svg("rect", { x: 160 * (lo === null ? mean : lo), y: 3, height: 8, fill: "#9db7e0",
+                                  width: Math.max(1, 160 * ((hi === null ? mean : hi) - (lo === null ? mean : lo))) }));
+      s.appendChild(svg("rect", { x: 160 * mean - 1, y: 1, width: 2, height: 12, fill: "#1d3f77" }));
+    }
+    return s;
+  }
+  var modelRows = data.models.map(function (m) {
+    var bar = el("span", { "class": "ci" }); bar.appendChild(ciBar(m.mean_score, m.score_lo, m.score_hi));
+    return [m.model, m.tests, fmt(m.mean_score) + " [" + fmt(m.score_lo) + ", " + fmt(m.score_hi) + "]", bar,
+            fmt(m.pass_rate) + " [" + fmt(m.pass_lo) + ", " + fmt(m.pass_hi) + "]", pct(m.error_rate),
+            pct(m.truncation_rate), fmt(m.latency_p50, 2), m.completion_tokens === null ? "-" : fmt(m.completion_tokens, 1),
+            m.cost === null ? "-" : fmt(m.cost, 4), m.notes];
+  });
+  document.getElementById("models").appendChild(table(["model", "tests", "score [95% CI]", "", "pass rate [95% CI]",
+      "errors", "truncated", "p50 latency s", "tokens out", "cost", "notes"], modelRows));
+  if (data.comparisons.length) {
+    document.getElementById("comparisons").appendChild(table(["A", "B", "tests", "win / tie / loss",
+        "only A / only B pass", "McNemar p", "verdict"], data.comparisons.map(function (c) {
+      return [c.model_a, c.model_b, c.tests, c.wins + " / " + c.ties + " / " + c.losses, c.only_a + " / " + c.only_b,
+              fmt(c.mcnemar_p, 4), c.verdict];
+    })));
+  }
+
+  // Heatmap: shown tests (rows) × models (columns)
+  (function () {
+    var models = data.model_names, shown = data.shown, cw = 34, ch = 14, left = 260, top = 90;
+    var s = svg("svg", { id: "heatmap-svg", width: left + cw * models.length + 20, height: top + ch * shown.length + 10 });
+    models.forEach(function (m, j) {
+      var x = left + j * cw + cw / 2;
+      s.appendChild(svg("text", { x: x, y: top - 6, transform: "rotate(-50 " + x + " " + (top - 6) + ")",
+                                  "font-size": 11 }, m));
+    });
+    shown.forEach(function (ti, r) {
+      var t = data.tests[ti], y = top + r * ch;
+      var label = svg("text", { x: left - 6, y: y + ch - 3, "text-anchor": "end", "font-size": 11, "class": "row-label" },
+                      testName(t));
+      label.style.cursor = "pointer";
+      label.addEventListener("click", function () { showTest(ti); });
+      s.appendChild(label);
+      t.scores.forEach(function (score, j) {
+        var rect = svg("rect", { "class": "cell", x: left + j * cw, y: y, width: cw - 1, height: ch - 1,
+                                 fill: colour(score), "data-test": ti, "data-model": models[j] });
+        rect.appendChild(svg("title", {}, testName(t) + " · " + models[j] + ": " + fmt(score)));
+        rect.addEventListener("click", function () { showTest(ti); });
+        s.appendChild(rect);
+      });
+    });
+    var box = document.getElementById("heatmap");
+    if (data.tests.length > shown.length) {
+      box.appendChild(el("p", { "class": "hint" }, "Showing " + shown.length + " of " + data.tests.length +
+          " tests (evenly over difficulty, flagged tests included)."));
+    }
+    box.appendChild(s);
+  })();
+
+  // Scatter: difficulty (x) vs spread (y)
+  (function () {
+    var w = 640, h = 360, pad = 44;
+    var s = svg("svg", { id: "scatter-svg", width: w, height: h });
+    s.appendChild(svg("rect", { x: pad, y: 10, width: w - pad - 10, height: h - pad - 10, fill: "#fafbfc", stroke: "#d9dee3" }));
+    [0, 0.25, 0.5, 0.75, 1].forEach(function (v) {
+      var x = pad + v * (w - pad - 10), y = 10 + (1 - v) * (h - pad - 10);
+      s.appendChild(svg("text", { x: x, y: h - pad + 16, "text-anchor": "middle", "font-size": 11 }, v));
+      s.appendChild(svg("text", { x: pad - 6, y: y + 4, "text-anchor": "end", "font-size": 11 }, v));
+    });
+    s.appendChild(svg("text", { x: w / 2, y: h - 6, "text-anchor": "middle", "font-size": 12 }, "difficulty (mean score)"));
+    s.appendChild(svg("text", { x: 12, y: h / 2, transform: "rotate(-90 12 " + h / 2 + ")", "text-anchor": "middle",
+                                "font-size": 12 }, "spread between models"));
+    var palette = { floor: "#c0392b", saturated: "#27ae60", uninformative: "#b7950b", discriminating: "#2458a6" };
+    data.tests.forEach(function (t) {
+      if (t.difficulty === null) { return; }
+      var spread = t.spread === null ? 0 : t.spread;
+      var dot = svg("circle", { "class": "dot", cx: pad + t.difficulty * (w - pad - 10), r: 4,
+                                cy: 10 + (1 - spread) * (h - pad - 10), fill: palette[t.status] || "#7f8c8d",
+                                "data-test": t.index });
+      dot.appendChild(svg("title", {}, testName(t) + " (" + t.status + "): difficulty " + fmt(t.difficulty) +
+                                       ", spread " + fmt(t.spread)));
+      dot.addEventListener("click", function () { showTest(t.index); });
+      s.appendChild(dot);
+    });
+    document.getElementById("scatter").appendChild(s);
+  })();
+
+  // Lists
+  (function () {
+    var box = el("div", { "class": "lists" });
+    [["floor", "Floor: no model passes - check the golden and the evaluator"],
+     ["saturated", "Saturated: every model passes - drop or make harder"],
+     ["uninformative", "Uninformative: every model scores the same"],
+     ["flaky", "Flaky: attempts of one model disagree"]].forEach(function (pair) {
+      var chosen = data.tests.filter(function (t) { return pair[0] === "flaky" ? t.flaky : t.status === pair[0]; });
+      var div = el("div", { id: "list-" + pair[0] });
+      div.appendChild(el("h3", null, pair[1] + " (" + chosen.length + ")"));
+      var ul = el("ul");
+      chosen.slice(0, 200).forEach(function (t) {
+        var li = el("li"); li.appendChild(testLink(t));
+        li.appendChild(document.createTextNode(" - " + (pair[0] === "flaky" ? "models: " + t.flaky_models : t.reason)));
+        ul.appendChild(li);
+      });
+      div.appendChild(ul);
+      box.appendChild(div);
+    });
+    document.getElementById("lists").appendChild(box);
+    document.getElementById("suites").appendChild(table(["suite", "tests", "saturated", "floor", "uninformative",
+        "discriminating", "flaky", "health"], data.suites.map(function (s) {
+      return [s.suite, s.tests, pct(s.saturated), pct(s.floor), pct(s.uninformative), pct(s.discriminating),
+              pct(s.flaky), pct(s.health)];
+    })));
+  })();
+
+  // Drill-down
+  function showTest(index) {
+    var t = data.tests[index], box = document.getElementById("drilldown");
+    while (box.firstChild) { box.removeChild(box.firstChild); }
+    box.setAttribute("data-test", index);
+    box.appendChild(el("h3", { id: "drill-title" }, testName(t)));
+    var status = el("p");
+    status.appendChild(el("span", { "class": "status " + t.status }, t.status));
+    status.appendChild(document.createTextNode(" " + t.reason + " · difficulty " + fmt(t.difficulty) + " · spread " +
+        fmt(t.spread) + " · item-rest r " + fmt(t.item_rest_r) + (t.flaky ? " · flaky: " + t.flaky_models : "")));
+    box.appendChild(status);
+    var attempts = data.drill[String(index)] || [];
+    if (!attempts.length) { box.appendChild(el("p", { "class": "hint" }, "No stored attempt for this test.")); }
+    if (attempts.length && attempts[0].prompt) {
+      box.appendChild(el("h4", null, "Prompt"));
+      box.appendChild(el("pre", { "class": "prompt" }, attempts[0].prompt));
+    }
+    if (attempts.length && attempts[0].golden) {
+      box.appendChild(el("h4", null, "Golden"));
+      box.appendChild(el("pre", null, attempts[0].golden));
+    }
+    attempts.forEach(function (a) {
+      var div = el("div", { "class": "attempt" });
+      var h = el("h4", null, a.model + " · attempt " + a.attempt + " of " + a.attempts + " · score " + fmt(a.score) + " · ");
+      h.appendChild(el("span", { "class": a.passed ? "pass" : "fail" }, a.passed === null ? "error" : (a.passed ? "pass" : "fail")));
+      div.appendChild(h);
+      if (a.error) { div.appendChild(el("p", { "class": "fail" }, a.error)); }
+      div.appendChild(el("pre", { "class": "answer" }, a.answer === null ? "(no answer)" : a.answer));
+      if (a.evaluators.length) {
+        div.appendChild(table(["evaluator", "score", "weight", "verdict", "reason"], a.evaluators.map(function (e) {
+          return [e.path + (e.name ? " (" + e.name + ")" : ""), fmt(e.score), fmt(e.weight, 2),
+                  e.error ? "error" : (e.passed ? "pass" : "fail"), e.reason || ""];
+        })));
+      }
+      box.appendChild(div);
+    });
+  }
+  window.showTest = showTest;
+  // Open on the test most worth a look: a floor test, else the most discriminating one.
+  var first = data.tests.filter(function (t) { return t.status === "floor"; })[0] ||
+      data.tests.slice().sort(function (a, b) { return (b.spread || 0) - (a.spread || 0); })[0];
+  if (first) { showTest(first.index); }
+  document.body.setAttribute("data-rendered", "yes");
+})();
+"""
