@@ -84,8 +84,9 @@ def _valid_case(case: Any) -> bool:
 
 
 def _tail(text: str, lines: int = 3, chars: int = 300) -> str:
-    """The last lines of stderr (where the exception is), on one line."""
-    kept = [line.strip() for line in text.strip().splitlines() if line.strip()][-lines:]
+    """The last lines of stderr (where the exception is), on one line; stack-frame lines skipped."""
+    kept = [line.strip() for line in text.strip().splitlines()
+            if line.strip() and not line.strip().startswith(("at ", "Node.js v"))][-lines:]
     joined = " | ".join(kept)
     return joined if len(joined) <= chars else "..." + joined[-chars:]
 

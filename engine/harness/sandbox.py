@@ -238,14 +238,34 @@ def _kill_uid(uid: int) -> None:
 
 
 def _uid_has_processes(uid: int) -> bool:
+    """True while a live (non-zombie) process runs as `uid`."""
     for entry in os.scandir("/proc"):
         if entry.name.isdigit():
             try:
-                if os.stat(entry.path).st_uid == uid:
-                    return True
+                if os.stat(entry.path).st_uid != uid:
+                    continue
+                with open(os.path.join(entry.path, "stat"), "rb") as handle:
+                    stat = handle.read()
             except OSError:
                 continue
+            if stat[stat.rindex(b")") + 2:stat.rindex(b")") + 3] not in (b"Z", b"X"):
+                return True
     return False
+
+
+def _sweep_uid(uid: int) -> None:
+    """Kill every process of `uid` and wait until none is left.
+
+    SIGKILL is asynchronous: a dying fork bomb (or a PID namespace being torn down) is still in the
+    process table for a moment. The uid goes back to the pool only when it is empty, so the next run
+    starts with a clean process count.
+    """
+    for attempt in range(500):
+        if not _uid_has_processes(uid):
+            return
+        if attempt % 10 == 0:
+            _kill_uid(uid)
+        time.sleep(0.01)
 
 
 # --------------------------------------------------------------------------------------------
@@ -335,8 +355,7 @@ def run(argv: Sequence[str], files: Mapping[str, str], limits: Limits = Limits()
         return _supervise(command, str(workdir), limits, plan, uid)
     finally:
         if uid is not None:
-            if _uid_has_processes(uid):  # a safety net: nothing of this uid may outlive the run
-                _kill_uid(uid)
+            _sweep_uid(uid)  # nothing of this uid may outlive the run
             _give_uid(uid)
         shutil.rmtree(workdir, ignore_errors=True)
 

@@ -158,8 +158,15 @@ def _parse(path: Path) -> Harness:
     problems: list[Diagnostic] = []
     for err in sorted(_validator().iter_errors(data), key=lambda e: list(map(str, e.absolute_path))):
         where = "/".join(str(p) for p in err.absolute_path) or "the top level"
-        line, col = _line_of(tree, list(err.absolute_path))
-        problems.append(Diagnostic(shown, line, col, f"at {where}: {err.message} (see schemas/harness.schema.json)"))
+        path_to = list(err.absolute_path)
+        message = err.message
+        if err.validator == "additionalProperties" and isinstance(err.instance, dict):
+            extra = sorted(set(err.instance) - set(err.schema.get("properties", {})))
+            if extra:
+                path_to.append(extra[0])
+                message = f"unknown key {extra[0]!r}; allowed: {', '.join(err.schema.get('properties', {}))}"
+        line, col = _line_of(tree, path_to)
+        problems.append(Diagnostic(shown, line, col, f"at {where}: {message} (see schemas/harness.schema.json)"))
     if problems:
         raise SuiteError(problems)
     compiled: dict[str, Any] = {}

@@ -1,0 +1,201 @@
+"""Programs that try to escape, hang, flood or snoop (MultiPL-E safe_subprocess style).
+
+After each: the verdict is a fail (or error) with a reason, nothing of it still runs (checked in the
+process table by a token on its command line and by its private uid), the canary key did not leak,
+and the work folder is gone.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import socket
+import threading
+from pathlib import Path
+
+import pytest
+from harness_helpers import live_processes, run_exec
+
+from engine.harness import sandbox
+
+CANARY_VAR = "ENGINE_TEST_CANARY_API_KEY"
+
+EVIL = {
+    "fork_once_and_exit": (
+        ("import os, sys, time\n"
+        "if os.fork() == 0:\n"
+        "    time.sleep(3); print('child'); sys.exit(0)\n"
+        "print('parent')\n"),
+        {"expect_stdout": "parent\nchild"},
+    ),
+    "fork_bomb": (
+        ("import os\n"
+        "while True:\n"
+        "    try:\n"
+        "        os.fork()\n"
+        "    except OSError:\n"
+        "        pass\n"),
+        {},
+    ),
+    "sleep_forever": ("import time\nwhile True:\n    time.sleep(60)\n", {}),
+    "setsid_then_sleep": (
+        ("import os, time\n"
+        "if os.fork() == 0:\n"
+        "    os.setsid()\n"
+        "    while True: time.sleep(60)\n"
+        "while True: time.sleep(60)\n"),
+        {},
+    ),
+    "setsid_child_outlives_parent": (
+        ("import os, time\n"
+        "if os.fork() == 0:\n"
+        "    os.setsid(); time.sleep(3); print('escaped')\n"
+        "else:\n"
+        "    print('parent')\n"),
+        {"expect_stdout": "parent\nescaped"},
+    ),
+    "unbounded_output": ("while True:\n    print('x' * 1000)\n", {}),
+    "close_stdout_then_loop": ("import os\nos.close(1)\nwhile True:\n    pass\n", {}),
+    "block_on_stdin": ("line = input()\nprint(line)\n", {}),
+    "allocate_10_gb": ("block = bytearray(10 * 1024 ** 3)\nprint(len(block))\n", {}),
+    "write_10_gb_file": (
+        ("chunk = b'x' * (1 << 20)\n"
+        "with open('big.bin', 'wb') as f:\n"
+        "    for _ in range(10 * 1024):\n"
+        "        f.write(chunk)\n"),
+        {},
+    ),
+    "read_canary_key": (
+        ("import os, glob, sys\n"
+        f"found = [k for k, v in os.environ.items() if k == {CANARY_VAR!r} or v.startswith('canary-')]\n"
+        "for path in glob.glob('/proc/*/environ'):\n"
+        "    try:\n"
+        "        if b'canary-' in open(path, 'rb').read(): found.append(path)\n"
+        "    except OSError:\n"
+        "        pass\n"
+        "print(found, dict(os.environ))\n"
+        "sys.exit(0 if found else 1)\n"),
+        {},
+    ),
+}
+
+EXPECTED_REASON = {
+    "fork_once_and_exit": "stdout was 'parent\\n'",
+    "fork_bomb": "timed out",
+    "sleep_forever": "timed out",
+    "setsid_then_sleep": "timed out",
+    "setsid_child_outlives_parent": "stdout was 'parent\\n'",
+    "unbounded_output": "too much output",
+    "close_stdout_then_loop": "timed out",
+    "block_on_stdin": "EOFError",
+    "allocate_10_gb": "MemoryError",
+    "write_10_gb_file": "File too large",
+    "read_canary_key": "exit code 1, expected 0",
+}
+
+
+@pytest.fixture
+def canary(monkeypatch: pytest.MonkeyPatch) -> str:
+    value = f"canary-{secrets.token_hex(12)}"
+    monkeypatch.setenv(CANARY_VAR, value)
+    return value
+
+
+@pytest.fixture
+def tokened_suite(tmp_path: Path) -> Path:
+    """A suite folder with a harness that puts a token on the program's command line (for ps)."""
+    (tmp_path / "tokened.yaml").write_text(
+        "language: python\nrun: [python, main.py, '{{ token }}']\nscore: exit_code\nfiles:\n  main.py: '{{ code }}'\n")
+    return tmp_path
+
+
+def assert_nothing_left(result: sandbox.RunResult, token: str, canary: str, reason: str) -> None:
+    assert live_processes(token=token) == []
+    if result.uid is not None:
+        assert live_processes(uid=result.uid) == []
+    assert canary not in reason and canary not in result.stdout and canary not in result.stderr
+    assert result.workdir and not Path(result.workdir).exists()
+
+
+@pytest.mark.parametrize("name", sorted(EVIL))
+def test_evil_program_is_failed_and_cleaned_up(name: str, tokened_suite: Path, canary: str,
+                                               sandbox_results: list[sandbox.RunResult]) -> None:
+    code, options = EVIL[name]
+    token = f"evil-{name}-{secrets.token_hex(6)}"
+    spec = {"harness": "./tokened.yaml", "timeout_s": 2, "memory_mb": 256, "vars": {"token": token}, **options}
+    verdict = run_exec(spec, f"```python\n{code}```", suite_dir=tokened_suite)
+    assert not verdict.passed
+    assert verdict.reason
+    assert EXPECTED_REASON[name] in verdict.reason, verdict.reason
+    assert verdict.details["isolation"] == sandbox.isolation()
+    [result] = sandbox_results
+    assert_nothing_left(result, token, canary, verdict.reason)
+
+
+def test_output_is_capped_but_the_start_is_kept(sandbox_results: list[sandbox.RunResult]) -> None:
+    verdict = run_exec({"harness": "python-script", "timeout_s": 2}, "while True:\n    print('y' * 99)\n")
+    [result] = sandbox_results
+    assert not verdict.passed and result.output_exceeded and result.truncated
+    assert len(result.stdout.encode()) == sandbox.Limits().output_bytes
+    assert result.stdout.startswith("y" * 99 + "\n")
+
+
+def test_the_network_is_unreachable(canary: str, sandbox_results: list[sandbox.RunResult]) -> None:
+    if "netns" not in sandbox.isolation():
+        pytest.skip(f"no network namespace on this machine (isolation {sandbox.isolation()!r})")
+    accepted: list[object] = []
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        server.settimeout(0.2)
+        port = server.getsockname()[1]
+
+        def accept() -> None:
+            try:
+                accepted.append(server.accept())
+            except OSError:
+                pass
+
+        waiter = threading.Thread(target=accept)
+        waiter.start()
+        code = (f"import socket\ns = socket.create_connection(('127.0.0.1', {port}), timeout=1)\n"
+                "s.sendall(b'hello')\n")
+        verdict = run_exec({"harness": "python-script", "timeout_s": 2}, code)
+        waiter.join()
+    assert not verdict.passed
+    assert "Network is unreachable" in verdict.reason or "Connection refused" in verdict.reason
+    assert accepted == []
+    [result] = sandbox_results
+    assert not Path(result.workdir).exists()
+
+
+def test_the_environment_is_an_allowlist(canary: str, sandbox_results: list[sandbox.RunResult]) -> None:
+    verdict = run_exec({"harness": "python-script", "expect_stdout": "PATH LANG LC_ALL HOME TMPDIR "
+                        "PYTHONDONTWRITEBYTECODE PYTHONHASHSEED"},
+                       "import os\nprint(' '.join(k for k in os.environ if k != 'LC_CTYPE'))\n")
+    assert verdict.passed, verdict.reason
+    [result] = sandbox_results
+    assert canary not in result.stdout
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="privileges are dropped only when the engine runs as root")
+def test_as_root_the_child_runs_as_a_private_uid_in_namespaces() -> None:
+    assert sandbox.isolation() in ("pidns+netns+uid", "uid")
+    result = sandbox.run(["python", "main.py"], {"main.py": "import os\nprint(os.getuid(), os.getpid())\n"},
+                         sandbox.Limits(timeout_s=5))
+    uid, pid = map(int, result.stdout.split())
+    assert uid == result.uid and uid != 0
+    if sandbox.isolation() == "pidns+netns+uid":
+        assert pid == 1  # the program is the init of its own PID namespace
+
+
+def test_concurrent_runs_do_not_mix(sandbox_results: list[sandbox.RunResult]) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    def one(i: int) -> str:
+        return run_exec({"harness": "python-script", "expect_stdout": str(i * i)}, f"print({i} * {i})").reason
+
+    with ThreadPoolExecutor(4) as pool:
+        reasons = list(pool.map(one, range(12)))
+    assert all(r.startswith("exit code 0 and stdout as expected") for r in reasons), reasons
+    assert len({r.workdir for r in sandbox_results}) == 12
