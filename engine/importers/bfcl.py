@@ -132,14 +132,18 @@ def _resolve(value: Any) -> Any:
 def golden_calls(ground_truth: list[Mapping[str, Any]], functions: list[Mapping[str, Any]]) -> dict[str, Any]:
     """A golden tool-call envelope: each call with the first accepted value of every argument.
 
-    Arguments that are only `""` (may be omitted) are left out unless the schema requires them.
+    Arguments that are only `""` (may be omitted) are left out unless the schema requires them, and
+    so are the few that BFCL's answer lists but the function's schema does not declare.
     """
     required = {f["name"]: set((f.get("parameters") or {}).get("required") or []) for f in functions}
+    declared = {f["name"]: set((f.get("parameters") or {}).get("properties") or {}) for f in functions}
     calls = []
     for item in ground_truth:
         (name, args), = item.items()
         arguments = {}
         for param, values in args.items():
+            if name in declared and param not in declared[name]:
+                continue  # BFCL's answers name a few parameters the schema lacks; a model could not send them
             non_empty = [v for v in values if not (isinstance(v, str) and v == "")]
             if non_empty or param in required.get(name, set()):
                 arguments[param] = _first_accepted(values) if non_empty else ""
@@ -227,8 +231,7 @@ def import_bfcl(category: str, data_dir: Path, out: Path, limit: int | None = No
     suites = build_suites(category, load_jsonl(question_file), answers, limit)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    yaml = YAML(typ="safe", pure=True)
-    yaml.default_flow_style = False
+    yaml = YAML(typ="rt")  # keeps key order: suite, description, tags, tools, tests
     yaml.width = 4096
     yaml.allow_unicode = True
     written = []
@@ -237,9 +240,26 @@ def import_bfcl(category: str, data_dir: Path, out: Path, limit: int | None = No
         with open(path, "w", encoding="utf-8") as handle:
             handle.write(f"# BFCL v4 {category}: ShishirPatil/gorilla, Apache-2.0. Generated; edit the importer, "
                          "not this file.\n")
-            yaml.dump(suite, handle)
+            yaml.dump(_flow_lists(suite), handle)
         written.append(path)
     return written[0] if written else out / f"bfcl_{category}.yaml"
+
+
+def _flow_lists(value: Any, key: str = "") -> Any:
+    """Write accepted-value lists and short scalar lists on one line (`city: [Paris, ""]`)."""
+    from ruamel.yaml.comments import CommentedMap, CommentedSeq
+
+    if isinstance(value, dict):
+        out = CommentedMap()
+        for k, v in value.items():
+            out[k] = _flow_lists(v, str(k))
+        return out
+    if isinstance(value, list):
+        seq = CommentedSeq(_flow_lists(v) for v in value)
+        if key not in ("tests", "messages", "calls", "tool_calls") and not any(isinstance(v, dict) for v in value):
+            seq.fa.set_flow_style()
+        return seq
+    return value
 
 
 # ------------------------------------------------------------------ decoding prompting-style answers

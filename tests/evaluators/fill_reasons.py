@@ -3,9 +3,9 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-import test_cases as T  # noqa: E402
+import test_cases as T
 
-from engine.evaluators import evaluate  # noqa: E402
+from engine.evaluators import evaluate
 
 for path in sorted(T.CASES_DIR.glob(sys.argv[1] if len(sys.argv) > 1 else "*.yaml")):
     text = path.read_text()

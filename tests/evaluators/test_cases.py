@@ -14,7 +14,8 @@ import pytest
 from ruamel.yaml import YAML
 
 from engine.evaluators import evaluate
-from engine.model import Answer, Test, ToolCall
+from engine.model import Answer, ToolCall
+from engine.model import Test as EngineTest
 
 CASES_DIR = Path(__file__).parent / "cases"
 
@@ -40,10 +41,10 @@ def make_answer(raw: Any) -> Answer:
     return Answer(text=raw.get("text", ""), tool_calls=tuple(calls))
 
 
-def make_test(case: dict[str, Any]) -> Test:
+def make_test(case: dict[str, Any]) -> EngineTest:
     tools = tuple({"type": "function", "function": {"name": name, "parameters": params}}
                   for name, params in (case.get("tools") or {}).items())
-    return Test(suite="cases", id=case.get("name", "case"), file="cases.yaml", line=0, messages=(), prompt="",
+    return EngineTest(suite="cases", id=case.get("name", "case"), file="cases.yaml", line=0, messages=(), prompt="",
                 eval=case["eval"], golden=case.get("golden"), variables=case.get("variables") or {}, tools=tools,
                 threshold=case.get("threshold", 1.0))
 

@@ -1,0 +1,116 @@
+"""The BFCL importer: YAML that loads, goldens that pass, verdicts that survive the round trip."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+import bfcl_replay as replay
+
+from engine.evaluators import evaluate
+from engine.importers.bfcl import (
+    CATEGORIES,
+    convert_schema,
+    decode_prompting_calls,
+    import_bfcl,
+)
+from engine.model import Answer
+
+
+@pytest.fixture(scope="module")
+def bfcl_dir(shared_data: Path) -> Path:
+    return shared_data / "bfcl"
+
+
+@pytest.fixture(scope="module")
+def imported(bfcl_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("bfcl")
+    for category in CATEGORIES:
+        first = import_bfcl(category, bfcl_dir, out, limit=40)
+        assert first == out / f"bfcl_{category}.yaml"
+    return out
+
+
+def test_imported_suites_load_and_goldens_pass(imported: Path) -> None:
+    from engine.suite import load_suites
+
+    suites, diagnostics = load_suites([imported], golden_check=True)
+    assert [str(d) for d in diagnostics] == []
+    assert sum(len(s.tests) for s in suites) == 40 * len(CATEGORIES)
+    for suite in suites:
+        for test in suite.tests:
+            assert evaluate(test.eval, Answer.from_golden(test.golden), test).passed, test.id
+
+
+def test_round_trip_through_yaml_keeps_every_verdict(imported: Path, bfcl_dir: Path) -> None:
+    """Conformance cases of the imported tests give the same verdict from the YAML as from the data."""
+    from engine.suite import load_suites
+
+    suites, _ = load_suites([imported])
+    loaded = {t.id: t for s in suites for t in s.tests}
+    entries = replay.load_entries(bfcl_dir)
+    checked = 0
+    for case in replay.load_conformance(bfcl_dir):
+        test = loaded.get(case["test_id"])
+        if test is None or case["model_mode"] != "prompting":
+            continue
+        calls = replay.calls_from_decoded(case["decoded_calls"])
+        direct = replay.replay(case, entries)
+        from_yaml = evaluate(test.eval, Answer(tool_calls=calls), test)
+        assert (from_yaml.passed, from_yaml.reason) == (direct.got, direct.reason), case["case_id"]
+        checked += 1
+    assert checked > 1000
+
+
+def test_tools_clash_goes_to_part_files(bfcl_dir: Path, tmp_path: Path) -> None:
+    first = import_bfcl("simple_python", bfcl_dir, tmp_path)
+    parts = sorted(tmp_path.glob("bfcl_simple_python_part*.yaml"))
+    assert first.exists() and parts  # BFCL reuses names like `calculate_area` with different schemas
+    text = first.read_text(encoding="utf-8")
+    assert text.startswith("# BFCL v4 simple_python: ShishirPatil/gorilla, Apache-2.0.")
+    assert "match: bfcl" in text
+
+
+def test_schema_types_become_json_schema() -> None:
+    bfcl = {"type": "dict", "properties": {"x": {"type": "float"}, "pt": {"type": "tuple", "items": {"type": "float"}},
+                                            "d": {"type": "dict", "properties": {"k": {"type": "any"}}},
+                                            "o": {"type": "string", "optional": True}}, "required": ["x"]}
+    assert convert_schema(bfcl) == {
+        "type": "object", "required": ["x"],
+        "properties": {"x": {"type": "number"}, "pt": {"type": "array", "items": {"type": "number"}},
+                       "d": {"type": "object", "properties": {"k": {"type": "string"}}}, "o": {"type": "string"}}}
+
+
+@pytest.mark.parametrize(("text", "calls"), [
+    ("[f(a=1, b='x')]", [{"f": {"a": 1, "b": "x"}}]),
+    ("f(a=-3)", [{"f": {"a": -3}}]),
+    ("```\n[m.g(c=1+1, t=(1, 2))]\n```", [{"m.g": {"c": 2, "t": [1, 2]}}]),
+    ("[f(x=data['k'], y=name)]", [{"f": {"x": "data['k']", "y": "name"}}]),
+    ("[f(10, 5)]", [{"f": {}}]),
+])
+def test_decode_prompting_calls(text: str, calls: list[dict[str, Any]]) -> None:
+    assert decode_prompting_calls(text) == calls
+
+
+@pytest.mark.parametrize("text", ["I cannot help with that.", "```python\n[f(a=1)]\n```", "[1, 2]"])
+def test_decode_prompting_calls_refuses_prose(text: str) -> None:
+    with pytest.raises(ValueError):
+        decode_prompting_calls(text)
+
+
+def test_cli_imports_and_reports_errors_without_traceback(bfcl_dir: Path, tmp_path: Path) -> None:
+    ok = subprocess.run([sys.executable, "-m", "engine", "import", "bfcl", "parallel", "--data", str(bfcl_dir),
+                         "--out", str(tmp_path), "--limit", "3"], capture_output=True, text=True, timeout=120)
+    assert ok.returncode == 0, ok.stderr
+    assert f"wrote {tmp_path / 'bfcl_parallel.yaml'}" in ok.stdout
+    assert (tmp_path / "bfcl_parallel.yaml").exists()
+    bad = subprocess.run([sys.executable, "-m", "engine", "import", "bfcl", "parallel", "--data", str(tmp_path),
+                          "--out", str(tmp_path)], capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2
+    assert "BFCL_v4_parallel.json not found; point --data at the folder" in bad.stderr
+    assert "Traceback" not in bad.stderr
