@@ -1,5 +1,144 @@
-"""Placeholder: commands are added here."""
+"""Suite commands: `engine validate`, `engine list`, `engine schema`, `engine init`.
+
+Exit codes: 0 fine, 1 problems found in the files, 2 a usage error (a path that does not exist, an
+unknown schema name, a folder `init` would overwrite).
+"""
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+
 from engine.cli.app import app, import_app  # noqa: F401
+
+EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE = 0, 1, 2
+
+
+def _print_diagnostics(diagnostics: list, files_checked: int, tests: int) -> int:
+    """Print diagnostics gcc-style to stderr with a one-line summary; return the exit code."""
+    ordered = sorted(diagnostics, key=lambda d: (d.file, d.line, d.col))
+    for diag in ordered:
+        print(str(diag), file=sys.stderr)
+    errors = sum(1 for d in ordered if d.severity == "error")
+    warnings = len(ordered) - errors
+    summary = (f"{errors} error{'s' if errors != 1 else ''}, {warnings} warning{'s' if warnings != 1 else ''} "
+               f"in {files_checked} file{'s' if files_checked != 1 else ''} ({tests} tests loaded)")
+    print(summary, file=sys.stderr)
+    return EXIT_PROBLEMS if errors else EXIT_OK
+
+
+def _missing_paths(paths: list[Path]) -> list[Path]:
+    return [p for p in paths if not p.exists()]
+
+
+@app.command()
+def validate(
+    paths: list[Path] = typer.Argument(..., help="Suite files or folders (searched for *.yaml / *.yml)."),
+    no_golden_check: bool = typer.Option(False, "--no-golden-check",
+                                         help="Skip scoring each test's golden answer with its own evaluator."),
+    models: Optional[Path] = typer.Option(None, "--models", help="Also check this models.yaml."),
+) -> None:
+    """Check suites before any model is called: YAML, schema, references, templates, goldens."""
+    from engine.suite import load_models, load_suites
+    from engine.suite.loader import expand_paths
+
+    missing = _missing_paths(list(paths) + ([models] if models else []))
+    if missing:
+        for path in missing:
+            print(f"{path}: error: no such file or folder", file=sys.stderr)
+        raise typer.Exit(EXIT_USAGE)
+    files, _ = expand_paths(list(paths))
+    suites, diagnostics = load_suites(list(paths), golden_check=not no_golden_check)
+    checked = len(files)
+    if models:
+        _, model_problems = load_models(models)
+        diagnostics.extend(model_problems)
+        checked += 1
+    tests = sum(len(s.tests) for s in suites)
+    raise typer.Exit(_print_diagnostics(diagnostics, checked, tests))
+
+
+@app.command("list")
+def list_tests(
+    paths: list[Path] = typer.Argument(..., help="Suite files or folders."),
+) -> None:
+    """A table of tests: suite, id, tags, evaluator kinds and content hash."""
+    from engine.suite import load_suites
+    from engine.suite.loader import expand_paths
+
+    missing = _missing_paths(list(paths))
+    if missing:
+        for path in missing:
+            print(f"{path}: error: no such file or folder", file=sys.stderr)
+        raise typer.Exit(EXIT_USAGE)
+    suites, diagnostics = load_suites(list(paths))
+    rows = [("SUITE", "TEST", "TAGS", "EVALUATORS", "HASH")]
+    for suite in suites:
+        for test in suite.tests:
+            rows.append((suite.id, test.id, ",".join(test.tags) or "-", ",".join(_kinds(test.eval)) or "-", test.hash))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
+    for row in rows:
+        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)) + "  " + row[-1])
+    errors = [d for d in diagnostics if d.severity == "error"]
+    if diagnostics:
+        files, _ = expand_paths(list(paths))
+        _print_diagnostics(diagnostics, len(files), sum(len(s.tests) for s in suites))
+    raise typer.Exit(EXIT_PROBLEMS if errors else EXIT_OK)
+
+
+def _kinds(spec: object) -> list[str]:
+    """The evaluator kinds in a spec, each once, in the order they appear."""
+    found: dict[str, None] = {}
+
+    def walk(node: object) -> None:
+        if not isinstance(node, dict):
+            return
+        for key, value in node.items():
+            if key in ("weight", "threshold", "name", "must"):
+                continue
+            found.setdefault(key, None)
+            if key in ("all", "any") and isinstance(value, list):
+                for child in value:
+                    walk(child)
+            elif key == "not":
+                walk(value)
+
+    walk(spec)
+    return list(found)
+
+
+@app.command()
+def schema(
+    which: str = typer.Argument("suite", help="suite, models or harness."),
+) -> None:
+    """Print a JSON Schema from schemas/ (for editors and tools)."""
+    from engine.suite.schema import SCHEMA_DIR
+
+    names = ("suite", "models", "harness")
+    if which not in names:
+        print(f"error: unknown schema '{which}'; choose one of {', '.join(names)}", file=sys.stderr)
+        raise typer.Exit(EXIT_USAGE)
+    path = SCHEMA_DIR / f"{which}.schema.json"
+    if not path.is_file():
+        print(f"error: {path} is missing from this installation", file=sys.stderr)
+        raise typer.Exit(EXIT_PROBLEMS)
+    sys.stdout.write(path.read_text(encoding="utf-8"))
+
+
+@app.command()
+def init(
+    directory: Path = typer.Argument(..., help="Folder to write a starter suite into (created if needed)."),
+) -> None:
+    """Write a commented starter suite that validates, to edit into your own."""
+    from engine.suite.starter import STARTER_FILE, starter_suite
+
+    target = directory / STARTER_FILE
+    if target.exists():
+        print(f"{target}: error: already exists; choose another folder or remove the file", file=sys.stderr)
+        raise typer.Exit(EXIT_USAGE)
+    directory.mkdir(parents=True, exist_ok=True)
+    target.write_text(starter_suite(directory), encoding="utf-8")
+    print(f"wrote {target}; check it with: engine validate {target}")

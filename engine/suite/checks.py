@@ -18,7 +18,7 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 
 from engine.errors import Diagnostic
-from engine.suite.render import ENV, TemplateSyntaxError, is_template
+from engine.suite.render import ENV, TemplateSyntaxError, is_template, simple_names
 from engine.suite.schema import did_you_mean
 from engine.suite.yaml import Positions
 
@@ -66,6 +66,9 @@ def template_names(text: str) -> frozenset[str] | str:
     """The variables a template uses, or the syntax error's message when it does not compile."""
     if not is_template(text):
         return frozenset()
+    simple = simple_names(text)
+    if simple is not None:
+        return frozenset(simple)
     from jinja2 import meta
 
     try:

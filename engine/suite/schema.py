@@ -41,6 +41,44 @@ def validator(name: str) -> Draft202012Validator:
     return Draft202012Validator(load_schema(name))
 
 
+# Above this many YAML nodes, first ask a compiled fastjsonschema validator whether the document is valid
+# at all (0.15 s against 1.4 s for jsonschema on 10,000 tests); only an invalid document pays for
+# jsonschema's error walk. Below it, compiling (about 0.25 s) would cost more than it saves.
+FAST_PATH_MIN_NODES = 20_000
+
+
+def _draft7(value: Any) -> Any:
+    """The schema as draft-07 for fastjsonschema: `dependentSchemas` is draft-07's `dependencies`."""
+    if isinstance(value, dict):
+        return {("dependencies" if k == "dependentSchemas" else k): _draft7(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_draft7(v) for v in value]
+    return value
+
+
+@cache
+def _fast_validator(name: str) -> Any:
+    try:
+        import fastjsonschema
+    except ImportError:
+        return None
+    schema = _draft7(load_schema(name))
+    schema["$schema"] = "http://json-schema.org/draft-07/schema#"
+    return fastjsonschema.compile(schema)
+
+
+def _quickly_valid(name: str, data: Any) -> bool:
+    """True when the compiled validator accepts `data`; False when it rejects it or is unavailable."""
+    check = _fast_validator(name)
+    if check is None:
+        return False
+    try:
+        check(data)
+    except Exception:  # JsonSchemaException, or anything odd: let jsonschema decide and explain
+        return False
+    return True
+
+
 @cache
 def evaluator_kinds() -> tuple[str, ...]:
     """Every evaluator kind the suite schema knows, in catalogue order."""
@@ -186,7 +224,7 @@ class _Mapper:
             out.append((path + (extra,), True, f"unknown key '{extra}' in {_article(noun)}{hint}"))
         return out
 
-    def _anyOf(self, error: ValidationError, path: tuple[Any, ...]) -> list[Any]:
+    def _not(self, error: ValidationError, path: tuple[Any, ...]) -> list[Any]:
         schema, instance = error.schema, error.instance
         if schema.get("title") == "evaluator" and isinstance(instance, dict):
             kinds = evaluator_kinds()
@@ -200,7 +238,10 @@ class _Mapper:
                 hint = f" — did you mean '{guess}'?" if guess else f"; the kinds are {', '.join(kinds)}"
                 out.append((path + (key,), True, f"unknown evaluator '{key}'{hint}"))
             return out
-        return self._one_of_names(error, path, schema.get("anyOf"), exactly=False)
+        return []
+
+    def _anyOf(self, error: ValidationError, path: tuple[Any, ...]) -> list[Any]:
+        return self._one_of_names(error, path, error.schema.get("anyOf"), exactly=False)
 
     def _oneOf(self, error: ValidationError, path: tuple[Any, ...]) -> list[Any]:
         return self._one_of_names(error, path, error.schema.get("oneOf"), exactly=True)
@@ -340,6 +381,8 @@ def validate(data: Any, positions: Positions, file: str, schema_name: str = "sui
     Returns:
         One diagnostic per problem, in file order, each pointing at the offending key or value.
     """
+    if len(positions.values) >= FAST_PATH_MIN_NODES and _quickly_valid(schema_name, data):
+        return []
     mapper = _Mapper(positions)
     seen: set[tuple[int, int, str]] = set()
     out: list[Diagnostic] = []

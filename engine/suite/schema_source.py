@@ -4,8 +4,8 @@ Why Python: the evaluator catalogue repeats one pattern (a kind key, its options
 25 times; building it here keeps every kind consistent. `python -m engine.suite.schema_source` rewrites
 the JSON files; a test fails when the files and this source disagree.
 
-Every evaluator kind is a `$defs/eval_<kind>` branch. `$defs/evaluator` dispatches with one
-`if: {required: [<kind>]} then: {$ref: ...}` per kind, so a validator reports what is wrong *inside*
+Every evaluator kind is a `$defs/eval_<kind>` branch. `$defs/evaluator` dispatches with
+`dependentSchemas: {<kind>: {$ref: ...}}`, so a validator reports what is wrong *inside*
 the branch the author picked, never "not valid under any of the given schemas". Each branch has a
 `title` ("contains evaluator"), which the error mapper uses to name the evaluator.
 """
@@ -164,9 +164,11 @@ def _evaluator_defs() -> dict[str, Any]:
                        "(`contains: Paris`), with options beside it (`weight`, `threshold`, `name`, `must`).",
         "type": "object",
         "minProperties": 1,
-        # One branch per kind, chosen by the key; the mapper turns "no branch" into "unknown evaluator".
-        "anyOf": [{"required": [kind]} for kind in KINDS],
-        "allOf": [{"if": {"required": [kind]}, "then": {"$ref": f"#/$defs/eval_{kind}"}} for kind in KINDS],
+        # One branch per kind, chosen by the key (dependentSchemas costs one lookup per kind, where
+        # if/then costs a subschema evaluation each). "Has a kind" is: not (no key is a kind); the
+        # error mapper turns its failure into "unknown evaluator 'x' — did you mean ...".
+        "not": {"propertyNames": {"not": {"enum": list(KINDS)}}},
+        "dependentSchemas": {kind: {"$ref": f"#/$defs/eval_{kind}"} for kind in KINDS},
         "examples": [{"contains": "Paris"}, {"all": [{"regex": "^\\w+$"}, {"equals": "{{ golden }}"}]}],
     }
     defs["tool_args"] = {

@@ -47,12 +47,17 @@ _FLOAT_RE = re.compile(
 )
 
 
+_MAY_BE_SPECIAL = frozenset("0123456789+-.~nNtTfF")
+
+
 class _Loader(pyyaml.CSafeLoader if pyyaml.__with_libyaml__ else pyyaml.SafeLoader):  # type: ignore[misc]
     """libyaml's composer with YAML 1.2 core-schema tag resolution for plain scalars."""
 
     def resolve(self, kind: Any, value: Any, implicit: Any) -> str:
         if kind is pyyaml.ScalarNode:
             if not implicit[0]:  # quoted: always text
+                return _STR
+            if value and value[0] not in _MAY_BE_SPECIAL:  # most scalars are words: skip the regexes
                 return _STR
             if _NULL_RE.match(value):
                 return _NULL
