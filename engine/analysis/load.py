@@ -17,6 +17,7 @@ from engine.errors import EngineError
 
 if TYPE_CHECKING:
     import pandas as pd
+    import pyarrow as pa
 
 # The columns the statistics need; text columns (prompt, answer, evaluators) are only for drill-down.
 ANALYSIS_COLUMNS: tuple[str, ...] = (
@@ -28,6 +29,18 @@ ANALYSIS_COLUMNS: tuple[str, ...] = (
 
 class ResultsError(EngineError):
     """Results could not be found or read; the message names the path and the fix."""
+
+
+def _run_named_by(path: Path) -> Path | None:
+    """The sibling run folder a small `latest` text file names, or None."""
+    try:
+        if path.stat().st_size > 4096:
+            return None
+        name = path.read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+    target = path.parent / name
+    return target if name and "/" not in name and target.is_dir() else None
 
 
 def find_parquet_files(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]]) -> list[Path]:
@@ -54,6 +67,12 @@ def find_parquet_files(paths: str | os.PathLike[str] | Iterable[str | os.PathLik
         if not path.exists():
             raise ResultsError(f"{path}: no such file or folder; pass a run folder (results/<run>), "
                                f"a results folder or a .parquet file")
+        if path.is_file() and path.suffix != ".parquet":
+            # `results/latest` is a text file naming the run where symlinks are not available.
+            named = _run_named_by(path)
+            if named is None:
+                raise ResultsError(f"{path}: not a Parquet file; pass a run folder or a .parquet file")
+            path = named
         if path.is_file():
             if path.suffix != ".parquet":
                 raise ResultsError(f"{path}: not a Parquet file; pass a run folder or a .parquet file")
@@ -94,6 +113,28 @@ def load(
     Raises:
         ResultsError: Paths missing, no Parquet found, or files whose column types cannot be unified.
     """
+    table = read_table(paths, columns=columns)
+    if not include_fallback:
+        import pyarrow.compute as pc
+
+        table = table.filter(pc.invert(pc.fill_null(table["fallback"], False)))
+    return table.to_pandas()
+
+
+def read_table(
+    paths: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+    *,
+    columns: Sequence[str] | None = None,
+) -> "pa.Table":
+    """Read runs as one Arrow table (fallback rows included), schemas unified, absent schema columns as nulls.
+
+    Args:
+        paths: Run folders, a parent folder of runs, Parquet files, or a list of them.
+        columns: Read only these columns (plus `fallback`); None reads all.
+
+    Raises:
+        ResultsError: Paths missing, no Parquet found, or column types that cannot be unified.
+    """
     import pyarrow as pa
     import pyarrow.dataset as ds
     import pyarrow.parquet as pq
@@ -123,8 +164,4 @@ def load(
     for field in SCHEMA:
         if field.name in wanted and field.name not in table.column_names:
             table = table.append_column(field.name, pa.nulls(table.num_rows, field.type))
-    if not include_fallback:
-        import pyarrow.compute as pc
-
-        table = table.filter(pc.invert(pc.fill_null(table["fallback"], False)))
-    return table.to_pandas()
+    return table

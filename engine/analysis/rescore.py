@@ -1,0 +1,135 @@
+"""`engine rescore`: score stored answers again with the current evaluators, calling no model.
+
+A suite author who fixes a golden or an evaluator sees the effect for free: the new run folder holds
+the same answers with new verdicts, and `engine diff OLD NEW` shows the flips.
+
+Rows without an answer (a failed call) are copied unchanged; rows whose test is no longer in the
+suites are copied unchanged and counted. The new folder is written with pyarrow and the results
+schema (part file via temporary file + rename, `_manifest.json` last, as `engine.results.writer` does),
+without a journal: nothing in it can be resumed. `results/latest` is left alone.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import io
+import json
+import secrets
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+from engine.errors import EngineError
+from engine.model import Answer, Test, ToolCall
+
+# Error kinds that mean the model gave no answer to score (the call itself failed).
+_SCORABLE_ERRORS = {None, "evaluator"}
+
+
+@dataclass
+class RescoreOutcome:
+    """What `rescore_run` did.
+
+    Args:
+        folder: The new run folder.
+        run_id: Its run id.
+        rescored: Rows scored again.
+        unchanged: Rows copied as they were (no answer, or their test is gone).
+        flipped: Rescored rows whose pass/fail verdict changed.
+        messages: Lines for the person (missing tests, suite warnings).
+    """
+
+    folder: Path
+    run_id: str
+    rescored: int = 0
+    unchanged: int = 0
+    flipped: int = 0
+    messages: list[str] = field(default_factory=list)
+
+
+def _answer_of(row: dict[str, Any]) -> Answer:
+    calls = tuple(ToolCall.from_raw(str(c.get("name") or ""), c.get("arguments") or "", id=c.get("id"))
+                  for c in row.get("tool_calls") or ())
+    return Answer(text=row.get("answer") or "", tool_calls=calls, finish_reason=row.get("finish_reason"),
+                  reasoning=row.get("reasoning"))
+
+
+def _rescore_row(row: dict[str, Any], test: Test, run_id: str) -> dict[str, Any]:
+    from engine.evaluators import evaluate
+    from engine.results.rows import evaluator_nodes
+
+    verdict = evaluate(test.eval, _answer_of(row), test)
+    nodes, isolation = evaluator_nodes(verdict)
+    out = dict(row)
+    out.update(run_id=run_id, test_hash=test.hash, threshold=test.threshold, evaluators=nodes, isolation=isolation,
+               golden=None if test.golden is None else json.dumps(test.golden, ensure_ascii=False, default=str))
+    if verdict.error:
+        out.update(score=None, passed=None, error_kind="evaluator", error_message=verdict.reason)
+    else:
+        out.update(score=float(verdict.score), passed=bool(verdict.passed), error_kind=None, error_message=None)
+    return out
+
+
+def rescore_run(results: Path, suites: Sequence[Path], *, out_parent: Path | None = None) -> RescoreOutcome:
+    """Re-score one run's stored answers into a new run folder.
+
+    Args:
+        results: The run folder (or Parquet files' folder) to read.
+        suites: Suite files or folders holding the current tests and evaluators.
+        out_parent: Where the new run folder goes; default the parent of `results`.
+
+    Raises:
+        EngineError: No results, or suites with errors (their diagnostics in the message).
+    """
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from engine.analysis.load import read_table
+    from engine.results.schema import SCHEMA
+    from engine.results.writer import write_atomic
+    from engine.suite import load_suites
+
+    table = read_table([results])
+    loaded, diagnostics = load_suites([str(p) for p in suites])
+    errors = [d for d in diagnostics if d.severity == "error"]
+    if errors:
+        raise EngineError("the suites have errors; fix them before rescoring:\n" + "\n".join(str(d) for d in errors))
+    tests = {(t.suite, t.id, -1 if t.case_index is None else int(t.case_index)): t for s in loaded for t in s.tests}
+
+    run_id = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ") + "-rescore-" + secrets.token_hex(3)
+    parent = out_parent if out_parent is not None else results.resolve().parent
+    folder = parent / run_id
+    outcome = RescoreOutcome(folder=folder, run_id=run_id,
+                             messages=[str(d) for d in diagnostics if d.severity != "error"])
+    missing: set[tuple[str, str, int]] = set()
+    rows = []
+    for row in table.select([c for c in SCHEMA.names]).to_pylist():
+        key = (str(row["suite"]), str(row["test_id"]), -1 if row["case_index"] is None else int(row["case_index"]))
+        test = tests.get(key)
+        if test is None or row.get("error_kind") not in _SCORABLE_ERRORS:
+            if test is None:
+                missing.add(key)
+            rows.append(dict(row, run_id=run_id))
+            outcome.unchanged += 1
+            continue
+        new = _rescore_row(row, test, run_id)
+        outcome.rescored += 1
+        outcome.flipped += int(new["passed"] != row.get("passed"))
+        rows.append(new)
+    if missing:
+        shown = ", ".join(f"{s}/{t}" + (f"#{c}" if c >= 0 else "") for s, t, c in sorted(missing)[:10])
+        outcome.messages.append(f"warning: {len(missing)} tests of {results} are not in the suites and were copied "
+                                f"unchanged: {shown}{' ...' if len(missing) > 10 else ''}")
+
+    folder.mkdir(parents=True, exist_ok=False)
+    buffer = io.BytesIO()
+    pq.write_table(pa.Table.from_pylist(rows, schema=SCHEMA), buffer, compression="zstd")
+    write_atomic(folder / "part-00000.parquet", buffer.getvalue())
+    source_runs = sorted({str(r) for r in table.column("run_id").to_pylist() if r is not None})
+    manifest = {"run_id": run_id, "kind": "rescore", "rescored_from": source_runs, "source": str(results),
+                "suites": [str(p) for p in suites], "rows": len(rows), "rescored": outcome.rescored,
+                "unchanged": outcome.unchanged, "flipped": outcome.flipped,
+                "created_at": dt.datetime.now(dt.UTC).isoformat()}
+    write_atomic(folder / "_manifest.json", (json.dumps(manifest, indent=2) + "\n").encode())
+    outcome.messages.append(f"{outcome.flipped} verdicts changed; see them with: engine diff {results} {folder}")
+    return outcome

@@ -1,0 +1,77 @@
+"""`engine rescore`: stored answers scored again with the current suite, no model called."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+from builders import row, write_run
+
+from engine.analysis import diff, load
+
+SUITE = """\
+suite: geo
+tests:
+  - id: capital-france
+    prompt: "What is the capital of France?"
+    golden: Paris
+    eval: {contains: "{{ golden }}"}
+  - id: capital-peru
+    prompt: "What is the capital of Peru?"
+    golden: Lima
+    eval: {contains: "{{ golden }}"}
+"""
+
+
+def _engine() -> str:
+    return shutil.which("engine") or str(Path(__file__).resolve().parents[2] / ".venv" / "bin" / "engine")
+
+
+def test_rescore_fixes_a_broken_golden_without_calling_a_model(tmp_path: Path) -> None:
+    # The run was scored against a wrong golden ("Lyon"): both models failed capital-france.
+    rows = []
+    for model in ("a", "b"):
+        rows.append(row(model=model, suite="geo", test_id="capital-france", answer="The capital is Paris.",
+                        score=0.0, passed=False, test_hash="old", run_id="run-1"))
+        rows.append(row(model=model, suite="geo", test_id="capital-peru", answer="Lima" if model == "a" else "Cusco",
+                        score=1.0 if model == "a" else 0.0, passed=model == "a", test_hash="old", run_id="run-1"))
+    rows.append(row(model="b", suite="geo", test_id="capital-peru", attempt=1, answer=None, score=None, passed=None,
+                    error_kind="timeout", error_message="deadline passed", run_id="run-1"))
+    rows.append(row(model="a", suite="geo", test_id="gone", answer="x", score=1.0, passed=True, run_id="run-1"))
+    write_run(tmp_path / "results" / "run-1", rows)
+    suites = tmp_path / "suites"
+    suites.mkdir()
+    (suites / "geo.yaml").write_text(SUITE)
+
+    done = subprocess.run([_engine(), "rescore", str(tmp_path / "results" / "run-1"), "--suites", str(suites)],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert "rescored 4 rows" in done.stdout
+    assert "1 tests of" in done.stderr and "geo/gone" in done.stderr
+    new_runs = [p for p in (tmp_path / "results").iterdir() if p.name != "run-1"]
+    assert len(new_runs) == 1 and "rescore" in new_runs[0].name
+    assert (new_runs[0] / "_manifest.json").exists()
+
+    new = load(new_runs[0]).set_index(["model", "test_id", "attempt"])
+    assert new.loc[("a", "capital-france", 0), "passed"] and new.loc[("b", "capital-france", 0), "passed"]
+    assert not new.loc[("b", "capital-peru", 0), "passed"]
+    assert new.loc[("b", "capital-peru", 1), "error_kind"] == "timeout"  # no answer: copied as it was
+    assert new.loc[("a", "gone", 0), "passed"]  # test gone from the suites: copied as it was
+    nodes = new.loc[("a", "capital-france", 0), "evaluators"]
+    assert nodes[0]["kind"] == "contains" and nodes[0]["passed"]
+
+    result = diff(tmp_path / "results" / "run-1", new_runs[0])
+    france = result.flips[result.flips["test_id"] == "capital-france"]
+    assert list(france["change"]) == ["fail→pass", "fail→pass"] and france["hash_changed"].all()
+
+
+def test_rescore_reports_suite_errors_and_missing_results(tmp_path: Path) -> None:
+    write_run(tmp_path / "run", [row(suite="geo", test_id="capital-france", score=1.0, passed=True)])
+    (tmp_path / "bad.yaml").write_text("suite: geo\ntests:\n  - id: x\n    prompt: q\n    eval: {nope: 1}\n")
+    bad = subprocess.run([_engine(), "rescore", str(tmp_path / "run"), "--suites", str(tmp_path / "bad.yaml")],
+                         capture_output=True, text=True)
+    assert bad.returncode == 2 and "bad.yaml" in bad.stderr and "Traceback" not in bad.stderr
+    missing = subprocess.run([_engine(), "rescore", str(tmp_path / "nope"), "--suites", str(tmp_path / "bad.yaml")],
+                             capture_output=True, text=True)
+    assert missing.returncode == 2 and "no such file" in missing.stderr and "Traceback" not in missing.stderr
