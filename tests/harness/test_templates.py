@@ -70,3 +70,21 @@ def test_a_harness_file_may_not_write_outside_the_work_folder(tmp_path: Path) ->
                                           "files: {'../x.py': x}\n")
     with pytest.raises(SuiteError, match="files"):
         templates.load_harness("./escape.yaml", tmp_path)
+
+
+def test_the_worked_example_in_the_docs_runs(repo_root: Path, tmp_path: Path) -> None:
+    import re
+
+    from ruamel.yaml import YAML
+
+    from engine.model import Answer
+
+    text = (repo_root / "docs" / "harnesses.md").read_text()
+    section = text[text.index("## Writing your own harness"):]
+    harness_yaml, suite_yaml = re.findall(r"```yaml\n(.*?)\n```\n", section, re.DOTALL)[:2]
+    (tmp_path / "roman.harness.yaml").write_text(harness_yaml)
+    test = YAML(typ="safe").load(suite_yaml)["tests"][0]
+    spec = test["eval"]["exec"]
+    assert run_exec(spec, Answer.from_golden(test["golden"]).text, suite_dir=tmp_path).passed
+    wrong = run_exec(spec, "```python\ndef to_roman(n):\n    return 'I' * n\n```", suite_dir=tmp_path)
+    assert not wrong.passed and "to_roman(4) gave 'IIII', expected 'IV'" in wrong.reason
