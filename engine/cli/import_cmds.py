@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Annotated
 
 import typer
 
@@ -16,10 +17,10 @@ _CATEGORIES = ("simple_python", "multiple", "parallel", "parallel_multiple", "ir
 
 @import_app.command("bfcl")
 def import_bfcl_cmd(
-    category: str = typer.Argument(..., help=f"A BFCL category ({', '.join(_CATEGORIES)}) or `all`."),
-    data: Path = typer.Option(..., "--data", help="Folder holding BFCL_v4_<category>.json and possible_answer/."),
-    out: Path = typer.Option(Path("suites/bfcl"), "--out", help="Folder to write the suite YAML files to."),
-    limit: int | None = typer.Option(None, "--limit", min=1, help="Import only the first N entries of each category."),
+    category: Annotated[str, typer.Argument(help=f"A BFCL category ({', '.join(_CATEGORIES)}) or `all`.")],
+    data: Annotated[Path, typer.Option("--data", help="Folder holding BFCL_v4_<category>.json and possible_answer/.")],
+    out: Annotated[Path, typer.Option("--out", help="Folder to write the suite YAML files to.")] = Path("suites/bfcl"),
+    limit: Annotated[int | None, typer.Option("--limit", min=1, help="Import only the first N entries of each.")] = None,
 ) -> None:
     """Turn BFCL questions and possible answers into suites scored with `tool_call` (`match: bfcl`)."""
     from engine.importers.bfcl import import_bfcl
