@@ -35,6 +35,7 @@ __all__ = [
 COMMON_KEYS = ("weight", "threshold", "name", "must")
 RESERVED_VARIABLES = frozenset({"golden", "test_id", "suite"})
 _GLOBALS = frozenset(ENV.globals)
+_JSON_TYPES = ("string", "number", "integer", "boolean", "array", "object", "null")
 _FLAG_BITS = {"i": re.IGNORECASE, "m": re.MULTILINE, "s": re.DOTALL, "x": re.VERBOSE}
 
 
@@ -97,7 +98,12 @@ def check_json_schema(schema: Any) -> tuple[tuple[Any, ...], str] | None:
     try:
         Draft202012Validator.check_schema(schema)
     except SchemaError as exc:
-        return tuple(exc.absolute_path), exc.message
+        path = tuple(exc.absolute_path)
+        if path and path[-1] == "type" and isinstance(exc.instance, str):
+            guess = did_you_mean(exc.instance, _JSON_TYPES)
+            hint = f" — did you mean '{guess}'?" if guess else f"; use one of {', '.join(_JSON_TYPES)}"
+            return path, f"'{exc.instance}' is not a JSON Schema type{hint}"
+        return path, exc.message
     return None
 
 

@@ -218,7 +218,10 @@ class _Expander:
                 continue
             for test in self._expand_test(raw, ("tests", index), default_eval):
                 if test.id in first_line:
-                    self.report.error(("tests", index, "id"), f"duplicate test id '{test.id}' (first used on line "
+                    where = ("tests", index, "id") if test.case_index is None else ("tests", index, "cases",
+                                                                                     test.case_index)
+                    row = "" if test.case_index is None else f" from case row {test.case_index + 1}"
+                    self.report.error(where, f"duplicate test id '{test.id}'{row} (first used on line "
                                       f"{first_line[test.id]}); test ids must be unique within a suite")
                     continue
                 first_line[test.id] = test.line
@@ -300,9 +303,12 @@ class _Expander:
             available = set(row or ()) | {"test_id", "suite"}
             if golden_given or (row and "golden" in row):
                 available.add("golden")
+            missing: dict[str, list[tuple[tuple[Any, ...], str]]] = {}
             for src_path, what, names in templates:
                 for name in sorted(names - available):
-                    self._undefined(name, what, src_path, path, row_index if row is not None else None, available)
+                    missing.setdefault(name, []).append((src_path, what))
+            for name, uses in missing.items():
+                self._undefined(name, uses, path, row_index if row is not None else None, available)
         if not tools_ok or any(d.severity == "error" for d in report.diagnostics[errors_before:]):
             return []
         tools = tuple(self._openai_tool(n) for n in tool_names)
@@ -348,20 +354,24 @@ class _Expander:
             self._named_vars[name] = frozenset(found)
         return self._named_vars[name]
 
-    def _undefined(self, name: str, what: str, src_path: tuple[Any, ...], test_path: tuple[Any, ...],
+    def _undefined(self, name: str, uses: list[tuple[tuple[Any, ...], str]], test_path: tuple[Any, ...],
                    row_index: int | None, available: set[str]) -> None:
+        src_path = uses[0][0]
+        what = " and the ".join(dict.fromkeys(w for _, w in uses))
         if name == "golden":
-            self.report.error(src_path, f"the {what} uses {{{{ golden }}}}, but this test has no `golden:`"
+            verb = "use" if " and " in what else "uses"
+            self.report.error(src_path, f"the {what} {verb} {{{{ golden }}}}, but this test has no `golden:`"
                               + (f" (nor does case row {row_index + 1})" if row_index is not None else "")
                               + "; add the reference answer")
             return
         if row_index is not None:
             self.report.error(test_path + ("cases", row_index), f"case row {row_index + 1} has no value for "
-                              f"'{name}', which the {what} uses; add `{name}:` to the row")
+                              f"'{name}', which the {what} {'use' if ' and ' in what else 'uses'}; add `{name}:` to the row")
             return
         guess = did_you_mean(name, available - RESERVED_VARIABLES)
         hint = f" — did you mean '{guess}'?" if guess else "; give it a value in `cases:` rows or remove it"
-        self.report.error(src_path, f"the {what} uses the variable '{name}', which is not defined{hint}")
+        verb = "use" if " and " in what else "uses"
+        self.report.error(src_path, f"the {what} {verb} the variable '{name}', which is not defined{hint}")
 
     def _check_golden_shape(self, raw: Mapping[str, Any], path: tuple[Any, ...]) -> None:
         golden = raw.get("golden")

@@ -184,8 +184,8 @@ class _Mapper:
         handler = getattr(self, "_" + str(error.validator), None)
         if handler is not None:
             result = handler(error, path)
-            if result:
-                return result
+            if result is not None:
+                return result  # [] means: another error at this place says it better
         return [(path, False, f"{_field(path)}: {error.message}")]
 
     # -- keyword handlers -------------------------------------------------------------------------------
@@ -238,7 +238,9 @@ class _Mapper:
                 hint = f" — did you mean '{guess}'?" if guess else f"; the kinds are {', '.join(kinds)}"
                 out.append((path + (key,), True, f"unknown evaluator '{key}'{hint}"))
             return out
-        return []
+        if schema.get("title") == "evaluator":
+            return []  # not a mapping: the type error explains it
+        return None
 
     def _anyOf(self, error: ValidationError, path: tuple[Any, ...]) -> list[Any]:
         return self._one_of_names(error, path, error.schema.get("anyOf"), exactly=False)
@@ -251,6 +253,8 @@ class _Mapper:
         names = _required_only(branches)
         instance = error.instance
         if names is not None and isinstance(instance, dict):
+            if _misspelt(instance, names, error.schema):
+                return []
             present = [n for n in names if n in instance]
             noun = _noun(error)
             if len(present) > 1 and exactly:
@@ -264,7 +268,7 @@ class _Mapper:
         instance = error.instance
         if not isinstance(instance, dict):
             return []
-        missing = [k for k in error.validator_value if k not in instance]
+        missing = [k for k in error.validator_value if k not in instance and not _misspelt(instance, [k], error.schema)]
         noun = _noun(error)
         return [(path, False, f"{_article(noun)} needs '{name}'"
                  + ("" if noun == "the file" else f" (add `{name}:`)")) for name in missing]
@@ -285,6 +289,8 @@ class _Mapper:
         types = schema.get("type")
         types = [types] if isinstance(types, str) else (types or [])
         raw = self.positions.raw.get(path)
+        if instance is None:
+            return "; a value is missing after the ':'"
         if isinstance(instance, str) and "boolean" in types and instance.lower() in _YES_NO:
             return f"; write true or false (YAML 1.2 reads '{instance}' as text)"
         if raw is not None and "string" in types and not isinstance(instance, str):
@@ -361,6 +367,14 @@ class _Mapper:
 
     def _false(self, error: ValidationError, path: tuple[Any, ...]) -> list[Any]:
         return [(path, False, f"'{_field(path)}' is not allowed here")]
+
+
+def _misspelt(instance: dict[str, Any], names: list[str], schema: dict[str, Any]) -> bool:
+    """True when a key of `instance` is a misspelling of one of `names` that the unknown-key error names."""
+    if schema.get("additionalProperties") is not False:
+        return False
+    allowed = schema.get("properties", {})
+    return any(key not in allowed and did_you_mean(key, allowed) in names for key in instance)
 
 
 def _article(noun: str) -> str:

@@ -252,7 +252,7 @@ SUITE_SCHEMA: dict[str, Any] = {
                   "unique across the suites loaded together (letters, digits, _ . -).", "examples": ["capitals"]},
         "description": {"type": "string", "description": "What the suite measures (for people)."},
         "tags": _TAGS,
-        "defaults": {"type": "object", "title": "defaults", "additionalProperties": False,
+        "defaults": {"type": "object", "title": "the defaults", "additionalProperties": False,
                      "description": "Settings applied to every test that does not set them itself.",
                      "properties": {**_RUN_SETTINGS, "tools": _TOOL_NAMES, "tags": _TAGS}},
         "tools": {"type": "object", "description": "Functions the model may call, named once, offered by name.",

@@ -226,7 +226,7 @@ def yaml_hint(source: str, line: int, problem: str) -> str:
     if "mapping values are not allowed" in problem:
         return ("a `key: value` appears where YAML did not expect one; check this line's indentation against "
                 "the line above, or quote a value that contains ': '")
-    if "end of stream" in problem and "quoted" in problem:
+    if "quoted" in problem:
         return "a quoted text is never closed; add the closing quote"
     if "expected ',' or ']'" in problem or "expected ',' or '}'" in problem:
         return "a [list] or {mapping} written on one line is not closed, or an item in it needs quotes"
@@ -255,9 +255,14 @@ def load_yaml_text(source: str, file: str) -> LoadedYaml:
         finally:
             loader.dispose()
     except pyyaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
+        context = str(exc.context or "")
+        # An unclosed quote or [list] is found at the end of the file; where it opens is more useful.
+        opened = "quoted scalar" in context or "flow" in context
+        mark = (exc.context_mark if opened else None) or exc.problem_mark or exc.context_mark
         line, col = (mark.line + 1, mark.column + 1) if mark else (1, 1)
         problem = str(exc.problem or exc.context or "not valid YAML")
+        if "quoted scalar" in context:
+            problem = f"{problem} {context}"
         if "tab" in problem:  # libyaml points at the start of the scalar; the tab itself is more useful
             line, col = _first_tab(source, line, col)
         msg = f"not valid YAML: {problem}; {yaml_hint(source, line, problem)}"

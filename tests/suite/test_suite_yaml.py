@@ -1,0 +1,78 @@
+"""The safe YAML layer: positions, YAML 1.2 scalars, refusals, limits."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from engine.suite import yaml as suite_yaml
+from engine.suite.yaml import load_yaml_file, load_yaml_text
+
+
+def test_positions_of_values_and_keys_are_one_based() -> None:
+    loaded = load_yaml_text("suite: s\ntests:\n  - id: a\n    prompt: hi\n", "f.yaml")
+    assert loaded.diagnostics == []
+    assert loaded.positions.values[("tests", 0, "prompt")] == (4, 13)
+    assert loaded.positions.keys[("tests", 0, "prompt")] == (4, 5)
+    assert loaded.positions.of(("tests", 0, "missing", 3)) == (3, 5)  # nearest ancestor
+
+
+def test_yaml_12_scalars_no_is_text_and_numbers_keep_their_source() -> None:
+    loaded = load_yaml_text("a: no\nb: yes\nc: 1.10\nd: 0x1F\ne: ~\nf: True\ng: '7'\nh: .inf\ni: 1e3\n", "f.yaml")
+    assert loaded.data == {"a": "no", "b": "yes", "c": 1.1, "d": 31, "e": None, "f": True, "g": "7",
+                           "h": float("inf"), "i": 1000.0}
+    assert loaded.positions.raw[("c",)] == "1.10"
+    assert ("g",) not in loaded.positions.raw
+
+
+def test_keys_are_always_text() -> None:
+    assert load_yaml_text("1: a\nno: b\n", "f.yaml").data == {"1": "a", "no": "b"}
+
+
+def test_duplicate_keys_are_errors_at_the_second_key() -> None:
+    [diag] = load_yaml_text("a: 1\nb: 2\na: 3\n", "f.yaml").diagnostics
+    assert (diag.line, diag.col) == (3, 1)
+    assert "duplicate key 'a' (first written on line 1)" in diag.message
+
+
+def test_python_tags_are_refused_not_executed(tmp_path: Path) -> None:
+    marker = tmp_path / "pwned"
+    text = f"a: !!python/object/apply:os.system ['touch {marker}']\n"
+    [diag] = load_yaml_text(text, "f.yaml").diagnostics
+    assert "not allowed" in diag.message
+    assert not marker.exists()
+
+
+def test_billion_laughs_is_refused_quickly() -> None:
+    lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
+    for i in range(1, 10):
+        prev = f"*a{i - 1}"
+        lines.append(f"a{i}: &a{i} [{', '.join([prev] * 10)}]")
+    loaded = load_yaml_text("\n".join(lines) + "\n", "f.yaml")
+    assert loaded.data is None
+    assert "repeats anchors" in loaded.diagnostics[0].message
+
+
+def test_honest_anchor_reuse_is_fine() -> None:
+    loaded = load_yaml_text("base: &b {x: 1}\nfirst: *b\nsecond: *b\n", "f.yaml")
+    assert loaded.diagnostics == []
+    assert loaded.data["second"] == {"x": 1}
+
+
+def test_file_size_limit(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setattr(suite_yaml, "MAX_BYTES", 100)
+    path = tmp_path / "big.yaml"
+    path.write_text("a: " + "x" * 200 + "\n", encoding="utf-8")
+    [diag] = load_yaml_file(path).diagnostics
+    assert "limited to" in diag.message and "split it" in diag.message
+
+
+def test_non_utf8_file_is_reported(tmp_path: Path) -> None:
+    path = tmp_path / "latin1.yaml"
+    path.write_bytes("a: ok\nb: caf\xe9\n".encode("latin-1"))
+    [diag] = load_yaml_file(path).diagnostics
+    assert diag.line == 2 and "UTF-8" in diag.message
+
+
+def test_tab_hint_points_at_the_tab() -> None:
+    [diag] = load_yaml_text("a:\n  b: 1\n\tc: 2\n", "f.yaml").diagnostics
+    assert diag.line == 3 and "tab" in diag.message and "spaces" in diag.message
