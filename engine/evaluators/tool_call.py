@@ -68,17 +68,18 @@ def max_matching(ok: Sequence[Sequence[bool]], n_right: int) -> list[int | None]
         for j in range(n_right):
             if ok[i][j] and j not in seen:
                 seen.add(j)
-                if owner[j] is None or augment(owner[j], seen):  # type: ignore[arg-type]
+                holder = owner[j]
+                if holder is None or augment(holder, seen):
                     owner[j] = i
                     return True
         return False
 
-    for i in range(len(ok)):
-        augment(i, set())
+    for row in range(len(ok)):
+        augment(row, set())
     result: list[int | None] = [None] * len(ok)
-    for j, i in enumerate(owner):
-        if i is not None:
-            result[i] = j
+    for column, holder in enumerate(owner):
+        if holder is not None:
+            result[holder] = column
     return result
 
 

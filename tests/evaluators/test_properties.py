@@ -62,7 +62,7 @@ def test_every_score_is_in_unit_interval(spec: dict[str, Any], answer: Answer) -
 @given(specs, answers)
 def test_not_not_is_identity(spec: dict[str, Any], answer: Answer) -> None:
     once, twice = run(spec, answer), run({"not": {"not": spec}}, answer)
-    assert twice.score == once.score
+    assert abs(twice.score - once.score) < 1e-12  # 1 - (1 - x) may differ from x in the last bit
     assert twice.error == once.error
     if not once.error and "threshold" not in spec:  # a root threshold of its own changes `passed` only
         assert twice.passed == once.passed
