@@ -125,7 +125,7 @@ def read_table(
     paths: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
     *,
     columns: Sequence[str] | None = None,
-) -> "pa.Table":
+) -> pa.Table:
     """Read runs as one Arrow table (fallback rows included), schemas unified, absent schema columns as nulls.
 
     Args:

@@ -84,7 +84,7 @@ def per_model(
     def col(series: pd.Series | None, key: object = None) -> np.ndarray:
         if series is None:
             return np.full(n_models, np.nan)
-        s = series if key is None else series[key] if key in series else None
+        s = series if key is None else series.get(key, None)
         return np.full(n_models, np.nan) if s is None else s.reindex(range(n_models)).to_numpy(dtype="float64")
 
     notes = []
@@ -133,6 +133,6 @@ def _top_error_kind(df: pd.DataFrame, code: np.ndarray, scored: np.ndarray) -> d
     kinds = pd.Series(np.asarray(df["error_kind"].astype(object))[unscored]).fillna("no score")
     counts = pd.DataFrame({"code": code[unscored], "kind": kinds.to_numpy()}).value_counts()
     top: dict[int, str] = {}
-    for (m, kind), _ in counts.items():
+    for m, kind in counts.index:
         top.setdefault(int(m), str(kind))
     return top

@@ -12,8 +12,9 @@ import datetime as dt
 import html
 import json
 import math
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -56,7 +57,7 @@ def _evaluator_nodes(nodes: Any) -> list[dict[str, Any]]:
             for node in list(nodes)]
 
 
-def _shown_tests(tests: "pd.DataFrame", limit: int) -> np.ndarray:
+def _shown_tests(tests: pd.DataFrame, limit: int) -> np.ndarray:
     """Indices of the tests to draw: all when few, else evenly spaced over difficulty plus every flagged one."""
     order = np.argsort(tests["difficulty"].fillna(-1).to_numpy(), kind="stable")
     if len(order) <= limit:
@@ -67,7 +68,7 @@ def _shown_tests(tests: "pd.DataFrame", limit: int) -> np.ndarray:
     return chosen[np.argsort(tests["difficulty"].fillna(-1).to_numpy()[chosen], kind="stable")]
 
 
-def _drilldown(df: "pd.DataFrame", item_code: np.ndarray, model_code: np.ndarray, shown: np.ndarray,
+def _drilldown(df: pd.DataFrame, item_code: np.ndarray, model_code: np.ndarray, shown: np.ndarray,
                models: list[str]) -> dict[str, list[dict[str, Any]]]:
     """One representative attempt per (shown test, model): a failing one when there is, to show why."""
     import pandas as pd
@@ -77,7 +78,7 @@ def _drilldown(df: "pd.DataFrame", item_code: np.ndarray, model_code: np.ndarray
         return {}
     sub = pd.DataFrame({
         "item": item_code[mask], "model": model_code[mask], "row": np.nonzero(mask)[0],
-        "passed_rank": df["passed"].to_numpy()[mask] == True,  # noqa: E712 - nullable: None ranks as not passed
+        "passed_rank": df["passed"].to_numpy()[mask] == True,
         "attempt": pd.to_numeric(df["attempt"], errors="coerce").fillna(0).to_numpy()[mask],
     }).sort_values(["item", "model", "passed_rank", "attempt"], kind="stable")
     first = sub.drop_duplicates(["item", "model"])
@@ -96,13 +97,13 @@ def _drilldown(df: "pd.DataFrame", item_code: np.ndarray, model_code: np.ndarray
             "golden": _clip(record.get("golden")),
             "finish_reason": _clean(record.get("finish_reason")),
             "error": _clip(" ".join(str(x) for x in (record.get("error_kind"), record.get("error_message"))
-                                    if x is not None and x == x)) or None,
+                                    if x is not None and not pd.isna(x))) or None,
             "evaluators": _evaluator_nodes(record.get("evaluators")),
         })
     return out
 
 
-def build_payload(df: "pd.DataFrame", *, epsilon: float = 0.05, resamples: int = 1000,
+def build_payload(df: pd.DataFrame, *, epsilon: float = 0.05, resamples: int = 1000,
                   sources: Sequence[str] = (), max_tests: int = MAX_HEATMAP_TESTS) -> dict[str, Any]:
     """Everything the page draws, as JSON-ready data.
 
@@ -177,7 +178,7 @@ y: spread between models. Tests on the floor or the ceiling with no spread tell 
 """
 
 
-def write_report(df: "pd.DataFrame", path: str | Path, *, epsilon: float = 0.05, resamples: int = 1000,
+def write_report(df: pd.DataFrame, path: str | Path, *, epsilon: float = 0.05, resamples: int = 1000,
                  sources: Sequence[str] = ()) -> Path:
     """Write the self-contained HTML report.
 

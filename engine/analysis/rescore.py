@@ -15,9 +15,10 @@ import datetime as dt
 import io
 import json
 import secrets
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from engine.errors import EngineError
 from engine.model import Answer, Test, ToolCall

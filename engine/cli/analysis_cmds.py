@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Annotated
 
 import typer
 
@@ -36,19 +37,36 @@ def _load(paths: list[Path], include_fallback: bool, columns: object = "analysis
 
 @app.command()
 def analyze(
-    results: list[Path] = typer.Argument(..., help="Run folders, a results folder, or Parquet files."),
-    fmt: str = typer.Option("table", "--format", "-f", help="table | markdown | json | csv"),
-    table: str | None = typer.Option(None, "--table", help="For csv: models | tests | suites | tags | comparisons"),
-    fail_under: float | None = typer.Option(
-        None, "--fail-under", help="Exit 1 when any model's mean score is below this (0..1)."),
-    fail_on_regression: Path | None = typer.Option(
-        None, "--fail-on-regression", metavar="BASE",
-        help="Exit 1 when a model's score dropped against the BASE run (95% CI below 0)."),
-    junit: Path | None = typer.Option(None, "--junit", help="Also write JUnit XML (one testcase per test × model)."),
-    include_fallback: bool = typer.Option(False, "--include-fallback", help="Keep rows a fallback model served."),
-    epsilon: float = typer.Option(0.05, "--epsilon", help="Score differences below this count as none."),
-    resamples: int = typer.Option(1000, "--resamples", help="Bootstrap resamples for the CIs."),
-    output: Path | None = typer.Option(None, "--output", "-o", help="Write to this file instead of stdout."),
+    results: Annotated[list[Path], typer.Argument(help="Run folders, a results folder, or Parquet files.")],
+    fmt: Annotated[str, typer.Option("--format", "-f", help="table | markdown | json | csv")] = "table",
+    table: Annotated[
+        str | None, typer.Option("--table", help="For csv: models | tests | suites | tags | comparisons")
+    ] = None,
+    fail_under: Annotated[
+        float | None,
+        typer.Option("--fail-under", help="Exit 1 when any model's mean score is below this (0..1)."),
+    ] = None,
+    fail_on_regression: Annotated[
+        Path | None,
+        typer.Option(
+            "--fail-on-regression",
+            metavar="BASE",
+            help="Exit 1 when a model's score dropped against the BASE run (95% CI below 0).",
+        ),
+    ] = None,
+    junit: Annotated[
+        Path | None, typer.Option("--junit", help="Also write JUnit XML (one testcase per test × model).")
+    ] = None,
+    include_fallback: Annotated[
+        bool, typer.Option("--include-fallback", help="Keep rows a fallback model served.")
+    ] = False,
+    epsilon: Annotated[
+        float, typer.Option("--epsilon", help="Score differences below this count as none.")
+    ] = 0.05,
+    resamples: Annotated[int, typer.Option("--resamples", help="Bootstrap resamples for the CIs.")] = 1000,
+    output: Annotated[
+        Path | None, typer.Option("--output", "-o", help="Write to this file instead of stdout.")
+    ] = None,
 ) -> None:
     """Which tests discriminate, which are saturated, floor or flaky, and which model is better."""
     from engine.analysis.render import FORMATS, TABLES, render
@@ -89,9 +107,12 @@ def analyze(
 
         result = run_diff(base, df, resamples=max(resamples, 1000))
         for row in result.summary.itertuples():
-            typer.echo(f"{row.model}: {row.verdict} against {fail_on_regression} "
-                       f"(Δ {row.mean_diff:+.3f}, 95% CI {row.diff_lo:+.3f} to {row.diff_hi:+.3f}; "
-                       f"{row.pass_to_fail} pass→fail, {row.fail_to_pass} fail→pass)", err=True)
+            typer.echo(
+                f"{row.model}: {row.verdict} against {fail_on_regression} "
+                f"(Δ {row.mean_diff:+.3f}, 95% CI {row.diff_lo:+.3f} to {row.diff_hi:+.3f}; "
+                f"{row.pass_to_fail} pass→fail, {row.fail_to_pass} fail→pass)",
+                err=True,
+            )
         if result.summary.empty:
             typer.echo(f"warning: no model in common with {fail_on_regression}: nothing to compare", err=True)
         code = FAILED if result.regressed else code
@@ -100,10 +121,16 @@ def analyze(
 
 @app.command()
 def report(
-    results: list[Path] = typer.Argument(..., help="Run folders, a results folder, or Parquet files."),
-    output: Path = typer.Option(Path("report.html"), "--output", "-o", help="The HTML file to write."),
-    include_fallback: bool = typer.Option(False, "--include-fallback", help="Keep rows a fallback model served."),
-    epsilon: float = typer.Option(0.05, "--epsilon", help="Score differences below this count as none."),
+    results: Annotated[list[Path], typer.Argument(help="Run folders, a results folder, or Parquet files.")],
+    output: Annotated[Path, typer.Option("--output", "-o", help="The HTML file to write.")] = Path(
+        "report.html"
+    ),
+    include_fallback: Annotated[
+        bool, typer.Option("--include-fallback", help="Keep rows a fallback model served.")
+    ] = False,
+    epsilon: Annotated[
+        float, typer.Option("--epsilon", help="Score differences below this count as none.")
+    ] = 0.05,
 ) -> None:
     """Write one self-contained HTML report (opens offline): models, heatmap, scatter, drill-down."""
     from engine.analysis.report import write_report
@@ -115,10 +142,12 @@ def report(
 
 @app.command("diff")
 def diff_cmd(
-    base: Path = typer.Argument(..., help="The base run (folder or Parquet)."),
-    new: Path = typer.Argument(..., help="The new run."),
-    fmt: str = typer.Option("table", "--format", "-f", help="table | json | csv"),
-    include_fallback: bool = typer.Option(False, "--include-fallback", help="Keep rows a fallback model served."),
+    base: Annotated[Path, typer.Argument(help="The base run (folder or Parquet).")],
+    new: Annotated[Path, typer.Argument(help="The new run.")],
+    fmt: Annotated[str, typer.Option("--format", "-f", help="table | json | csv")] = "table",
+    include_fallback: Annotated[
+        bool, typer.Option("--include-fallback", help="Keep rows a fallback model served.")
+    ] = False,
 ) -> None:
     """Per model: pass→fail and fail→pass flips by test, and a regression verdict with a CI. Exit 1 on a regression."""
     if fmt not in ("table", "json", "csv"):
@@ -129,7 +158,10 @@ def diff_cmd(
     if fmt == "json":
         import json
 
-        payload = {"summary": result.summary.to_dict(orient="records"), "flips": result.flips.to_dict(orient="records")}
+        payload = {
+            "summary": result.summary.to_dict(orient="records"),
+            "flips": result.flips.to_dict(orient="records"),
+        }
         sys.stdout.write(json.dumps(payload, indent=2, default=str) + "\n")
     elif fmt == "csv":
         sys.stdout.write(result.flips.to_csv(index=False))
@@ -138,32 +170,61 @@ def diff_cmd(
         from rich.table import Table
 
         console = Console(width=160)
-        summary = Table(title="Per model (tests with a changed hash left out of the verdict)", title_justify="left")
-        for name in ("model", "tests", "pass→fail", "fail→pass", "changed", "mean A", "mean B", "Δ [95% CI]",
-                     "verdict"):
+        summary = Table(
+            title="Per model (tests with a changed hash left out of the verdict)", title_justify="left"
+        )
+        for name in (
+            "model",
+            "tests",
+            "pass→fail",
+            "fail→pass",
+            "changed",
+            "mean A",
+            "mean B",
+            "Δ [95% CI]",
+            "verdict",
+        ):
             summary.add_column(name)
         for r in result.summary.itertuples():
-            summary.add_row(str(r.model), str(r.tests), str(r.pass_to_fail), str(r.fail_to_pass),
-                            str(r.changed_tests), f"{r.mean_a:.3f}", f"{r.mean_b:.3f}",
-                            f"{r.mean_diff:+.3f} [{r.diff_lo:+.3f}, {r.diff_hi:+.3f}]", str(r.verdict))
+            summary.add_row(
+                str(r.model),
+                str(r.tests),
+                str(r.pass_to_fail),
+                str(r.fail_to_pass),
+                str(r.changed_tests),
+                f"{r.mean_a:.3f}",
+                f"{r.mean_b:.3f}",
+                f"{r.mean_diff:+.3f} [{r.diff_lo:+.3f}, {r.diff_hi:+.3f}]",
+                str(r.verdict),
+            )
         console.print(summary)
         flips = Table(title=f"Flips ({len(result.flips)})", title_justify="left")
         for name in ("model", "test", "change", "score A", "score B", "test changed"):
             flips.add_column(name)
         for r in result.flips.itertuples():
             test = f"{r.suite}/{r.test_id}" + (f"#{r.case_index}" if r.case_index >= 0 else "")
-            flips.add_row(str(r.model), test, str(r.change), f"{r.score_a:.3f}", f"{r.score_b:.3f}",
-                          "yes" if r.hash_changed else "")
+            flips.add_row(
+                str(r.model),
+                test,
+                str(r.change),
+                f"{r.score_a:.3f}",
+                f"{r.score_b:.3f}",
+                "yes" if r.hash_changed else "",
+            )
         console.print(flips)
     raise typer.Exit(FAILED if result.regressed else 0)
 
 
 @app.command()
 def rescore(
-    results: Path = typer.Argument(..., help="The run folder whose stored answers to re-score."),
-    suites: list[Path] = typer.Option(..., "--suites", help="Suite files or folders with the current evaluators."),
-    out: Path | None = typer.Option(
-        None, "--out", help="Parent folder for the new run (default: the parent of RESULTS)."),
+    results: Annotated[Path, typer.Argument(help="The run folder whose stored answers to re-score.")],
+    suites: Annotated[
+        list[Path], typer.Option("--suites", help="Suite files or folders with the current evaluators.")
+    ],
+    out: Annotated[
+        Path | None,
+        typer.Option("--out", help="Parent folder for the new run (default: the parent of RESULTS)."),
+    ] = None,
 ) -> None:
     """Re-score stored answers with the current evaluators, calling no model, into a new run folder."""
     from engine.analysis.rescore import rescore_run

@@ -45,7 +45,7 @@ def test_rescore_fixes_a_broken_golden_without_calling_a_model(tmp_path: Path) -
     (suites / "geo.yaml").write_text(SUITE)
 
     done = subprocess.run([_engine(), "rescore", str(tmp_path / "results" / "run-1"), "--suites", str(suites)],
-                          capture_output=True, text=True)
+                          check=False, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert "rescored 4 rows" in done.stdout
     assert "1 tests of" in done.stderr and "geo/gone" in done.stderr
@@ -70,8 +70,8 @@ def test_rescore_reports_suite_errors_and_missing_results(tmp_path: Path) -> Non
     write_run(tmp_path / "run", [row(suite="geo", test_id="capital-france", score=1.0, passed=True)])
     (tmp_path / "bad.yaml").write_text("suite: geo\ntests:\n  - id: x\n    prompt: q\n    eval: {nope: 1}\n")
     bad = subprocess.run([_engine(), "rescore", str(tmp_path / "run"), "--suites", str(tmp_path / "bad.yaml")],
-                         capture_output=True, text=True)
+                         check=False, capture_output=True, text=True)
     assert bad.returncode == 2 and "bad.yaml" in bad.stderr and "Traceback" not in bad.stderr
     missing = subprocess.run([_engine(), "rescore", str(tmp_path / "nope"), "--suites", str(tmp_path / "bad.yaml")],
-                             capture_output=True, text=True)
+                             check=False, capture_output=True, text=True)
     assert missing.returncode == 2 and "no such file" in missing.stderr and "Traceback" not in missing.stderr
