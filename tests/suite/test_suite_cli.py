@@ -1,0 +1,80 @@
+"""`engine validate | list | schema | init` as a person runs them: real subprocesses, real exit codes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+VALID = Path(__file__).resolve().parent / "fixtures" / "valid"
+
+
+def engine(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "engine", *args], capture_output=True, text=True, cwd=cwd)
+
+
+def test_validate_valid_suite_exits_0() -> None:
+    proc = engine("validate", str(VALID))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.strip() == "0 errors, 0 warnings in 1 file (6 tests loaded)"
+
+
+def test_validate_reports_all_files_and_exits_1(tmp_path: Path) -> None:
+    (tmp_path / "a.yaml").write_text("suite: a\ntests:\n  - {id: x, prompt: p, eval: {contians: p}}\n")
+    (tmp_path / "b.yaml").write_text("suite: b\ntests:\n  - {id: x, prompt: p, max_tokens: 0}\n")
+    proc = engine("validate", str(tmp_path))
+    assert proc.returncode == 1
+    lines = proc.stderr.strip().splitlines()
+    assert lines[0] == f"{tmp_path / 'a.yaml'}:3:31: error: unknown evaluator 'contians' — did you mean 'contains'?"
+    assert lines[1].startswith(f"{tmp_path / 'b.yaml'}:3:36: error: 'max_tokens' must be at least 1")
+    assert lines[2] == "2 errors, 0 warnings in 2 files (0 tests loaded)"
+
+
+def test_validate_usage_errors_exit_2(tmp_path: Path) -> None:
+    assert engine("validate", str(tmp_path / "missing.yaml")).returncode == 2
+    assert engine("validate").returncode == 2
+    assert engine("schema", "nonsense").returncode == 2
+
+
+def test_golden_check_runs_by_default_and_can_be_skipped(tmp_path: Path) -> None:
+    path = tmp_path / "g.yaml"
+    path.write_text("suite: g\ntests:\n  - id: a\n    prompt: p\n    golden: Paris\n    eval: {equals: Lyon}\n")
+    checked = engine("validate", str(path))
+    assert checked.returncode == 1 and "golden answer scores 0.00" in checked.stderr
+    assert engine("validate", "--no-golden-check", str(path)).returncode == 0
+
+
+def test_validate_checks_a_models_file(tmp_path: Path) -> None:
+    models = tmp_path / "models.yaml"
+    models.write_text("models:\n  m: {base_url: 'ftp://x'}\n")
+    proc = engine("validate", str(VALID), "--models", str(models))
+    assert proc.returncode == 1
+    assert f"{models}:2:17: error: 'base_url' must start with http:// or https://" in proc.stderr
+
+
+def test_list_prints_a_row_per_test_with_hash() -> None:
+    proc = engine("list", str(VALID))
+    assert proc.returncode == 0
+    lines = proc.stdout.strip().splitlines()
+    assert lines[0].split() == ["SUITE", "TEST", "TAGS", "EVALUATORS", "HASH"]
+    assert len(lines) == 7
+    row = next(line for line in lines if "capital-italy" in line).split()
+    assert row[:4] == ["capitals", "capital-italy", "knowledge", "all,regex,equals"] and len(row[4]) == 16
+
+
+def test_schema_prints_the_json_schemas() -> None:
+    suite = json.loads(engine("schema").stdout)
+    assert suite["title"] == "suite"
+    assert json.loads(engine("schema", "models").stdout)["title"] == "models file"
+
+
+def test_init_writes_a_starter_that_validates_and_refuses_to_overwrite(tmp_path: Path) -> None:
+    target = tmp_path / "new"
+    assert engine("init", str(target)).returncode == 0
+    starter = target / "my-first-suite.yaml"
+    text = starter.read_text(encoding="utf-8")
+    assert text.startswith("# yaml-language-server: $schema=") and "suite.schema.json" in text
+    assert (target / text.split("$schema=")[1].split("\n")[0]).resolve().is_file()
+    assert engine("validate", str(starter)).returncode == 0
+    assert engine("init", str(target)).returncode == 2

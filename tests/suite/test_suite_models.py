@@ -1,0 +1,70 @@
+"""load_models: models.yaml into ModelConfig, exactly one of base_url / builtin, secrets never echoed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from engine.suite import load_models
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "models.yaml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_full_model_entry(tmp_path: Path) -> None:
+    models, diagnostics = load_models(write(tmp_path, """\
+models:
+  mini:
+    base_url: http://127.0.0.1:8000/v1
+    model: gpt-4o-mini
+    api_key_env: OPENAI_API_KEY
+    concurrency: 4
+    timeout_s: 30
+    max_retries: 1
+    api: completions
+    stream: false
+    params: {seed: 1, top_p: 0.9}
+    price: {input: 0.15, output: 0.6}
+  local:
+    builtin: gemma-3-270m
+"""))
+    assert diagnostics == []
+    mini = models["mini"]
+    assert (mini.model, mini.base_url, mini.api, mini.stream) == ("gpt-4o-mini", "http://127.0.0.1:8000/v1",
+                                                                   "completions", False)
+    assert (mini.concurrency, mini.timeout_s, mini.max_retries) == (4, 30.0, 1)
+    assert mini.params == {"seed": 1, "top_p": 0.9}
+    assert (mini.price_in, mini.price_out) == (0.15, 0.6)
+    assert mini.api_key_env == "OPENAI_API_KEY"
+    local = models["local"]
+    assert (local.builtin, local.model, local.base_url, local.api) == ("gemma-3-270m", "gemma-3-270m", None, "chat")
+
+
+def test_exactly_one_of_base_url_and_builtin(tmp_path: Path) -> None:
+    models, diagnostics = load_models(write(tmp_path, "models:\n  a: {model: x}\n"
+                                          "  b: {builtin: gemma-3-270m, base_url: 'http://127.0.0.1:1/v1'}\n"))
+    assert models == {}
+    assert [d.message for d in diagnostics] == [
+        "a model needs 'base_url' or 'builtin'", "a model takes only one of 'base_url' or 'builtin'; keep one"]
+    assert [d.line for d in diagnostics] == [2, 3]
+
+
+def test_unknown_key_and_bad_api(tmp_path: Path) -> None:
+    _, diagnostics = load_models(write(tmp_path, "models:\n  a:\n    base_url: http://127.0.0.1:1/v1\n"
+                                                 "    timout_s: 3\n    api: chats\n"))
+    assert [str(d).split("models.yaml:")[1] for d in diagnostics] == [
+        "4:5: error: unknown key 'timout_s' in a model — did you mean 'timeout_s'?",
+        "5:10: error: 'api' must be one of chat, completions, but it is the text 'chats' — did you mean 'chat'?"]
+
+
+def test_a_pasted_key_is_not_repeated(tmp_path: Path) -> None:
+    _, [diag] = load_models(write(tmp_path, "models:\n  a:\n    base_url: http://127.0.0.1:1/v1\n"
+                                            "    api_key_env: sk-proj-SECRET-123\n"))
+    assert "SECRET" not in str(diag)
+
+
+def test_missing_models_file(tmp_path: Path) -> None:
+    models, [diag] = load_models(tmp_path / "nope.yaml")
+    assert models == {} and "no such" in diag.message
