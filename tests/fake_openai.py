@@ -55,6 +55,7 @@ class Reply:
         arg_chunks: Pieces each tool call's arguments are split into.
         stall_s: How long a "stall" fault waits.
         tool_index: False sends tool-call deltas without `index` (ids only).
+        error_message: The message of an http_* fault's error body.
     """
 
     content: str = "ok"
@@ -73,6 +74,7 @@ class Reply:
     arg_chunks: int = 3
     stall_s: float = 60.0
     tool_index: bool = True
+    error_message: str | None = None
 
 
 class FakeOpenAI:
@@ -81,6 +83,7 @@ class FakeOpenAI:
     def __init__(self) -> None:
         self.responder: Callable[[dict[str, Any]], Reply] = lambda body: Reply()
         self.requests: list[dict[str, Any]] = []
+        self.authorizations: set[str] = set()   # distinct Authorization headers seen (to prove a key was sent)
         self.in_flight = 0
         self.max_in_flight = 0
         self.in_flight_by_model: dict[str, int] = {}
@@ -164,6 +167,8 @@ class FakeOpenAI:
 
     async def _serve(self, request: web.Request, completions: bool) -> web.StreamResponse:
         body = await request.json()
+        if "Authorization" in request.headers:
+            self.authorizations.add(request.headers["Authorization"])
         model = str(body.get("model"))
         with self._lock:
             self.in_flight += 1
@@ -195,7 +200,8 @@ class FakeOpenAI:
             headers["retry-after-ms"] = reply.retry_after_ms
         if reply.should_retry is not None:
             headers["x-should-retry"] = reply.should_retry
-        return web.json_response({"error": {"message": f"fake error {status}", "code": status}},
+        message = reply.error_message or f"fake error {status}"
+        return web.json_response({"error": {"message": message, "code": status}},
                                  status=status, headers=headers)
 
     @staticmethod

@@ -60,11 +60,29 @@ def cost_of(model: ModelConfig, prompt_tokens: int | None, completion_tokens: in
     return (prompt_tokens * (model.price_in or 0.0) + completion_tokens * (model.price_out or 0.0)) / 1e6
 
 
+_PROMPTS: dict[int, tuple[Test, str, str | None]] = {}
+
+
+def _test_texts(test: Test) -> tuple[str, str | None]:
+    """(messages as JSON, golden as JSON), computed once per test: repeats and models share them.
+
+    Keyed by id() with the test kept in the entry, so an id is never reused while cached.
+    """
+    cached = _PROMPTS.get(id(test))
+    if cached is None or cached[0] is not test:
+        golden = None if test.golden is None else json.dumps(test.golden, ensure_ascii=False, default=str)
+        cached = (test, json.dumps(list(test.messages), ensure_ascii=False), golden)
+        if len(_PROMPTS) > 200_000:
+            _PROMPTS.clear()
+        _PROMPTS[id(test)] = cached
+    return cached[1], cached[2]
+
+
 def rendered_prompt(model: ModelConfig, test: Test) -> str:
     """What was sent: the messages as JSON for chat models, the prompt text for completions models."""
     if model.api == "completions":
         return test.prompt
-    return json.dumps(list(test.messages), ensure_ascii=False)
+    return _test_texts(test)[0]
 
 
 def evaluator_nodes(verdict: Verdict) -> tuple[list[dict[str, Any]], str | None]:
@@ -126,7 +144,7 @@ def build_row(*, run_id: str, model: ModelConfig, test: Test, attempt: int, requ
         "attempt": attempt,
         "tags": list(test.tags),
         "prompt": rendered_prompt(model, test),
-        "golden": None if test.golden is None else json.dumps(test.golden, ensure_ascii=False, default=str),
+        "golden": _test_texts(test)[1],
         "temperature": request.temperature,
         "max_tokens": request.max_tokens,
         "seed": request.seed,
