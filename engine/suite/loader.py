@@ -129,10 +129,16 @@ def load_suite_file(path: Path, file: str | None = None) -> tuple[Suite | None, 
     suite_line = loaded.positions.of(("suite",), key=True)[0]
     schema_failed = report.failed
     broken_sections = {p for p in _error_paths(report, data)}
-    if schema_failed and broken_sections & {"defaults", "tools", "evaluators", "suite"}:
+    if schema_failed and any(not isinstance(section, int) for section in broken_sections):
+        # Only tests with their own errors can be skipped; a broken shared section would mislead every test.
         return None, report.diagnostics, suite_line
     expander = _Expander(data, report, path.parent)
-    tests = expander.expand(skip={i for i in broken_sections if isinstance(i, int)})
+    try:
+        tests = expander.expand(skip={i for i in broken_sections if isinstance(i, int)})
+    except Exception as exc:  # a bug here must still end in a message, never a traceback
+        report.error((), f"internal error while checking this file ({type(exc).__name__}: {exc}); "
+                         "please report it with this file attached")
+        return None, _dedupe(report.diagnostics), suite_line
     _warn_number_traps(report, loaded.positions)
     report.diagnostics = _dedupe(report.diagnostics)
     if report.failed:
