@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Optional
+from typing import Annotated
 
 import typer
 
@@ -36,10 +36,10 @@ def _missing_paths(paths: list[Path]) -> list[Path]:
 
 @app.command()
 def validate(
-    paths: list[Path] = typer.Argument(..., help="Suite files or folders (searched for *.yaml / *.yml)."),
-    no_golden_check: bool = typer.Option(False, "--no-golden-check",
-                                         help="Skip scoring each test's golden answer with its own evaluator."),
-    models: Optional[Path] = typer.Option(None, "--models", help="Also check this models.yaml."),
+    paths: Annotated[list[Path], typer.Argument(help="Suite files or folders (searched for *.yaml / *.yml).")],
+    no_golden_check: Annotated[bool, typer.Option(
+        "--no-golden-check", help="Skip scoring each test's golden answer with its own evaluator.")] = False,
+    models: Annotated[Path | None, typer.Option("--models", help="Also check this models.yaml.")] = None,
 ) -> None:
     """Check suites before any model is called: YAML, schema, references, templates, goldens."""
     from engine.suite import load_models, load_suites
@@ -63,7 +63,7 @@ def validate(
 
 @app.command("list")
 def list_tests(
-    paths: list[Path] = typer.Argument(..., help="Suite files or folders."),
+    paths: Annotated[list[Path], typer.Argument(help="Suite files or folders.")],
 ) -> None:
     """A table of tests: suite, id, tags, evaluator kinds and content hash."""
     from engine.suite import load_suites
@@ -112,7 +112,7 @@ def _kinds(spec: object) -> list[str]:
 
 @app.command()
 def schema(
-    which: str = typer.Argument("suite", help="suite, models or harness."),
+    which: Annotated[str, typer.Argument(help="suite, models or harness.")] = "suite",
 ) -> None:
     """Print a JSON Schema from schemas/ (for editors and tools)."""
     from engine.suite.schema import SCHEMA_DIR
@@ -130,7 +130,7 @@ def schema(
 
 @app.command()
 def init(
-    directory: Path = typer.Argument(..., help="Folder to write a starter suite into (created if needed)."),
+    directory: Annotated[Path, typer.Argument(help="Folder to write a starter suite into (created if needed).")],
 ) -> None:
     """Write a commented starter suite that validates, to edit into your own."""
     from engine.suite.starter import STARTER_FILE, starter_suite

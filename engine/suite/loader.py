@@ -135,7 +135,7 @@ def load_suite_file(path: Path, file: str | None = None) -> tuple[Suite | None, 
     expander = _Expander(data, report, path.parent)
     try:
         tests = expander.expand(skip={i for i in broken_sections if isinstance(i, int)})
-    except Exception as exc:  # a bug here must still end in a message, never a traceback
+    except Exception as exc:  # noqa: BLE001  a bug here must still end in a message, never a traceback
         report.error((), f"internal error while checking this file ({type(exc).__name__}: {exc}); "
                          "please report it with this file attached")
         return None, _dedupe(report.diagnostics), suite_line
@@ -160,7 +160,8 @@ def _error_paths(report: Report, data: dict[str, Any]) -> set[Any]:
     positions = report.positions
     out: set[Any] = set()
     # Map each diagnostic back to the section it lies in, by line range.
-    tests = data.get("tests") if isinstance(data.get("tests"), list) else []
+    raw_tests = data.get("tests")
+    tests: list[Any] = raw_tests if isinstance(raw_tests, list) else []
     starts = sorted((positions.of(("tests", i))[0], i) for i in range(len(tests)))
     section_starts = sorted((positions.of((key,), key=True)[0], key) for key in data)
     for diag in report.diagnostics:
@@ -346,9 +347,9 @@ class _Expander:
                 out.extend(self._eval_templates(value, path + (key,)))
             elif key not in COMMON_KEYS or isinstance(value, str):
                 for text_path, text in walk_strings(value, path + (key,)):
-                    names = template_names(text)
-                    if isinstance(names, frozenset) and names:
-                        out.append((text_path, "evaluator", names))
+                    used = template_names(text)
+                    if isinstance(used, frozenset) and used:
+                        out.append((text_path, "evaluator", used))
         return out
 
     def _named_variables(self, name: str) -> frozenset[str]:
@@ -428,7 +429,7 @@ class _Expander:
                 messages = ([{"role": "system", "content": system_text}] if system_text else [])
                 messages.append({"role": "user", "content": user})
                 prompt = f"{system_text}\n\n{user}" if system_text else user
-        except Exception as exc:  # sandbox refusals, undefined attributes, type errors in expressions
+        except Exception as exc:  # noqa: BLE001  sandbox refusals, undefined attributes, type errors in expressions
             self.report.error(path, f"cannot fill in this test's templates{where}: {exc}")
             return None
         settings = {k: self._setting(raw, k) for k in ("max_tokens", "temperature")}

@@ -74,7 +74,7 @@ def _quickly_valid(name: str, data: Any) -> bool:
         return False
     try:
         check(data)
-    except Exception:  # JsonSchemaException, or anything odd: let jsonschema decide and explain
+    except Exception:  # noqa: BLE001  JsonSchemaException, or anything odd: let jsonschema decide and explain
         return False
     return True
 
@@ -141,7 +141,7 @@ def _expected(schema: Any) -> str:
         return "an evaluator (`contains: Paris`)" if schema["$ref"].endswith("/evaluator") else "a mapping"
     types = schema.get("type")
     if types is None and ("anyOf" in schema or "oneOf" in schema):
-        return " or ".join(_expected(s) for s in schema.get("anyOf", schema.get("oneOf", [])))
+        return " or ".join(_expected(s) for s in schema.get("anyOf") or schema.get("oneOf") or [])
     if isinstance(types, str):
         types = [types]
     if not types:
@@ -203,8 +203,8 @@ class _Mapper:
             other_kinds = [k for k in extras if k in kinds]
             if other_kinds:
                 both = sorted([kind, *other_kinds])
-                out.append((path, False, f"an evaluator has exactly one kind, but this one has {_quote_list(both, 'and')}; "
-                                         f"to use several, list them under `all:` (all must pass) or `any:`"))
+                out.append((path, False, (f"an evaluator has exactly one kind, but this one has {_quote_list(both, 'and')}; "
+                                         f"to use several, list them under `all:` (all must pass) or `any:`")))
             for extra in (k for k in extras if k not in kinds):
                 guess = did_you_mean(extra, allowed)
                 hint = f" — did you mean '{guess}'?" if guess else f"; its options are {_quote_list(allowed)}"
@@ -224,14 +224,14 @@ class _Mapper:
             out.append((path + (extra,), True, f"unknown key '{extra}' in {_article(noun)}{hint}"))
         return out
 
-    def _not(self, error: ValidationError, path: tuple[Any, ...]) -> list[Any]:
+    def _not(self, error: ValidationError, path: tuple[Any, ...]) -> list[Any] | None:
         schema, instance = error.schema, error.instance
         if schema.get("title") == "evaluator" and isinstance(instance, dict):
             kinds = evaluator_kinds()
             unknown = [k for k in instance if k not in _COMMON]
             if not unknown:
-                return [(path, False, "this evaluator has options but no kind; add one, e.g. `contains: Paris` "
-                                      f"(kinds: {', '.join(kinds)})")]
+                return [(path, False, ("this evaluator has options but no kind; add one, e.g. `contains: Paris` "
+                                      f"(kinds: {', '.join(kinds)})"))]
             out = []
             for key in unknown:
                 guess = did_you_mean(key, kinds)
@@ -261,8 +261,8 @@ class _Mapper:
                 return [(path, False, f"{_article(noun)} takes only one of {_quote_list(present, 'or')}; keep one")]
             return [(path, False, f"{_article(noun)} needs {_quote_list(names, 'or')}"
                                   + (" (only one of them)" if exactly and len(names) > 2 else ""))]
-        return [(path, False, f"'{_field(path)}' must be {_expected(error.schema)}, "
-                              f"but it is {describe_value(instance)}{self._hint(path, instance, error.schema)}")]
+        return [(path, False, (f"'{_field(path)}' must be {_expected(error.schema)}, "
+                              f"but it is {describe_value(instance)}{self._hint(path, instance, error.schema)}"))]
 
     def _required(self, error: ValidationError, path: tuple[Any, ...]) -> list[Any]:
         instance = error.instance
@@ -279,10 +279,10 @@ class _Mapper:
         expected = _expected({"type": error.validator_value, "items": schema.get("items")})
         if title in ("evaluator", "test", "message", "case row", "tool", "model") or (
                 title and str(title).endswith(" evaluator")):
-            return [(path, False, f"{_article(str(title))} must be {expected}, but it is {describe_value(instance)}"
-                                  f"{self._hint(path, instance, schema)}")]
-        return [(path, False, f"'{_field(path)}' must be {expected}, but it is {describe_value(instance)}"
-                              f"{self._hint(path, instance, schema)}")]
+            return [(path, False, (f"{_article(str(title))} must be {expected}, but it is {describe_value(instance)}"
+                                  f"{self._hint(path, instance, schema)}"))]
+        return [(path, False, (f"'{_field(path)}' must be {expected}, but it is {describe_value(instance)}"
+                              f"{self._hint(path, instance, schema)}"))]
 
     def _hint(self, path: tuple[Any, ...], instance: Any, schema: dict[str, Any]) -> str:
         """The YAML trap behind a type error, if one fits."""
@@ -307,17 +307,17 @@ class _Mapper:
         options = [str(v) for v in error.validator_value]
         guess = did_you_mean(str(error.instance), options) if isinstance(error.instance, str) else None
         hint = f" — did you mean '{guess}'?" if guess else ""
-        return [(path, False, f"'{_field(path)}' must be one of {', '.join(options)}, "
-                              f"but it is {describe_value(error.instance)}{hint}")]
+        return [(path, False, (f"'{_field(path)}' must be one of {', '.join(options)}, "
+                              f"but it is {describe_value(error.instance)}{hint}"))]
 
     def _const(self, error: ValidationError, path: tuple[Any, ...]) -> list[Any]:
         want = json.dumps(error.validator_value)
-        return [(path, False, f"'{_field(path)}' must be {want}, but it is {describe_value(error.instance)}"
-                              f"{self._hint(path, error.instance, {'type': 'boolean'})}")]
+        return [(path, False, (f"'{_field(path)}' must be {want}, but it is {describe_value(error.instance)}"
+                              f"{self._hint(path, error.instance, {'type': 'boolean'})}"))]
 
     def _bound(self, error: ValidationError, path: tuple[Any, ...], words: str) -> list[Any]:
-        return [(path, False, f"'{_field(path)}' must be {words} {error.validator_value}, "
-                              f"but it is {error.instance}")]
+        return [(path, False, (f"'{_field(path)}' must be {words} {error.validator_value}, "
+                              f"but it is {error.instance}"))]
 
     def _minimum(self, error: ValidationError, path: tuple[Any, ...]) -> list[Any]:
         return self._bound(error, path, "at least")
@@ -329,8 +329,8 @@ class _Mapper:
         return self._bound(error, path, "more than")
 
     def _minItems(self, error: ValidationError, path: tuple[Any, ...]) -> list[Any]:
-        return [(path, False, f"'{_field(path)}' must list at least {error.validator_value} "
-                              f"item{'s' if error.validator_value != 1 else ''}, but it is empty")]
+        return [(path, False, (f"'{_field(path)}' must list at least {error.validator_value} "
+                              f"item{'s' if error.validator_value != 1 else ''}, but it is empty"))]
 
     def _maxItems(self, error: ValidationError, path: tuple[Any, ...]) -> list[Any]:
         return [(path, False, f"'{_field(path)}' may list at most {error.validator_value} items")]
@@ -347,23 +347,23 @@ class _Mapper:
     def _pattern(self, error: ValidationError, path: tuple[Any, ...]) -> list[Any]:
         name = _field(path)
         if name == "api_key_env":  # the value may be a pasted secret: never repeat it
-            return [(path, False, "'api_key_env' must be the NAME of an environment variable that holds the key "
-                                  "(e.g. OPENAI_API_KEY), not the key itself")]
+            return [(path, False, ("'api_key_env' must be the NAME of an environment variable that holds the key "
+                                  "(e.g. OPENAI_API_KEY), not the key itself"))]
         if name == "flags":
-            return [(path, False, f"'flags' may only use the letters i, m, s, x, but it is "
-                                  f"{describe_value(error.instance)}")]
+            return [(path, False, (f"'flags' may only use the letters i, m, s, x, but it is "
+                                  f"{describe_value(error.instance)}"))]
         if name == "base_url":
-            return [(path, False, f"'base_url' must start with http:// or https://, but it is "
-                                  f"{describe_value(error.instance)}")]
+            return [(path, False, (f"'base_url' must start with http:// or https://, but it is "
+                                  f"{describe_value(error.instance)}"))]
         if isinstance(error.instance, str) and error.schema.get("pattern", "").startswith("^[A-Za-z"):
-            return [(path, False, f"'{name}' may only use letters, digits and _ . - (no spaces), but it is "
-                                  f"{describe_value(error.instance)}")]
+            return [(path, False, (f"'{name}' may only use letters, digits and _ . - (no spaces), but it is "
+                                  f"{describe_value(error.instance)}"))]
         return []
 
     def _propertyNames(self, error: ValidationError, path: tuple[Any, ...]) -> list[Any]:
         bad = error.instance
-        return [(path + (bad,), True, f"the name '{bad}' in '{_field(path)}' may only use letters, digits and "
-                                      "_ . - and must start with a letter or _")]
+        return [(path + (bad,), True, (f"the name '{bad}' in '{_field(path)}' may only use letters, digits and "
+                                      "_ . - and must start with a letter or _"))]
 
     def _false(self, error: ValidationError, path: tuple[Any, ...]) -> list[Any]:
         return [(path, False, f"'{_field(path)}' is not allowed here")]
@@ -378,7 +378,7 @@ def _misspelt(instance: dict[str, Any], names: list[str], schema: dict[str, Any]
 
 
 def _article(noun: str) -> str:
-    if noun.startswith("'") or noun.startswith("the "):
+    if noun.startswith(("'", "the ")):
         return noun
     return ("an " if noun[:1].lower() in "aeiou" else "a ") + noun
 

@@ -116,9 +116,9 @@ class _Refused(Exception):
 
 def _int(text: str) -> int:
     if text.startswith("0o"):
-        return int(text[2:], 8)
+        return int(text, 0)
     if text.startswith("0x"):
-        return int(text[2:], 16)
+        return int(text, 0)
     return int(text)
 
 

@@ -11,7 +11,7 @@ VALID = Path(__file__).resolve().parent / "fixtures" / "valid"
 
 
 def engine(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "engine", *args], capture_output=True, text=True, cwd=cwd)
+    return subprocess.run([sys.executable, "-m", "engine", *args], capture_output=True, text=True, cwd=cwd, check=False)
 
 
 def test_validate_valid_suite_exits_0() -> None:

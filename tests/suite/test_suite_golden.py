@@ -14,7 +14,7 @@ pytest.importorskip("engine.evaluators")
 def check(tmp_path: Path, tests: str, header: str = "") -> list[str]:
     path = tmp_path / "g.yaml"
     path.write_text(f"suite: g\n{header}tests:\n{tests}", encoding="utf-8")
-    suites, diagnostics = load_suites([path], golden_check=True)
+    _, diagnostics = load_suites([path], golden_check=True)
     return [f"{d.line}:{d.col}: {d.message}" for d in diagnostics]
 
 

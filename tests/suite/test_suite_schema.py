@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 from jsonschema import Draft202012Validator
@@ -60,7 +61,7 @@ def _resolve(schema: dict[str, Any], ref: str) -> dict[str, Any]:
 def test_every_evaluator_in_the_architecture_catalogue_is_in_the_schema() -> None:
     text = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
     table = text.split("## The evaluator catalogue", 1)[1]
-    kinds = set(re.findall(r"^\| `(\w+)` \|", table, flags=re.M))
+    kinds = set(re.findall(r"^\| `(\w+)` \|", table, flags=re.MULTILINE))
     assert len(kinds) >= 20
     defs = load_schema("suite")["$defs"]
     assert kinds == {k[len("eval_"):] for k in defs if k.startswith("eval_")}
