@@ -29,8 +29,9 @@ import json
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from aiohttp import web
 
@@ -114,7 +115,7 @@ class FakeOpenAI:
             self.max_in_flight_by_model.clear()
         self.responder = lambda body: Reply()
 
-    def start(self) -> "FakeOpenAI":
+    def start(self) -> FakeOpenAI:
         """Start serving on an ephemeral loopback port (returns when it accepts connections)."""
         ready = threading.Event()
 

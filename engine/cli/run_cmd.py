@@ -7,7 +7,6 @@ Heavy modules (aiohttp, pyarrow, the suite loader) are imported inside the comma
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -17,23 +16,23 @@ from engine.cli.app import app
 @app.command("run")
 def run_command(
     paths: list[Path] = typer.Argument(None, help="Suite files or folders (default on --resume: the run's own)."),
-    models: Optional[Path] = typer.Option(None, "--models", help="models.yaml (default: the builtin local model)."),
+    models: Path | None = typer.Option(None, "--models", help="models.yaml (default: the builtin local model)."),
     model: list[str] = typer.Option([], "--model", help="Run only this model (repeatable)."),
-    out: Optional[Path] = typer.Option(None, "--out", help="Results folder (default: results/)."),
-    concurrency: Optional[int] = typer.Option(None, "--concurrency", min=1, help="Calls in flight at most (default 32)."),
-    repeat: Optional[int] = typer.Option(None, "--repeat", min=1, help="Attempts per test (overrides the suites)."),
-    seed: Optional[int] = typer.Option(None, "--seed", help="Sent as `seed` with every request."),
-    temperature: Optional[float] = typer.Option(None, "--temperature", help="Used when a test sets none (default 0)."),
-    max_tokens: Optional[int] = typer.Option(None, "--max-tokens", min=1,
+    out: Path | None = typer.Option(None, "--out", help="Results folder (default: results/)."),
+    concurrency: int | None = typer.Option(None, "--concurrency", min=1, help="Calls in flight at most (default 32)."),
+    repeat: int | None = typer.Option(None, "--repeat", min=1, help="Attempts per test (overrides the suites)."),
+    seed: int | None = typer.Option(None, "--seed", help="Sent as `seed` with every request."),
+    temperature: float | None = typer.Option(None, "--temperature", help="Used when a test sets none (default 0)."),
+    max_tokens: int | None = typer.Option(None, "--max-tokens", min=1,
                                              help="Default max_tokens floor (default 1024); a test may raise it."),
     filters: list[str] = typer.Option([], "--filter", help="Keep tests with this tag or id glob (repeatable)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print every request without calling anything."),
-    resume: Optional[Path] = typer.Option(None, "--resume", help="Continue this run folder: skip finished rows."),
+    resume: Path | None = typer.Option(None, "--resume", help="Continue this run folder: skip finished rows."),
     retry_errors: bool = typer.Option(False, "--retry-errors", help="With --resume: re-run only error rows."),
-    max_cost: Optional[float] = typer.Option(None, "--max-cost", min=0, help="Stop dispatch past this priced spend."),
+    max_cost: float | None = typer.Option(None, "--max-cost", min=0, help="Stop dispatch past this priced spend."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress output."),
     no_stream: bool = typer.Option(False, "--no-stream", help="Ask for whole JSON responses instead of SSE."),
-    max_retries: Optional[int] = typer.Option(None, "--max-retries", min=0, help="Retries per call (default 2)."),
+    max_retries: int | None = typer.Option(None, "--max-retries", min=0, help="Retries per call (default 2)."),
 ) -> None:
     """Run suites against models; results go to OUT/<run-id>/ (Parquet + _manifest.json)."""
     from engine.run.session import Invocation, run_session

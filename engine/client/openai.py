@@ -10,8 +10,9 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any
 
 from engine.client import retry
 from engine.client.sse import SSEDecoder
@@ -150,7 +151,7 @@ class OpenAIClient:
             Authorization header and nowhere else (never in results, errors or logs).
     """
 
-    def __init__(self, session: "aiohttp.ClientSession", api_keys: Mapping[str, str | None]) -> None:
+    def __init__(self, session: aiohttp.ClientSession, api_keys: Mapping[str, str | None]) -> None:
         self._session = session
         self._secrets = [key for key in api_keys.values() if key]
         self._headers: dict[str, dict[str, str]] = {}
@@ -238,7 +239,7 @@ class OpenAIClient:
             result.truncated = True
 
 
-async def _read_stream(resp: "aiohttp.ClientResponse", result: CallResult, started: float,
+async def _read_stream(resp: aiohttp.ClientResponse, result: CallResult, started: float,
                        completions: bool) -> None:
     """Read an SSE response into `result`; raise a stream error when it is malformed or cut short."""
     decoder = SSEDecoder()
@@ -310,7 +311,7 @@ def _decode_events(datas: list[str]) -> list[dict[str, Any]]:
 
 
 def _apply_event(event: dict[str, Any], result: CallResult, text: list[str], reasoning: list[str],
-                 calls: "_ToolCallAccumulator", completions: bool) -> bool:
+                 calls: _ToolCallAccumulator, completions: bool) -> bool:
     """Fold one streamed chunk into the result; True when it carried visible content."""
     choices = event.get("choices")
     if choices is None and "error" in event:
@@ -411,7 +412,7 @@ def _split_think(result: CallResult) -> None:
 class _ToolCallAccumulator:
     """Joins streamed tool-call deltas: by `index`, falling back to `id` when indices collide or lack."""
 
-    __slots__ = ("_calls", "_by_index", "_by_id")
+    __slots__ = ("_by_id", "_by_index", "_calls")
 
     def __init__(self) -> None:
         self._calls: list[list[Any]] = []   # [id, name, [argument pieces]]

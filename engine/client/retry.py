@@ -14,7 +14,7 @@ from __future__ import annotations
 import email.utils
 import random
 import time
-from typing import Mapping
+from collections.abc import Mapping
 
 from engine.errors import CallTimeout, ClientError, HTTPStatusError, StreamError, TransportError
 

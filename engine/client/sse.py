@@ -24,7 +24,7 @@ class SSEDecoder:
             ...
     """
 
-    __slots__ = ("_utf8", "_buffer", "_data", "_has_data")
+    __slots__ = ("_buffer", "_data", "_has_data", "_utf8")
 
     def __init__(self) -> None:
         self._utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")

@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 # One reusable encoder: json.dumps builds a new one per call when given options.
 _ENCODE = json.JSONEncoder(ensure_ascii=False, check_circular=False).encode

@@ -98,8 +98,8 @@ def evaluator_nodes(verdict: Verdict) -> tuple[list[dict[str, Any]], str | None]
     return nodes, isolation
 
 
-def build_row(*, run_id: str, model: ModelConfig, test: Test, attempt: int, request: "PreparedRequest",
-              result: "CallResult", verdict: Verdict | None, evaluator_error: str | None,
+def build_row(*, run_id: str, model: ModelConfig, test: Test, attempt: int, request: PreparedRequest,
+              result: CallResult, verdict: Verdict | None, evaluator_error: str | None,
               started_us: int, ended_us: int) -> dict[str, Any]:
     """Assemble one row.
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import fnmatch
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Iterable, Iterator
 
 from engine.model import ModelConfig, Test
 from engine.results.rows import row_key

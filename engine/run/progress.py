@@ -42,8 +42,8 @@ class Progress:
         self._task: Any = None
         if not quiet and self.stream.isatty():
             from rich.console import Console
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress as RichProgress, TextColumn, \
-                TimeRemainingColumn
+            from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeRemainingColumn
+            from rich.progress import Progress as RichProgress
 
             self._bar = RichProgress(TextColumn("[bold]run"), BarColumn(), MofNCompleteColumn(),
                                      TextColumn("{task.fields[info]}"), TimeRemainingColumn(),

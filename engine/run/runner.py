@@ -17,8 +17,9 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any
 
 from engine.client.openai import OpenAIClient, RequestSettings, prepare
 from engine.model import Answer, ModelConfig, Test, Verdict
@@ -100,7 +101,7 @@ class Runner:
         on_progress: Called after each commit with the stats.
     """
 
-    def __init__(self, config: RunConfig, journal: "Journal", writer: "ResultsWriter", evaluate: Evaluate,
+    def __init__(self, config: RunConfig, journal: Journal, writer: ResultsWriter, evaluate: Evaluate,
                  uses_exec: UsesExec, on_progress: Callable[[RunStats], None] | None = None) -> None:
         self.config = config
         self.journal = journal
@@ -208,7 +209,7 @@ class Runner:
                     verdict = await asyncio.to_thread(self.evaluate, spec, answer, test)
             else:
                 verdict = self.evaluate(spec, answer, test)
-        except Exception as exc:  # evaluate() should never raise; if it does, the row says so
+        except Exception as exc:  # noqa: BLE001 - evaluate() should never raise; if it does, the row says so
             return None, f"the evaluator crashed: {type(exc).__name__}: {exc}"[:500]
         if verdict.error:
             return verdict, verdict.reason

@@ -50,7 +50,7 @@ class Invocation:
     max_retries: int | None = None
     max_cost: float | None = None
 
-    def over(self, stored: dict[str, Any]) -> "Invocation":
+    def over(self, stored: dict[str, Any]) -> Invocation:
         """These settings, with anything not given taken from `stored`."""
         merged = dict(stored)
         for name, value in dataclasses.asdict(self).items():
@@ -374,11 +374,11 @@ def _git_commit(paths: list[str]) -> dict[str, Any] | None:
     folder = where if where.is_dir() else where.parent
     try:
         head = subprocess.run(["git", "-C", str(folder), "rev-parse", "HEAD"], capture_output=True, text=True,
-                              timeout=5)
+                              timeout=5, check=False)
         if head.returncode != 0:
             return None
         dirty = subprocess.run(["git", "-C", str(folder), "status", "--porcelain", "--", "."], capture_output=True,
-                               text=True, timeout=5)
+                               text=True, timeout=5, check=False)
         return {"commit": head.stdout.strip(), "dirty": bool(dirty.stdout.strip())}
     except (OSError, subprocess.SubprocessError):
         return None

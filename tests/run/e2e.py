@@ -63,7 +63,7 @@ def engine(*args: str, env: dict[str, str] | None = None, cwd: Path | None = Non
     """Run `python -m engine ARGS` in a real subprocess."""
     full_env = dict(os.environ, **(env or {}))
     full_env["PYTHONPATH"] = str(ROOT) + os.pathsep + full_env.get("PYTHONPATH", "")
-    return subprocess.run([sys.executable, "-m", "engine", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "engine", *args], capture_output=True, text=True, check=False,
                           env=full_env, cwd=cwd, timeout=120, **kwargs)
 
 
