@@ -6,6 +6,7 @@ still returned. Warnings (e.g. a golden `1.10` read as the number 1.1) do not st
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -81,6 +82,18 @@ def load_suites(paths: list[str | Path], *, golden_check: bool = False) -> tuple
     Returns:
         The suites without errors, and every diagnostic found in every file.
     """
+    was_enabled = gc.isenabled()
+    # Loading builds millions of small objects and no reference cycles worth collecting; the cyclic
+    # collector's repeated full passes cost a third of the time on a 10,000-test suite.
+    gc.disable()
+    try:
+        return _load_suites(paths, golden_check)
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def _load_suites(paths: list[str | Path], golden_check: bool) -> tuple[list[Suite], list[Diagnostic]]:
     files, diagnostics = expand_paths(paths)
     suites: list[Suite] = []
     first_file: dict[str, tuple[str, int]] = {}

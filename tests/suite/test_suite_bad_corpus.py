@@ -54,3 +54,18 @@ def test_cli_reports_corpus_files_gcc_style(name: str, tmp_path: Path) -> None:
     expected = path.with_suffix(".expected").read_text(encoding="utf-8").splitlines()
     assert [line.replace(str(path), path.name) for line in lines[:-1]] == expected
     assert lines[-1].startswith(f"{len(expected)} error")
+
+
+def test_the_fast_schema_path_reports_exactly_what_the_slow_path_does(monkeypatch: pytest.MonkeyPatch,
+                                                                       tmp_path: Path) -> None:
+    """Big files are pre-checked by fastjsonschema; it must never let an invalid file through."""
+    from engine.suite import schema
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    slow = {path.name: _report(path) for path in FILES}
+    monkeypatch.setattr(schema, "FAST_PATH_MIN_NODES", 0)
+    fast = {path.name: _report(path) for path in FILES}
+    assert fast == slow
+    valid = Path(__file__).resolve().parent / "fixtures" / "valid"
+    suites, diagnostics = load_suites([valid])
+    assert diagnostics == [] and len(suites) == 1
