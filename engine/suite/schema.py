@@ -18,6 +18,7 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError
 
 from engine.errors import Diagnostic
+from engine.suite import fastcheck
 from engine.suite.yaml import Positions
 
 __all__ = ["SCHEMA_DIR", "describe_value", "did_you_mean", "load_schema", "validate", "validator"]
@@ -39,81 +40,6 @@ def load_schema(name: str) -> dict[str, Any]:
 def validator(name: str) -> Draft202012Validator:
     """A compiled validator for schemas/<name>.schema.json, built once per process."""
     return Draft202012Validator(load_schema(name))
-
-
-# Above this many YAML nodes, first ask a compiled fastjsonschema validator whether the document is valid
-# at all (0.15 s against 1.4 s for jsonschema on 10,000 tests); only an invalid document pays for
-# jsonschema's error walk. Below it, compiling (about 0.25 s) would cost more than it saves.
-FAST_PATH_MIN_NODES = 20_000
-
-
-def _draft7(value: Any) -> Any:
-    """The schema as draft-07 for fastjsonschema: `dependentSchemas` is draft-07's `dependencies`."""
-    if isinstance(value, dict):
-        return {("dependencies" if k == "dependentSchemas" else k): _draft7(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_draft7(v) for v in value]
-    return value
-
-
-@cache
-def _fast_validator(name: str) -> Any:
-    try:
-        import fastjsonschema
-    except ImportError:
-        return None
-    schema = _draft7(load_schema(name))
-    schema["$schema"] = "http://json-schema.org/draft-07/schema#"
-    try:
-        return _cached_module(name, schema, fastjsonschema).validate
-    except Exception:  # noqa: BLE001  an unwritable cache only costs the compile time
-        return fastjsonschema.compile(schema)
-
-
-def _cached_module(name: str, schema: dict[str, Any], fastjsonschema: Any) -> Any:
-    """The generated validator, its compiled bytecode cached in the user's cache folder.
-
-    Compiling the suite schema's generated code (700 KB of Python) takes about 0.2 s per process;
-    loading its marshalled code object takes a few milliseconds. The file name carries a hash of the
-    schema, fastjsonschema's version and the bytecode format, so nothing stale is ever loaded.
-    """
-    import hashlib
-    import importlib.util
-    import marshal
-    import os
-    import types
-
-    stamp = json.dumps(schema, sort_keys=True) + fastjsonschema.VERSION + importlib.util.MAGIC_NUMBER.hex()
-    digest = hashlib.sha256(stamp.encode()).hexdigest()[:16]
-    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "llm-eval-engine"
-    path = base / f"fastschema_{name}_{digest}.marshal"
-    code = None
-    if path.is_file():
-        try:
-            code = marshal.loads(path.read_bytes())
-        except (ValueError, EOFError, TypeError):
-            code = None
-    if code is None:
-        code = compile(fastjsonschema.compile_to_code(schema), f"<{name} schema validator>", "exec")
-        base.mkdir(parents=True, exist_ok=True)
-        partial = path.with_suffix(f".{os.getpid()}.tmp")
-        partial.write_bytes(marshal.dumps(code))
-        os.replace(partial, path)  # atomic: a concurrent run sees no file or the whole file
-    module = types.ModuleType(f"_engine_fastschema_{name}")
-    exec(code, module.__dict__)  # noqa: S102  our own generated validator, from our own schema
-    return module
-
-
-def _quickly_valid(name: str, data: Any) -> bool:
-    """True when the compiled validator accepts `data`; False when it rejects it or is unavailable."""
-    check = _fast_validator(name)
-    if check is None:
-        return False
-    try:
-        check(data)
-    except Exception:  # noqa: BLE001  JsonSchemaException, or anything odd: let jsonschema decide and explain
-        return False
-    return True
 
 
 @cache
@@ -432,7 +358,7 @@ def validate(data: Any, positions: Positions, file: str, schema_name: str = "sui
     Returns:
         One diagnostic per problem, in file order, each pointing at the offending key or value.
     """
-    if len(positions.values) >= FAST_PATH_MIN_NODES and _quickly_valid(schema_name, data):
+    if len(positions.values) >= fastcheck.FAST_PATH_MIN_NODES and fastcheck.quickly_valid(schema_name, data):
         return []
     mapper = _Mapper(positions)
     seen: set[tuple[int, int, str]] = set()

@@ -1,0 +1,286 @@
+"""One schema-valid suite mapping -> Tests: defaults, tools, named evaluators, cases, templates, hashes.
+
+The meaning checks that need a test's context (which variables each case row offers, which tools and
+named evaluators exist) happen here, while expanding; each problem becomes a Diagnostic in the Report.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from engine.model import Test
+from engine.suite.checks import (
+    COMMON_KEYS,
+    RESERVED_VARIABLES,
+    EvaluatorResolver,
+    Report,
+    check_json_schema,
+    template_names,
+    walk_strings,
+)
+from engine.suite.hashing import test_hash
+from engine.suite.render import render, render_value
+from engine.suite.schema import did_you_mean
+
+__all__ = ["Expander"]
+
+
+class Expander:
+    """Turns one schema-valid suite mapping into Tests, checking meaning on the way."""
+
+    def __init__(self, data: dict[str, Any], report: Report, suite_dir: Path) -> None:
+        self.data = data
+        self.report = report
+        self.suite_dir = suite_dir
+        self.suite_id = data.get("suite", "")
+        self.defaults: Mapping[str, Any] = data.get("defaults") or {}
+        self.tools: Mapping[str, Any] = data.get("tools") or {}
+        self.resolver = EvaluatorResolver(data.get("evaluators") or {}, report, suite_dir)
+        self._named_vars: dict[str, frozenset[str]] = {}
+
+    def expand(self, skip: set[int]) -> list[Test]:
+        self._check_tools()
+        self.resolver.check_definitions()
+        default_eval = None
+        if "eval" in self.defaults:
+            default_eval = self.resolver.resolve(self.defaults["eval"], ("defaults", "eval"))
+        self._check_tool_names(self.defaults.get("tools", ()), ("defaults", "tools"))
+        tests: list[Test] = []
+        first_line: dict[str, int] = {}
+        for index, raw in enumerate(self.data.get("tests") or ()):
+            if index in skip or not isinstance(raw, dict):
+                continue
+            for test in self._expand_test(raw, ("tests", index), default_eval):
+                if test.id in first_line:
+                    where = ("tests", index, "id") if test.case_index is None else ("tests", index, "cases",
+                                                                                     test.case_index)
+                    row = "" if test.case_index is None else f" from case row {test.case_index + 1}"
+                    self.report.error(where, f"duplicate test id '{test.id}'{row} (first used on line "
+                                      f"{first_line[test.id]}); test ids must be unique within a suite")
+                    continue
+                first_line[test.id] = test.line
+                tests.append(test)
+        return tests
+
+    # -- suite-level --------------------------------------------------------------------------------------
+    def _check_tools(self) -> None:
+        for name, tool in self.tools.items():
+            params = tool.get("parameters")
+            found = check_json_schema(params)
+            if found:
+                inner, reason = found
+                self.report.error(("tools", name, "parameters") + inner,
+                                  f"the parameters of tool '{name}' are not a valid JSON Schema: {reason}")
+            elif isinstance(params, dict) and params.get("type") != "object":
+                self.report.error(("tools", name, "parameters"), f"the parameters of tool '{name}' must be a "
+                                  "JSON Schema with `type: object` (function arguments are always an object)")
+
+    def _check_tool_names(self, names: Any, path: tuple[Any, ...]) -> bool:
+        ok = True
+        for i, name in enumerate(names or ()):
+            if name not in self.tools:
+                guess = did_you_mean(name, self.tools)
+                hint = f" — did you mean '{guess}'?" if guess else " — define it under `tools:` at the top"
+                self.report.error(path + (i,), f"unknown tool '{name}'{hint}")
+                ok = False
+        return ok
+
+    def _openai_tool(self, name: str) -> dict[str, Any]:
+        tool = self.tools[name]
+        return {"type": "function", "function": {"name": name, "description": tool.get("description", ""),
+                                                 "parameters": tool.get("parameters") or {}}}
+
+    # -- one test -----------------------------------------------------------------------------------------
+    def _setting(self, raw: Mapping[str, Any], key: str, default: Any = None) -> Any:
+        return raw[key] if key in raw else self.defaults.get(key, default)
+
+    def _expand_test(self, raw: dict[str, Any], path: tuple[Any, ...], default_eval: Any) -> list[Test]:
+        report = self.report
+        errors_before = len(report.diagnostics)
+        tool_names = list(self._setting(raw, "tools", ()) or ())
+        tools_ok = self._check_tool_names(raw.get("tools", ()), path + ("tools",))
+        if "eval" in raw:
+            spec = self.resolver.resolve(raw["eval"], path + ("eval",))
+            eval_path = path + ("eval",)
+        else:
+            spec, eval_path = default_eval, ("defaults", "eval")
+        golden_given = "golden" in raw
+        self._check_golden_shape(raw, path)
+        system = self._setting(raw, "system")
+        system_path = path + ("system",) if "system" in raw else ("defaults", "system")
+        messages = raw.get("messages")
+        if messages and any(m.get("role") == "system" for m in messages) and "system" in raw:
+            report.error(path + ("system",), "this test sets `system:` and also has a system turn in `messages:`; "
+                                             "keep one of them")
+        cases = raw.get("cases") or [None]
+        # Templates and the variables they use, checked once per test against every case row.
+        templates: list[tuple[tuple[Any, ...], str, frozenset[str]]] = []
+        sources: list[tuple[tuple[Any, ...], Any]] = [(path + ("id",), raw.get("id")),
+                                                      (path + ("prompt",), raw.get("prompt")),
+                                                      (system_path, system)]
+        for i, message in enumerate(messages or ()):
+            sources.append((path + ("messages", i, "content"), message.get("content")))
+        if golden_given:
+            sources.extend(walk_strings(raw["golden"], path + ("golden",)))
+        for src_path, text in sources:
+            if isinstance(text, str):
+                names = template_names(text)
+                if isinstance(names, str):
+                    report.error(src_path, f"this template does not compile: {names}")
+                elif names:
+                    templates.append((src_path, _describe(src_path), names))
+        if "eval" in raw or default_eval is not None:
+            templates.extend(self._eval_templates(raw.get("eval", self.defaults.get("eval")), eval_path))
+        for row_index, row in enumerate(cases):
+            available = set(row or ()) | {"test_id", "suite"}
+            if golden_given or (row and "golden" in row):
+                available.add("golden")
+            missing: dict[str, list[tuple[tuple[Any, ...], str]]] = {}
+            for src_path, what, names in templates:
+                for name in sorted(names - available):
+                    missing.setdefault(name, []).append((src_path, what))
+            for name, uses in missing.items():
+                self._undefined(name, uses, path, row_index if row is not None else None, available)
+        if not tools_ok or any(d.severity == "error" for d in report.diagnostics[errors_before:]):
+            return []
+        tools = tuple(self._openai_tool(n) for n in tool_names)
+        line = report.positions.of(path)[0]
+        out: list[Test] = []
+        for row_index, row in enumerate(cases):
+            test = self._one(raw, path, row, row_index if row is not None else None, spec, tools, system, line)
+            if test is not None:
+                out.append(test)
+        return out
+
+    def _eval_templates(self, spec: Any, path: tuple[Any, ...]) -> list[tuple[tuple[Any, ...], str, frozenset[str]]]:
+        """(where, what, variables) for each template in an evaluator spec; named ones at their `use:`."""
+        out: list[tuple[tuple[Any, ...], str, frozenset[str]]] = []
+        if not isinstance(spec, Mapping):
+            return out
+        if "use" in spec and isinstance(spec["use"], str):
+            names = self._named_variables(spec["use"])
+            if names:
+                out.append((path + ("use",), f"named evaluator '{spec['use']}'", names))
+            return out
+        for key, value in spec.items():
+            if key in ("all", "any") and isinstance(value, list):
+                for i, child in enumerate(value):
+                    out.extend(self._eval_templates(child, path + (key, i)))
+            elif key == "not":
+                out.extend(self._eval_templates(value, path + (key,)))
+            elif key not in COMMON_KEYS or isinstance(value, str):
+                for text_path, text in walk_strings(value, path + (key,)):
+                    used = template_names(text)
+                    if isinstance(used, frozenset) and used:
+                        out.append((text_path, "evaluator", used))
+        return out
+
+    def _named_variables(self, name: str) -> frozenset[str]:
+        if name not in self._named_vars:
+            self._named_vars[name] = frozenset()  # guards loops; the resolver reports them
+            found: set[str] = set()
+            for _, _, names in self._eval_templates(self.resolver.named.get(name), ("evaluators", name)):
+                found |= names
+            self._named_vars[name] = frozenset(found)
+        return self._named_vars[name]
+
+    def _undefined(self, name: str, uses: list[tuple[tuple[Any, ...], str]], test_path: tuple[Any, ...],
+                   row_index: int | None, available: set[str]) -> None:
+        src_path = uses[0][0]
+        what = " and the ".join(dict.fromkeys(w for _, w in uses))
+        if name == "golden":
+            verb = "use" if " and " in what else "uses"
+            self.report.error(src_path, f"the {what} {verb} {{{{ golden }}}}, but this test has no `golden:`"
+                              + (f" (nor does case row {row_index + 1})" if row_index is not None else "")
+                              + "; add the reference answer")
+            return
+        if row_index is not None:
+            self.report.error(test_path + ("cases", row_index), f"case row {row_index + 1} has no value for "
+                              f"'{name}', which the {what} {'use' if ' and ' in what else 'uses'}; add `{name}:` to the row")
+            return
+        guess = did_you_mean(name, available - RESERVED_VARIABLES)
+        hint = f" — did you mean '{guess}'?" if guess else "; give it a value in `cases:` rows or remove it"
+        verb = "use" if " and " in what else "uses"
+        self.report.error(src_path, f"the {what} {verb} the variable '{name}', which is not defined{hint}")
+
+    def _check_golden_shape(self, raw: Mapping[str, Any], path: tuple[Any, ...]) -> None:
+        golden = raw.get("golden")
+        if not isinstance(golden, dict):
+            return
+        if "eval" in golden and "eval" not in raw:
+            self.report.error(path + ("golden", "eval"), "`eval:` is indented under `golden:`, so it became part "
+                              "of the golden answer and this test has no evaluator; line `eval:` up with "
+                              "`golden:`", key=True)
+        if "tool_calls" in golden:
+            calls = golden["tool_calls"]
+            if not isinstance(calls, list) or not all(isinstance(c, dict) and isinstance(c.get("name"), str)
+                                                       for c in calls):
+                self.report.error(path + ("golden", "tool_calls"), "a golden `tool_calls:` must be a list of "
+                                  "{name: ..., arguments: {...}} mappings")
+                return
+            for i, call in enumerate(calls):
+                extra = set(call) - {"name", "arguments"}
+                if extra:
+                    self.report.error(path + ("golden", "tool_calls", i), f"a golden tool call has only `name` and "
+                                      f"`arguments`; remove {', '.join(sorted(extra))}")
+                elif not isinstance(call.get("arguments", {}), dict):
+                    self.report.error(path + ("golden", "tool_calls", i, "arguments"),
+                                      "golden tool-call `arguments` must be a mapping of argument -> value")
+
+    def _one(self, raw: Mapping[str, Any], path: tuple[Any, ...], row: Mapping[str, Any] | None,
+             row_index: int | None, spec: Any, tools: tuple[Any, ...], system: Any, line: int) -> Test | None:
+        variables: dict[str, Any] = dict(row or {})
+        variables["suite"] = self.suite_id
+        where = f" (case row {row_index + 1})" if row_index is not None else ""
+        try:
+            test_id = render(raw["id"], variables)
+            if row_index is not None and test_id == raw["id"]:
+                test_id = f"{test_id}[{row_index}]"  # a plain id with cases: one id per row
+            variables["test_id"] = test_id
+            golden = variables.get("golden", raw.get("golden"))
+            if golden is not None:
+                golden = render_value(golden, variables)
+                variables["golden"] = golden
+            system_text = render(system, variables) if isinstance(system, str) else None
+            if "messages" in raw:
+                messages = [{"role": m["role"], "content": render(m["content"], variables)} for m in raw["messages"]]
+                if system_text and not any(m["role"] == "system" for m in messages):
+                    messages.insert(0, {"role": "system", "content": system_text})
+                prompt = "\n\n".join(m["content"] for m in messages)
+            else:
+                user = render(raw["prompt"], variables)
+                messages = ([{"role": "system", "content": system_text}] if system_text else [])
+                messages.append({"role": "user", "content": user})
+                prompt = f"{system_text}\n\n{user}" if system_text else user
+        except Exception as exc:  # noqa: BLE001  sandbox refusals, undefined attributes, type errors in expressions
+            self.report.error(path, f"cannot fill in this test's templates{where}: {exc}")
+            return None
+        settings = {k: self._setting(raw, k) for k in ("max_tokens", "temperature")}
+        threshold = float(self._setting(raw, "threshold", 1.0))
+        tags = _unique([*self.data.get("tags", ()), *self.defaults.get("tags", ()), *raw.get("tags", ())])
+        hashed_vars = {k: v for k, v in variables.items() if k not in ("test_id", "suite")}
+        digest = test_hash(messages=messages, prompt=prompt, tools=tools, eval_spec=spec, variables=hashed_vars,
+                           max_tokens=settings["max_tokens"], temperature=settings["temperature"], threshold=threshold)
+        return Test(suite=self.suite_id, id=test_id, file=self.report.file, line=line, messages=tuple(messages),
+                    prompt=prompt, eval=spec, golden=golden, variables=variables, tools=tools, tags=tuple(tags),
+                    max_tokens=settings["max_tokens"], temperature=settings["temperature"], threshold=threshold,
+                    repeat=int(self._setting(raw, "repeat", 1)), case_index=row_index, hash=digest,
+                    suite_dir=str(self.suite_dir))
+
+
+def _describe(path: tuple[Any, ...]) -> str:
+    """What a template path is, in words: "prompt", "test id", "system text", "message 2"."""
+    last = path[-1]
+    if last == "id":
+        return "test id"
+    if last == "content":
+        return f"message {path[-2] + 1}"
+    if "golden" in path:
+        return "golden"
+    return str(last)
+
+
+def _unique(items: list[str]) -> list[str]:
+    return list(dict.fromkeys(items))

@@ -1,0 +1,96 @@
+"""A fast "is this document valid at all?" pre-check for big files, with fastjsonschema.
+
+jsonschema walks 10,000 tests in about 1.4 s; fastjsonschema's generated code does it in 0.15 s but only
+says "invalid" with its first error. So big documents are first asked here, and only an invalid one pays
+for jsonschema's full, explained walk (engine.suite.schema). A test checks both paths report the same.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+__all__ = ["FAST_PATH_MIN_NODES", "quickly_valid"]
+
+
+def load_schema(name: str) -> dict[str, Any]:
+    from engine.suite.schema import load_schema as load
+
+    return load(name)
+
+
+# Above this many YAML nodes, first ask a compiled fastjsonschema validator whether the document is valid
+# at all (0.15 s against 1.4 s for jsonschema on 10,000 tests); only an invalid document pays for
+# jsonschema's error walk. Below it, compiling (about 0.25 s) would cost more than it saves.
+FAST_PATH_MIN_NODES = 20_000
+
+
+def _draft7(value: Any) -> Any:
+    """The schema as draft-07 for fastjsonschema: `dependentSchemas` is draft-07's `dependencies`."""
+    if isinstance(value, dict):
+        return {("dependencies" if k == "dependentSchemas" else k): _draft7(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_draft7(v) for v in value]
+    return value
+
+
+@cache
+def _fast_validator(name: str) -> Any:
+    try:
+        import fastjsonschema
+    except ImportError:
+        return None
+    schema = _draft7(load_schema(name))
+    schema["$schema"] = "http://json-schema.org/draft-07/schema#"
+    try:
+        return _cached_module(name, schema, fastjsonschema).validate
+    except Exception:  # noqa: BLE001  an unwritable cache only costs the compile time
+        return fastjsonschema.compile(schema)
+
+
+def _cached_module(name: str, schema: dict[str, Any], fastjsonschema: Any) -> Any:
+    """The generated validator, its compiled bytecode cached in the user's cache folder.
+
+    Compiling the suite schema's generated code (700 KB of Python) takes about 0.2 s per process;
+    loading its marshalled code object takes a few milliseconds. The file name carries a hash of the
+    schema, fastjsonschema's version and the bytecode format, so nothing stale is ever loaded.
+    """
+    import hashlib
+    import importlib.util
+    import marshal
+    import os
+    import types
+
+    stamp = json.dumps(schema, sort_keys=True) + fastjsonschema.VERSION + importlib.util.MAGIC_NUMBER.hex()
+    digest = hashlib.sha256(stamp.encode()).hexdigest()[:16]
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "llm-eval-engine"
+    path = base / f"fastschema_{name}_{digest}.marshal"
+    code = None
+    if path.is_file():
+        try:
+            code = marshal.loads(path.read_bytes())
+        except (ValueError, EOFError, TypeError):
+            code = None
+    if code is None:
+        code = compile(fastjsonschema.compile_to_code(schema), f"<{name} schema validator>", "exec")
+        base.mkdir(parents=True, exist_ok=True)
+        partial = path.with_suffix(f".{os.getpid()}.tmp")
+        partial.write_bytes(marshal.dumps(code))
+        os.replace(partial, path)  # atomic: a concurrent run sees no file or the whole file
+    module = types.ModuleType(f"_engine_fastschema_{name}")
+    exec(code, module.__dict__)  # noqa: S102  our own generated validator, from our own schema
+    return module
+
+
+def quickly_valid(name: str, data: Any) -> bool:
+    """True when the compiled validator accepts `data`; False when it rejects it or is unavailable."""
+    check = _fast_validator(name)
+    if check is None:
+        return False
+    try:
+        check(data)
+    except Exception:  # noqa: BLE001  JsonSchemaException, or anything odd: let jsonschema decide and explain
+        return False
+    return True
