@@ -144,6 +144,8 @@ class Test:
         suite_dir: The folder of the suite file (harness and data files resolve inside it).
     """
 
+    __test__ = False  # not a pytest test class, despite the name
+
     suite: str
     id: str
     file: str
