@@ -22,9 +22,7 @@ $(VENV)/.local: pyproject.toml | $(BIN)/python
 
 run: $(VENV)/.local
 	$(ENGINE) validate suites/
-	# --max-tokens is a floor each test may raise; the engine's default (1024) would let the chat
-	# configuration of the small base model ramble for minutes.
-	$(ENGINE) run suites/ --out $(RESULTS) --max-tokens 16
+	$(ENGINE) run suites/ --out $(RESULTS)
 	$(ENGINE) analyze $(RESULTS)/latest
 	$(ENGINE) report $(RESULTS)/latest -o $(RESULTS)/report.html
 	@echo "report written to $(RESULTS)/report.html"

@@ -95,7 +95,8 @@ def prepare(model: ModelConfig, test: Test, settings: RequestSettings) -> Prepar
     """Build the request body for one test.
 
     Precedence: temperature = the test's, else `--temperature`, else the model's params, else 0;
-    max_tokens = max(`--max-tokens` or 1024, the test's) (a test's value only raises the floor);
+    max_tokens = max(floor, the test's), where the floor is `--max-tokens`, else the model's
+    `params.max_tokens`, else 1024 (a test's value only raises the floor);
     seed = `--seed`, else the model's params.
 
     Args:
@@ -109,7 +110,7 @@ def prepare(model: ModelConfig, test: Test, settings: RequestSettings) -> Prepar
         temperature = settings.temperature
     if temperature is None:
         temperature = params.get("temperature", DEFAULT_TEMPERATURE)
-    floor = settings.max_tokens if settings.max_tokens is not None else DEFAULT_MAX_TOKENS
+    floor = settings.max_tokens if settings.max_tokens is not None else params.get("max_tokens", DEFAULT_MAX_TOKENS)
     max_tokens = max(floor, test.max_tokens or 0)
     seed = settings.seed if settings.seed is not None else params.get("seed")
     stream = settings.stream and model.stream

@@ -81,6 +81,9 @@ def default_models() -> dict[str, ModelConfig]:
     The completions configurations stop at a blank line: a base model continues a few-shot pattern
     forever, and the examples separate their shots (and their functions) with blank lines.
 
+    Each sets `max_tokens: 16` as its floor (a test may raise it): the chat configuration of a
+    base model rambles, and the engine's default floor (1024) would make a run take many minutes.
+
     Concurrency is 1: llama.cpp's server computes one request at a time (a second request only
     waits in its queue), so more in flight would only add queueing to the measured latency.
 
@@ -92,8 +95,8 @@ def default_models() -> dict[str, ModelConfig]:
                            concurrency=1, timeout_s=120.0, max_retries=1)
 
     return {
-        "gemma-complete": config("gemma-complete", "completions", {"temperature": 0.0, "stop": list(STOP)}),
-        "gemma-chat": config("gemma-chat", "chat", {"temperature": 0.0}),
+        "gemma-complete": config("gemma-complete", "completions", {"temperature": 0.0, "max_tokens": 16, "stop": list(STOP)}),
+        "gemma-chat": config("gemma-chat", "chat", {"temperature": 0.0, "max_tokens": 16}),
         "gemma-complete-warm": config("gemma-complete-warm", "completions",
-                                      {"temperature": 0.9, "stop": list(STOP)}),
+                                      {"temperature": 0.9, "max_tokens": 16, "stop": list(STOP)}),
     }

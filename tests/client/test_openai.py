@@ -160,3 +160,19 @@ async def test_connection_refused(unused_tcp_port: int) -> None:
     async with aiohttp.ClientSession() as session:
         result = await OpenAIClient(session, {}).call(model, prepare(model, TEST, RequestSettings()))
     assert result.error is not None and result.error.kind == "connection" and result.retries == 1
+
+
+@pytest.mark.parametrize(("cli", "model_param", "test_value", "sent"), [
+    (None, None, None, 1024),     # the engine's default floor
+    (None, 16, None, 16),         # a model's params.max_tokens is its floor
+    (None, 16, 64, 64),           # a test's value raises the floor
+    (None, 16, 8, 16),            # ...and never lowers it
+    (32, 16, None, 32),           # --max-tokens overrides the model's floor
+    (32, 16, 100, 100),
+])
+def test_max_tokens_precedence(cli: int | None, model_param: int | None, test_value: int | None,
+                               sent: int) -> None:
+    params = {} if model_param is None else {"max_tokens": model_param}
+    model = ModelConfig(name="m", model="fake-1", base_url="http://127.0.0.1:1/v1", params=params)
+    request = prepare(model, replace(TEST, max_tokens=test_value), RequestSettings(max_tokens=cli))
+    assert request.body["max_tokens"] == sent and request.max_tokens == sent
