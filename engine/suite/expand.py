@@ -52,7 +52,16 @@ class Expander:
         for index, raw in enumerate(self.data.get("tests") or ()):
             if index in skip or not isinstance(raw, dict):
                 continue
-            for test in self._expand_test(raw, ("tests", index), default_eval):
+            expanded = list(self._expand_test(raw, ("tests", index), default_eval))
+            raw_id = raw.get("id")
+            if not expanded and isinstance(raw_id, str) and "cases" not in raw and "{" not in raw_id:
+                # A test with its own errors still claims its id, so a clash is reported in the same pass.
+                if raw_id in first_line:
+                    self.report.error(("tests", index, "id"), f"duplicate test id '{raw_id}' (first used on "
+                                      f"line {first_line[raw_id]}); test ids must be unique within a suite")
+                else:
+                    first_line[raw_id] = self.report.positions.of(("tests", index))[0]
+            for test in expanded:
                 if test.id in first_line:
                     where = ("tests", index, "id") if test.case_index is None else ("tests", index, "cases",
                                                                                      test.case_index)
