@@ -112,7 +112,8 @@ def main() -> None:
         assert not [d for d in diagnostics if d.severity == "error"], diagnostics[:5]
         assert sum(len(s.tests) for s in suites) == count
         start = time.perf_counter()
-        proc = subprocess.run([sys.executable, "-m", "engine", "validate", str(path)], capture_output=True, text=True, check=False)
+        proc = subprocess.run([sys.executable, "-m", "engine", "validate", str(path)],
+                              capture_output=True, text=True, check=False)
         cli = time.perf_counter() - start
         print(f"suite: {count} tests, {size_kb:.0f} KB")
         print(f"baseline yaml.load (libyaml):      {baseline:6.3f} s")

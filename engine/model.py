@@ -7,8 +7,9 @@ Nothing here does I/O.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Mapping
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -30,12 +31,12 @@ class ToolCall:
     id: str | None = None
 
     @classmethod
-    def from_arguments(cls, name: str, arguments: Any, id: str | None = None) -> "ToolCall":
+    def from_arguments(cls, name: str, arguments: Any, id: str | None = None) -> ToolCall:
         """Build a call from already-decoded arguments (goldens, replayed data)."""
         return cls(name=name, arguments=arguments, raw_arguments=json.dumps(arguments), valid_json=True, id=id)
 
     @classmethod
-    def from_raw(cls, name: str, raw_arguments: str, id: str | None = None) -> "ToolCall":
+    def from_raw(cls, name: str, raw_arguments: str, id: str | None = None) -> ToolCall:
         """Build a call from argument text as streamed; invalid JSON is flagged."""
         text = raw_arguments.strip() or "{}"
         try:
@@ -61,7 +62,7 @@ class Answer:
     reasoning: str | None = None
 
     @classmethod
-    def from_golden(cls, golden: Any) -> "Answer":
+    def from_golden(cls, golden: Any) -> Answer:
         """The answer a model would give if it gave the golden answer.
 
         Text stays text; a JSON value is scored as its JSON text; a mapping with `tool_calls`
@@ -102,10 +103,10 @@ class Verdict:
     name: str | None = None
     weight: float = 1.0
     error: bool = False
-    children: tuple["Verdict", ...] = ()
+    children: tuple[Verdict, ...] = ()
     details: Mapping[str, Any] = field(default_factory=dict)
 
-    def walk(self, path: str = "") -> Iterator[tuple[str, "Verdict"]]:
+    def walk(self, path: str = "") -> Iterator[tuple[str, Verdict]]:
         """Yield (path, verdict) for this node and every descendant, depth first.
 
         Paths look like `all`, `all/0.contains`, `all/1.not/0.regex`.

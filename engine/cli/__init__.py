@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from engine.cli.app import app
 from engine.cli import (  # noqa: F401  (importing registers the commands)
     analysis_cmds,
     import_cmds,
@@ -10,6 +9,7 @@ from engine.cli import (  # noqa: F401  (importing registers the commands)
     run_cmd,
     suite_cmds,
 )
+from engine.cli.app import app
 
 __all__ = ["app", "main"]
 

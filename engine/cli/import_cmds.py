@@ -20,7 +20,8 @@ def import_bfcl_cmd(
     category: Annotated[str, typer.Argument(help=f"A BFCL category ({', '.join(_CATEGORIES)}) or `all`.")],
     data: Annotated[Path, typer.Option("--data", help="Folder holding BFCL_v4_<category>.json and possible_answer/.")],
     out: Annotated[Path, typer.Option("--out", help="Folder to write the suite YAML files to.")] = Path("suites/bfcl"),
-    limit: Annotated[int | None, typer.Option("--limit", min=1, help="Import only the first N entries of each.")] = None,
+    limit: Annotated[int | None,
+                     typer.Option("--limit", min=1, help="Import only the first N entries of each.")] = None,
 ) -> None:
     """Turn BFCL questions and possible answers into suites scored with `tool_call` (`match: bfcl`)."""
     from engine.importers.bfcl import import_bfcl

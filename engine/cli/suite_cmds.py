@@ -81,7 +81,7 @@ def list_tests(
             rows.append((suite.id, test.id, ",".join(test.tags) or "-", ",".join(_kinds(test.eval)) or "-", test.hash))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
     for row in rows:
-        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)) + "  " + row[-1])
+        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=False)) + "  " + row[-1])
     errors = [d for d in diagnostics if d.severity == "error"]
     if diagnostics:
         files, _ = expand_paths(list(paths))

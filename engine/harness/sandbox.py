@@ -145,7 +145,7 @@ def isolation() -> str:
 
 
 def _get_plan() -> _Plan:
-    global _plan
+    global _plan  # noqa: PLW0603 - detected once per process, behind a lock
     with _plan_lock:
         if _plan is None:
             _plan = _detect()

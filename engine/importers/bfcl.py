@@ -182,7 +182,7 @@ def build_suites(category: str, questions: Iterable[Mapping[str, Any]], answers:
         if limit is not None and count >= limit:
             break
         test, tools = convert_entry(question, answers.get(str(question["id"])), category)
-        for suite, known in parts:
+        for suite, known in parts:  # noqa: B007 - `suite` is used after the break
             if all(known.get(name, body) == body for name, body in tools.items()):
                 break
         else:
@@ -289,7 +289,7 @@ def decode_prompting_calls(text: str) -> list[dict[str, dict[str, Any]]]:
     calls = []
     for element in elements:
         if not isinstance(element, ast.Call):
-            raise ValueError(f"not a call: {ast.unparse(element)}")  # noqa: TRY004 - BFCL: decoder failed
+            raise ValueError(f"not a call: {ast.unparse(element)}")
         calls.append(_call(element))
     return calls
 
@@ -301,7 +301,7 @@ def _call(node: ast.Call) -> dict[str, dict[str, Any]]:
         parts.append(func.attr)
         func = func.value
     if not isinstance(func, ast.Name):
-        raise ValueError(f"cannot read the function name of {ast.unparse(node)}")  # noqa: TRY004
+        raise ValueError(f"cannot read the function name of {ast.unparse(node)}")
     parts.append(func.id)
     name = ".".join(reversed(parts))
     return {name: {kw.arg: _value(kw.value) for kw in node.keywords if kw.arg is not None}}
@@ -315,7 +315,7 @@ def _value(node: ast.AST) -> Any:
     if isinstance(node, (ast.List, ast.Tuple)):
         return [_value(v) for v in node.elts]
     if isinstance(node, ast.Dict):
-        return {_value(k): _value(v) for k, v in zip(node.keys, node.values) if k is not None}
+        return {_value(k): _value(v) for k, v in zip(node.keys, node.values, strict=True) if k is not None}
     if isinstance(node, ast.BinOp):
         # BFCL evaluates arithmetic; we do it without eval, for numbers only.
         return _arith(node)

@@ -95,7 +95,8 @@ def default_models() -> dict[str, ModelConfig]:
                            concurrency=1, timeout_s=120.0, max_retries=1)
 
     return {
-        "gemma-complete": config("gemma-complete", "completions", {"temperature": 0.0, "max_tokens": 16, "stop": list(STOP)}),
+        "gemma-complete": config("gemma-complete", "completions",
+                                 {"temperature": 0.0, "max_tokens": 16, "stop": list(STOP)}),
         "gemma-chat": config("gemma-chat", "chat", {"temperature": 0.0, "max_tokens": 16}),
         "gemma-complete-warm": config("gemma-complete-warm", "completions",
                                       {"temperature": 0.9, "max_tokens": 16, "stop": list(STOP)}),

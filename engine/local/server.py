@@ -2,7 +2,8 @@
 
 `serve_builtin` is a context manager: it assembles the GGUF file once into the user's cache, starts
 llama-cpp-python's server (through `engine.local.launcher`, which avoids a crash on some VMs) on a
-free loopback port as a child process group (see `engine.local.process`), waits until `/v1/models` answers with the expected alias, yields the base URL, and stops the server
+free loopback port as a child process group (see `engine.local.process`), waits until `/v1/models`
+answers with the expected alias, yields the base URL, and stops the server
 when the block ends for any reason: normally, on an exception, on Ctrl-C, or on SIGTERM.
 
 Two facts about llama-cpp-python's server shape the command line:

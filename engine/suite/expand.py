@@ -206,8 +206,9 @@ class Expander:
                               + "; add the reference answer")
             return
         if row_index is not None:
+            verb = "use" if " and " in what else "uses"
             self.report.error(test_path + ("cases", row_index), f"case row {row_index + 1} has no value for "
-                              f"'{name}', which the {what} {'use' if ' and ' in what else 'uses'}; add `{name}:` to the row")
+                              f"'{name}', which the {what} {verb}; add `{name}:` to the row")
             return
         guess = did_you_mean(name, available - RESERVED_VARIABLES)
         hint = f" — did you mean '{guess}'?" if guess else "; give it a value in `cases:` rows or remove it"
@@ -263,7 +264,7 @@ class Expander:
                 messages = ([{"role": "system", "content": system_text}] if system_text else [])
                 messages.append({"role": "user", "content": user})
                 prompt = f"{system_text}\n\n{user}" if system_text else user
-        except Exception as exc:  # noqa: BLE001  sandbox refusals, undefined attributes, type errors in expressions
+        except Exception as exc:
             self.report.error(path, f"cannot fill in this test's templates{where}: {exc}")
             return None
         settings = {k: self._setting(raw, k) for k in ("max_tokens", "temperature")}

@@ -55,17 +55,18 @@ def check_goldens(suites: list[Suite]) -> list[Diagnostic]:
         for test in suite.tests:
             if test.golden is None or test.eval is None:
                 continue
+            column = _column(test.file, test.line)
             try:
                 verdict = evaluate(test.eval, Answer.from_golden(test.golden), test)
-            except Exception as exc:  # noqa: BLE001  evaluate() promises not to raise; a bug there must not hide the others
-                out.append(Diagnostic(test.file, test.line, _column(test.file, test.line), f"test '{test.id}': the golden check crashed: "
-                                                               f"{type(exc).__name__}: {exc}"))
+            except Exception as exc:
+                out.append(Diagnostic(test.file, test.line, column, f"test '{test.id}': the golden check crashed: "
+                                      f"{type(exc).__name__}: {exc}"))
                 continue
             if verdict.error:
-                out.append(Diagnostic(test.file, test.line, _column(test.file, test.line), f"test '{test.id}': its evaluator could not judge "
-                                      f"the golden answer: {verdict.reason}"))
+                out.append(Diagnostic(test.file, test.line, column, f"test '{test.id}': its evaluator could not "
+                                      f"judge the golden answer: {verdict.reason}"))
             elif verdict.score < test.threshold - _EPSILON:
-                out.append(Diagnostic(test.file, test.line, _column(test.file, test.line), f"test '{test.id}': the golden answer scores "
+                out.append(Diagnostic(test.file, test.line, column, f"test '{test.id}': the golden answer scores "
                                       f"{verdict.score:.2f}, below the threshold {test.threshold:g}: "
                                       f"{verdict.reason}; fix the golden or the evaluator"))
     return out

@@ -166,7 +166,8 @@ class _Mapper:
             other_kinds = [k for k in extras if k in kinds]
             if other_kinds:
                 both = sorted([kind, *other_kinds])
-                out.append((path, False, (f"an evaluator has exactly one kind, but this one has {_quote_list(both, 'and')}; "
+                kinds_text = _quote_list(both, "and")
+                out.append((path, False, (f"an evaluator has exactly one kind, but this one has {kinds_text}; "
                                          f"to use several, list them under `all:` (all must pass) or `any:`")))
             for extra in (k for k in extras if k not in kinds):
                 guess = did_you_mean(extra, allowed)

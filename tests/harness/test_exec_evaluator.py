@@ -88,7 +88,8 @@ def test_bash_harness() -> None:
 
 @pytest.mark.skipif(shutil.which("node", path=sandbox.SANDBOX_PATH) is None, reason="node is not installed here")
 def test_node_harness() -> None:
-    verdict = run_exec({"harness": "node", "expect_stdout": "6"}, "```js\nconsole.log([1, 2, 3].reduce((a, b) => a + b))\n```")
+    verdict = run_exec({"harness": "node", "expect_stdout": "6"},
+                       "```js\nconsole.log([1, 2, 3].reduce((a, b) => a + b))\n```")
     assert verdict.passed, verdict.reason
     failing = run_exec({"harness": "node"}, "```javascript\nthrow new Error('boom')\n```")
     assert not failing.passed and "boom" in failing.reason

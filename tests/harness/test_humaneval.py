@@ -44,7 +44,7 @@ def test_the_import_keeps_every_problem_verbatim(humaneval_suite: Path, shared_d
     problems = read_problems(shared_data / "humaneval" / "HumanEval.jsonl.gz")
     tests = load_tests(humaneval_suite)
     assert len(tests) == len(problems) == 164
-    for problem, test in zip(problems, tests):
+    for problem, test in zip(problems, tests, strict=True):
         assert test["id"] == problem["task_id"].replace("/", "-")
         assert test["prompt"] == problem["prompt"]
         assert test["golden"] == problem["canonical_solution"]

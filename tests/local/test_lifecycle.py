@@ -138,7 +138,7 @@ def test_missing_llama_cpp_names_the_install_command(monkeypatch: pytest.MonkeyP
 
 def test_unknown_builtin_lists_the_known_ones(tmp_path: Path) -> None:
     with (
-        pytest.raises(LocalModelError, match="unknown builtin model 'gpt-9'.*gemma-3-270m"),
+        pytest.raises(LocalModelError, match=r"unknown builtin model 'gpt-9'.*gemma-3-270m"),
         server.serve_builtin("gpt-9", log_path=tmp_path / "log", alias="a")
     ):
         pass

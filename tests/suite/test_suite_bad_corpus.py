@@ -40,14 +40,15 @@ def test_bad_suite_is_reported_as_expected(path: Path) -> None:
     expected = path.with_suffix(".expected").read_text(encoding="utf-8").splitlines()
     got = _report(path)
     assert len(got) == len(expected), "\n".join(got)
-    for want, have in zip(expected, got):
+    for want, have in zip(expected, got, strict=True):
         assert _matches(want, have), f"\nwant: {want}\nhave: {have}"
 
 
 @pytest.mark.parametrize("name", ["unknown_evaluator", "yaml_tab_indent", "many_errors_one_pass"])
 def test_cli_reports_corpus_files_gcc_style(name: str, tmp_path: Path) -> None:
     path = CORPUS / f"{name}.yaml"
-    proc = subprocess.run([sys.executable, "-m", "engine", "validate", str(path)], capture_output=True, text=True, check=False)
+    proc = subprocess.run([sys.executable, "-m", "engine", "validate", str(path)],
+                          capture_output=True, text=True, check=False)
     assert proc.returncode == 1
     assert "Traceback" not in proc.stderr
     lines = proc.stderr.strip().splitlines()

@@ -47,7 +47,8 @@ def test_each_case_row_golden_is_checked(tmp_path: Path) -> None:
 
 def test_tool_call_envelope_golden(tmp_path: Path) -> None:
     header = "tools:\n  f:\n    parameters: {type: object, properties: {x: {type: string}}}\n"
-    tests = ("  - id: t\n    prompt: p\n    tools: [f]\n    golden: {{tool_calls: [{{name: f, arguments: {{x: {x}}}}}]}}\n"
+    tests = ("  - id: t\n    prompt: p\n    tools: [f]\n"
+             "    golden: {{tool_calls: [{{name: f, arguments: {{x: {x}}}}}]}}\n"
              "    eval: {{tool_call: {{name: f, args: {{x: [a]}}}}}}\n")
     assert check(tmp_path, tests.format(x="a"), header) == []
     assert len(check(tmp_path, tests.format(x="b"), header)) == 1

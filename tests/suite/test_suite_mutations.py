@@ -26,7 +26,8 @@ VALID = Path(__file__).resolve().parent / "fixtures" / "valid" / "capitals.yaml"
 BASE: dict[str, Any] = load_yaml_file(VALID).data
 TEXT = VALID.read_text(encoding="utf-8")
 ERROR_LINE = re.compile(r"^.+:\d+:\d+: error: .+$", re.MULTILINE)
-SETTINGS = settings(max_examples=int(os.environ.get("SUITE_FUZZ_EXAMPLES", "25")), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+SETTINGS = settings(max_examples=int(os.environ.get("SUITE_FUZZ_EXAMPLES", "25")), deadline=None,
+                    suppress_health_check=[HealthCheck.function_scoped_fixture])
 RUNNER = CliRunner()
 
 
