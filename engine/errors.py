@@ -42,6 +42,8 @@ class Diagnostic:
     severity: str = "error"
 
     def __str__(self) -> str:
+        if self.line <= 0:  # about the file as a whole (gcc prints no position then either)
+            return f"{self.file}: {self.severity}: {self.message}"
         return f"{self.file}:{self.line}:{self.col}: {self.severity}: {self.message}"
 
 

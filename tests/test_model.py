@@ -21,3 +21,10 @@ def test_verdict_walk_paths() -> None:
     leaf = Verdict(1.0, True, "ok", kind="contains")
     root = Verdict(1.0, True, "ok", kind="all", children=(leaf, Verdict(0.0, False, "no", kind="regex")))
     assert [p for p, _ in root.walk()] == ["all", "all/0.contains", "all/1.regex"]
+
+
+def test_diagnostic_is_printed_gcc_style() -> None:
+    from engine.errors import Diagnostic
+
+    assert str(Diagnostic("s.yaml", 3, 9, "bad")) == "s.yaml:3:9: error: bad"
+    assert str(Diagnostic("s.yaml", 0, 0, "no such file")) == "s.yaml: error: no such file"

@@ -41,7 +41,7 @@ def expand_paths(paths: list[str | Path]) -> tuple[list[Path], list[Diagnostic]]
         elif path.is_file():
             files.append(path)
         else:
-            problems.append(Diagnostic(str(raw), 0, 0, "no such file or folder"))
+            problems.append(Diagnostic(str(raw), 0, 0, "no such file or folder; check the path (give suite files or folders of them)"))
     unique: dict[Path, None] = {}
     for f in files:
         unique.setdefault(f, None)
