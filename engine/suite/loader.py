@@ -41,7 +41,8 @@ def expand_paths(paths: list[str | Path]) -> tuple[list[Path], list[Diagnostic]]
         elif path.is_file():
             files.append(path)
         else:
-            problems.append(Diagnostic(str(raw), 0, 0, "no such file or folder; check the path (give suite files or folders of them)"))
+            problems.append(Diagnostic(str(raw), 0, 0, "no such file or folder; check the path "
+                                                        "(give suite files or folders of them)"))
     unique: dict[Path, None] = {}
     for f in files:
         unique.setdefault(f, None)
@@ -90,7 +91,7 @@ def _load_suites(paths: list[str | Path], golden_check: bool) -> tuple[list[Suit
     suites: list[Suite] = []
     first_file: dict[str, tuple[str, int]] = {}
     for path in files:
-        suite, found, suite_line = load_suite_file(path)
+        suite, found, suite_line = load_suite_file(path, golden_check=golden_check)
         diagnostics.extend(found)
         if suite is None:
             continue
@@ -111,12 +112,15 @@ def _load_suites(paths: list[str | Path], golden_check: bool) -> tuple[list[Suit
     return suites, diagnostics
 
 
-def load_suite_file(path: Path, file: str | None = None) -> tuple[Suite | None, list[Diagnostic], int]:
+def load_suite_file(path: Path, file: str | None = None, *,
+                    golden_check: bool = False) -> tuple[Suite | None, list[Diagnostic], int]:
     """Load one suite file.
 
     Args:
         path: The file.
         file: The name used in diagnostics (default: the path as given).
+        golden_check: When the file has errors, still score the goldens of its sound tests, so every
+            problem in the file is reported in one pass (a sound file is checked by `load_suites`).
 
     Returns:
         (the Suite or None when it has errors, its diagnostics, the line of its `suite:` key).
@@ -145,11 +149,15 @@ def load_suite_file(path: Path, file: str | None = None) -> tuple[Suite | None, 
                          "please report it with this file attached")
         return None, _dedupe(report.diagnostics), suite_line
     _warn_number_traps(report, loaded.positions)
-    report.diagnostics = _dedupe(report.diagnostics)
-    if report.failed:
-        return None, report.diagnostics, suite_line
-    suite = Suite(id=data["suite"], file=name, description=data.get("description", ""),
+    suite = Suite(id=data.get("suite", ""), file=name, description=data.get("description", ""),
                   tags=tuple(data.get("tags", ())), tests=tuple(tests))
+    if report.failed:
+        if golden_check and tests:
+            from engine.suite.golden import check_goldens
+
+            report.diagnostics.extend(check_goldens([suite]))
+        return None, _dedupe(report.diagnostics), suite_line
+    report.diagnostics = _dedupe(report.diagnostics)
     return suite, report.diagnostics, suite_line
 
 

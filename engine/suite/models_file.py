@@ -29,7 +29,8 @@ def load_models(path: str | Path) -> tuple[dict[str, ModelConfig], list[Diagnost
     name = str(path)
     file = Path(path)
     if not file.is_file():
-        return {}, [Diagnostic(name, 0, 0, "no such models file; check the path, or copy models.example.yaml to start one")]
+        return {}, [Diagnostic(name, 0, 0, "no such models file; check the path, "
+                                            "or copy models.example.yaml to start one")]
     loaded = load_yaml_file(file, name)
     if loaded.diagnostics:
         return {}, loaded.diagnostics
