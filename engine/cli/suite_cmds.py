@@ -91,13 +91,17 @@ def list_tests(
 
 def _kinds(spec: object) -> list[str]:
     """The evaluator kinds in a spec, each once, in the order they appear."""
+    from engine.evaluators import EVALUATORS
+    from engine.evaluators.compose import COMPOSITIONS
+
+    kinds = EVALUATORS.keys() | COMPOSITIONS
     found: dict[str, None] = {}
 
     def walk(node: object) -> None:
         if not isinstance(node, dict):
             return
         for key, value in node.items():
-            if key in ("weight", "threshold", "name", "must"):
+            if key not in kinds:  # common options (weight, must...) and per-kind options (pattern, mode...)
                 continue
             found.setdefault(key, None)
             if key in ("all", "any") and isinstance(value, list):

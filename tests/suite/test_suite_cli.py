@@ -78,3 +78,9 @@ def test_init_writes_a_starter_that_validates_and_refuses_to_overwrite(tmp_path:
     assert (target / text.split("$schema=")[1].split("\n")[0]).resolve().is_file()
     assert engine("validate", str(starter)).returncode == 0
     assert engine("init", str(target)).returncode == 2
+
+
+def test_list_names_evaluator_kinds_not_their_options(repo_root: Path) -> None:
+    proc = engine("list", str(repo_root / "suites" / "arithmetic.yaml"))
+    kinds = {line.split()[3] for line in proc.stdout.strip().splitlines()[1:]}
+    assert kinds == {"numeric"}  # `pattern:` is an option of numeric, not an evaluator
