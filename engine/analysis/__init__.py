@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from engine.analysis.cells import Cells, build_cells
 from engine.analysis.compare import Comparison, Diff, compare, compare_to_best, diff
+from engine.analysis.irt import IRTResult, fit_2pl
 from engine.analysis.items import per_test, suite_health
 from engine.analysis.load import ANALYSIS_COLUMNS, ResultsError, find_parquet_files, load
 from engine.analysis.models import TOKENS_NOT_REPORTED, per_model
@@ -24,6 +25,7 @@ __all__ = [
     "Cells",
     "Comparison",
     "Diff",
+    "IRTResult",
     "ResultsError",
     "analyze",
     "build_cells",
@@ -32,6 +34,7 @@ __all__ = [
     "compare_to_best",
     "diff",
     "find_parquet_files",
+    "fit_2pl",
     "load",
     "mcnemar_exact",
     "per_model",

@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from engine.cli.app import app, import_app  # noqa: F401
 from engine.errors import EngineError
+
+if TYPE_CHECKING:
+    from engine.analysis.cells import Cells
 
 USAGE = 2
 FAILED = 1
@@ -67,6 +70,10 @@ def analyze(
     output: Annotated[
         Path | None, typer.Option("--output", "-o", help="Write to this file instead of stdout.")
     ] = None,
+    irt: Annotated[
+        bool,
+        typer.Option("--irt", help="Also fit a 2PL IRT model (needs 5+ models): abilities, item a and b."),
+    ] = False,
 ) -> None:
     """Which tests discriminate, which are saturated, floor or flaky, and which model is better."""
     from engine.analysis.render import FORMATS, TABLES, render
@@ -79,6 +86,8 @@ def analyze(
         raise _fail_usage(f"--fail-under {fail_under}: give a score between 0 and 1")
     if resamples < 10:
         raise _fail_usage(f"--resamples {resamples}: use at least 10 (1000 is the default)")
+    if irt and fmt == "csv":
+        raise _fail_usage("--irt: use --format table, markdown or json (csv holds one table)")
     from engine.analysis.cells import build_cells
     from engine.analysis.summary import analyze as run_analysis
 
@@ -86,6 +95,8 @@ def analyze(
     base = _load([fail_on_regression], include_fallback) if fail_on_regression is not None else None
     analysis = run_analysis(df, epsilon=epsilon, resamples=resamples)
     text = render(analysis, fmt, table=table)
+    if irt:
+        text = _with_irt(text, fmt, build_cells(df))
     if output is not None:
         output.parent.mkdir(parents=True, exist_ok=True)
         output.write_text(text, encoding="utf-8")
@@ -117,6 +128,20 @@ def analyze(
             typer.echo(f"warning: no model in common with {fail_on_regression}: nothing to compare", err=True)
         code = FAILED if result.regressed else code
     raise typer.Exit(code)
+
+
+def _with_irt(text: str, fmt: str, cells: Cells) -> str:
+    """Append the 2PL IRT fit (or the note why none was made) to rendered `analyze` output."""
+    from engine.analysis.irt import fit_2pl, render_irt
+
+    result = fit_2pl(cells)
+    if fmt == "json":
+        import json
+
+        payload = json.loads(text)
+        payload["irt"] = result.to_dict()
+        return json.dumps(payload, indent=2, ensure_ascii=False, default=str) + "\n"
+    return text + render_irt(result, fmt)
 
 
 @app.command()
