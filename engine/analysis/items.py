@@ -99,7 +99,7 @@ def per_test(df: pd.DataFrame, *, epsilon: float = DEFAULT_EPSILON, cells: Cells
         ["no-data", "floor", "saturated", "single-model", "uninformative"], "discriminating")
     reason = [
         _reason(str(s), int(m), d, sp, pr, epsilon)
-        for s, m, d, sp, pr in zip(status, n_models, difficulty, spread, pass_rate)
+        for s, m, d, sp, pr in zip(status, n_models, difficulty, spread, pass_rate, strict=True)
     ]
     out = pd.DataFrame({
         "suite": items["suite"], "test_id": items["test_id"], "case_index": items["case_index"],

@@ -88,7 +88,7 @@ def find_parquet_files(paths: str | os.PathLike[str] | Iterable[str | os.PathLik
         shown = ", ".join(str(p) for p in names) or "(nothing)"
         raise ResultsError(f"{shown}: no Parquet results found; run `engine run SUITES --out results` first, "
                            f"or pass the run folder that holds part-*.parquet")
-    return sorted(found.values(), key=lambda p: str(p))
+    return sorted(found.values(), key=str)
 
 
 def load(

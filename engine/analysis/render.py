@@ -135,7 +135,7 @@ def render_csv(analysis: Analysis, table: str = "tests") -> str:
     else:
         frame = getattr(analysis, table).copy()
         if "tags" in frame.columns:
-            frame["tags"] = frame["tags"].map(lambda t: ";".join(t))
+            frame["tags"] = frame["tags"].map(";".join)
     return frame.to_csv(index=False)
 
 

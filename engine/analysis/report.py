@@ -78,13 +78,13 @@ def _drilldown(df: pd.DataFrame, item_code: np.ndarray, model_code: np.ndarray, 
         return {}
     sub = pd.DataFrame({
         "item": item_code[mask], "model": model_code[mask], "row": np.nonzero(mask)[0],
-        "passed_rank": df["passed"].to_numpy()[mask] == True,
+        "passed_rank": df["passed"].to_numpy()[mask] == True,  # noqa: E712 - object array: None must rank as False
         "attempt": pd.to_numeric(df["attempt"], errors="coerce").fillna(0).to_numpy()[mask],
     }).sort_values(["item", "model", "passed_rank", "attempt"], kind="stable")
     first = sub.drop_duplicates(["item", "model"])
     counts = sub.groupby(["item", "model"]).size()
     out: dict[str, list[dict[str, Any]]] = {}
-    for item, model, row in zip(first["item"], first["model"], first["row"]):
+    for item, model, row in zip(first["item"], first["model"], first["row"], strict=True):
         record = df.iloc[int(row)]
         out.setdefault(str(int(item)), []).append({
             "model": models[int(model)],

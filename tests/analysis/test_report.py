@@ -133,9 +133,11 @@ def test_cli_report_writes_the_file(tmp_path: Path) -> None:
     write_run(tmp_path / "run", grid_rows(GRID))
     engine = shutil.which("engine") or str(Path(__file__).resolve().parents[2] / ".venv" / "bin" / "engine")
     out = tmp_path / "r.html"
-    done = subprocess.run([engine, "report", str(tmp_path / "run"), "-o", str(out)], check=False, capture_output=True, text=True)
+    done = subprocess.run([engine, "report", str(tmp_path / "run"), "-o", str(out)],
+                          check=False, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert out.exists() and "report-data" in out.read_text()
-    missing = subprocess.run([engine, "report", str(tmp_path / "nope"), "-o", str(out)], check=False, capture_output=True,
+    missing = subprocess.run([engine, "report", str(tmp_path / "nope"), "-o", str(out)],
+                             check=False, capture_output=True,
                              text=True)
     assert missing.returncode == 2 and "no such file or folder" in missing.stderr and "Traceback" not in missing.stderr

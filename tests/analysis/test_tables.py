@@ -204,7 +204,7 @@ def test_load_errors_name_the_path_and_the_fix(tmp_path: Path) -> None:
     with pytest.raises(ResultsError, match="engine run"):
         load(tmp_path / "empty")
     (tmp_path / "bad.parquet").write_text("not parquet")
-    with pytest.raises(ResultsError, match="bad.parquet"):
+    with pytest.raises(ResultsError, match=r"bad\.parquet"):
         load(tmp_path / "bad.parquet")
 
 
