@@ -52,6 +52,8 @@ def normalise_answer(answer: Answer) -> Answer:
         answer: The answer as the client produced it.
     """
     text_value = answer.text or ""
+    if "<" not in text_value:   # no `<think>` possible: skip the regex
+        return answer
     stripped = _THINK.sub("", text_value, count=1)
     if stripped == text_value:
         return answer

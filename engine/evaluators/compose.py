@@ -23,9 +23,33 @@ from typing import Any
 
 from engine.evaluators.base import COMMON_KEYS, EvalContext, Leaf, error
 from engine.model import Answer, Verdict
-from engine.suite.render import TemplateSyntaxError, UndefinedError, render_value
+from engine.suite.render import TemplateSyntaxError, UndefinedError, is_template, render_value
 
 COMPOSITIONS = frozenset({"all", "any", "not", "use"})
+
+# Nodes without a template string in their own keys read the same for every answer: their kind,
+# common options and (for leaves) value and options are worked out once per spec object and reused
+# across cases, repeats and models. Keyed by id() with the spec kept in the entry, so an id is never
+# reused while cached; specs are treated as immutable once a test holds them (the loader builds them).
+_Static = tuple[Mapping[str, Any], str, tuple[float, float | None, str | None, bool], Any, dict[str, Any]]
+_STATIC: dict[int, _Static] = {}
+_STATIC_LIMIT = 100_000
+_NO_VALUE = object()
+
+
+def has_template(value: Any) -> bool:
+    """True when `render_value` would render something inside `value` (it walks dicts and lists alike).
+
+    Args:
+        value: A YAML value.
+    """
+    if isinstance(value, str):
+        return is_template(value)
+    if isinstance(value, Mapping):
+        return any(has_template(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return any(has_template(v) for v in value)
+    return False
 
 
 def short(value: Any, limit: int = 60) -> str:
@@ -80,13 +104,21 @@ def evaluate_node(spec: Any, answer: Answer, ctx: EvalContext, registry: Mapping
     try:
         if not isinstance(spec, Mapping):
             return error(f"an evaluator must be a mapping like {{contains: Paris}}, got {short(spec)}")
-        try:
-            kind = node_kind(spec, registry)
-        except ValueError as exc:
-            return error(str(exc))
-        weight, threshold, name, must = _common(spec, ctx.variables)
+        static = _STATIC.get(id(spec))
+        if static is not None and static[0] is spec:
+            kind = static[1]
+            weight, threshold, name, must = static[2]
+        else:
+            try:
+                kind = node_kind(spec, registry)
+            except ValueError as exc:
+                return error(str(exc))
+            weight, threshold, name, must = _common(spec, ctx.variables)
+            static = _remember(spec, kind, (weight, threshold, name, must), ctx.variables)
         if kind in COMPOSITIONS:
             result = _composite(kind, spec, answer, ctx, registry)
+        elif static is not None:
+            result = _call_leaf(kind, static[3], dict(static[4]), answer, ctx, registry)
         else:
             result = _leaf(kind, spec, answer, ctx, registry)
     except (UndefinedError, TemplateSyntaxError) as exc:
@@ -114,10 +146,33 @@ def evaluate_node(spec: Any, answer: Answer, ctx: EvalContext, registry: Mapping
                    error=result.error, children=result.children, details=details)
 
 
+def _remember(spec: Mapping[str, Any], kind: str, common: tuple[float, float | None, str | None, bool],
+              variables: Mapping[str, Any]) -> _Static | None:
+    """Cache a node whose own keys hold no template (children of a composition are nodes of their own)."""
+    own = [v for k, v in spec.items() if k != kind] if kind in COMPOSITIONS else list(spec.values())
+    if has_template(own):
+        return None
+    value: Any = _NO_VALUE
+    options: dict[str, Any] = {}
+    if kind not in COMPOSITIONS:
+        value = render_value(spec[kind], variables)
+        options = {k: render_value(v, variables) for k, v in spec.items() if k != kind and k not in COMMON_KEYS}
+    if len(_STATIC) >= _STATIC_LIMIT:
+        _STATIC.clear()
+    static: _Static = (spec, kind, common, value, options)
+    _STATIC[id(spec)] = static
+    return static
+
+
 def _leaf(kind: str, spec: Mapping[str, Any], answer: Answer, ctx: EvalContext,
           registry: Mapping[str, Leaf]) -> Verdict:
     value = render_value(spec[kind], ctx.variables)
     options = {k: render_value(v, ctx.variables) for k, v in spec.items() if k != kind and k not in COMMON_KEYS}
+    return _call_leaf(kind, value, options, answer, ctx, registry)
+
+
+def _call_leaf(kind: str, value: Any, options: dict[str, Any], answer: Answer, ctx: EvalContext,
+               registry: Mapping[str, Leaf]) -> Verdict:
     verdict = registry[kind](value, options, answer, ctx)
     if not isinstance(verdict, Verdict):
         return error(f"{kind} evaluator returned {type(verdict).__name__}, not a Verdict", kind=kind)

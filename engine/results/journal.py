@@ -36,7 +36,8 @@ class Journal:
     """The run's SQLite journal.
 
     Args:
-        path: The journal file (`<run dir>/_journal.sqlite`: the leading underscore keeps `pd.read_parquet(run_dir)` from reading it); created when missing.
+        path: The journal file (`<run dir>/_journal.sqlite`: the leading underscore keeps
+            `pd.read_parquet(run_dir)` from reading it); created when missing.
         replace_errors: True for `--retry-errors`: a successful row replaces an error row with the same
             key (and marks its Parquet part stale); otherwise the first row for a key wins.
     """
@@ -134,8 +135,12 @@ class Journal:
 
     def rows_in_part(self, part: str) -> Iterator[dict[str, Any]]:
         """The rows of one part, in key order."""
-        for (data,) in self._db.execute("SELECT data FROM rows WHERE part = ? ORDER BY key", (part,)):
+        for data in self.texts_in_part(part):
             yield json.loads(data)
+
+    def texts_in_part(self, part: str) -> list[str]:
+        """The rows of one part as their stored JSON text, in key order (one line each: JSON escapes newlines)."""
+        return [data for (data,) in self._db.execute("SELECT data FROM rows WHERE part = ? ORDER BY key", (part,))]
 
     def count(self) -> tuple[int, int]:
         """(rows, error rows)."""

@@ -13,12 +13,16 @@ rows), and deletes leftover `.tmp` files - so each row is in exactly one part fi
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from engine.results.journal import Journal
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 PART_PREFIX = "part-"
 PART_SUFFIX = ".parquet"
@@ -51,6 +55,49 @@ def write_atomic(path: Path, data: bytes) -> None:
         os.fsync(fh.fileno())
     os.replace(tmp, path)
     _fsync_dir(path.parent)
+
+
+def table_from_json(texts: list[str]) -> pa.Table:
+    """The results table of rows stored as JSON text (one object per row, as the journal keeps them).
+
+    Arrow's JSON reader parses the text straight into columns: about a third of the CPU of
+    `json.loads` + `Table.from_pylist` per row, and it does not import pandas (any `pa.array` of Python
+    objects does, ~0.2 s). Timestamps are stored as integer microseconds, which the reader does not
+    convert to timestamps itself, so they are read as int64 and cast. Text the reader refuses (NaN,
+    an integer beyond int64, ...) goes through `from_pylist`, which either copes or raises as before.
+
+    Args:
+        texts: The rows' JSON texts, in the order the table should have.
+    """
+    import pyarrow as pa
+    import pyarrow.json as pa_json
+
+    from engine.results.schema import SCHEMA
+
+    data = "\n".join(texts).encode()
+    try:
+        table = pa_json.read_json(
+            pa.BufferReader(data),
+            # One block holds everything: a row larger than the block size would be refused.
+            read_options=pa_json.ReadOptions(use_threads=False, block_size=len(data) + 1),
+            parse_options=pa_json.ParseOptions(explicit_schema=_read_schema(), unexpected_field_behavior="ignore",
+                                               newlines_in_values=False))
+        if table.num_rows == len(texts):
+            return table.select(SCHEMA.names).cast(SCHEMA)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
+        pass
+    return pa.Table.from_pylist([json.loads(text) for text in texts], schema=SCHEMA)
+
+
+@functools.cache
+def _read_schema() -> pa.Schema:
+    """The results schema with timestamps as int64 (microseconds), as the JSON reader is given it."""
+    import pyarrow as pa
+
+    from engine.results.schema import SCHEMA
+
+    return pa.schema([pa.field(f.name, pa.int64(), f.nullable) if pa.types.is_timestamp(f.type) else f
+                      for f in SCHEMA])
 
 
 class ResultsWriter:
@@ -101,17 +148,14 @@ class ResultsWriter:
             self._write_part(part)
 
     def _write_part(self, part: str) -> None:
-        import pyarrow as pa
         import pyarrow.parquet as pq
 
-        from engine.results.schema import SCHEMA
-
         path = self.run_dir / part
-        rows = list(self.journal.rows_in_part(part))
-        if not rows:
+        texts = self.journal.texts_in_part(part)
+        if not texts:
             path.unlink(missing_ok=True)
         else:
-            table = pa.Table.from_pylist(rows, schema=SCHEMA)
+            table = table_from_json(texts)
             tmp = path.with_name(path.name + ".tmp")
             with open(tmp, "wb") as fh:
                 pq.write_table(table, fh, compression="zstd")

@@ -15,6 +15,8 @@ flight finish; `cancel()` (second Ctrl-C) cancels them - a cancelled call writes
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import gc
 import os
 import time
 from collections.abc import Callable, Iterator
@@ -32,6 +34,41 @@ if TYPE_CHECKING:
 
 Evaluate = Callable[[Any, Answer, Test], Verdict]
 UsesExec = Callable[[Any], bool]
+
+# Young-generation GC threshold while a run is going (CPython's default is 700).
+RUN_GC_THRESHOLD = 10_000
+
+
+class _GCState:
+    """Runs may overlap (tests run several): the first one in saves the thresholds, the last one out restores."""
+
+    runs = 0
+    saved: tuple[int, ...] = (700, 10, 10)
+
+
+@contextlib.contextmanager
+def _calm_gc() -> Iterator[None]:
+    """Less cyclic-GC work while calls run; restored afterwards.
+
+    Every call allocates a few dozen containers (request, response, row, verdict), so CPython's
+    collector ran a young collection every ~50 calls and full ones that walked every loaded test:
+    ~13 us of CPU per call in `bench/bench_run.py`. Objects that exist when the run starts (the
+    suites, the models) live until it ends, so they are frozen out of collections, and young
+    collections run every 10,000 allocations instead of 700. Nothing is leaked: reference counting
+    frees rows as before, and cycles are still collected, only less often.
+    """
+    _GCState.runs += 1
+    if _GCState.runs == 1:
+        _GCState.saved = gc.get_threshold()
+        gc.freeze()
+        gc.set_threshold(max(_GCState.saved[0], RUN_GC_THRESHOLD), *_GCState.saved[1:])
+    try:
+        yield
+    finally:
+        _GCState.runs -= 1
+        if _GCState.runs == 0:
+            gc.set_threshold(*_GCState.saved)
+            gc.unfreeze()
 
 
 @dataclass
@@ -144,26 +181,27 @@ class Runner:
         exec_slots = asyncio.Semaphore(os.cpu_count() or 1)
         connector = aiohttp.TCPConnector(limit=self.config.concurrency, limit_per_host=0, ttl_dns_cache=300)
         timeout = aiohttp.ClientTimeout(total=None)
-        committer = asyncio.create_task(self._commit_loop())
-        try:
-            async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
-                client = OpenAIClient(session, api_keys)
-                for model, jobs in jobs_by_model.values():
-                    for _ in range(max(1, min(model.concurrency, self.config.concurrency))):
-                        self._workers.append(asyncio.create_task(
-                            self._worker(client, model, jobs, global_slots, exec_slots)))
-                results = await asyncio.gather(*self._workers, return_exceptions=True)
-                for outcome in results:
-                    if isinstance(outcome, BaseException) and not isinstance(outcome, asyncio.CancelledError):
-                        raise outcome
-        finally:
-            committer.cancel()
+        with _calm_gc():
+            committer = asyncio.create_task(self._commit_loop())
             try:
-                await committer
-            except asyncio.CancelledError:
-                pass
-            self._commit()
-            self.writer.flush()
+                async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+                    client = OpenAIClient(session, api_keys)
+                    for model, jobs in jobs_by_model.values():
+                        for _ in range(max(1, min(model.concurrency, self.config.concurrency))):
+                            self._workers.append(asyncio.create_task(
+                                self._worker(client, model, jobs, global_slots, exec_slots)))
+                    results = await asyncio.gather(*self._workers, return_exceptions=True)
+                    for outcome in results:
+                        if isinstance(outcome, BaseException) and not isinstance(outcome, asyncio.CancelledError):
+                            raise outcome
+            finally:
+                committer.cancel()
+                try:
+                    await committer
+                except asyncio.CancelledError:
+                    pass
+                self._commit()
+                self.writer.flush()
         return self.stats
 
     async def _worker(self, client: OpenAIClient, model: ModelConfig, jobs: Iterator[Job],
