@@ -90,6 +90,8 @@ def uses_exec(spec: Any) -> bool:
     Args:
         spec: An evaluator spec, or None.
     """
+    if type(spec) is dict and "exec" not in spec and spec.keys().isdisjoint(compose.COMPOSITIONS):
+        return False   # the usual leaf, without the recursion below
     if isinstance(spec, Mapping):
         return "exec" in spec or any(uses_exec(v) for k, v in spec.items() if k in compose.COMPOSITIONS)
     if isinstance(spec, (list, tuple)):

@@ -77,16 +77,24 @@ def node_kind(spec: Mapping[str, Any], registry: Mapping[str, Leaf]) -> str:
 
 def _common(spec: Mapping[str, Any], variables: Mapping[str, Any]) -> tuple[float, float | None, str | None, bool]:
     """Read weight, threshold, name and must (they may be templates too)."""
-    weight = float(render_value(spec.get("weight", 1), variables))
+    weight = float(_rendered(spec.get("weight", 1), variables))
     raw_threshold = spec.get("threshold")
-    threshold = None if raw_threshold is None else float(render_value(raw_threshold, variables))
+    threshold = None if raw_threshold is None else float(_rendered(raw_threshold, variables))
     name = spec.get("name")
-    must = bool(render_value(spec.get("must", False), variables))
+    must = bool(_rendered(spec.get("must", False), variables))
     if weight < 0:
         raise ValueError(f"weight must be >= 0, got {weight}")
     if threshold is not None and not 0 <= threshold <= 1:
         raise ValueError(f"threshold must be between 0 and 1, got {threshold}")
     return weight, threshold, None if name is None else str(name), must
+
+
+_SCALARS = frozenset({int, float, bool, type(None)})
+
+
+def _rendered(value: Any, variables: Mapping[str, Any]) -> Any:
+    """`render_value`, skipped for the plain numbers and booleans it would return unchanged."""
+    return value if type(value) in _SCALARS else render_value(value, variables)
 
 
 def evaluate_node(spec: Any, answer: Answer, ctx: EvalContext, registry: Mapping[str, Leaf],
@@ -102,7 +110,7 @@ def evaluate_node(spec: Any, answer: Answer, ctx: EvalContext, registry: Mapping
     """
     kind = "?"
     try:
-        if not isinstance(spec, Mapping):
+        if type(spec) is not dict and not isinstance(spec, Mapping):
             return error(f"an evaluator must be a mapping like {{contains: Paris}}, got {short(spec)}")
         static = _STATIC.get(id(spec))
         if static is not None and static[0] is spec:
@@ -137,6 +145,10 @@ def evaluate_node(spec: Any, answer: Answer, ctx: EvalContext, registry: Mapping
         reason = f"required check {gate.name or gate.kind} failed: {gate.reason}"
     if result.error:
         passed = False
+    if (not must and threshold is None and not gated and passed is result.passed and kind == result.kind
+            and name == result.name and weight == result.weight and score == result.score
+            and type(score) is type(result.score)):
+        return result   # the node adds nothing to its own verdict (the usual leaf): no copy needed
     details = dict(result.details)
     if must:
         details["must"] = True

@@ -8,7 +8,8 @@ rows are reported as done, so a crash loses at most calls that were never counte
 
 Tables:
     rows(key PRIMARY KEY, is_error, part, data)   data = the row as JSON; part = the Parquet part
-                                                  file holding it, NULL until assigned
+                                                  file holding it (named when the row is committed,
+                                                  written later), NULL until assigned
     stale_parts(part)                             parts to rewrite (a row in them was replaced)
     meta(k, v)                                    run settings, for --resume
 """
@@ -50,6 +51,11 @@ class Journal:
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.executescript(_SCHEMA)
         self._pending: list[tuple[str, int, str]] = []
+        # The part that committed rows go straight into (set by the writer; None = no part yet, as
+        # `assign_part` then gives one), and how many rows it holds: naming the part at insert time
+        # spares an UPDATE that would rewrite every row once more when the part is cut.
+        self.open_part: str | None = None
+        self.open_part_rows = 0
 
     def close(self) -> None:
         """Commit what is pending and close."""
@@ -76,6 +82,8 @@ class Journal:
         if not self._pending:
             return []
         batch, self._pending = self._pending, []
+        part = self.open_part   # bound at commit: the writer may cut the part between add() and commit()
+        rows = [(key, is_error, part, data) for key, is_error, data in batch]
         db = self._db
         db.execute("BEGIN IMMEDIATE")
         try:
@@ -84,20 +92,27 @@ class Journal:
                     "INSERT OR IGNORE INTO stale_parts(part) SELECT part FROM rows "
                     "WHERE key = ? AND is_error = 1 AND part IS NOT NULL AND ? = 0",
                     [(key, is_error) for key, is_error, _ in batch])
-                db.executemany(
-                    "INSERT INTO rows(key, is_error, part, data) VALUES (?, ?, NULL, ?) "
-                    "ON CONFLICT(key) DO UPDATE SET is_error = excluded.is_error, part = NULL, data = excluded.data "
-                    "WHERE rows.is_error = 1 AND excluded.is_error = 0", batch)
+                changed = db.executemany(
+                    "INSERT INTO rows(key, is_error, part, data) VALUES (?, ?, ?, ?) "
+                    "ON CONFLICT(key) DO UPDATE SET is_error = excluded.is_error, part = excluded.part, "
+                    "data = excluded.data WHERE rows.is_error = 1 AND excluded.is_error = 0", rows).rowcount
             else:
-                db.executemany("INSERT OR IGNORE INTO rows(key, is_error, part, data) VALUES (?, ?, NULL, ?)", batch)
+                changed = db.executemany(
+                    "INSERT OR IGNORE INTO rows(key, is_error, part, data) VALUES (?, ?, ?, ?)", rows).rowcount
             db.execute("COMMIT")
         except BaseException:
             db.execute("ROLLBACK")
             raise
+        if part is not None:   # only decides when the writer cuts the part; it checks the table itself
+            self.open_part_rows += changed if changed >= 0 else len(rows)
         return [key for key, _, _ in batch]
 
     def assign_part(self, part: str) -> int:
-        """Give every row without a part this part name (durably, before the file is written)."""
+        """Give every row without a part this part name (durably, before the file is written).
+
+        Rows committed while `open_part` was set already have their part; this is for the others
+        (rows committed before a writer existed, or by an older engine).
+        """
         cur = self._db.execute("UPDATE rows SET part = ? WHERE part IS NULL", (part,))
         return cur.rowcount
 
@@ -125,6 +140,10 @@ class Journal:
         """Committed rows not yet in a Parquet part."""
         return int(self._db.execute("SELECT count(*) FROM rows WHERE part IS NULL").fetchone()[0])
 
+    def rows_in(self, part: str) -> int:
+        """Committed rows named to this part."""
+        return int(self._db.execute("SELECT count(*) FROM rows WHERE part = ?", (part,)).fetchone()[0])
+
     def parts(self) -> set[str]:
         """Part names rows are assigned to."""
         return {p for (p,) in self._db.execute("SELECT DISTINCT part FROM rows WHERE part IS NOT NULL")}
@@ -141,6 +160,16 @@ class Journal:
     def texts_in_part(self, part: str) -> list[str]:
         """The rows of one part as their stored JSON text, in key order (one line each: JSON escapes newlines)."""
         return [data for (data,) in self._db.execute("SELECT data FROM rows WHERE part = ? ORDER BY key", (part,))]
+
+    def json_lines_of_part(self, part: str) -> tuple[int, bytes]:
+        """(rows, their JSON texts as UTF-8, one per line) of one part, in key order.
+
+        Read as bytes straight from SQLite (no str per row, no second copy to encode) for Arrow's
+        JSON reader.
+        """
+        lines = [data for (data,) in self._db.execute(
+            "SELECT CAST(data AS BLOB) FROM rows WHERE part = ? ORDER BY key", (part,))]
+        return len(lines), b"\n".join(lines)
 
     def count(self) -> tuple[int, int]:
         """(rows, error rows)."""

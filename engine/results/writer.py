@@ -3,8 +3,9 @@
 A run folder holds `_journal.sqlite` (the truth), `part-NNNNN.parquet` files and, written last,
 `_manifest.json`. Parts are derived from the journal:
 
-1. rows without a part get a part name in the journal (committed first);
-2. the part is written to `part-NNNNN.parquet.tmp`, fsynced, renamed, and the folder fsynced.
+1. every row gets its part's name in the journal when it is committed (the writer's open part; rows
+   committed without one are given it by an UPDATE first);
+2. once enough rows are in it, the part is written to `part-NNNNN.parquet.tmp`, fsynced, renamed, and the folder fsynced.
 
 If the process dies between 1 and 2, `recover()` (run on every open) rewrites the parts the journal
 names but the folder lacks, rewrites stale parts (a `--retry-errors` success replaced one of their
@@ -58,6 +59,15 @@ def write_atomic(path: Path, data: bytes) -> None:
 
 
 def table_from_json(texts: list[str]) -> pa.Table:
+    """The results table of rows stored as JSON text (see `table_from_json_lines`).
+
+    Args:
+        texts: The rows' JSON texts, in the order the table should have.
+    """
+    return table_from_json_lines(len(texts), "\n".join(texts).encode())
+
+
+def table_from_json_lines(count: int, data: bytes) -> pa.Table:
     """The results table of rows stored as JSON text (one object per row, as the journal keeps them).
 
     Arrow's JSON reader parses the text straight into columns: about a third of the CPU of
@@ -67,14 +77,14 @@ def table_from_json(texts: list[str]) -> pa.Table:
     an integer beyond int64, ...) goes through `from_pylist`, which either copes or raises as before.
 
     Args:
-        texts: The rows' JSON texts, in the order the table should have.
+        count: How many rows `data` holds.
+        data: The rows' JSON texts as UTF-8, one per line, in the order the table should have.
     """
     import pyarrow as pa
     import pyarrow.json as pa_json
 
     from engine.results.schema import SCHEMA
 
-    data = "\n".join(texts).encode()
     try:
         table = pa_json.read_json(
             pa.BufferReader(data),
@@ -82,11 +92,11 @@ def table_from_json(texts: list[str]) -> pa.Table:
             read_options=pa_json.ReadOptions(use_threads=False, block_size=len(data) + 1),
             parse_options=pa_json.ParseOptions(explicit_schema=_read_schema(), unexpected_field_behavior="ignore",
                                                newlines_in_values=False))
-        if table.num_rows == len(texts):
+        if table.num_rows == count:
             return table.select(SCHEMA.names).cast(SCHEMA)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
         pass
-    return pa.Table.from_pylist([json.loads(text) for text in texts], schema=SCHEMA)
+    return pa.Table.from_pylist([json.loads(line) for line in data.split(b"\n")] if count else [], schema=SCHEMA)
 
 
 @functools.cache
@@ -114,6 +124,12 @@ class ResultsWriter:
         self.journal = journal
         self.rows_per_part = rows_per_part
         self._next = self._next_index()
+        journal.open_part = self._part_name(self._next)   # committed rows go straight into the next part
+        journal.open_part_rows = 0
+
+    @staticmethod
+    def _part_name(index: int) -> str:
+        return f"{PART_PREFIX}{index:05d}{PART_SUFFIX}"
 
     def _next_index(self) -> int:
         indices = [int(p[len(PART_PREFIX):-len(PART_SUFFIX)]) for p in self.journal.parts()]
@@ -134,28 +150,31 @@ class ResultsWriter:
 
     def maybe_flush(self) -> None:
         """Flush a part when enough committed rows wait (call after each journal commit)."""
-        if self.journal.unassigned() >= self.rows_per_part:
+        if self.journal.open_part_rows + self.journal.unassigned() >= self.rows_per_part:
             self.flush()
 
     def flush(self) -> None:
-        """Rewrite stale parts and put every committed row that has no part into a new part."""
+        """Rewrite stale parts and write the open part (with any committed row that has no part yet)."""
         for part in sorted(self.journal.stale_parts()):
             self._write_part(part)
-        if self.journal.unassigned():
-            part = f"{PART_PREFIX}{self._next:05d}{PART_SUFFIX}"
-            self._next += 1
-            self.journal.assign_part(part)
+        part = self._part_name(self._next)
+        moved = self.journal.assign_part(part) if self.journal.unassigned() else 0
+        if moved or self.journal.rows_in(part):
             self._write_part(part)
+            self._next += 1
+            self.journal.open_part = self._part_name(self._next)
+            self.journal.open_part_rows = 0
 
     def _write_part(self, part: str) -> None:
         import pyarrow.parquet as pq
 
         path = self.run_dir / part
-        texts = self.journal.texts_in_part(part)
-        if not texts:
+        count, lines = self.journal.json_lines_of_part(part)
+        if not count:
             path.unlink(missing_ok=True)
         else:
-            table = table_from_json(texts)
+            table = table_from_json_lines(count, lines)
+            del lines
             tmp = path.with_name(path.name + ".tmp")
             with open(tmp, "wb") as fh:
                 pq.write_table(table, fh, compression="zstd")

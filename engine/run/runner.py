@@ -35,6 +35,10 @@ if TYPE_CHECKING:
 Evaluate = Callable[[Any, Answer, Test], Verdict]
 UsesExec = Callable[[Any], bool]
 
+# What the counters need of a row until it is committed: model name, retries, completion tokens, cost,
+# latency, fallback, error kind, passed.
+_Summary = tuple[str, int, int | None, float | None, float | None, bool | None, str | None, bool | None]
+
 # Young-generation GC threshold while a run is going (CPython's default is 700).
 RUN_GC_THRESHOLD = 10_000
 
@@ -149,7 +153,7 @@ class Runner:
         self.stats = RunStats()
         self._stopping = False
         self._workers: list[asyncio.Task[None]] = []
-        self._summaries: list[tuple[str, dict[str, Any]]] = []
+        self._summaries: list[_Summary] = []
         self._wake = asyncio.Event()
 
     def stop(self, reason: str = "interrupted") -> None:
@@ -230,9 +234,13 @@ class Runner:
                             request=request, result=result, verdict=verdict, evaluator_error=evaluator_error,
                             started_us=started_us, ended_us=time.time_ns() // 1000)
             self.journal.add(job.key, row)
-            self._summaries.append((model.name, row))
-            if row["cost"] is not None and self.config.max_cost is not None:
-                self.stats.spend += row["cost"]
+            # Only what the counters need waits for the commit: the row itself is freed right away.
+            cost = row["cost"]
+            self._summaries.append((model.name, row["retries"], row["completion_tokens"], cost, row["latency_s"],
+                                    row["fallback"], row["error_kind"], row["passed"]))
+            del row
+            if cost is not None and self.config.max_cost is not None:
+                self.stats.spend += cost
                 if self.stats.spend > self.config.max_cost:
                     self.stop("budget")
             if self.journal.pending >= self.config.commit_rows:
@@ -269,27 +277,26 @@ class Runner:
         self.journal.commit()
         summaries, self._summaries = self._summaries, []
         stats = self.stats
-        for name, row in summaries:
+        for name, retries, completion_tokens, cost, latency_s, fallback, kind, passed in summaries:
             model = stats.by_model[name]
             model.done += 1
             stats.done += 1
-            model.retries += row["retries"]
-            stats.retries += row["retries"]
-            tokens = row["completion_tokens"] or 0
+            model.retries += retries
+            stats.retries += retries
+            tokens = completion_tokens or 0
             model.completion_tokens += tokens
             stats.completion_tokens += tokens
-            model.cost += row["cost"] or 0.0
-            model.latency_sum += row["latency_s"] or 0.0
-            if row["fallback"]:
+            model.cost += cost or 0.0
+            model.latency_sum += latency_s or 0.0
+            if fallback:
                 model.fallbacks += 1
-            kind = row["error_kind"]
             if kind:
                 model.errors += 1
                 stats.errors += 1
                 model.error_kinds[kind] = model.error_kinds.get(kind, 0) + 1
-            elif row["passed"] is None:
+            elif passed is None:
                 model.unscored += 1
-            elif row["passed"]:
+            elif passed:
                 model.passed += 1
                 stats.passed += 1
             else:
