@@ -15,9 +15,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from engine.client import retry
+from engine.client.deadline import Deadlines
 from engine.client.sse import SSEDecoder
 from engine.errors import ClientError
 from engine.model import ModelConfig, Test, ToolCall
+from engine.results.jsontext import dumps_ascii
 
 if TYPE_CHECKING:
     import aiohttp
@@ -104,7 +106,7 @@ def prepare(model: ModelConfig, test: Test, settings: RequestSettings) -> Prepar
         test: The rendered test.
         settings: The run-wide settings.
     """
-    params = dict(model.params)
+    params = model.params   # read, never changed: no copy
     temperature = test.temperature
     if temperature is None:
         temperature = settings.temperature
@@ -154,6 +156,7 @@ class OpenAIClient:
 
     def __init__(self, session: aiohttp.ClientSession, api_keys: Mapping[str, str | None]) -> None:
         self._session = session
+        self._deadlines = Deadlines()
         self._secrets = [key for key in api_keys.values() if key]
         self._headers: dict[str, dict[str, str]] = {}
         for name, key in api_keys.items():
@@ -172,15 +175,18 @@ class OpenAIClient:
         Returns:
             The result; `error` is set when the call failed for good.
         """
-        payload = json.dumps(request.body).encode()
+        payload = dumps_ascii(request.body).encode()   # what json.dumps(body) writes
         headers = self._headers.get(model.name) or {"Content-Type": "application/json"}
         result = CallResult()
         retries = 0
         waited = 0.0
+        timeout_s = model.timeout_s
+        deadline = self._deadlines.current() if timeout_s is not None else None
         try:
-            async with asyncio.timeout(model.timeout_s):
+            if deadline is not None:
+                deadline.begin(timeout_s)
+            try:
                 while True:
-                    result = CallResult()
                     try:
                         await self._once(request, payload, headers, result)
                         break
@@ -193,8 +199,17 @@ class OpenAIClient:
                             waited += delay
                         retries += 1
                         await asyncio.sleep(delay)
+                        result = CallResult()   # each try starts afresh
+            finally:
+                if deadline is not None:
+                    deadline.end()
         except TimeoutError:
-            result.error = retry.timeout_error(model.timeout_s)
+            result.error = retry.timeout_error(timeout_s)
+            result.truncated = True
+        except asyncio.CancelledError:
+            if deadline is None or not deadline.cancelled_by_deadline():
+                raise
+            result.error = retry.timeout_error(timeout_s)
             result.truncated = True
         result.retries = retries
         result.rate_limit_wait_s = waited
@@ -401,6 +416,9 @@ def _parse_whole(raw: bytes, result: CallResult) -> None:
 
 def _split_think(result: CallResult) -> None:
     """Move a leading `<think>...</think>` block from the answer to the reasoning."""
+    first = result.text[:1]
+    if first != "<" and not first.isspace():   # the usual answer: no copy of it made to find out
+        return
     stripped = result.text.lstrip()
     if not stripped.startswith("<think>"):
         return

@@ -22,8 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-# One reusable encoder: json.dumps builds a new one per call when given options.
-_ENCODE = json.JSONEncoder(ensure_ascii=False, check_circular=False).encode
+from engine.results.jsontext import dumps_unicode as _ENCODE
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS rows(key TEXT PRIMARY KEY, is_error INTEGER NOT NULL, part TEXT, data TEXT NOT NULL);

@@ -12,6 +12,7 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from engine.model import ModelConfig, Test, Verdict
+from engine.results.jsontext import dumps_unicode
 from engine.results.schema import SCHEMA_VERSION
 
 if TYPE_CHECKING:
@@ -71,7 +72,7 @@ def _test_texts(test: Test) -> tuple[str, str | None]:
     cached = _PROMPTS.get(id(test))
     if cached is None or cached[0] is not test:
         golden = None if test.golden is None else json.dumps(test.golden, ensure_ascii=False, default=str)
-        cached = (test, json.dumps(list(test.messages), ensure_ascii=False), golden)
+        cached = (test, dumps_unicode(list(test.messages)), golden)
         if len(_PROMPTS) > 200_000:
             _PROMPTS.clear()
         _PROMPTS[id(test)] = cached
@@ -123,6 +124,7 @@ def build_row(*, run_id: str, model: ModelConfig, test: Test, attempt: int, requ
         error_kind, error_message = result.error.kind, str(result.error)
     elif evaluator_error is not None:
         error_kind, error_message = "evaluator", evaluator_error
+    messages_json, golden_json = _test_texts(test)
     if verdict is not None:
         evaluators, isolation = evaluator_nodes(verdict)
         if error_kind is None:
@@ -143,8 +145,8 @@ def build_row(*, run_id: str, model: ModelConfig, test: Test, attempt: int, requ
         "case_index": test.case_index,
         "attempt": attempt,
         "tags": list(test.tags),
-        "prompt": rendered_prompt(model, test),
-        "golden": _test_texts(test)[1],
+        "prompt": test.prompt if model.api == "completions" else messages_json,
+        "golden": golden_json,
         "temperature": request.temperature,
         "max_tokens": request.max_tokens,
         "seed": request.seed,

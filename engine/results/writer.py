@@ -5,7 +5,8 @@ A run folder holds `_journal.sqlite` (the truth), `part-NNNNN.parquet` files and
 
 1. every row gets its part's name in the journal when it is committed (the writer's open part; rows
    committed without one are given it by an UPDATE first);
-2. once enough rows are in it, the part is written to `part-NNNNN.parquet.tmp`, fsynced, renamed, and the folder fsynced.
+2. once enough rows are in it, the part is written to `part-NNNNN.parquet.tmp`, fsynced, renamed,
+   and the folder fsynced.
 
 If the process dies between 1 and 2, `recover()` (run on every open) rewrites the parts the journal
 names but the folder lacks, rewrites stale parts (a `--retry-errors` success replaced one of their

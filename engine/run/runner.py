@@ -75,6 +75,10 @@ def _calm_gc() -> Iterator[None]:
             gc.unfreeze()
 
 
+def _crashed(exc: BaseException) -> str:
+    return f"the evaluator crashed: {type(exc).__name__}: {exc}"[:500]
+
+
 @dataclass
 class ModelStats:
     """Counters for one model (committed rows of this session)."""
@@ -229,7 +233,11 @@ class Runner:
             if result.error is None:
                 answer = Answer(text=result.text, tool_calls=result.tool_calls,
                                 finish_reason=result.finish_reason, reasoning=result.reasoning)
-                verdict, evaluator_error = await self._score(job.test.eval, answer, job.test, exec_slots)
+                spec = job.test.eval
+                if self._needs_thread(spec):   # sandboxed code runs in a thread, the rest inline (no coroutine)
+                    verdict, evaluator_error = await self._score_in_thread(spec, answer, job.test, exec_slots)
+                else:
+                    verdict, evaluator_error = self._score(spec, answer, job.test)
             row = build_row(run_id=self.config.run_id, model=model, test=job.test, attempt=job.attempt,
                             request=request, result=result, verdict=verdict, evaluator_error=evaluator_error,
                             started_us=started_us, ended_us=time.time_ns() // 1000)
@@ -246,20 +254,30 @@ class Runner:
             if self.journal.pending >= self.config.commit_rows:
                 self._wake.set()
 
-    async def _score(self, spec: Any, answer: Answer, test: Test,
-                     exec_slots: asyncio.Semaphore) -> tuple[Verdict | None, str | None]:
+    def _needs_thread(self, spec: Any) -> bool:
+        try:
+            return self.uses_exec(spec)
+        except Exception:  # noqa: BLE001 - let the threaded path report it as an evaluator error
+            return True
+
+    def _score(self, spec: Any, answer: Answer, test: Test) -> tuple[Verdict | None, str | None]:
         """Score one answer; a crash becomes an evaluator error, never a stopped run."""
         try:
-            if self.uses_exec(spec):
-                async with exec_slots:
-                    verdict = await asyncio.to_thread(self.evaluate, spec, answer, test)
-            else:
-                verdict = self.evaluate(spec, answer, test)
+            verdict = self.evaluate(spec, answer, test)
         except Exception as exc:  # noqa: BLE001 - evaluate() should never raise; if it does, the row says so
-            return None, f"the evaluator crashed: {type(exc).__name__}: {exc}"[:500]
+            return None, _crashed(exc)
         if verdict.error:
             return verdict, verdict.reason
         return verdict, None
+
+    async def _score_in_thread(self, spec: Any, answer: Answer, test: Test,
+                               exec_slots: asyncio.Semaphore) -> tuple[Verdict | None, str | None]:
+        """`_score` in a worker thread, at most one per CPU (exec evaluators run programs)."""
+        try:
+            async with exec_slots:
+                return await asyncio.to_thread(self._score, spec, answer, test)
+        except Exception as exc:  # noqa: BLE001 - the thread could not run it: an evaluator error too
+            return None, _crashed(exc)
 
     async def _commit_loop(self) -> None:
         while True:
