@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from engine.client import retry
-from engine.client.deadline import Deadlines
+from engine.client.deadline import Deadlines, TaskDeadline
 from engine.client.sse import SSEDecoder
 from engine.errors import ClientError
 from engine.model import ModelConfig, Test, ToolCall
@@ -165,12 +165,19 @@ class OpenAIClient:
                 headers["Authorization"] = f"Bearer {key}"
             self._headers[name] = headers
 
-    async def call(self, model: ModelConfig, request: PreparedRequest) -> CallResult:
+    def task_deadline(self) -> TaskDeadline:
+        """The deadline keeper of the running task, for a task that makes many calls to pass to `call`."""
+        return self._deadlines.current()
+
+    async def call(self, model: ModelConfig, request: PreparedRequest,
+                   deadline: TaskDeadline | None = None) -> CallResult:
         """Send one request with retries under the model's deadline.
 
         Args:
             model: The model config (timeout_s, max_retries, name for the key).
             request: The prepared request.
+            deadline: `task_deadline()` of the calling task, when it has it at hand (saves looking
+                the task up on every call); found here otherwise.
 
         Returns:
             The result; `error` is set when the call failed for good.
@@ -181,7 +188,10 @@ class OpenAIClient:
         retries = 0
         waited = 0.0
         timeout_s = model.timeout_s
-        deadline = self._deadlines.current() if timeout_s is not None else None
+        if timeout_s is None:
+            deadline = None
+        elif deadline is None:
+            deadline = self._deadlines.current()
         try:
             if deadline is not None:
                 deadline.begin(timeout_s)

@@ -28,11 +28,14 @@ from engine.suite.render import TemplateSyntaxError, UndefinedError, is_template
 COMPOSITIONS = frozenset({"all", "any", "not", "use"})
 
 # Nodes without a template string in their own keys read the same for every answer: their kind,
-# common options and (for leaves) value and options are worked out once per spec object and reused
-# across cases, repeats and models. Keyed by id() with the spec kept in the entry, so an id is never
-# reused while cached; specs are treated as immutable once a test holds them (the loader builds them).
-_Static = tuple[Mapping[str, Any], str, tuple[float, float | None, str | None, bool], Any, dict[str, Any]]
+# common options and (for leaves) value and options are worked out once per spec object (from its
+# second use on) and reused across cases, repeats and models. Keyed by id() with the spec kept in
+# the entry, so an id is never reused while cached; specs are treated as immutable once a test
+# holds them (the loader builds them).
+_Common = tuple[float, float | None, str | None, bool]   # weight, threshold, name, must
+_Static = tuple[Mapping[str, Any], str, _Common, Any, dict[str, Any]]
 _STATIC: dict[int, _Static] = {}
+_SEEN: dict[int, Mapping[str, Any]] = {}   # specs scored once so far (same id rule)
 _STATIC_LIMIT = 100_000
 _NO_VALUE = object()
 
@@ -122,7 +125,14 @@ def evaluate_node(spec: Any, answer: Answer, ctx: EvalContext, registry: Mapping
             except ValueError as exc:
                 return error(str(exc))
             weight, threshold, name, must = _common(spec, ctx.variables)
-            static = _remember(spec, kind, (weight, threshold, name, must), ctx.variables)
+            if _SEEN.get(id(spec)) is spec:   # scored before: worth keeping (a spec scored once is not)
+                del _SEEN[id(spec)]
+                static = _remember(spec, kind, (weight, threshold, name, must), ctx.variables)
+            else:
+                static = None   # (a stale entry under a reused id must not be used)
+                if len(_SEEN) >= _STATIC_LIMIT:
+                    _SEEN.clear()
+                _SEEN[id(spec)] = spec
         if kind in COMPOSITIONS:
             result = _composite(kind, spec, answer, ctx, registry)
         elif static is not None:

@@ -215,6 +215,7 @@ class Runner:
     async def _worker(self, client: OpenAIClient, model: ModelConfig, jobs: Iterator[Job],
                       global_slots: asyncio.Semaphore, exec_slots: asyncio.Semaphore) -> None:
         settings = self.config.settings
+        deadline = client.task_deadline()
         for job in jobs:
             if self._stopping:
                 return
@@ -225,7 +226,7 @@ class Runner:
                 started_us = time.time_ns() // 1000
                 self.stats.in_flight += 1
                 try:
-                    result = await client.call(model, request)
+                    result = await client.call(model, request, deadline)
                 finally:
                     self.stats.in_flight -= 1
             verdict = None
