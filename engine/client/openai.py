@@ -392,6 +392,8 @@ def _apply_usage(usage: Mapping[str, Any], result: CallResult) -> None:
 
 
 def _int_or_none(value: Any) -> int | None:
+    if type(value) is int:   # the usual case, first
+        return value
     return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 

@@ -90,7 +90,8 @@ def evaluator_nodes(verdict: Verdict) -> tuple[list[dict[str, Any]], str | None]
     """The verdict tree as `evaluators` list entries, and the isolation any exec node reported."""
     nodes = []
     isolation = None
-    for path, node in verdict.walk():
+    # A lone leaf (the usual verdict) is its own walk: no generator needed.
+    for path, node in (((verdict.kind, verdict),) if not verdict.children else verdict.walk()):
         nodes.append({"path": path, "kind": node.kind, "name": node.name, "score": float(node.score),
                       "weight": float(node.weight), "passed": bool(node.passed), "error": bool(node.error),
                       "reason": node.reason})
