@@ -164,11 +164,12 @@ class Journal:
         """(rows, their JSON texts as UTF-8, one per line) of one part, in key order.
 
         Read as bytes straight from SQLite (no str per row, no second copy to encode) for Arrow's
-        JSON reader.
+        JSON reader. Sorted here rather than by `ORDER BY`, which makes SQLite copy every row into
+        its sorter: Python's order of str keys is SQLite's BINARY order (code points = UTF-8 bytes).
         """
-        lines = [data for (data,) in self._db.execute(
-            "SELECT CAST(data AS BLOB) FROM rows WHERE part = ? ORDER BY key", (part,))]
-        return len(lines), b"\n".join(lines)
+        found = self._db.execute("SELECT key, CAST(data AS BLOB) FROM rows WHERE part = ?", (part,)).fetchall()
+        found.sort()   # keys are unique: only keys are compared
+        return len(found), b"\n".join([data for _, data in found])
 
     def count(self) -> tuple[int, int]:
         """(rows, error rows)."""

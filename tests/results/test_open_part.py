@@ -66,3 +66,15 @@ def test_text_the_arrow_reader_refuses_still_makes_a_table() -> None:
     built["latency_s"] = float("nan")              # Python's json writes NaN, which is not JSON
     table = table_from_json([json.dumps(built)])
     assert table.schema.equals(SCHEMA) and math.isnan(table.column("latency_s")[0].as_py())
+
+
+def test_part_rows_come_in_key_order_as_sqlite_orders_them(tmp_path: Path) -> None:
+    journal = Journal(tmp_path / "_journal.sqlite")
+    writer = ResultsWriter(tmp_path, journal)
+    for i in (5, 12, 1, 30, 2):
+        journal.add(*row(i))
+    journal.add("m\x1fs\x1fé\x1fh\x1f\x1f0", row(7)[1])      # a non-ASCII key sorts by code point
+    journal.commit()
+    count, lines = journal.json_lines_of_part(writer.journal.open_part or "")
+    expected = [d for (d,) in journal._db.execute("SELECT CAST(data AS BLOB) FROM rows ORDER BY key")]
+    assert count == 6 and lines.split(b"\n") == expected
