@@ -198,7 +198,7 @@ class ModelConfig:
         api: "chat" or "completions".
         api_key_env: Name of the environment variable holding the key (never the key itself).
         concurrency: Calls in flight at most for this model.
-        timeout_s: Per-call deadline, retries included.
+        timeout_s: Time limit of each try; a timed-out try is retried (at most max_retries times).
         max_retries: Retries after the first try.
         stream: Use server-sent events (default) or one JSON response.
         params: Extra request fields passed through (seed, top_p, ...).

@@ -171,7 +171,7 @@ class OpenAIClient:
 
     async def call(self, model: ModelConfig, request: PreparedRequest,
                    deadline: TaskDeadline | None = None) -> CallResult:
-        """Send one request with retries under the model's deadline.
+        """Send one request, retrying as `retry.py` decides; each try is bounded by `timeout_s`.
 
         Args:
             model: The model config (timeout_s, max_retries, name for the key).
@@ -192,35 +192,39 @@ class OpenAIClient:
             deadline = None
         elif deadline is None:
             deadline = self._deadlines.current()
-        try:
-            if deadline is not None:
-                deadline.begin(timeout_s)
+        while True:
+            # `timeout_s` bounds each try, as openai-python's timeout does; a try that runs out is
+            # retried like a connection error, so a call takes at most (max_retries + 1) tries.
+            failed: _Failed | None = None
             try:
-                while True:
-                    try:
-                        await self._once(request, payload, headers, result)
-                        break
-                    except _Failed as failed:
-                        if not failed.error.retryable or retries >= model.max_retries:
-                            result.error = failed.error
-                            break
-                        delay = retry.retry_delay(failed.headers, retries)
-                        if failed.error.status == 429:
-                            waited += delay
-                        retries += 1
-                        await asyncio.sleep(delay)
-                        result = CallResult()   # each try starts afresh
-            finally:
                 if deadline is not None:
-                    deadline.end()
-        except TimeoutError:
-            result.error = retry.timeout_error(timeout_s)
-            result.truncated = True
-        except asyncio.CancelledError:
-            if deadline is None or not deadline.cancelled_by_deadline():
-                raise
-            result.error = retry.timeout_error(timeout_s)
-            result.truncated = True
+                    deadline.begin(timeout_s)
+                try:
+                    await self._once(request, payload, headers, result)
+                finally:
+                    if deadline is not None:
+                        deadline.end()
+            except _Failed as caught:
+                failed = caught
+            except TimeoutError:
+                failed = _Failed(retry.timeout_error(timeout_s), None)
+            except asyncio.CancelledError:
+                if deadline is None or not deadline.cancelled_by_deadline():
+                    raise
+                failed = _Failed(retry.timeout_error(timeout_s), None)
+            if failed is None:
+                break
+            if not failed.error.retryable or retries >= model.max_retries:
+                result.error = failed.error
+                if failed.error.kind == "timeout":
+                    result.truncated = True
+                break
+            delay = retry.retry_delay(failed.headers, retries)
+            if failed.error.status == 429:
+                waited += delay
+            retries += 1
+            await asyncio.sleep(delay)
+            result = CallResult()   # each try starts afresh
         result.retries = retries
         result.rate_limit_wait_s = waited
         if result.error is not None and self._secrets:

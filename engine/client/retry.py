@@ -3,7 +3,8 @@
 The policy copies openai-python (`_base_client.py`, `_should_retry` / `_calculate_retry_timeout`):
 
 - an `x-should-retry: true|false` header overrides everything;
-- retry connection errors, timeouts, 408, 409, 429 and every status >= 500; never any other 4xx;
+- retry connection errors, timeouts (each try is bounded by the model's `timeout_s`), 408, 409, 429
+  and every status >= 500; never any other 4xx;
 - the delay comes from the *current* response: `retry-after-ms`, else `retry-after` (seconds or an
   HTTP date) when 0 < delay <= 120 s, else `min(0.5 * 2**n, 8) * (1 - 0.25 * U)` with n the
   retries already taken and U uniform in [0, 1).
@@ -66,10 +67,10 @@ def transport_error(exc: BaseException, *, during: str) -> TransportError:
                           kind="connection", retryable=True)
 
 
-def timeout_error(deadline_s: float) -> CallTimeout:
-    """The per-call deadline passed (retries included); never retried since the budget is spent."""
-    return CallTimeout(f"no complete answer within the {deadline_s:g} s deadline (timeout_s in models.yaml)",
-                       kind="timeout", retryable=False)
+def timeout_error(timeout_s: float) -> CallTimeout:
+    """A try got no complete answer within `timeout_s`; retried, as openai-python retries timeouts."""
+    return CallTimeout(f"no complete answer within {timeout_s:g} s (timeout_s in models.yaml, per try)",
+                       kind="timeout", retryable=True)
 
 
 def stream_error(message: str) -> StreamError:

@@ -118,10 +118,18 @@ async def test_reset_mid_stream_is_a_retried_connection_error(fake_openai: FakeO
     assert result.retries == 1 and len(fake_openai.requests) == 2
 
 
-async def test_stall_hits_the_deadline(fake_openai: FakeOpenAI) -> None:
-    fake_openai.script(Reply(fault="stall", stall_s=30))
-    result = await call(fake_openai, timeout_s=0.3)
+async def test_a_stall_that_never_ends_times_out_after_the_retries(fake_openai: FakeOpenAI) -> None:
+    fake_openai.script(*[Reply(fault="stall", stall_s=30)] * 2)
+    result = await call(fake_openai, timeout_s=0.3, max_retries=1)
     assert result.error is not None and result.error.kind == "timeout" and result.truncated
+    assert result.retries == 1 and len(fake_openai.requests) == 2
+
+
+async def test_a_timed_out_try_is_retried_as_openai_python_does(fake_openai: FakeOpenAI) -> None:
+    fake_openai.script(Reply(fault="stall", stall_s=30), Reply(content="Paris"))
+    result = await call(fake_openai, timeout_s=0.3, max_retries=2)
+    assert result.error is None and result.text == "Paris" and not result.truncated
+    assert result.retries == 1 and len(fake_openai.requests) == 2
 
 
 async def test_malformed_sse_is_a_stream_error(fake_openai: FakeOpenAI) -> None:

@@ -45,7 +45,7 @@ async def test_every_fault_ends_in_one_classified_row(tmp_path: Path, fake_opena
         "t0": [Reply(fault="http_429", retry_after="0.01"), Reply()],
         "t1": [Reply(fault="http_500", retry_after_ms="5"), Reply()],
         "t2": [Reply(fault="reset", content="x" * 40)] * 3,
-        "t3": [Reply(fault="stall", stall_s=20)],
+        "t3": [Reply(fault="stall", stall_s=20), Reply()],
         "t4": [Reply(fault="malformed")],
         "t5": [Reply(fault="huge_line")],
         "t6": [Reply(fault="no_done")],
@@ -65,7 +65,7 @@ async def test_every_fault_ends_in_one_classified_row(tmp_path: Path, fake_opena
     await run_jobs(tmp_path, [model], tests)
     df = read(tmp_path).set_index("test_id")
     assert len(df) == 9
-    expected = {"t0": (None, 1), "t1": (None, 1), "t2": ("connection", 2), "t3": ("timeout", 0),
+    expected = {"t0": (None, 1), "t1": (None, 1), "t2": ("connection", 2), "t3": (None, 1),
                 "t4": ("stream", 0), "t5": (None, 0), "t6": ("stream", 0), "t7": (None, 0), "t8": ("http_400", 0)}
     for test_id, (kind, retries) in expected.items():
         row = df.loc[test_id]
