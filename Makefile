@@ -27,7 +27,7 @@ run: $(VENV)/.local
 	$(ENGINE) report $(RESULTS)/latest -o $(RESULTS)/report.html
 	@echo "report written to $(RESULTS)/report.html"
 
-test: $(VENV)/.dev
+test: $(VENV)/.dev lint
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 
 # The tests that start the real embedded model (gemma-3-270m under llama-cpp-python).
@@ -35,7 +35,7 @@ test-local: $(VENV)/.local
 	$(BIN)/python -m pytest -q -p no:cacheprovider -m local_model
 
 lint: $(VENV)/.dev
-	$(BIN)/ruff check engine tests bench
+	$(BIN)/ruff check .
 	$(BIN)/mypy engine
 
 bench: $(VENV)/.dev

@@ -180,7 +180,8 @@ def values_equal(got: Any, expected: Any, *, coerce: bool = True, case_sensitive
         return got == expected if case_sensitive else got.casefold() == expected.casefold()
     if isinstance(got, list) and isinstance(expected, list):
         return len(got) == len(expected) and all(
-            values_equal(g, e, coerce=coerce, case_sensitive=case_sensitive) for g, e in zip(got, expected))
+            values_equal(g, e, coerce=coerce, case_sensitive=case_sensitive)
+            for g, e in zip(got, expected, strict=True))
     if isinstance(got, dict) and isinstance(expected, dict):
         return set(got) == set(expected) and all(
             values_equal(got[k], expected[k], coerce=coerce, case_sensitive=case_sensitive) for k in got)
@@ -190,7 +191,7 @@ def values_equal(got: Any, expected: Any, *, coerce: bool = True, case_sensitive
 _TYPES = {
     "string": lambda v: isinstance(v, str),
     "number": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
-    "integer": lambda v: isinstance(v, int) and not isinstance(v, bool)
+    "integer": lambda v: (isinstance(v, int) and not isinstance(v, bool))
     or (isinstance(v, float) and v.is_integer()),
     "boolean": lambda v: isinstance(v, bool),
     "array": lambda v: isinstance(v, list),
@@ -235,7 +236,9 @@ def json_field(value: Any, options: Mapping[str, Any], answer: Answer, ctx: Eval
 
 def _compare(comparator: str, got: Any, expected: Any, value: Mapping[str, Any], coerce: bool,
              case_sensitive: bool) -> tuple[bool, str]:
-    eq = lambda a, b: values_equal(a, b, coerce=coerce, case_sensitive=case_sensitive)
+    def eq(a: Any, b: Any) -> bool:
+        return values_equal(a, b, coerce=coerce, case_sensitive=case_sensitive)
+
     if comparator == "equals":
         return eq(got, expected), f"expected {short(expected)}"
     if comparator == "in":

@@ -111,7 +111,7 @@ def strict_equal(value: Any, accepted: Any) -> bool:
         return isinstance(value, str) and value.strip().casefold() == accepted.strip().casefold()
     if isinstance(accepted, list):
         return (isinstance(value, list) and len(value) == len(accepted)
-                and all(strict_equal(v, a) for v, a in zip(value, accepted)))
+                and all(strict_equal(v, a) for v, a in zip(value, accepted, strict=True)))
     if isinstance(accepted, dict):
         return isinstance(value, dict) and _strict_args(value, accepted, allow_extra=False) is None
     return bool(value == accepted)
@@ -206,7 +206,8 @@ def _bfcl_type(param: str, value: Any, accepted: list[Any], type_name: str, want
                                     f"got {show(value)}")
     if answer_type is not None and _jtype(value) is answer_type:
         return True, True, ""
-    return False, is_variable, f"argument {param!r}: expected type {type_name}, got {_jtype(value).__name__} {show(value)}"
+    got = f"{_jtype(value).__name__} {show(value)}"
+    return False, is_variable, f"argument {param!r}: expected type {type_name}, got {got}"
 
 
 def _bfcl_dict(value: dict[str, Any], accepted: list[Any]) -> str | None:

@@ -47,9 +47,7 @@ def is_fallback(asked: str, served: str | None) -> bool | None:
     a, s = asked.strip().lower(), served.strip().lower()
     if s == a or s.endswith("/" + a) or a.endswith("/" + s):
         return False
-    if s.startswith(a) and _DATE_SUFFIX.fullmatch(s[len(a):]) is not None:
-        return False
-    return True
+    return not (s.startswith(a) and _DATE_SUFFIX.fullmatch(s[len(a):]) is not None)
 
 
 def cost_of(model: ModelConfig, prompt_tokens: int | None, completion_tokens: int | None) -> float | None:

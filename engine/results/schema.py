@@ -73,7 +73,7 @@ COLUMNS: list[tuple[str, pa.DataType]] = [
     ("score", pa.float64()),            # null on error rows
     ("passed", pa.bool_()),             # null on error rows
     ("threshold", pa.float64()),
-    ("error_kind", pa.string()),        # null | http_4xx | http_429 | http_5xx | timeout | connection | stream | evaluator | ...
+    ("error_kind", pa.string()),        # null | http_<status> | timeout | connection | stream | evaluator | ...
     ("error_message", pa.string()),
     ("evaluators", pa.list_(EVALUATOR_NODE)),
     ("isolation", pa.string()),         # exec sandbox level that ran, null when no exec

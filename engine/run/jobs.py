@@ -52,8 +52,8 @@ def attempts(test: Test, repeat: int | None) -> int:
     return max(1, repeat if repeat is not None else test.repeat)
 
 
-def iter_jobs(model: ModelConfig, tests: list[Test], repeat: int | None, *, skip: set[str] | frozenset[str] = frozenset(),
-              only: set[str] | None = None) -> Iterator[Job]:
+def iter_jobs(model: ModelConfig, tests: list[Test], repeat: int | None, *,
+              skip: set[str] | frozenset[str] = frozenset(), only: set[str] | None = None) -> Iterator[Job]:
     """The jobs of one model, attempt-major (attempt 0 of every test first), lazily.
 
     Args:

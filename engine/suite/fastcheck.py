@@ -46,7 +46,7 @@ def _fast_validator(name: str) -> Any:
     schema["$schema"] = "http://json-schema.org/draft-07/schema#"
     try:
         return _cached_module(name, schema, fastjsonschema).validate
-    except Exception:
+    except Exception:  # noqa: BLE001 - an unwritable cache only costs the compile time
         return fastjsonschema.compile(schema)
 
 
@@ -80,7 +80,7 @@ def _cached_module(name: str, schema: dict[str, Any], fastjsonschema: Any) -> An
         partial.write_bytes(marshal.dumps(code))
         os.replace(partial, path)  # atomic: a concurrent run sees no file or the whole file
     module = types.ModuleType(f"_engine_fastschema_{name}")
-    exec(code, module.__dict__)
+    exec(code, module.__dict__)  # our own generated validator, from our own schema
     return module
 
 
@@ -91,6 +91,6 @@ def quickly_valid(name: str, data: Any) -> bool:
         return False
     try:
         check(data)
-    except Exception:
+    except Exception:  # noqa: BLE001 - JsonSchemaException, or anything odd: let jsonschema decide and explain
         return False
     return True

@@ -144,7 +144,7 @@ def load_suite_file(path: Path, file: str | None = None, *,
     expander = Expander(data, report, path.parent)
     try:
         tests = expander.expand(skip={i for i in broken_sections if isinstance(i, int)})
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - a bug here must still end in a message, never a traceback
         report.error((), f"internal error while checking this file ({type(exc).__name__}: {exc}); "
                          "please report it with this file attached")
         return None, _dedupe(report.diagnostics), suite_line

@@ -283,8 +283,8 @@ _MODEL = {
                         "examples": ["OPENAI_API_KEY"]},
         "concurrency": {"type": "integer", "minimum": 1, "description": "Calls in flight at most (default 8)."},
         "timeout_s": {"type": "number", "exclusiveMinimum": 0,
-                      "description": "Time limit of each try, in seconds (default 120); a try that runs out is retried, so a call "
-                                     "takes at most (max_retries + 1) tries."},
+                      "description": "Time limit of each try, in seconds (default 120); a try that runs out "
+                                     "is retried, so a call takes at most (max_retries + 1) tries."},
         "max_retries": {"type": "integer", "minimum": 0, "description": "Retries after the first try (default 2)."},
         "api": {"enum": ["chat", "completions"], "description": "Which endpoint to call (default chat)."},
         "stream": {"type": "boolean", "description": "Stream the answer with server-sent events (default true)."},

@@ -25,7 +25,7 @@ def test_whole_stream() -> None:
 @given(st.lists(st.integers(min_value=0, max_value=len(STREAM)), max_size=12))
 def test_any_split_gives_the_same_events(cuts: list[int]) -> None:
     points = sorted(set(cuts))
-    chunks = [STREAM[a:b] for a, b in zip([0, *points], [*points, len(STREAM)])]
+    chunks = [STREAM[a:b] for a, b in zip([0, *points], [*points, len(STREAM)], strict=True)]
     assert decode(chunks) == decode([STREAM])
 
 

@@ -30,7 +30,8 @@ async def test_every_job_becomes_one_row(tmp_path: Path, fake_openai: FakeOpenAI
 
 async def test_caps_hold_globally_and_per_model(tmp_path: Path, fake_openai: FakeOpenAI) -> None:
     fake_openai.responder = lambda body: Reply(delay_s=0.02)
-    models = [make_model(fake_openai.base_url, "a", concurrency=2), make_model(fake_openai.base_url, "b", concurrency=8),
+    models = [make_model(fake_openai.base_url, "a", concurrency=2),
+              make_model(fake_openai.base_url, "b", concurrency=8),
               make_model(fake_openai.base_url, "c", concurrency=8)]
     await run_jobs(tmp_path, models, [make_test(i) for i in range(30)], concurrency=10)
     assert fake_openai.max_in_flight <= 10
