@@ -13,6 +13,11 @@ from typing import Any, TextIO
 from engine.run.runner import RunStats
 
 
+def _tokens_per_s(stats: RunStats, elapsed: float) -> str:
+    """Completion tokens per second, or a dash while no server has reported token counts."""
+    return f"{stats.completion_tokens / elapsed:.0f} tok/s" if stats.token_rows else "tok/s -"
+
+
 def _line(stats: RunStats) -> str:
     elapsed = max(1e-9, time.monotonic() - stats.started)
     scored = stats.done - stats.errors
@@ -21,7 +26,7 @@ def _line(stats: RunStats) -> str:
     left = stats.total - stats.done
     eta = f"{left / speed:.0f}s" if speed > 0 and left > 0 else "-"
     return (f"{stats.done}/{stats.total} done, pass {rate}, errors {stats.errors}, retries {stats.retries}, "
-            f"in flight {stats.in_flight}, {stats.completion_tokens / elapsed:.0f} tok/s, eta {eta}")
+            f"in flight {stats.in_flight}, {_tokens_per_s(stats, elapsed)}, eta {eta}")
 
 
 class Progress:
@@ -61,7 +66,7 @@ class Progress:
             scored = stats.done - stats.errors
             rate = f"{100.0 * stats.passed / scored:.1f}%" if scored else "-"
             info = (f"pass {rate}  errors {stats.errors}  retries {stats.retries}  in flight {stats.in_flight}  "
-                    f"{stats.completion_tokens / elapsed:.0f} tok/s")
+                    f"{_tokens_per_s(stats, elapsed)}")
             self._bar.update(self._task, completed=stats.done, total=stats.total, info=info)
             return
         now = time.monotonic()
@@ -83,7 +88,8 @@ def summary_rows(stats: RunStats) -> list[dict[str, Any]]:
         out.append({
             "model": name, "done": m.done, "passed": m.passed, "failed": m.failed, "errors": m.errors,
             "pass_rate": (m.passed / scored) if scored else None, "fallbacks": m.fallbacks,
-            "retries": m.retries, "cost": m.cost, "mean_latency_s": (m.latency_sum / m.done) if m.done else None,
+            "retries": m.retries, "cost": m.cost if m.priced else None,
+            "mean_latency_s": (m.latency_sum / m.done) if m.done else None,
             "error_kinds": dict(m.error_kinds),
         })
     return out
@@ -103,6 +109,6 @@ def print_summary(stats: RunStats, *, stream: TextIO | None = None) -> None:
         table.add_row(row["model"], str(row["done"]), str(row["passed"]), str(row["failed"]),
                       f"{row['errors']}" + (f" ({kinds})" if kinds else ""),
                       "-" if row["pass_rate"] is None else f"{100 * row['pass_rate']:.1f}%",
-                      str(row["fallbacks"]), f"{row['cost']:.4f}",
+                      str(row["fallbacks"]), "-" if row["cost"] is None else f"{row['cost']:.4f}",
                       "-" if row["mean_latency_s"] is None else f"{row['mean_latency_s']:.2f}s")
     Console(file=stream or sys.stdout, width=120).print(table)

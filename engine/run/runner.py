@@ -91,6 +91,7 @@ class ModelStats:
     fallbacks: int = 0
     retries: int = 0
     cost: float = 0.0
+    priced: int = 0                      # rows with a known cost (0: the model has no price, show "-")
     completion_tokens: int = 0
     latency_sum: float = 0.0
     error_kinds: dict[str, int] = field(default_factory=dict)
@@ -106,6 +107,7 @@ class RunStats:
     errors: int = 0
     retries: int = 0
     completion_tokens: int = 0
+    token_rows: int = 0                  # rows whose server reported token counts (llama.cpp streams none)
     in_flight: int = 0
     spend: float = 0.0
     started: float = field(default_factory=time.monotonic)
@@ -302,10 +304,13 @@ class Runner:
             stats.done += 1
             model.retries += retries
             stats.retries += retries
-            tokens = completion_tokens or 0
-            model.completion_tokens += tokens
-            stats.completion_tokens += tokens
-            model.cost += cost or 0.0
+            if completion_tokens is not None:
+                model.completion_tokens += completion_tokens
+                stats.completion_tokens += completion_tokens
+                stats.token_rows += 1
+            if cost is not None:
+                model.cost += cost
+                model.priced += 1
             model.latency_sum += latency_s or 0.0
             if fallback:
                 model.fallbacks += 1

@@ -1,0 +1,38 @@
+"""Progress lines and the summary say '-' for what the server never reported, never a made-up 0."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+from engine.run.progress import Progress, print_summary
+from tests.fake_openai import FakeOpenAI, Reply
+from tests.run.helpers import make_model, make_test, run_jobs
+
+
+def _outputs(stats) -> tuple[str, str]:  # type: ignore[no-untyped-def]
+    line = io.StringIO()
+    progress = Progress(stream=line, plain_every_s=0)
+    progress.update(stats)
+    table = io.StringIO()
+    print_summary(stats, stream=table)
+    return line.getvalue(), table.getvalue()
+
+
+async def test_unknown_tokens_and_unpriced_models_show_a_dash(tmp_path: Path, fake_openai: FakeOpenAI) -> None:
+    fake_openai.responder = lambda body: Reply(content="ok", usage=None)   # as llama.cpp's stream
+    stats = await run_jobs(tmp_path, [make_model(fake_openai.base_url)], [make_test(i) for i in range(3)])
+    line, table = _outputs(stats)
+    assert "tok/s -" in line and "0 tok/s" not in line
+    model_row = next(r for r in table.splitlines() if r.startswith("│ m "))
+    cells = [c.strip() for c in model_row.strip("│").split("│")]
+    assert cells[7] == "-"   # the cost column: no price in models.yaml
+
+
+async def test_known_tokens_and_prices_are_shown(tmp_path: Path, fake_openai: FakeOpenAI) -> None:
+    fake_openai.responder = lambda body: Reply(content="ok", usage={"prompt_tokens": 1000, "completion_tokens": 500})
+    model = make_model(fake_openai.base_url, price_in=1.0, price_out=2.0)
+    stats = await run_jobs(tmp_path, [model], [make_test(i) for i in range(2)])
+    line, table = _outputs(stats)
+    assert "tok/s -" not in line and " tok/s" in line
+    assert "0.0040" in table   # 2 × (1000 × $1 + 500 × $2) / 1M
