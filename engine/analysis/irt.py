@@ -229,26 +229,8 @@ def render_irt(result: IRTResult, fmt: str = "table") -> str:
         notes.append(f"note: {extreme} test{'s' if extreme != 1 else ''} that every model passes or fails "
                      f"{'are' if extreme != 1 else 'is'} left out of the IRT discrimination ranking: "
                      f"the prior alone sets a and b for such tests")
+    from engine.analysis.render import tables_as_markdown, tables_as_text
+
     if fmt == "markdown":
-        lines = [f"> {n}" for n in notes]
-        for title, header, rows in irt_sections(result):
-            lines += ["", f"### {title}", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-            lines += ["| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |" for cells in rows]
-        return "\n" + "\n".join(lines).lstrip() + "\n"
-    import io
-
-    from rich.console import Console
-    from rich.table import Table
-
-    buffer = io.StringIO()
-    console = Console(file=buffer, width=160, force_terminal=False, color_system=None)
-    for note in notes:
-        console.print(note)
-    for title, header, rows in irt_sections(result):
-        table = Table(title=title, title_justify="left")
-        for name in header:
-            table.add_column(name, overflow="fold")
-        for cells in rows:
-            table.add_row(*cells)
-        console.print(table)
-    return buffer.getvalue()
+        return "\n" + tables_as_markdown(notes, irt_sections(result))
+    return tables_as_text(notes, irt_sections(result))

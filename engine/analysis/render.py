@@ -36,9 +36,12 @@ def _test_name(row: pd.Series) -> str:
     return f"{row['suite']}/{row['test_id']}" + (f"#{case}" if case >= 0 else "")
 
 
-def sections(analysis: Analysis) -> list[tuple[str, list[str], list[list[str]]]]:
+Section = tuple[str, list[str], list[list[str]]]   # (title, header, rows of cells)
+
+
+def sections(analysis: Analysis) -> list[Section]:
     """The views people read, in order: (title, header, rows of text cells)."""
-    out: list[tuple[str, list[str], list[list[str]]]] = []
+    out: list[Section] = []
     models = analysis.models
     out.append(("Models (mean over tests; 95% CI by bootstrap over tests)",
                 ["model", "tests", "score [CI]", "pass rate [CI]", "errors", "truncated", "p50 latency s",
@@ -86,16 +89,22 @@ def sections(analysis: Analysis) -> list[tuple[str, list[str], list[list[str]]]]
     return out
 
 
-def render_table(analysis: Analysis, *, width: int | None = None) -> str:
-    """Rich tables as text (colours when printed by a rich Console)."""
+def tables_as_text(notes: list[str], tables: list[Section], *, width: int | None = None) -> str:
+    """Notes, then rich tables, as plain text (colours when printed by a rich Console).
+
+    Args:
+        notes: Lines printed before the tables.
+        tables: (title, header, rows) of each table.
+        width: The console width (default 160).
+    """
     from rich.console import Console
     from rich.table import Table
 
     buffer = io.StringIO()
     console = Console(file=buffer, width=width or 160, force_terminal=False, color_system=None)
-    for note in analysis.notes:
-        console.print(f"note: {note}")
-    for title, header, rows in sections(analysis):
+    for note in notes:
+        console.print(note)
+    for title, header, rows in tables:
         table = Table(title=title, title_justify="left", show_lines=False)
         for name in header:
             table.add_column(name, overflow="fold")
@@ -105,13 +114,28 @@ def render_table(analysis: Analysis, *, width: int | None = None) -> str:
     return buffer.getvalue()
 
 
-def render_markdown(analysis: Analysis) -> str:
-    """GitHub-flavoured Markdown tables (for CI job summaries)."""
-    lines = [f"> note: {n}" for n in analysis.notes]
-    for title, header, rows in sections(analysis):
+def tables_as_markdown(notes: list[str], tables: list[Section]) -> str:
+    """Notes as quotes, then GitHub-flavoured Markdown tables.
+
+    Args:
+        notes: Lines quoted before the tables.
+        tables: (title, header, rows) of each table.
+    """
+    lines = [f"> {n}" for n in notes]
+    for title, header, rows in tables:
         lines += ["", f"### {title}", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
         lines += ["| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |" for cells in rows]
     return "\n".join(lines).lstrip() + "\n"
+
+
+def render_table(analysis: Analysis, *, width: int | None = None) -> str:
+    """Rich tables as text (colours when printed by a rich Console)."""
+    return tables_as_text([f"note: {n}" for n in analysis.notes], sections(analysis), width=width)
+
+
+def render_markdown(analysis: Analysis) -> str:
+    """GitHub-flavoured Markdown tables (for CI job summaries)."""
+    return tables_as_markdown([f"note: {n}" for n in analysis.notes], sections(analysis))
 
 
 def render_json(analysis: Analysis) -> str:
