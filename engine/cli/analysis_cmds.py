@@ -22,6 +22,10 @@ if TYPE_CHECKING:
 USAGE = 2
 FAILED = 1
 
+# Options several commands share.
+IncludeFallback = Annotated[bool, typer.Option("--include-fallback", help="Keep rows a fallback model served.")]
+Epsilon = Annotated[float, typer.Option("--epsilon", help="Score differences below this count as none.")]
+
 
 def _fail_usage(message: str) -> typer.Exit:
     typer.echo(f"error: {message}", err=True)
@@ -60,12 +64,8 @@ def analyze(
     junit: Annotated[
         Path | None, typer.Option("--junit", help="Also write JUnit XML (one testcase per test × model).")
     ] = None,
-    include_fallback: Annotated[
-        bool, typer.Option("--include-fallback", help="Keep rows a fallback model served.")
-    ] = False,
-    epsilon: Annotated[
-        float, typer.Option("--epsilon", help="Score differences below this count as none.")
-    ] = 0.05,
+    include_fallback: IncludeFallback = False,
+    epsilon: Epsilon = 0.05,
     resamples: Annotated[int, typer.Option("--resamples", help="Bootstrap resamples for the CIs.")] = 1000,
     output: Annotated[
         Path | None, typer.Option("--output", "-o", help="Write to this file instead of stdout.")
@@ -150,12 +150,8 @@ def report(
     output: Annotated[Path, typer.Option("--output", "-o", help="The HTML file to write.")] = Path(
         "report.html"
     ),
-    include_fallback: Annotated[
-        bool, typer.Option("--include-fallback", help="Keep rows a fallback model served.")
-    ] = False,
-    epsilon: Annotated[
-        float, typer.Option("--epsilon", help="Score differences below this count as none.")
-    ] = 0.05,
+    include_fallback: IncludeFallback = False,
+    epsilon: Epsilon = 0.05,
 ) -> None:
     """Write one self-contained HTML report (opens offline): models, heatmap, scatter, drill-down."""
     from engine.analysis.report import write_report
@@ -170,9 +166,7 @@ def diff_cmd(
     base: Annotated[Path, typer.Argument(help="The base run (folder or Parquet).")],
     new: Annotated[Path, typer.Argument(help="The new run.")],
     fmt: Annotated[str, typer.Option("--format", "-f", help="table | json | csv")] = "table",
-    include_fallback: Annotated[
-        bool, typer.Option("--include-fallback", help="Keep rows a fallback model served.")
-    ] = False,
+    include_fallback: IncludeFallback = False,
 ) -> None:
     """Per model: pass→fail and fail→pass flips by test, and a regression verdict with a CI. Exit 1 on a regression."""
     if fmt not in ("table", "json", "csv"):

@@ -24,7 +24,8 @@ def run_command(
     seed: int | None = typer.Option(None, "--seed", help="Sent as `seed` with every request."),
     temperature: float | None = typer.Option(None, "--temperature", help="Used when a test sets none (default 0)."),
     max_tokens: int | None = typer.Option(None, "--max-tokens", min=1,
-                                             help="max_tokens floor (default: the model's params.max_tokens, else 1024); a test may raise it."),
+                                             help="max_tokens floor (default: the model's params.max_tokens, "
+                                                  "else 1024); a test may raise it."),
     filters: list[str] = typer.Option([], "--filter", help="Keep tests with this tag or id glob (repeatable)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print every request without calling anything."),
     resume: Path | None = typer.Option(None, "--resume", help="Continue this run folder: skip finished rows."),
