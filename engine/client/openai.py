@@ -158,6 +158,7 @@ class OpenAIClient:
         self._session = session
         self._deadlines = Deadlines()
         self._secrets = [key for key in api_keys.values() if key]
+        self.retrying = 0   # calls waiting out a retry delay now (the progress display shows it)
         self._headers: dict[str, dict[str, str]] = {}
         for name, key in api_keys.items():
             headers = {"Content-Type": "application/json", "Accept": "application/json"}
@@ -223,7 +224,11 @@ class OpenAIClient:
             if failed.error.status == 429:
                 waited += delay
             retries += 1
-            await asyncio.sleep(delay)
+            self.retrying += 1
+            try:
+                await asyncio.sleep(delay)
+            finally:
+                self.retrying -= 1
             result = CallResult()   # each try starts afresh
         result.retries = retries
         result.rate_limit_wait_s = waited

@@ -25,8 +25,8 @@ def _line(stats: RunStats) -> str:
     speed = stats.done / elapsed
     left = stats.total - stats.done
     eta = f"{left / speed:.0f}s" if speed > 0 and left > 0 else "-"
-    return (f"{stats.done}/{stats.total} done, pass {rate}, errors {stats.errors}, retries {stats.retries}, "
-            f"in flight {stats.in_flight}, {_tokens_per_s(stats, elapsed)}, eta {eta}")
+    return (f"{stats.done}/{stats.total} done, pass {rate}, errors {stats.errors}, retries {stats.retries} "
+            f"({stats.retrying} waiting), in flight {stats.in_flight}, {_tokens_per_s(stats, elapsed)}, eta {eta}")
 
 
 class Progress:
@@ -65,7 +65,8 @@ class Progress:
             elapsed = max(1e-9, time.monotonic() - stats.started)
             scored = stats.done - stats.errors
             rate = f"{100.0 * stats.passed / scored:.1f}%" if scored else "-"
-            info = (f"pass {rate}  errors {stats.errors}  retries {stats.retries}  in flight {stats.in_flight}  "
+            info = (f"pass {rate}  errors {stats.errors}  retries {stats.retries} ({stats.retrying} waiting)  "
+                    f"in flight {stats.in_flight}  "
                     f"{_tokens_per_s(stats, elapsed)}")
             self._bar.update(self._task, completed=stats.done, total=stats.total, info=info)
             return

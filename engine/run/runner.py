@@ -109,6 +109,7 @@ class RunStats:
     completion_tokens: int = 0
     token_rows: int = 0                  # rows whose server reported token counts (llama.cpp streams none)
     in_flight: int = 0
+    retrying: int = 0                    # calls in flight that are waiting to retry
     spend: float = 0.0
     started: float = field(default_factory=time.monotonic)
     stopped: str | None = None           # None | "interrupted" | "budget"
@@ -161,6 +162,7 @@ class Runner:
         self._workers: list[asyncio.Task[None]] = []
         self._summaries: list[_Summary] = []
         self._wake = asyncio.Event()
+        self._client: OpenAIClient | None = None
 
     def stop(self, reason: str = "interrupted") -> None:
         """Stop dispatching; calls in flight finish and are recorded."""
@@ -195,7 +197,7 @@ class Runner:
             committer = asyncio.create_task(self._commit_loop())
             try:
                 async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
-                    client = OpenAIClient(session, api_keys)
+                    client = self._client = OpenAIClient(session, api_keys)
                     for model, jobs in jobs_by_model.values():
                         for _ in range(max(1, min(model.concurrency, self.config.concurrency))):
                             self._workers.append(asyncio.create_task(
@@ -327,4 +329,5 @@ class Runner:
                 model.failed += 1
         self.writer.maybe_flush()
         if self.on_progress is not None:
+            stats.retrying = self._client.retrying if self._client is not None else 0
             self.on_progress(stats)

@@ -184,3 +184,20 @@ def test_max_tokens_precedence(cli: int | None, model_param: int | None, test_va
     model = ModelConfig(name="m", model="fake-1", base_url="http://127.0.0.1:1/v1", params=params)
     request = prepare(model, replace(TEST, max_tokens=test_value), RequestSettings(max_tokens=cli))
     assert request.body["max_tokens"] == sent and request.max_tokens == sent
+
+
+async def test_calls_waiting_to_retry_are_counted(fake_openai: FakeOpenAI) -> None:
+    import asyncio
+
+    fake_openai.script(Reply(fault="http_429", retry_after="0.5"), Reply(content="Paris"))
+    model = model_for(fake_openai)
+    async with aiohttp.ClientSession() as session:
+        client = OpenAIClient(session, {})
+        task = asyncio.create_task(client.call(model, prepare(model, TEST, RequestSettings())))
+        seen = 0
+        while not task.done():
+            seen = max(seen, client.retrying)
+            await asyncio.sleep(0.02)
+        result = task.result()
+    assert result.text == "Paris" and result.retries == 1
+    assert seen == 1 and client.retrying == 0
