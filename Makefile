@@ -25,7 +25,6 @@ run: $(VENV)/.local
 	$(ENGINE) run suites/ --out $(RESULTS)
 	$(ENGINE) analyze $(RESULTS)/latest
 	$(ENGINE) report $(RESULTS)/latest -o $(RESULTS)/report.html
-	@echo "report written to $(RESULTS)/report.html"
 
 test: $(VENV)/.dev lint
 	$(BIN)/python -m pytest -q -p no:cacheprovider
