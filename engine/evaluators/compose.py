@@ -126,7 +126,7 @@ def evaluate_node(spec: Any, answer: Answer, ctx: EvalContext, registry: Mapping
                 return error(str(exc))
             weight, threshold, name, must = _common(spec, ctx.variables)
             if _SEEN.get(id(spec)) is spec:   # scored before: worth keeping (a spec scored once is not)
-                del _SEEN[id(spec)]
+                _SEEN.pop(id(spec), None)   # pop, not del: exec specs are scored on worker threads too
                 static = _remember(spec, kind, (weight, threshold, name, must), ctx.variables)
             else:
                 static = None   # (a stale entry under a reused id must not be used)
