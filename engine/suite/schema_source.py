@@ -113,7 +113,8 @@ KINDS: dict[str, tuple[str, dict[str, Any], dict[str, Any], list[Any]]] = {
                                 "title": "call", "properties": {
                                     "name": {"type": "string", "description": "The function name."},
                                     "args": {"$ref": "#/$defs/tool_args"}}}},
-            "count": {"type": "integer", "minimum": 1, "description": "How many calls there must be (for none, use no_tool_call)."},
+            "count": {"type": "integer", "minimum": 1,
+                      "description": "How many calls there must be (for none, use no_tool_call)."},
             "order": {"enum": ["any", "exact"], "description": "Whether `calls` must come in this order."},
             "extra_args": {"enum": ["allow", "deny"],
                            "description": "Whether arguments not listed in `args` are allowed (default deny)."},
