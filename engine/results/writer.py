@@ -92,7 +92,12 @@ def table_from_json_lines(count: int, data: bytes) -> pa.Table:
             # One block holds everything: a row larger than the block size would be refused.
             read_options=pa_json.ReadOptions(use_threads=False, block_size=len(data) + 1),
             parse_options=pa_json.ParseOptions(explicit_schema=_read_schema(), unexpected_field_behavior="ignore",
-                                               newlines_in_values=False))
+                                               newlines_in_values=False),
+            # The system allocator, not Arrow's default mimalloc: mimalloc hands each part's
+            # buffers fresh memory, and the kernel zeroing its huge pages cost ~10 us per call
+            # in `bench/bench_run.py` (perf: `clear_page_erms` under `mi_page_free_list_extend`);
+            # glibc malloc reuses the memory freed by the previous part.
+            memory_pool=pa.system_memory_pool())
         if table.num_rows == count:
             return table.select(SCHEMA.names).cast(SCHEMA)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
