@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.local.procs import pid_gone
+
 pytestmark = pytest.mark.local_model
 
 TINY_SUITE = """\
@@ -33,14 +35,6 @@ tests:
     max_tokens: 8
     eval: {regex: '^\\s*Tokyo\\b'}
 """
-
-
-def _pid_gone(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] == "Z"
-    except FileNotFoundError:
-        return True
 
 
 def _port_closed(port: int) -> bool:
@@ -71,7 +65,7 @@ def test_serve_builtin_answers_under_its_alias_and_leaves_nothing(tmp_path: Path
         pid = _server_pid(log)
     assert answer["model"] == "gemma-test"
     assert "Paris" in answer["choices"][0]["text"]
-    assert _pid_gone(pid), "the server process outlived the with block"
+    assert pid_gone(pid), "the server process outlived the with block"
     assert _port_closed(port)
 
 
@@ -100,4 +94,4 @@ def test_engine_run_on_the_embedded_model_end_to_end(tmp_path: Path, repo_root: 
     assert frame["completion_tokens"].isna().all()
     logs = list(run_dir.glob("*.server.log"))
     assert logs, f"no server log in {run_dir}"
-    assert _pid_gone(_server_pid(logs[0])), "engine run left its model server running"
+    assert pid_gone(_server_pid(logs[0])), "engine run left its model server running"

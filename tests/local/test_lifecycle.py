@@ -22,17 +22,9 @@ import pytest
 from engine.errors import LocalModelError
 from engine.local import server
 from engine.local.process import start_group
+from tests.local.procs import pid_gone
 
 FAKE = Path(__file__).with_name("fake_server.py")
-
-
-def _gone(pid: int) -> bool:
-    """True when pid no longer runs (a zombie awaiting its reaper counts as gone)."""
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] == "Z"
-    except FileNotFoundError:
-        return True
 
 
 def _wait_for(predicate, timeout: float = 15.0) -> bool:  # type: ignore[no-untyped-def]
@@ -62,8 +54,8 @@ def test_stop_kills_the_whole_group(tmp_path: Path) -> None:
     child = start_group([sys.executable, str(FAKE), "0", "x"], log_path=log)
     grandchild = _grandchild_pid(log)
     child.stop(grace_s=5)
-    assert _gone(child.pid)
-    assert _wait_for(lambda: _gone(grandchild)), "the grandchild outlived the group kill"
+    assert pid_gone(child.pid)
+    assert _wait_for(lambda: pid_gone(grandchild)), "the grandchild outlived the group kill"
 
 
 def test_stop_escalates_to_sigkill_when_sigterm_is_ignored(tmp_path: Path) -> None:
@@ -72,7 +64,7 @@ def test_stop_escalates_to_sigkill_when_sigterm_is_ignored(tmp_path: Path) -> No
     grandchild = _grandchild_pid(log)
     child.stop(grace_s=0.5)
     assert child.popen.returncode == -signal.SIGKILL
-    assert _wait_for(lambda: _gone(grandchild))
+    assert _wait_for(lambda: pid_gone(grandchild))
 
 
 def test_serve_builtin_yields_a_ready_url_and_stops_on_exception(tmp_path: Path,
@@ -89,7 +81,7 @@ def test_serve_builtin_yields_a_ready_url_and_stops_on_exception(tmp_path: Path,
             assert json.load(resp)["data"][0]["id"] == "my-alias"
         grandchild = _grandchild_pid(log)
         raise RuntimeError("boom")
-    assert _wait_for(lambda: _gone(grandchild))
+    assert _wait_for(lambda: pid_gone(grandchild))
     port = int(url.rsplit(":", 1)[1].split("/")[0])
     with socket.socket() as sock:
         assert sock.connect_ex(("127.0.0.1", port)) != 0, "the port still answers after the block"
@@ -119,7 +111,7 @@ def test_server_that_never_gets_ready_times_out_and_is_stopped(tmp_path: Path,
     ):
         pass
     assert str(log) in str(info.value)
-    assert _wait_for(lambda: _gone(_grandchild_pid(log)))
+    assert _wait_for(lambda: pid_gone(_grandchild_pid(log)))
 
 
 def test_missing_llama_cpp_names_the_install_command(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -163,7 +155,7 @@ def test_server_dies_with_a_killed_parent(tmp_path: Path) -> None:
     try:
         # The server dies with its parent (PDEATHSIG). Its own children are not told; llama.cpp's server
         # has none, and this one is cleaned up here so the test leaves nothing behind either way.
-        assert _wait_for(lambda: _gone(child_pid)), "the server outlived its killed parent"
+        assert _wait_for(lambda: pid_gone(child_pid)), "the server outlived its killed parent"
     finally:
         for pid in (child_pid, grandchild):
             try:
