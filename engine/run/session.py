@@ -285,17 +285,21 @@ def _execute(invocation: Invocation, run_id: str, run_dir: Path, journal: Any, m
 
 
 def _start_builtins(models: list[ModelConfig], run_dir: Path, stack: contextlib.ExitStack) -> list[ModelConfig]:
-    """Start one embedded server per distinct builtin model; the stack stops them."""
-    needed = {m.builtin: m for m in models if m.builtin and not m.base_url}
+    """Start one embedded server per distinct (builtin, model id) pair; the stack stops them.
+
+    A server answers under one alias (its served model), so two entries of one builtin with different
+    `model:` ids each get their own server; otherwise every row of the second would look like a fallback.
+    """
+    needed = {(m.builtin, m.model) for m in models if m.builtin and not m.base_url}
     if not needed:
         return models
     from engine.local import serve_builtin
 
-    urls = {}
-    for name, model in needed.items():
-        urls[name] = stack.enter_context(
-            serve_builtin(name, log_path=run_dir / f"_{name}.server.log", alias=model.model))
-    return [dataclasses.replace(m, base_url=urls[m.builtin]) if m.builtin in urls and not m.base_url else m
+    urls: dict[tuple[str | None, str], str] = {}
+    for builtin, alias in sorted(needed):
+        log = f"_{builtin}.server.log" if alias == builtin else f"_{builtin}.{alias}.server.log"
+        urls[(builtin, alias)] = stack.enter_context(serve_builtin(builtin, log_path=run_dir / log, alias=alias))
+    return [dataclasses.replace(m, base_url=urls[(m.builtin, m.model)]) if (m.builtin, m.model) in urls else m
             for m in models]
 
 

@@ -134,3 +134,30 @@ def test_api_key_canary_is_nowhere(tmp_path: Path, fake_openai: FakeOpenAI) -> N
     for path in out.rglob("*"):
         if path.is_file():
             assert canary.encode() not in path.read_bytes(), path
+
+
+def test_builtin_servers_start_once_per_builtin_and_alias(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import contextlib
+
+    import engine.local
+    from engine.model import ModelConfig
+    from engine.run.session import _start_builtins
+
+    started: list[tuple[str, str, str]] = []
+
+    @contextlib.contextmanager
+    def fake_serve(name: str, *, log_path: Path, alias: str):  # type: ignore[no-untyped-def]
+        started.append((name, alias, log_path.name))
+        yield f"http://127.0.0.1:{9000 + len(started)}/v1"
+
+    monkeypatch.setattr(engine.local, "serve_builtin", fake_serve)
+    models = [ModelConfig(name="a", model="gemma-3-270m", builtin="gemma-3-270m"),
+              ModelConfig(name="b", model="gemma-3-270m", builtin="gemma-3-270m", api="completions"),
+              ModelConfig(name="c", model="my-alias", builtin="gemma-3-270m"),
+              ModelConfig(name="d", model="gpt", base_url="http://127.0.0.1:1/v1")]
+    with contextlib.ExitStack() as stack:
+        out = _start_builtins(models, tmp_path, stack)
+    assert sorted(started) == [("gemma-3-270m", "gemma-3-270m", "_gemma-3-270m.server.log"),
+                               ("gemma-3-270m", "my-alias", "_gemma-3-270m.my-alias.server.log")]
+    urls = {m.name: m.base_url for m in out}
+    assert urls["a"] == urls["b"] != urls["c"] and urls["d"] == "http://127.0.0.1:1/v1"
