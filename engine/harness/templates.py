@@ -8,11 +8,9 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -20,10 +18,10 @@ from jinja2 import StrictUndefined, TemplateError
 from jinja2.sandbox import SandboxedEnvironment
 
 from engine.errors import Diagnostic, HarnessError, SuiteError
+from engine.paths import data_dir
 
 __all__ = ["TEMPLATE_ENV", "Harness", "builtin_dir", "builtin_names", "load_harness", "render_files"]
 
-_PACKAGE_ROOT = Path(__file__).resolve().parent.parent.parent
 _BUILTIN_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
 
 
@@ -72,11 +70,10 @@ class Harness:
 
 def builtin_dir() -> Path:
     """The folder of built-in harnesses: `harnesses/` next to `engine/`, or the installed data copy."""
-    for candidate in (_PACKAGE_ROOT / "harnesses", Path(sys.prefix) / "share" / "llm-eval-engine" / "harnesses"):
-        if candidate.is_dir():
-            return candidate
-    raise HarnessError(f"the built-in harness folder was not found (looked in {_PACKAGE_ROOT / 'harnesses'} "
-                       f"and {Path(sys.prefix) / 'share' / 'llm-eval-engine' / 'harnesses'}); reinstall the engine")
+    folder = data_dir("harnesses")
+    if not folder.is_dir():
+        raise HarnessError(f"the built-in harness folder was not found ({folder}); reinstall the engine")
+    return folder
 
 
 def builtin_names() -> list[str]:
@@ -84,18 +81,13 @@ def builtin_names() -> list[str]:
     return sorted(p.stem for p in builtin_dir().glob("*.yaml"))
 
 
-def _schema_path() -> Path:
-    for candidate in (_PACKAGE_ROOT / "schemas", Path(sys.prefix) / "share" / "llm-eval-engine" / "schemas"):
-        if (candidate / "harness.schema.json").is_file():
-            return candidate / "harness.schema.json"
-    raise HarnessError("schemas/harness.schema.json was not found; reinstall the engine")
-
-
-@lru_cache(maxsize=1)
 def _validator() -> Any:
-    from jsonschema import Draft202012Validator
+    from engine.suite.schema import validator
 
-    return Draft202012Validator(json.loads(_schema_path().read_text(encoding="utf-8")))
+    try:
+        return validator("harness")
+    except FileNotFoundError:
+        raise HarnessError("schemas/harness.schema.json was not found; reinstall the engine") from None
 
 
 def resolve(name: str, suite_dir: str | Path) -> Path:

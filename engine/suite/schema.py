@@ -11,19 +11,19 @@ import difflib
 import json
 from collections.abc import Iterable
 from functools import cache
-from pathlib import Path
 from typing import Any
 
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError
 
 from engine.errors import Diagnostic
+from engine.paths import data_dir
 from engine.suite import fastcheck
 from engine.suite.yaml import Positions
 
 __all__ = ["SCHEMA_DIR", "describe_value", "did_you_mean", "load_schema", "validate", "validator"]
 
-SCHEMA_DIR = Path(__file__).resolve().parents[2] / "schemas"
+SCHEMA_DIR = data_dir("schemas")
 _COMMON = ("weight", "threshold", "name", "must")
 _YES_NO = {"yes", "no", "on", "off", "y", "n"}
 _TYPE_WORDS = {"string": "text", "integer": "a whole number", "number": "a number", "boolean": "true or false",
