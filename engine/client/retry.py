@@ -17,7 +17,7 @@ import random
 import time
 from collections.abc import Mapping
 
-from engine.errors import CallTimeout, ClientError, HTTPStatusError, StreamError, TransportError
+from engine.errors import CallTimeout, HTTPStatusError, StreamError, TransportError
 
 INITIAL_DELAY_S = 0.5
 MAX_DELAY_S = 8.0
@@ -76,11 +76,6 @@ def timeout_error(timeout_s: float) -> CallTimeout:
 def stream_error(message: str) -> StreamError:
     """A malformed or truncated stream: a server bug, not retried."""
     return StreamError(message, kind="stream", retryable=False)
-
-
-def is_retryable(error: ClientError) -> bool:
-    """Whether the retry loop may try again after this error."""
-    return error.retryable
 
 
 def retry_delay(headers: Mapping[str, str] | None, retries_taken: int, rng: random.Random | None = None) -> float:

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -150,15 +149,6 @@ class Journal:
     def stale_parts(self) -> set[str]:
         """Parts that must be rewritten."""
         return {p for (p,) in self._db.execute("SELECT part FROM stale_parts")}
-
-    def rows_in_part(self, part: str) -> Iterator[dict[str, Any]]:
-        """The rows of one part, in key order."""
-        for data in self.texts_in_part(part):
-            yield json.loads(data)
-
-    def texts_in_part(self, part: str) -> list[str]:
-        """The rows of one part as their stored JSON text, in key order (one line each: JSON escapes newlines)."""
-        return [data for (data,) in self._db.execute("SELECT data FROM rows WHERE part = ? ORDER BY key", (part,))]
 
     def json_lines_of_part(self, part: str) -> tuple[int, bytes]:
         """(rows, their JSON texts as UTF-8, one per line) of one part, in key order.

@@ -77,13 +77,6 @@ def _test_texts(test: Test) -> tuple[str, str | None]:
     return cached[1], cached[2]
 
 
-def rendered_prompt(model: ModelConfig, test: Test) -> str:
-    """What was sent: the messages as JSON for chat models, the prompt text for completions models."""
-    if model.api == "completions":
-        return test.prompt
-    return _test_texts(test)[0]
-
-
 def evaluator_nodes(verdict: Verdict) -> tuple[list[dict[str, Any]], str | None]:
     """The verdict tree as `evaluators` list entries, and the isolation any exec node reported."""
     nodes = []
