@@ -7,7 +7,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-SHARED_DATA = ROOT.parent / "shared" / "data"
+# Beside the checkout (/work/main -> /work/shared), or two levels up from a worktree (/work/wt/NAME).
+SHARED_DATA = next((p for p in (ROOT.parent / "shared" / "data", ROOT.parent.parent / "shared" / "data")
+                    if p.exists()), ROOT.parent / "shared" / "data")
 
 
 @pytest.fixture(scope="session")

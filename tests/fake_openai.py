@@ -43,7 +43,9 @@ class Reply:
     Args:
         content: The answer text.
         reasoning: Text sent as `reasoning_content` deltas before the content.
-        tool_calls: [{"name": ..., "arguments": <dict or raw str>, "id": optional}].
+        tool_calls: [{"name": ..., "arguments": <dict or raw str>, "id": optional}]; in a whole (not
+            streamed) reply, `"function": {...}` instead sends that object as the call's `function` verbatim
+            (arguments as JSON null, as an object, or left out).
         finish_reason: Defaults to "tool_calls" when there are calls, else "stop".
         model: The served model (default: the one asked for).
         usage: The usage object; None sends no usage at all.
@@ -225,7 +227,8 @@ class FakeOpenAI:
             if reply.tool_calls:
                 message["tool_calls"] = [
                     {"id": c.get("id", f"call_{i}"), "type": "function",
-                     "function": {"name": c["name"], "arguments": self._raw_args(c)}}
+                     "function": c["function"] if "function" in c else {"name": c["name"],
+                                                                          "arguments": self._raw_args(c)}}
                     for i, c in enumerate(reply.tool_calls)]
             choice = {"index": 0, "message": message, "finish_reason": self._finish(reply)}
         out = {"id": "cmpl-fake", "object": "chat.completion", "created": int(time.time()), "model": served,

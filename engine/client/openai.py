@@ -429,8 +429,10 @@ def _parse_whole(raw: bytes, result: CallResult) -> None:
     calls = []
     for call in message.get("tool_calls") or ():
         fn = call.get("function") or {}
-        arguments = fn.get("arguments")
-        raw_args = arguments if isinstance(arguments, str) else json.dumps(arguments or {})
+        # Argument text as sent; a JSON `null` stays `null` (scored as not an object, as BFCL does),
+        # and only a call with no `arguments` at all counts as one without arguments.
+        arguments = fn.get("arguments", "")
+        raw_args = arguments if isinstance(arguments, str) else json.dumps(arguments)
         calls.append(ToolCall.from_raw(str(fn.get("name") or ""), raw_args, id=call.get("id")))
     result.tool_calls = tuple(calls)
 

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from engine.evaluators.base import EvalContext, error, verdict
-from engine.evaluators.tool_match import ExpectedCall, check_call, plain, show
+from engine.evaluators.tool_match import ExpectedCall, check_call, plain, show, show_json
 from engine.model import Answer, ToolCall, Verdict
 
 _OPTIONS = ("name", "args", "calls", "count", "order", "extra_args", "match", "underscore_to_dot")
@@ -27,7 +27,7 @@ def describe(call: ToolCall, limit: int = 80) -> str:
     elif isinstance(call.arguments, dict):
         inner = ", ".join(f"{k}={v!r}" for k, v in call.arguments.items())
     else:
-        inner = repr(call.arguments)
+        inner = show_json(call.arguments, limit)
     text = f"{call.name}({inner})".replace("\n", "\\n")
     return text if len(text) <= limit else text[: limit - 3] + "..."
 

@@ -17,6 +17,7 @@ from the tool's schema (`required` from the schema too).
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -62,6 +63,12 @@ def show(value: Any, limit: int = 60) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+def show_json(value: Any, limit: int = 60) -> str:
+    """A value as JSON text on one line (`null`, not Python's `None`), cut to `limit`."""
+    text = json.dumps(value, ensure_ascii=False, default=str)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def expected_name(name: str, underscore_to_dot: bool) -> str:
     """The name the model must use: with `underscore_to_dot`, dots become underscores (BFCL FC mode)."""
     return re.sub(r"\.", "_", name) if underscore_to_dot else name
@@ -87,9 +94,9 @@ def check_call(expected: ExpectedCall, call: ToolCall, *, profile: str, schemas:
         return f"expected function {want!r}, got {call.name!r}"
     if not call.valid_json:
         return f"{call.name}: arguments are not valid JSON: {show(call.raw_arguments)}"
-    args = call.arguments if call.arguments is not None else {}
-    if not isinstance(args, dict):
-        return f"{call.name}: arguments must be a JSON object, got {show(args)}"
+    args = call.arguments
+    if not isinstance(args, dict):  # `null` included: BFCL rejects it too (decoder_wrong_output_format)
+        return f"{call.name}: arguments must be a JSON object, got {show_json(args)}"
     schema = schemas.get(expected.name) or schemas.get(want) or {}
     if profile == "bfcl":
         return _bfcl_call(call.name, args, expected.args, schema, allow_extra)

@@ -77,6 +77,18 @@ async def test_tool_call_deltas_are_joined(fake_openai: FakeOpenAI, tool_index: 
     assert fake_openai.requests[0]["tool_choice"] == "auto"
 
 
+async def test_tool_call_arguments_sent_as_json_values(fake_openai: FakeOpenAI) -> None:
+    """`arguments: null` stays null (scored as not an object); no `arguments` at all is a call without any."""
+    fake_openai.script(Reply(content="", tool_calls=[
+        {"function": {"name": "a", "arguments": None}},
+        {"function": {"name": "b", "arguments": {"x": 1}}},
+        {"function": {"name": "c"}}]))
+    result = await call(fake_openai, stream=False)
+    assert result.error is None
+    got = [(c.name, c.arguments, c.raw_arguments, c.valid_json) for c in result.tool_calls]
+    assert got == [("a", None, "null", True), ("b", {"x": 1}, '{"x": 1}', True), ("c", {}, "", True)]
+
+
 async def test_completions_api(fake_openai: FakeOpenAI) -> None:
     fake_openai.script(Reply(content="done"))
     result = await call(fake_openai, api="completions")
