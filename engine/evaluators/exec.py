@@ -45,7 +45,7 @@ def exec_(value: Any, options: Mapping[str, Any], answer: Answer, ctx: EvalConte
         cases = _plain(value.get("cases") or [])
         bad = [i for i, c in enumerate(cases) if not _valid_case(c)]
         if bad:
-            return error(f"exec: case {bad[0]} must be {{call: ..., expect: ...}} or {{assert: ...}}", KIND)
+            return error(f"exec: case {bad[0] + 1} must be {{call: ..., expect: ...}} or {{assert: ...}}", KIND)
         if harness.score == "cases" and not cases:
             return error(f"exec: harness {harness.name!r} scores cases; give `cases: [{{call, expect}}]`", KIND)
         extracted = extract_code(answer.text, str(value.get("language") or harness.language))
@@ -136,7 +136,7 @@ def _score_cases(cases: list[dict[str, Any]], result: sandbox.RunResult, marker:
             passed += 1
         else:
             label = case.get("name") or case.get("call") or case.get("assert")
-            failures.append(f"case {i} `{label}`: {why}")
+            failures.append(f"case {i + 1} `{label}`: {why}")  # counted from 1, as people count
     score = passed / len(cases)
     reason = f"{passed}/{len(cases)} cases passed"
     if failures:

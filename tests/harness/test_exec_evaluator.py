@@ -37,9 +37,10 @@ def test_python_function_partial_credit_names_the_failures() -> None:
     assert verdict.score == pytest.approx(0.25)
     assert not verdict.passed and not verdict.error
     assert verdict.reason.startswith("1/4 cases passed; failed: ")
-    assert "case 0 `add(2, 3)`: returned 6, expected 5" in verdict.reason
-    assert "case 1 `add(-1, 1)`: raised ValueError: negative" in verdict.reason
-    assert "case 2 `add(0.5, 0.25) == 0.75`: assertion is false" in verdict.reason
+    # Cases are counted from 1: "case 1" is the first case written.
+    assert "case 1 `add(2, 3)`: returned 6, expected 5" in verdict.reason
+    assert "case 2 `add(-1, 1)`: raised ValueError: negative" in verdict.reason
+    assert "case 3 `add(0.5, 0.25) == 0.75`: assertion is false" in verdict.reason
 
 
 def test_python_function_code_that_does_not_load() -> None:
@@ -53,7 +54,18 @@ def test_python_function_a_hanging_case_fails_the_rest_with_the_timeout() -> Non
     verdict = run_exec({"harness": "python-function", "timeout_s": 1,
                         "cases": [{"call": "add(1, 1)", "expect": 2}, {"call": "add(-1, 1)", "expect": 0}]}, code)
     assert verdict.score == pytest.approx(0.5)
-    assert "case 1 `add(-1, 1)`: did not finish: timed out" in verdict.reason
+    assert "case 2 `add(-1, 1)`: did not finish: timed out" in verdict.reason
+
+
+def test_python_function_case_numbers_count_from_one_everywhere() -> None:
+    """The reason, the syntax error's own file name and the malformed-case error all say "case 2"."""
+    cases = [{"call": "add(1, 1)", "expect": 2}, {"call": "add(1,", "expect": 2}]
+    verdict = run_exec({"harness": "python-function", "cases": cases}, GOOD)
+    assert verdict.score == pytest.approx(0.5)
+    assert "failed: case 2 `add(1,`: raised SyntaxError: " in verdict.reason
+    assert "(case 2, line 1)" in verdict.reason
+    bad = run_exec({"harness": "python-function", "cases": [cases[0], {"call": "add(1, 1)"}]}, GOOD)
+    assert bad.error and bad.reason.startswith("exec: case 2 must be {call: ..., expect: ...}")
 
 
 def test_python_function_needs_cases() -> None:
