@@ -221,8 +221,13 @@ def yaml_hint(source: str, line: int, problem: str) -> str:
         return "YAML does not allow tab characters for indentation; indent with spaces"
     stripped = here.lstrip()
     if stripped.startswith("eval:") and before.lstrip().startswith("golden:"):
-        return ("`eval:` is indented deeper than `golden:` above it, so YAML reads it as part of the golden "
-                "answer; line `eval:` up with `golden:`")
+        indent, above = len(here) - len(stripped), len(before) - len(before.lstrip())
+        if indent > above:
+            return ("`eval:` is indented deeper than `golden:` above it, so YAML reads it as part of the golden "
+                    "answer; line `eval:` up with `golden:`")
+        if indent < above:
+            return ("`eval:` is indented less than `golden:` above it, so YAML no longer reads it as part of "
+                    "this test; line `eval:` up with `golden:`")
     if "mapping values are not allowed" in problem:
         return ("a `key: value` appears where YAML did not expect one; check this line's indentation against "
                 "the line above, or quote a value that contains ': '")
