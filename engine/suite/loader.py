@@ -148,7 +148,7 @@ def load_suite_file(path: Path, file: str | None = None, *,
         report.error((), f"internal error while checking this file ({type(exc).__name__}: {exc}); "
                          "please report it with this file attached")
         return None, _dedupe(report.diagnostics), suite_line
-    _warn_number_traps(report, loaded.positions)
+    _warn_number_traps(report, loaded.positions, data)
     suite = Suite(id=data.get("suite", ""), file=name, description=data.get("description", ""),
                   tags=tuple(data.get("tags", ())), tests=tuple(tests))
     if report.failed:
@@ -193,15 +193,49 @@ def _error_paths(report: Report, data: dict[str, Any]) -> set[Any]:
     return out
 
 
-def _warn_number_traps(report: Report, positions: Any) -> None:
-    """Warn where YAML turned a golden/case value like `1.10` or `007` into a different-looking number."""
+def _warn_number_traps(report: Report, positions: Any, data: dict[str, Any]) -> None:
+    """Warn where YAML turned a golden/case value like `1.10` or `007` into a different-looking number.
+
+    Only where text is expected: a golden that is one value, a tool-call golden's `content`, and a case
+    row's variable. Inside a JSON golden (`golden: {total: 12.50}`) or an exec case a number is a number,
+    and quoting it would make it a string.
+    """
     for path, raw in positions.raw.items():
-        if "golden" not in path and "cases" not in path:
+        if not _text_expected(path, data):
             continue
         value = _lookup_number(raw)
         if value is not None and str(value) != raw and raw.lower() not in ("true", "false"):
             report.warning(path, f"YAML reads {raw} as the number {value}; if you meant the text '{raw}', "
                                  "put it in quotes")
+
+
+def _text_expected(path: tuple[Any, ...], data: dict[str, Any]) -> bool:
+    """Is the scalar at `path` read as text: a whole golden, a tool-call golden's content, a case-row variable?"""
+    if len(path) < 3 or path[0] != "tests" or not isinstance(path[1], int):
+        return False
+    test, where = _at(data, path[:2]), path[2:]
+    if where[0] == "cases" and len(where) >= 3:  # ("cases", row, variable, ...)
+        if len(where) == 3:
+            return True  # a template variable (rendered as text), or the row's golden as one value
+        golden, where = _at(test, where[:3]), where[2:]
+    else:
+        golden = _at(test, ("golden",))
+    if where == ("golden",):
+        return True
+    if where == ("golden", "content"):  # text beside tool calls; any other mapping golden is JSON
+        return isinstance(golden, dict) and "tool_calls" in golden
+    return False
+
+
+def _at(value: Any, path: tuple[Any, ...]) -> Any:
+    """The value at `path` inside loaded YAML, or None."""
+    for step in path:
+        found = ((isinstance(value, dict) and step in value)
+                 or (isinstance(value, list) and isinstance(step, int) and 0 <= step < len(value)))
+        if not found:
+            return None
+        value = value[step]
+    return value
 
 
 def _lookup_number(raw: str) -> Any:
