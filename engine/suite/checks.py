@@ -52,9 +52,9 @@ class Report:
         line, col = self.positions.of(path, key=key)
         self.diagnostics.append(Diagnostic(self.file, line, col, message))
 
-    def warning(self, path: tuple[Any, ...], message: str) -> None:
-        """Add a warning: shown, but validation still passes."""
-        line, col = self.positions.of(path)
+    def warning(self, path: tuple[Any, ...], message: str, *, key: bool = False) -> None:
+        """Add a warning at the value (or key) at `path`: shown, but validation still passes."""
+        line, col = self.positions.of(path, key=key)
         self.diagnostics.append(Diagnostic(self.file, line, col, message, severity="warning"))
 
     @property
@@ -239,6 +239,11 @@ class EvaluatorResolver:
                 inner, reason = found
                 self.report.error(here + inner, f"this is not a valid JSON Schema: {reason}")
                 ok = False
+            for option in (k for k in COMMON_KEYS if isinstance(value, Mapping) and k in value):
+                # JSON Schema ignores unknown keywords, so the schema stays valid and the option does nothing.
+                self.report.warning(here + (option,), key=True, message=(
+                    f"'{option}' inside `json_schema:` is read as part of the JSON Schema, where it means "
+                    f"nothing; if it is the evaluator's {option}, write it beside `json_schema:`, not inside it"))
         elif kind == "tool_call":
             ok = self._check_tool_call_args(value, here)
         elif kind == "exec":

@@ -43,6 +43,13 @@ def validator(name: str) -> Draft202012Validator:
 
 
 @cache
+def _yaml_text(value: Any) -> str:
+    """A scalar as it would be written in the suite (`2`, `true`, `mentions the city`)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value) if isinstance(value, (int, float, str)) else "..."
+
+
 def evaluator_kinds() -> tuple[str, ...]:
     """Every evaluator kind the suite schema knows, in catalogue order."""
     defs = load_schema("suite")["$defs"]
@@ -177,8 +184,15 @@ class _Mapper:
         if "additionalProperties" in schema and schema["additionalProperties"] is not False:
             return []
         noun = title or _field(path)
+        holder = path[-1] if not title and path and path[-1] in kinds else None  # the kind whose value this is
         for extra in extras:
             guess = did_you_mean(extra, allowed)
+            if holder is not None and extra in _COMMON:  # `{json_field: {path: x, weight: 2}}`
+                example = f"{extra}: {_yaml_text(instance[extra])}"
+                out.append((path + (extra,), True, (
+                    f"'{extra}' is an option of the whole evaluator, so it goes beside `{holder}:`, not inside "
+                    f"it: write `{{{holder}: {{...}}, {example}}}`")))
+                continue
             if guess:
                 hint = f" — did you mean '{guess}'?"
             elif title == "test" and extra in kinds:
