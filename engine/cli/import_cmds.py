@@ -11,8 +11,7 @@ from typing import Annotated
 import typer
 
 from engine.cli.app import app, import_app  # noqa: F401
-
-_CATEGORIES = ("simple_python", "multiple", "parallel", "parallel_multiple", "irrelevance")
+from engine.importers.bfcl import CATEGORIES as _CATEGORIES
 
 
 @import_app.command("bfcl")

@@ -1,8 +1,10 @@
 """How one model call is compared with one expected call: the `strict` and `bfcl` profiles.
 
 Accepted values are written as BFCL writes them: each argument maps to a list of accepted values,
-`""` in the list means the argument may be omitted, a dict value is itself a mapping from key to a
-list of accepted values, and a list value is compared element by element, in order.
+`""` in the list means the argument may be omitted, an empty list accepts no value at all (and,
+holding no `""`, does not let the argument be left out: no call matches, as in BFCL), a dict value
+is itself a mapping from key to a list of accepted values, and a list value is compared element by
+element, in order.
 
 `strict` (the default): exact JSON types (a string never equals a number, a bool never equals a
 number; int and float are one JSON number and compare by value), strings trimmed and compared
@@ -131,6 +133,8 @@ def _strict_args(args: Mapping[str, Any], accepted: Mapping[str, Any], allow_ext
                 continue
             return f"unexpected argument {key!r}"
         options = accepted[key] if isinstance(accepted[key], list) else [accepted[key]]
+        if not options:
+            return f"argument {key!r}: no value is accepted (the accepted list is empty)"
         if not any(strict_equal(value, a) for a in options if a != ""):
             shown = [a for a in options if a != ""]
             return f"argument {key!r}: expected one of {show(shown)}, got {show(value)}"
@@ -320,6 +324,8 @@ def _bfcl_call(name: str, args: dict[str, Any], accepted: Mapping[str, list[Any]
                 continue
             return f"{name}: unexpected argument {param!r}"
         options = accepted[param] if isinstance(accepted[param], list) else [accepted[param]]
+        if not options:  # BFCL fails every value here too (by type or by value, as it happens)
+            return f"{name}: argument {param!r}: no value is accepted (the accepted list is empty)"
         problem = _bfcl_value(param, value, options, properties.get(param))
         if problem:
             return f"{name}: {problem}"

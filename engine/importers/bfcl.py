@@ -5,7 +5,8 @@ Each BFCL entry becomes one test: its first turn as `messages`, its functions as
 any -> string), and a `tool_call` evaluator with `match: bfcl` built from the possible answer
 (`calls:` for the parallel categories). Irrelevance entries get `no_tool_call: true`. Every test
 carries a golden answer (the first accepted value of each argument) so `engine validate` can
-self-check the import.
+self-check the import, except the few live entries whose possible answer no call can meet
+(`unmeetable`: e.g. an empty accepted list); those say why in their `description`.
 
 BFCL reuses a function name with different definitions across entries; a suite names each tool
 once, so entries whose tools clash are written to extra files (`..._part2.yaml`).
@@ -32,9 +33,11 @@ __all__ = [
     "import_bfcl",
     "load_jsonl",
     "to_tool",
+    "unmeetable",
 ]
 
-CATEGORIES = ("simple_python", "multiple", "parallel", "parallel_multiple", "irrelevance")
+CATEGORIES = ("simple_python", "multiple", "parallel", "parallel_multiple", "irrelevance",
+              "live_simple", "live_multiple", "live_parallel", "live_parallel_multiple", "live_irrelevance")
 
 # BFCL's own type names -> JSON Schema (the translation BFCL applies for function-calling models).
 _TYPES = {"dict": "object", "float": "number", "tuple": "array", "any": "string", "list": "array",
@@ -165,13 +168,44 @@ def convert_entry(question: Mapping[str, Any], answer: Mapping[str, Any] | None,
     messages = [{"role": str(m["role"]), "content": str(m["content"])} for m in turn]
     tools = {str(f["name"]): to_tool(f) for f in question["function"]}
     ground_truth = (answer or {}).get("ground_truth")
-    test: dict[str, Any] = {"id": str(question["id"]), "messages": messages, "tools": list(tools)}
+    test: dict[str, Any] = {"id": str(question["id"])}
+    impossible = unmeetable(ground_truth or [], question["function"]) if "irrelevance" not in category else None
+    if impossible:
+        test["description"] = (f"No answer can pass: {impossible}. BFCL's checker fails every answer to this "
+                               "entry too; it is kept so the category's count matches BFCL's, without a golden.")
+    test.update({"messages": messages, "tools": list(tools)})
     test["eval"] = ground_truth_to_spec(category, ground_truth, underscore_to_dot)
     if "no_tool_call" in test["eval"]:
         test["golden"] = "None of the provided functions can answer this question."
-    else:
+    elif not impossible:
         test["golden"] = golden_calls(ground_truth or [], question["function"])
     return test, tools
+
+
+def unmeetable(ground_truth: list[Mapping[str, Any]], functions: list[Mapping[str, Any]]) -> str | None:
+    """Why no call can satisfy BFCL's possible answer, or None when one can.
+
+    BFCL's checker (ast_checker.py) needs every parameter the schema requires, refuses a parameter that
+    the possible answer does not list or the schema does not declare, accepts a value only when it is in
+    the parameter's accepted list, and lets a parameter be left out only when that list holds `""`. So an
+    empty accepted list (`[]`: no value is accepted and leaving it out is not allowed either), an answered
+    parameter the schema lacks without `""`, or a required parameter the answer does not list, fails every
+    answer. Our `tool_call` reads these the same way; the importer writes no golden for such an entry.
+    """
+    params = {str(f["name"]): f.get("parameters") or {} for f in functions}
+    for item in ground_truth:
+        (name, accepted), = item.items()
+        schema = params.get(str(name), {})
+        declared, required = schema.get("properties") or {}, schema.get("required") or []
+        for param, values in accepted.items():
+            if isinstance(values, list) and not values:
+                return f"{name}: BFCL's answer accepts no value for {param!r} (an empty list)"
+            if str(name) in params and param not in declared and "" not in values:
+                return f"{name}: BFCL's answer needs {param!r}, which the function does not declare"
+        for param in required:
+            if param not in accepted:
+                return f"{name}: the function requires {param!r}, which BFCL's answer does not allow"
+    return None
 
 
 def build_suites(category: str, questions: Iterable[Mapping[str, Any]], answers: Mapping[str, Mapping[str, Any]],
@@ -226,7 +260,7 @@ def import_bfcl(category: str, data_dir: Path, out: Path, limit: int | None = No
         raise FileNotFoundError(f"{question_file} not found; point --data at the folder holding BFCL_v4_*.json")
     answer_file = data_dir / "possible_answer" / f"BFCL_v4_{category}.json"
     answers = {str(a["id"]): a for a in load_jsonl(answer_file)} if answer_file.exists() else {}
-    if category != "irrelevance" and not answers:
+    if "irrelevance" not in category and not answers:
         raise FileNotFoundError(f"{answer_file} not found; BFCL's possible answers are needed to score {category}")
     suites = build_suites(category, load_jsonl(question_file), answers, limit)
     out = Path(out)

@@ -251,6 +251,14 @@ class EvaluatorResolver:
         return ok
 
     def _check_tool_call_args(self, value: Mapping[str, Any], here: tuple[Any, ...]) -> bool:
+        calls: list[Any] = value["calls"] if isinstance(value.get("calls"), list) else [value]
+        for i, call in enumerate(calls):
+            args = call.get("args") if isinstance(call, Mapping) else None
+            at = here + (("calls", i) if "calls" in value else ()) + ("args",)
+            for arg in (k for k, v in (args or {}).items() if v == []):
+                self.report.warning(at + (arg,), key=True, message=(
+                    f"'{arg}' accepts no value ([]) and may not be left out (no \"\"), so no answer can pass; "
+                    "BFCL reads [] the same way. List the accepted values, or [\"\"] to allow leaving it out"))
         if "calls" in value and ("count" in value) and value["count"] != len(value["calls"]) \
                 and isinstance(value["count"], int):
             self.report.error(here + ("count",), f"'count' is {value['count']} but 'calls' lists "

@@ -174,8 +174,8 @@ def _evaluator_defs() -> dict[str, Any]:
     }
     defs["tool_args"] = {
         "type": "object", "description": "Argument name -> list of accepted values; \"\" = may be left out.",
-        "additionalProperties": {"type": "array", "description": "Accepted values for this argument.",
-                                 "minItems": 1},
+        "additionalProperties": {"type": "array", "description": "Accepted values for this argument; [] accepts "
+                                 "none (as BFCL reads it: no call can then match)."},
         "examples": [{"city": ["Paris"], "unit": ["c", ""]}]}
     return defs
 

@@ -14,6 +14,9 @@ from engine.importers.bfcl import convert_entry, load_jsonl
 from engine.model import Answer, Test, ToolCall
 
 CATEGORIES = ("simple_python", "multiple", "parallel", "parallel_multiple", "irrelevance")
+LIVE_CATEGORIES = ("live_simple", "live_multiple", "live_parallel", "live_parallel_multiple", "live_irrelevance")
+# BFCL's verdicts on the live categories, made by make_bfcl_live_conformance.py with BFCL's own checker.
+LIVE_CONFORMANCE = Path(__file__).resolve().parents[1] / "fixtures" / "bfcl" / "live_checker_conformance.jsonl.gz"
 
 
 @dataclass
@@ -27,7 +30,7 @@ class Outcome:
 
 def load_entries(bfcl_dir: Path) -> dict[str, tuple[dict[str, Any], dict[str, Any] | None, str]]:
     entries: dict[str, tuple[dict[str, Any], dict[str, Any] | None, str]] = {}
-    for category in CATEGORIES:
+    for category in CATEGORIES + LIVE_CATEGORIES:
         answer_file = bfcl_dir / "possible_answer" / f"BFCL_v4_{category}.json"
         answers = {a["id"]: a for a in load_jsonl(answer_file)} if answer_file.exists() else {}
         for question in load_jsonl(bfcl_dir / f"BFCL_v4_{category}.json"):
@@ -35,7 +38,18 @@ def load_entries(bfcl_dir: Path) -> dict[str, tuple[dict[str, Any], dict[str, An
     return entries
 
 
+_TESTS: dict[tuple[str, bool], Test] = {}
+
+
 def make_test(entry: tuple[dict[str, Any], dict[str, Any] | None, str], underscore_to_dot: bool) -> Test:
+    """The Test the importer's conversion makes of one entry (built once per entry and mode)."""
+    key = (str(entry[0]["id"]), underscore_to_dot)
+    if key not in _TESTS:
+        _TESTS[key] = _convert(entry, underscore_to_dot)
+    return _TESTS[key]
+
+
+def _convert(entry: tuple[dict[str, Any], dict[str, Any] | None, str], underscore_to_dot: bool) -> Test:
     question, answer, category = entry
     mapping, tools = convert_entry(question, answer, category, underscore_to_dot)
     return Test(suite=f"bfcl_{category}", id=mapping["id"], file="<bfcl>", line=0,
@@ -83,5 +97,15 @@ def replay(case: dict[str, Any], entries: dict[str, Any], calls: tuple[ToolCall,
 
 
 def load_conformance(bfcl_dir: Path) -> list[dict[str, Any]]:
-    with gzip.open(bfcl_dir / "checker_conformance.jsonl.gz", "rt", encoding="utf-8") as handle:
+    """The shared conformance cases (the five non-live categories)."""
+    return _read_jsonl_gz(bfcl_dir / "checker_conformance.jsonl.gz")
+
+
+def load_live_conformance() -> list[dict[str, Any]]:
+    """The live categories' conformance cases (tests/fixtures/bfcl)."""
+    return _read_jsonl_gz(LIVE_CONFORMANCE)
+
+
+def _read_jsonl_gz(path: Path) -> list[dict[str, Any]]:
+    with gzip.open(path, "rt", encoding="utf-8") as handle:
         return [json.loads(line) for line in handle]

@@ -18,6 +18,7 @@ from engine.importers.bfcl import (
     convert_schema,
     decode_prompting_calls,
     import_bfcl,
+    unmeetable,
 )
 from engine.model import Answer
 
@@ -41,7 +42,8 @@ def test_imported_suites_load_and_goldens_pass(imported: Path) -> None:
 
     suites, diagnostics = load_suites([imported], golden_check=True)
     assert [str(d) for d in diagnostics] == []
-    assert sum(len(s.tests) for s in suites) == 40 * len(CATEGORIES)
+    # live_parallel has 16 entries and live_parallel_multiple 24; every other category has 40 or more.
+    assert sum(len(s.tests) for s in suites) == 40 * (len(CATEGORIES) - 2) + 16 + 24
     for suite in suites:
         for test in suite.tests:
             assert evaluate(test.eval, Answer.from_golden(test.golden), test).passed, test.id
@@ -55,7 +57,7 @@ def test_round_trip_through_yaml_keeps_every_verdict(imported: Path, bfcl_dir: P
     loaded = {t.id: t for s in suites for t in s.tests}
     entries = replay.load_entries(bfcl_dir)
     checked = 0
-    for case in replay.load_conformance(bfcl_dir):
+    for case in replay.load_conformance(bfcl_dir) + replay.load_live_conformance():
         test = loaded.get(case["test_id"])
         if test is None or case["model_mode"] != "prompting":
             continue
@@ -66,6 +68,34 @@ def test_round_trip_through_yaml_keeps_every_verdict(imported: Path, bfcl_dir: P
         assert (from_yaml.passed, from_yaml.reason) == (direct.got, direct.reason), case["case_id"]
         checked += 1
     assert checked > 1000
+
+
+def test_live_simple_imports_whole_with_its_empty_accepted_lists(bfcl_dir: Path, tmp_path: Path) -> None:
+    """All 258 entries load (the schema takes `[]`); the two that no answer can pass carry no golden."""
+    from engine.suite import load_suites
+
+    import_bfcl("live_simple", bfcl_dir, tmp_path)
+    suites, diagnostics = load_suites([tmp_path], golden_check=True)
+    assert [d for d in diagnostics if d.severity == "error"] == []
+    assert {d.message.split("'")[1] for d in diagnostics} == {
+        "auto_loan_payment_start", "bank_hours_start", "acc_routing_start", "atm_finder_start",
+        "faq_link_accounts_start", "get_balance_start", "get_transactions_start"}  # one warning each
+    tests = {t.id: t for s in suites for t in s.tests}
+    assert len(tests) == 258
+    assert sorted(i for i, t in tests.items() if t.golden is None) == ["live_simple_106-63-0", "live_simple_112-68-0"]
+    assert tests["live_simple_112-68-0"].eval["tool_call"]["args"]["acc_routing_start"] == []
+
+
+def test_unmeetable_entries_are_exactly_those_bfcl_always_fails(bfcl_dir: Path) -> None:
+    """The importer's "no answer can pass" agrees with BFCL's checker on every live entry's gold answers."""
+    entries = replay.load_entries(bfcl_dir)
+    gold = {c["test_id"]: c["expected_valid"] for c in replay.load_live_conformance()
+            if c["case_id"].endswith(":gold_first")}
+    said = {test_id for test_id in gold
+            if unmeetable((entries[test_id][1] or {})["ground_truth"], entries[test_id][0]["function"])}
+    assert said == {test_id for test_id, valid in gold.items() if not valid}
+    assert said == {"live_simple_106-63-0", "live_simple_112-68-0", "live_multiple_862-181-3",
+                    "live_multiple_964-207-0"}
 
 
 def test_tools_clash_goes_to_part_files(bfcl_dir: Path, tmp_path: Path) -> None:
@@ -110,6 +140,11 @@ def test_cli_imports_and_reports_errors_without_traceback(bfcl_dir: Path, tmp_pa
                         check=False)
     assert ok.returncode == 0, ok.stderr
     assert f"wrote {tmp_path / 'bfcl_parallel.yaml'}" in ok.stdout
+    live = subprocess.run([sys.executable, "-m", "engine", "import", "bfcl", "live_parallel", "--data", str(bfcl_dir),
+                           "--out", str(tmp_path), "--limit", "3"], capture_output=True, text=True, timeout=120,
+                          check=False)
+    assert live.returncode == 0, live.stderr  # the live categories were refused as unknown
+    assert f"wrote {tmp_path / 'bfcl_live_parallel.yaml'}" in live.stdout
     assert (tmp_path / "bfcl_parallel.yaml").exists()
     bad = subprocess.run([sys.executable, "-m", "engine", "import", "bfcl", "parallel", "--data", str(tmp_path),
                           "--out", str(tmp_path)], capture_output=True, text=True, timeout=120,
