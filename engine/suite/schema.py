@@ -42,7 +42,6 @@ def validator(name: str) -> Draft202012Validator:
     return Draft202012Validator(load_schema(name))
 
 
-@cache
 def _yaml_text(value: Any) -> str:
     """A scalar as it would be written in the suite (`2`, `true`, `mentions the city`)."""
     if isinstance(value, bool):
@@ -50,6 +49,7 @@ def _yaml_text(value: Any) -> str:
     return str(value) if isinstance(value, (int, float, str)) else "..."
 
 
+@cache
 def evaluator_kinds() -> tuple[str, ...]:
     """Every evaluator kind the suite schema knows, in catalogue order."""
     defs = load_schema("suite")["$defs"]
