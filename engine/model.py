@@ -18,7 +18,8 @@ class ToolCall:
 
     Args:
         name: The function name as the model wrote it.
-        arguments: The decoded arguments (usually a dict); None when `raw_arguments` was not valid JSON.
+        arguments: The decoded arguments (usually a dict); None when `raw_arguments` was not valid JSON,
+            or was the JSON `null` (then `valid_json` is True, and evaluators fail it as not an object).
         raw_arguments: The argument text exactly as received.
         valid_json: False when `raw_arguments` did not decode as JSON (the call is flagged, not dropped).
         id: The provider's call id, when it sent one.
