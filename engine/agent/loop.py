@@ -62,6 +62,10 @@ class ModelReply(Protocol):
     @property
     def retries(self) -> int: ...
     @property
+    def rate_limit_wait_s(self) -> float: ...
+    @property
+    def truncated(self) -> bool: ...
+    @property
     def error(self) -> ClientError | None: ...
 
 
@@ -116,13 +120,13 @@ async def run_conversation(call_model: ModelCaller, messages: Sequence[Mapping[s
     events: list[ToolEvent] = []
     current = dict(state or {})
     seen: Counter[str] = Counter()
+    used_ids: set[str] = set()
     outcome: Outcome = "capped"
     failure: str | None = None
     for turn in range(1, settings.max_turns + 1):
         started = clock() - origin
         reply = await call_model(list(wire))
-        calls = tuple(call if call.id else replace(call, id=f"call_{turn}_{i}")
-                      for i, call in enumerate(reply.tool_calls))
+        calls = _with_unique_ids(reply.tool_calls, turn, used_ids)
         kind: CallKind = "error" if reply.error is not None else "tool_calls" if calls else "answer"
         ledger.append(_ledger_entry(turn, kind, started, reply, asked_model))
         if reply.error is not None:
@@ -145,7 +149,25 @@ async def run_conversation(call_model: ModelCaller, messages: Sequence[Mapping[s
         if any(count > settings.max_repeats + 1 for count in seen.values()):
             outcome = "stuck"
             break
-    return Transcript(tuple(history), tuple(ledger), tuple(events), outcome, current, failure)
+    return Transcript(tuple(history), tuple(ledger), tuple(events), outcome, current, failure, clock() - origin)
+
+
+def _with_unique_ids(calls: Sequence[ToolCall], turn: int, used: set[str]) -> tuple[ToolCall, ...]:
+    """The calls, each with an id no earlier call of the conversation has.
+
+    A missing id, or one already used (some local servers number calls per turn: `call_0` again and
+    again), becomes `call_<turn>_<index>`, in the assistant message sent back and its `tool` answer alike.
+    """
+    out = []
+    for i, call in enumerate(calls):
+        if not call.id or call.id in used:
+            fresh = f"call_{turn}_{i}"
+            while fresh in used:   # a model may have sent that very id earlier
+                fresh += "_"
+            call = replace(call, id=fresh)
+        used.add(str(call.id))
+        out.append(call)
+    return tuple(out)
 
 
 def _text(content: Any) -> str | None:
@@ -160,7 +182,8 @@ def _ledger_entry(turn: int, kind: CallKind, started: float, reply: ModelReply,
     return LedgerEntry(
         turn=turn, kind=kind, started_s=started, latency_s=reply.latency_s, ttft_provider_s=reply.ttft_provider_s,
         ttft_visible_s=reply.ttft_visible_s, prompt_tokens=reply.prompt_tokens,
-        completion_tokens=reply.completion_tokens, retries=reply.retries, served_model=reply.served_model,
+        completion_tokens=reply.completion_tokens, retries=reply.retries,
+        rate_limit_wait_s=reply.rate_limit_wait_s, truncated=reply.truncated, served_model=reply.served_model,
         fallback=is_fallback(asked_model, reply.served_model) if asked_model else None,
         finish_reason=reply.finish_reason, error_kind=error.kind if error is not None else None,
         error=str(error) if error is not None else None)

@@ -12,7 +12,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
-from engine.model import ToolCall
+from engine.model import Answer, ToolCall
 
 __all__ = [
     "CallKind",
@@ -74,6 +74,8 @@ class LedgerEntry:
         prompt_tokens: Input tokens, None when the server sent no usage.
         completion_tokens: Output tokens, None when the server sent no usage.
         retries: Tries after the first that this call needed.
+        rate_limit_wait_s: Seconds this call waited out 429 answers before its last try.
+        truncated: The reply was cut short (`finish_reason` "length", or a stream that ended early).
         served_model: The model the server said answered.
         fallback: True when `served_model` is another model than the one asked; None when unknown.
         finish_reason: The reply's finish reason.
@@ -90,6 +92,8 @@ class LedgerEntry:
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     retries: int = 0
+    rate_limit_wait_s: float = 0.0
+    truncated: bool = False
     served_model: str | None = None
     fallback: bool | None = None
     finish_reason: str | None = None
@@ -146,6 +150,7 @@ class Transcript:
             calls made), "stuck" (the same call repeated past the limit) or "error" (a model call failed).
         state: The state variables at the end.
         error: The failure's message when `outcome` is "error".
+        elapsed_s: From the first model call sent to the end (model calls and tool delays).
     """
 
     messages: tuple[Message, ...]
@@ -154,6 +159,7 @@ class Transcript:
     outcome: Outcome
     state: Mapping[str, Any] = field(default_factory=dict)
     error: str | None = None
+    elapsed_s: float = 0.0
 
     # -- counts -----------------------------------------------------------------------------------
 
@@ -227,6 +233,18 @@ class Transcript:
                 return message.content or ""
         return ""
 
+    def answer(self) -> Answer:
+        """The final answer as answer evaluators take it (`final_answer: <any answer evaluator>`).
+
+        Its tool calls are the last turn's, so `no_tool_call` on it means "the model stopped calling".
+        """
+        for message in reversed(self.messages):
+            if message.role == "assistant":
+                finish = self.ledger[-1].finish_reason if self.ledger else None
+                return Answer(text=message.content or "", tool_calls=message.tool_calls, finish_reason=finish,
+                              reasoning=message.reasoning)
+        return Answer()
+
     def calls(self) -> Iterator[tuple[int, ToolCall]]:
         """(turn, call) for every tool call the model made, in order."""
         for message in self.messages:
@@ -248,11 +266,11 @@ class Transcript:
         latency); the other fields are None.
         """
         by_turn = {entry.turn: entry for entry in self.ledger}
-        by_call = {event.call_id: event for event in self.tool_events}
+        by_call = {(event.turn, event.call_id): event for event in self.tool_events}
         out = []
         for message in self.messages:
             entry = by_turn.get(message.turn) if message.role == "assistant" else None
-            event = by_call.get(message.tool_call_id) if message.tool_call_id is not None else None
+            event = by_call.get((message.turn, message.tool_call_id or "")) if message.role == "tool" else None
             out.append({
                 "turn": message.turn,
                 "role": message.role,
@@ -271,6 +289,7 @@ class Transcript:
                 "prompt_tokens": entry.prompt_tokens if entry else None,
                 "completion_tokens": entry.completion_tokens if entry else None,
                 "retries": entry.retries if entry else None,
+                "truncated": entry.truncated if entry else None,
                 "served_model": entry.served_model if entry else None,
                 "fallback": entry.fallback if entry else None,
             })

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -284,3 +285,67 @@ async def test_a_completions_model_is_refused_for_agent_tests() -> None:
     async with aiohttp.ClientSession() as session:
         with pytest.raises(ConfigError, match="api: chat"):
             OpenAICaller(OpenAIClient(session, {}), model, test, RequestSettings())
+
+
+async def test_a_429_wait_is_in_the_ledger_of_the_call_that_waited() -> None:
+    async with ScriptedServer(weather_agent, faults={2: 429}) as server:
+        transcript = await converse(server, offered("get_weather"))
+    assert transcript.outcome == "completed"
+    first, second = transcript.ledger
+    assert (first.retries, first.rate_limit_wait_s) == (0, 0.0)
+    assert second.retries == 1 and second.rate_limit_wait_s > 0
+    assert transcript.elapsed_s >= second.started_s + (second.latency_s or 0) > 0
+
+
+async def test_an_id_the_server_reuses_every_turn_is_made_unique() -> None:
+    def same_id(messages: list[dict[str, Any]]) -> Turn:   # as some local servers do: `call_0` each turn
+        results = latest_tool_results(messages)
+        if len(results) == 1 and "temp_c" in results[0] and model_turns(messages) == 2:
+            return Turn(content="18 degrees")
+        city = "Paris" if model_turns(messages) else "Lyon"
+        return Turn(tool_calls=[{"id": "call_0", "name": "get_weather", "arguments": {"city": city}}])
+
+    async with ScriptedServer(same_id) as server:
+        transcript = await converse(server, offered("get_weather"))
+    assert transcript.outcome == "completed"
+    ids = [event.call_id for event in transcript.tool_events]
+    assert ids == ["call_0", "call_2_0"]
+    assert [m["tool_call_id"] for m in server.requests[2]["messages"] if m["role"] == "tool"] == ids
+    statuses = [(r["tool_call_id"], r["tool_status"]) for r in transcript.records() if r["role"] == "tool"]
+    assert statuses == [("call_0", "error"), ("call_2_0", "ok")]
+
+
+async def test_the_concurrency_slot_is_held_per_model_call_not_across_tool_delays() -> None:
+    """Two conversations share one slot; while the first waits on its slow tools, the second's call goes."""
+    def planner(messages: list[dict[str, Any]]) -> Turn:
+        if not latest_tool_results(messages):
+            return Turn(tool_calls=[{"name": "get_time", "arguments": {"city": messages[0]["content"]}}])
+        return Turn(content="done")
+
+    slot = asyncio.Semaphore(1)
+    async with ScriptedServer(planner) as server:
+        model = ModelConfig(name="m", model="agent-1", base_url=server.base_url, timeout_s=10.0)
+        async with aiohttp.ClientSession() as session:
+            client = OpenAIClient(session, {})
+
+            async def one(city: str) -> Transcript:
+                test = Test(suite="s", id=city, file="s.yaml", line=1, messages=({"role": "user", "content": city},),
+                            prompt=city, eval=None)
+                caller = OpenAICaller(client, model, test, RequestSettings(), tools=[TOOLS["get_time"]], slots=slot)
+                return await run_conversation(caller, test.messages, offered("get_time"))
+
+            first, second = await asyncio.gather(one("Oslo"), one("Bergen"))
+    assert first.outcome == second.outcome == "completed"
+    order = [(body["messages"][0]["content"], len(body["messages"])) for body in server.requests]
+    # Oslo's first call, then Bergen's first call while Oslo's 0.2 s tool runs, then both second calls
+    assert order[:2] == [("Oslo", 1), ("Bergen", 1)]
+    assert sorted(order[2:]) == [("Bergen", 3), ("Oslo", 3)]
+    assert slot._value == 1
+
+
+async def test_the_final_answer_as_an_answer_evaluators_take() -> None:
+    async with ScriptedServer(weather_agent) as server:
+        transcript = await converse(server, offered("get_weather"))
+    answer = transcript.answer()
+    assert answer.text == transcript.final_answer and "18" in answer.text
+    assert answer.tool_calls == () and answer.finish_reason == "stop"
