@@ -11,6 +11,7 @@ What is here (the foundations; nothing outside this package calls it yet)::
 
 Layering: agent imports client, results.rows (is_fallback), model, errors, and (through `_core`)
 suite.render and evaluators.tool_match; run will import agent. Nothing here imports run or cli.
+Public names load lazily (below), so evaluators may import `engine.agent.transcript` without a cycle.
 
 The plan for the next step (after the evaluator core lands):
 
@@ -33,15 +34,19 @@ The plan for the next step (after the evaluator core lands):
    `tool_event_records()`, the `counts()` columns (`turns`, `prose_turns`, `tool_calls_made`,
    `invented_tools`, `bad_tool_args`, `outcome`), `state` as JSON text; the existing
    `prompt_tokens` / `completion_tokens` / `cost` / `retries` / `fallback` take the transcript's
-   totals (None when any call's usage is unknown, never a partial sum), `latency_s` the
-   conversation's wall time; `error_kind` the failing call's when `outcome == "error"`.
+   totals (None when any call's usage is unknown, never a partial sum; `fallback` true when any
+   call had one), `latency_s` its `elapsed_s`, `answer` its `final_answer`; `error_kind` the
+   failing call's when `outcome == "error"`. The struct types are declared in results/schema.py
+   from the record keys (inferring them would type a column of empty `tool_calls` lists as null).
 4. Trajectory evaluators, one registry entry each in the compiled-node core, reading the
    Transcript from the scoring context: `tool_sequence` (order exact|subsequence|any over
    `Transcript.calls()`), `tool_call` with `at: first|last|any|N`, `max_calls`, `max_turns`,
    `no_invented_tools` (`invented_tools == 0`), `parallel` (the named calls share one turn in
    `calls()`; the tool events' start/end show the overlap), `final_answer: <answer evaluator>`
-   (scores `Transcript.final_answer` as an Answer) and `state: {...}` (the final state, matched
+   (scores `Transcript.answer()`) and `state: {...}` (the final state, matched
    like `tool_call` args). Each names every expectation that failed, not only the first.
+   Budget: a conversation's `--max-cost` check needs the running spend per call; the runner can
+   wrap the caller to add each reply's cost as it comes (the loop itself knows no prices).
 5. Golden: `engine validate` replays each agent golden with `replay_golden` and scores the
    transcript with the test's evaluator; `builtin: golden` in models.yaml runs `GoldenCaller`
    (single-turn tests answer with `Answer.from_golden` as today).
@@ -49,11 +54,28 @@ The plan for the next step (after the evaluator core lands):
 
 from __future__ import annotations
 
-from engine.agent.golden import GoldenCaller, GoldenTurn, compile_golden, replay_golden
-from engine.agent.loop import AgentSettings, ModelCaller, ModelReply, run_conversation
-from engine.agent.openai_caller import OpenAICaller
-from engine.agent.tools import Problem, Rule, Tool, ToolAnswer, compile_tool, compile_tools
-from engine.agent.transcript import LedgerEntry, Message, Outcome, ToolEvent, ToolStatus, Transcript
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from engine.agent.golden import GoldenCaller, GoldenTurn, compile_golden, replay_golden
+    from engine.agent.loop import AgentSettings, ModelCaller, ModelReply, run_conversation
+    from engine.agent.openai_caller import OpenAICaller
+    from engine.agent.tools import Problem, Rule, Tool, ToolAnswer, compile_tool, compile_tools
+    from engine.agent.transcript import LedgerEntry, Message, Outcome, ToolEvent, ToolStatus, Transcript
+
+# Names are loaded on first use (PEP 562), so `import engine.agent.transcript` costs only that module:
+# the trajectory evaluators will import it from inside engine.evaluators, while tools.py imports
+# engine.evaluators.tool_match; eager imports here would close that cycle.
+_HOMES = {
+    "GoldenCaller": "golden", "GoldenTurn": "golden", "compile_golden": "golden", "replay_golden": "golden",
+    "AgentSettings": "loop", "ModelCaller": "loop", "ModelReply": "loop", "run_conversation": "loop",
+    "OpenAICaller": "openai_caller",
+    "Problem": "tools", "Rule": "tools", "Tool": "tools", "ToolAnswer": "tools", "compile_tool": "tools",
+    "compile_tools": "tools",
+    "LedgerEntry": "transcript", "Message": "transcript", "Outcome": "transcript", "ToolEvent": "transcript",
+    "ToolStatus": "transcript", "Transcript": "transcript",
+}
 
 __all__ = [
     "AgentSettings",
@@ -78,3 +100,10 @@ __all__ = [
     "replay_golden",
     "run_conversation",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'engine.agent' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"engine.agent.{home}"), name)
