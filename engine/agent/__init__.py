@@ -25,8 +25,9 @@ The plan for the next step (after the evaluator core lands):
 2. Runner. A job whose test has `agent` runs `run_conversation(OpenAICaller(client, model, test,
    settings, slots=global_slots), test.messages, tools_of(test), test.agent, state=...,
    asked_model=model.model)` instead of one `client.call`; the global slot is held per model call,
-   not across tool delays. `--max-cost` adds `transcript.cost(...)` when the conversation ends (a
-   conversation is never cut mid-way by the budget: stopping only ends dispatch). The unit of the
+   not across tool delays. `--max-cost`: a thin wrapper around the caller adds each reply's cost
+   to the spend as it comes (the loop knows no prices), so a long conversation counts while it
+   runs; passing the budget only ends dispatch, it never cuts a conversation mid-way. The unit of the
    journal and of `--resume` stays the row, i.e. the whole conversation: a conversation cut by
    kill -9 has no row and runs again from its first turn.
 3. Results columns (engine/results/schema.py): `transcript` list<struct> from
@@ -45,8 +46,6 @@ The plan for the next step (after the evaluator core lands):
    `calls()`; the tool events' start/end show the overlap), `final_answer: <answer evaluator>`
    (scores `Transcript.answer()`) and `state: {...}` (the final state, matched
    like `tool_call` args). Each names every expectation that failed, not only the first.
-   Budget: a conversation's `--max-cost` check needs the running spend per call; the runner can
-   wrap the caller to add each reply's cost as it comes (the loop itself knows no prices).
 5. Golden: `engine validate` replays each agent golden with `replay_golden` and scores the
    transcript with the test's evaluator; `builtin: golden` in models.yaml runs `GoldenCaller`
    (single-turn tests answer with `Answer.from_golden` as today).
