@@ -189,3 +189,23 @@ def test_a_lone_expression_returns_the_argument_with_its_type(value: Any) -> Non
     answer = FREE_TOOL.answer({"k": value}, {})
     assert answer.status == "ok" and answer.value == value
     assert answer.content == (value if isinstance(value, str) else json.dumps(value, ensure_ascii=False))
+
+
+def test_problem_paths_point_at_the_line_and_column_with_the_suite_loaders_positions() -> None:
+    from engine.suite.yaml import load_yaml_text
+
+    source = """\
+tools:
+  get_weather:
+    parameters: {type: object, properties: {city: {type: string}}}
+    returns:
+      - when: {town: [Paris]}
+        result: {temp_c: 18}
+      - result: fine
+        delay_s: -2
+"""
+    loaded = load_yaml_text(source, "s.yaml")
+    _, found = compile_tools(loaded.data["tools"])
+    where = sorted((loaded.positions.of(p.path, key=p.key), p.message.split(" (")[0]) for p in found)
+    assert where == [((5, 16), "tool 'get_weather' has no parameter 'town'"),
+                     ((8, 18), "`delay_s` must be a number of seconds, 0 or more")]
