@@ -1,0 +1,237 @@
+"""The agent loop: call the model, answer its tool calls with the declared results, call again.
+
+    messages + tools ──► call_model ──► reply with tool calls? ── no ──► completed
+                             ▲                 │ yes
+                             │                 ▼
+                             │    answer each call in call order (invented / bad_args / the tool's rule),
+                             │    delays of one turn's calls overlapping; append one `tool` message each
+                             │                 │
+                             └── turns < max_turns and no call repeated past max_repeats ──► else capped / stuck
+
+A failed model call (the client's `error`, after its retries) ends the conversation as `error`.
+Every tool call the model makes is answered before the loop decides to stop, so a transcript never
+ends with an unanswered call (and a `set:` on the last allowed turn still changes the state).
+
+The model is an injected async callable (messages -> a `CallResult`-like reply): `OpenAICaller` for
+a real endpoint (its retries, caps and deadlines included), `GoldenCaller` to replay a reference
+conversation, anything else in tests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Protocol
+
+from engine.agent.tools import Tool, ToolAnswer, error_text
+from engine.agent.transcript import CallKind, LedgerEntry, Message, Outcome, ToolEvent, ToolStatus, Transcript
+from engine.errors import ClientError
+from engine.model import ToolCall
+from engine.results.rows import is_fallback
+
+__all__ = ["AgentSettings", "ModelCaller", "ModelReply", "run_conversation"]
+
+
+class ModelReply(Protocol):
+    """What the loop reads of one model call: the fields of `engine.client.openai.CallResult`."""
+
+    @property
+    def text(self) -> str: ...
+    @property
+    def reasoning(self) -> str | None: ...
+    @property
+    def tool_calls(self) -> tuple[ToolCall, ...]: ...
+    @property
+    def finish_reason(self) -> str | None: ...
+    @property
+    def served_model(self) -> str | None: ...
+    @property
+    def prompt_tokens(self) -> int | None: ...
+    @property
+    def completion_tokens(self) -> int | None: ...
+    @property
+    def latency_s(self) -> float | None: ...
+    @property
+    def ttft_provider_s(self) -> float | None: ...
+    @property
+    def ttft_visible_s(self) -> float | None: ...
+    @property
+    def retries(self) -> int: ...
+    @property
+    def rate_limit_wait_s(self) -> float: ...
+    @property
+    def truncated(self) -> bool: ...
+    @property
+    def error(self) -> ClientError | None: ...
+
+
+#: The model: the conversation so far, as chat messages -> its reply. Never raises for a failed call
+#: (the reply's `error` says so); raising is reserved for cancellation and bugs.
+ModelCaller = Callable[[list[dict[str, Any]]], Awaitable[ModelReply]]
+
+
+@dataclass(frozen=True, slots=True)
+class AgentSettings:
+    """How long a conversation may go on (a test's `agent:` block).
+
+    Args:
+        max_turns: Model calls at most; a model still calling tools after that is `capped`.
+        max_repeats: How often the same call (name and arguments) may be repeated after its first
+            time; one more repeat ends the conversation as `stuck`.
+    """
+
+    max_turns: int = 8
+    max_repeats: int = 2
+
+    def __post_init__(self) -> None:
+        if self.max_turns < 1:
+            raise ValueError(f"max_turns must be at least 1, got {self.max_turns}")
+        if self.max_repeats < 0:
+            raise ValueError(f"max_repeats must be 0 or more, got {self.max_repeats}")
+
+
+async def run_conversation(call_model: ModelCaller, messages: Sequence[Mapping[str, Any]],
+                           tools: Mapping[str, Tool], settings: AgentSettings | None = None, *,
+                           state: Mapping[str, Any] | None = None, asked_model: str | None = None,
+                           clock: Callable[[], float] = time.perf_counter) -> Transcript:
+    """Run one conversation to its end.
+
+    Args:
+        call_model: The model (see `ModelCaller`).
+        messages: The opening messages (system, user...), sent as they are.
+        tools: The tools offered in this test, by name; a call to any other name is an invented tool.
+        settings: The limits; the defaults when None.
+        state: The state variables at the start (`set:` rules change them).
+        asked_model: The model id asked for, to tell a fallback in the ledger (None: fallback unknown).
+        clock: Monotonic seconds (injected so tests can read the recorded times).
+
+    Returns:
+        The transcript; its `outcome` says how the conversation ended.
+    """
+    settings = settings or AgentSettings()
+    origin = clock()
+    wire = [dict(m) for m in messages]
+    history = [Message(role=str(m.get("role")), content=_text(m.get("content"))) for m in messages]
+    ledger: list[LedgerEntry] = []
+    events: list[ToolEvent] = []
+    current = dict(state or {})
+    seen: Counter[str] = Counter()
+    used_ids: set[str] = set()
+    outcome: Outcome = "capped"
+    failure: str | None = None
+    for turn in range(1, settings.max_turns + 1):
+        started = clock() - origin
+        reply = await call_model(list(wire))
+        calls = _with_unique_ids(reply.tool_calls, turn, used_ids)
+        kind: CallKind = "error" if reply.error is not None else "tool_calls" if calls else "answer"
+        ledger.append(_ledger_entry(turn, kind, started, reply, asked_model))
+        if reply.error is not None:
+            outcome, failure = "error", str(reply.error)
+            break
+        said = Message("assistant", reply.text if not calls else (reply.text or None), calls,
+                       reasoning=reply.reasoning, turn=turn)
+        history.append(said)
+        wire.append(said.to_openai())
+        if not calls:
+            outcome = "completed"
+            break
+        answered = await _answer_turn(turn, calls, tools, current, clock, origin)
+        events.extend(answered)
+        for event in answered:
+            message = Message("tool", event.content, tool_call_id=event.call_id, turn=turn)
+            history.append(message)
+            wire.append(message.to_openai())
+        seen.update(_call_key(call) for call in calls)
+        if any(count > settings.max_repeats + 1 for count in seen.values()):
+            outcome = "stuck"
+            break
+    return Transcript(tuple(history), tuple(ledger), tuple(events), outcome, current, failure, clock() - origin)
+
+
+def _with_unique_ids(calls: Sequence[ToolCall], turn: int, used: set[str]) -> tuple[ToolCall, ...]:
+    """The calls, each with an id no earlier call of the conversation has.
+
+    A missing id, or one already used (some local servers number calls per turn: `call_0` again and
+    again), becomes `call_<turn>_<index>`, in the assistant message sent back and its `tool` answer alike.
+    """
+    out = []
+    for i, call in enumerate(calls):
+        if not call.id or call.id in used:
+            fresh = f"call_{turn}_{i}"
+            while fresh in used:   # a model may have sent that very id earlier
+                fresh += "_"
+            call = replace(call, id=fresh)
+        used.add(str(call.id))
+        out.append(call)
+    return tuple(out)
+
+
+def _text(content: Any) -> str | None:
+    if content is None or isinstance(content, str):
+        return content
+    return json.dumps(content, ensure_ascii=False)   # multimodal parts: recorded as their JSON
+
+
+def _ledger_entry(turn: int, kind: CallKind, started: float, reply: ModelReply,
+                  asked_model: str | None) -> LedgerEntry:
+    error = reply.error
+    return LedgerEntry(
+        turn=turn, kind=kind, started_s=started, latency_s=reply.latency_s, ttft_provider_s=reply.ttft_provider_s,
+        ttft_visible_s=reply.ttft_visible_s, prompt_tokens=reply.prompt_tokens,
+        completion_tokens=reply.completion_tokens, retries=reply.retries,
+        rate_limit_wait_s=reply.rate_limit_wait_s, truncated=reply.truncated, served_model=reply.served_model,
+        fallback=is_fallback(asked_model, reply.served_model) if asked_model else None,
+        finish_reason=reply.finish_reason, error_kind=error.kind if error is not None else None,
+        error=str(error) if error is not None else None)
+
+
+def _call_key(call: ToolCall) -> str:
+    """The identity of a call for the repeat count: its name and its arguments (key order ignored)."""
+    if call.valid_json:
+        return call.name + "\x1f" + json.dumps(call.arguments, sort_keys=True)
+    return call.name + "\x1f" + call.raw_arguments
+
+
+async def _answer_turn(turn: int, calls: Sequence[ToolCall], tools: Mapping[str, Tool], state: dict[str, Any],
+                       clock: Callable[[], float], origin: float) -> list[ToolEvent]:
+    """Answer one turn's calls: resolved in call order (each sees the state the previous ones left),
+    then their delays waited out concurrently; the events come back in call order."""
+    resolved: list[tuple[ToolStatus, ToolAnswer]] = []
+    for call in calls:
+        status, answer = _resolve(call, tools, state)
+        state.update(answer.state_changes)
+        resolved.append((status, answer))
+
+    async def handle(delay_s: float) -> tuple[float, float]:
+        start = clock() - origin
+        if delay_s > 0:
+            await asyncio.sleep(delay_s)
+        return start, clock() - origin
+
+    times = await asyncio.gather(*(handle(answer.delay_s) for _, answer in resolved))
+    return [ToolEvent(turn=turn, index=i, call_id=str(call.id), name=call.name, arguments=call.arguments,
+                      raw_arguments=call.raw_arguments, status=status, content=answer.content, rule=answer.rule,
+                      started_s=start, ended_s=end)
+            for i, (call, (status, answer), (start, end)) in enumerate(zip(calls, resolved, times, strict=True))]
+
+
+def _resolve(call: ToolCall, tools: Mapping[str, Tool], state: Mapping[str, Any]) -> tuple[ToolStatus, ToolAnswer]:
+    tool = tools.get(call.name)
+    if tool is None:
+        offered = ", ".join(sorted(tools)) or "none"
+        message = f"there is no tool named {call.name!r}; the tools you can call are: {offered}"
+        return "invented", ToolAnswer("error", error_text(message), message, None)
+    if not call.valid_json:
+        message = (f"the arguments of {call.name} are not valid JSON ({call.raw_arguments[:200]!r}); "
+                   "send one JSON object that fits the tool's parameters")
+        return "bad_args", ToolAnswer("error", error_text(message), message, None)
+    problem = tool.argument_problem(call.arguments)
+    if problem is not None:
+        message = f"bad arguments for {call.name}: {problem}"
+        return "bad_args", ToolAnswer("error", error_text(message), message, None)
+    answer = tool.answer(call.arguments, state)
+    return answer.status, answer

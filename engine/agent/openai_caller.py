@@ -1,0 +1,62 @@
+"""The loop's model on a real OpenAI-compatible endpoint, through `engine.client.openai`.
+
+Each turn is prepared with the client's own `prepare` (so temperature, max_tokens, seed, params and
+streaming follow exactly the single-turn precedence) from the test with its messages replaced by the
+conversation so far; `OpenAIClient.call` then brings its retries, per-try timeouts and key handling.
+No change to `openai.py` was needed: a `Test` with other messages is all `prepare` has to see.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any
+
+from engine.agent.tools import Tool
+from engine.client.deadline import TaskDeadline
+from engine.client.openai import CallResult, OpenAIClient, PreparedRequest, RequestSettings, prepare
+from engine.errors import ConfigError
+from engine.model import ModelConfig, Test
+
+__all__ = ["OpenAICaller"]
+
+
+class OpenAICaller:
+    """Calls one model for one conversation; pass it as `run_conversation`'s `call_model`.
+
+    Args:
+        client: The run's client.
+        model: The model to call; it must use the chat API.
+        test: The test (its settings and offered tools; its messages are replaced each turn).
+        settings: The run-wide request settings.
+        tools: The tools to offer instead of `test.tools` (their OpenAI definitions), or None.
+        slots: A semaphore held for each model call only (the run's concurrency cap), not across the
+            tool delays between calls; None for no cap.
+        deadline: `client.task_deadline()` of the task running the conversation, or None to look it up.
+
+    Raises:
+        ConfigError: The model uses the completions API, which has no tool calls.
+    """
+
+    def __init__(self, client: OpenAIClient, model: ModelConfig, test: Test, settings: RequestSettings, *,
+                 tools: Sequence[Tool] | None = None, slots: asyncio.Semaphore | None = None,
+                 deadline: TaskDeadline | None = None) -> None:
+        if model.api != "chat":
+            raise ConfigError(f"model '{model.name}' uses the {model.api} API; agent tests need `api: chat`")
+        self._client = client
+        self._model = model
+        self._test = test if tools is None else replace(test, tools=tuple(tool.definition for tool in tools))
+        self._settings = settings
+        self._slots = slots
+        self._deadline = deadline
+        self.last_request: PreparedRequest | None = None   # the resolved settings the results row records
+
+    async def __call__(self, messages: list[dict[str, Any]]) -> CallResult:
+        """Send the conversation so far; a failed call comes back as a result with `error` set."""
+        request = prepare(self._model, replace(self._test, messages=tuple(messages)), self._settings)
+        self.last_request = request
+        if self._slots is None:
+            return await self._client.call(self._model, request, self._deadline)
+        async with self._slots:
+            return await self._client.call(self._model, request, self._deadline)
