@@ -60,6 +60,7 @@ def _config(name: str, spec: dict[str, Any]) -> ModelConfig:
         price_in=_float_or_none(price.get("input")),
         price_out=_float_or_none(price.get("output")),
         builtin=builtin,
+        max_response_mb=float(spec.get("max_response_mb", 32.0)),
     )
 
 
