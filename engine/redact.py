@@ -109,16 +109,28 @@ def _plain(name: str) -> str:
     return name.lower().replace("_", "").replace("-", "")
 
 
-def public_params(params: Mapping[str, Any]) -> dict[str, Any]:
-    """Request params fit for the manifest: credential-named keys dropped at every depth."""
-    return {k: _public_value(v) for k, v in params.items() if _plain(str(k)) not in SECRET_PARAM_NAMES}
+def public_params(params: Mapping[str, Any], *, keep_keys: bool = False) -> dict[str, Any]:
+    """Request params fit to store or print: credential-named keys dropped at every depth.
+
+    Args:
+        params: A model's `params`, or a whole request body.
+        keep_keys: Keep such keys with the value `***` (`--dry-run` shows what is sent, minus secrets).
+    """
+    out: dict[str, Any] = {}
+    for key, value in params.items():
+        if _plain(str(key)) in SECRET_PARAM_NAMES:
+            if keep_keys:
+                out[key] = MASK
+        else:
+            out[key] = _public_value(value, keep_keys)
+    return out
 
 
-def _public_value(value: Any) -> Any:
+def _public_value(value: Any, keep_keys: bool) -> Any:
     if isinstance(value, Mapping):
-        return public_params(value)
+        return public_params(value, keep_keys=keep_keys)
     if isinstance(value, (list, tuple)):
-        return [_public_value(v) for v in value]
+        return [_public_value(v, keep_keys) for v in value]
     if isinstance(value, str):
         return mask_urls(value)
     return value
