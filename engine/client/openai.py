@@ -278,6 +278,10 @@ def _mask_result(result: CallResult, redact: Redactor) -> None:
             call if redact.clean(call.raw_arguments) == call.raw_arguments and redact.clean(call.name) == call.name
             else tool_call(redact.clean(call.name), redact.clean(call.raw_arguments), call.id)
             for call in result.tool_calls)
+    for name in ("served_model", "system_fingerprint", "finish_reason"):   # short, and almost never a hit
+        value = getattr(result, name)
+        if value:
+            setattr(result, name, redact.clean(value))
     if result.error is not None:
         message = str(result.error)
         clean = mask_urls(redact.clean(message))

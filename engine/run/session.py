@@ -199,6 +199,9 @@ def _api_keys(models: list[ModelConfig]) -> dict[str, str | None]:
             if not value:
                 raise UsageError(f"model {model.name} reads its API key from ${model.api_key_env}, which is not set; "
                                  f"export it, or remove api_key_env for a server without keys")
+            if "@" in (model.base_url or "").partition("//")[2].partition("/")[0]:
+                raise UsageError(f"model {model.name}: base_url carries a user:password and api_key_env is set too; "
+                                 f"a request has one Authorization header: keep one of them")
             keys[model.name] = value
         else:
             keys[model.name] = None

@@ -207,3 +207,13 @@ def test_a_key_pasted_into_api_key_env_is_refused_without_echo(tmp_path: Path) -
     for done in (checked, ran):
         assert done.returncode in (1, 2) and "looks like an API key" in done.stdout + done.stderr
         assert pasted not in done.stdout + done.stderr and "Traceback" not in done.stderr
+
+
+def test_userinfo_and_an_api_key_together_are_a_usage_error(tmp_path: Path) -> None:
+    password = "pw-" + os.urandom(8).hex()
+    suites = write_suite(tmp_path, 1)
+    models = tmp_path / "models.yaml"
+    models.write_text(f"models:\n  m:\n    base_url: http://u:{password}@127.0.0.1:9/v1\n    api_key_env: {KEY_ENV}\n")
+    done = engine("run", str(suites), "--models", str(models), "--out", str(tmp_path / "r"), env={KEY_ENV: "k" * 20})
+    assert done.returncode == 2 and "keep one of them" in done.stderr
+    assert password not in done.stdout + done.stderr and not (tmp_path / "r").exists()
