@@ -8,7 +8,8 @@ becomes one error row and the run goes on. Fields outside those paths are ignore
 Limits on every decode:
 
 - nesting: `json.loads` raises RecursionError past ~1,000 levels; that is caught and reported as a
-  bad response. Tool-call arguments (which evaluators walk) are refused past `MAX_ARGUMENT_DEPTH`.
+  bad response (`tool_calls.loads`). Tool-call arguments, which evaluators walk, are refused past 64
+  levels (`tool_calls.py`, where streamed tool-call deltas are joined).
 - numbers: token counts must be whole numbers in [0, `MAX_TOKEN_COUNT`]; anything else is stored as
   null and the row gets a note, so one absurd number can never fail a Parquet write.
 - size: the caller (`openai.py`) caps the bytes read per reply.
@@ -22,11 +23,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engine.client import retry
+from engine.client.retry import type_name, wrong_type
+from engine.client.tool_calls import ToolCallAccumulator, arguments_text, loads, optional_str, tool_call
 from engine.errors import ClientError
 from engine.model import ToolCall
 from engine.redact import Redactor
 
-MAX_ARGUMENT_DEPTH = 64
 MAX_TOKEN_COUNT = 10**12     # more tokens than any model has read or written in one call
 _EXCERPT = 80
 
@@ -60,45 +62,8 @@ class CallResult:
     notes: list[str] = field(default_factory=list)
 
 
-def type_name(value: Any) -> str:
-    """A JSON value's type in words: "a string", "a number", "a list", ..."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, (int, float)):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "a list"
-    if isinstance(value, dict):
-        return "an object"
-    return type(value).__name__
-
-
-def _wrong(where: str, value: Any, expected: str) -> ClientError:
-    return retry.bad_response(f"`{where}` is {type_name(value)}, expected {expected}")
-
-
-def loads(text: str | bytes, what: str) -> Any:
-    """`json.loads`, with nesting past the decoder's limit reported as a bad response.
-
-    Raises:
-        ValueError: the text is not JSON (the caller says what that means where it is).
-        BadResponse: nested too deep to decode.
-    """
-    try:
-        return json.loads(text)
-    except RecursionError:
-        raise retry.bad_response(f"{what} is nested too deep to read") from None
-
-
-def _optional_str(container: Mapping[str, Any], key: str, where: str) -> str | None:
-    value = container.get(key)
-    if value is None or type(value) is str:
-        return value
-    raise _wrong(f"{where}.{key}" if where else key, value, "a string")
+__all__ = ["CallResult", "ToolCallAccumulator", "apply_event", "apply_usage", "decode_events", "parse_whole",
+           "split_think", "tool_call"]
 
 
 # -- non-streaming replies ------------------------------------------------------------------------------
@@ -116,96 +81,50 @@ def parse_whole(raw: bytes, result: CallResult, redact: Redactor) -> None:
     if type(choices) is not list:
         if choices is None and "error" in data:
             raise retry.stream_error(f"the server answered with an error: {_error_text(data['error'], redact)}")
-        raise _wrong("choices", choices, "a list")
+        raise wrong_type("choices", choices, "a list")
     if not choices:
         raise retry.bad_response("`choices` is empty")
-    result.served_model = _optional_str(data, "model", "") or None
-    result.system_fingerprint = _optional_str(data, "system_fingerprint", "") or None
+    result.served_model = optional_str(data, "model", "") or None
+    result.system_fingerprint = optional_str(data, "system_fingerprint", "") or None
     usage = data.get("usage")
     if usage:
         apply_usage(usage, result)
     choice = choices[0]
     if type(choice) is not dict:
-        raise _wrong("choices[0]", choice, "an object")
-    result.finish_reason = _optional_str(choice, "finish_reason", "choices[0]")
+        raise wrong_type("choices[0]", choice, "an object")
+    result.finish_reason = optional_str(choice, "finish_reason", "choices[0]")
     if "text" in choice and "message" not in choice:
-        result.text = _optional_str(choice, "text", "choices[0]") or ""
+        result.text = optional_str(choice, "text", "choices[0]") or ""
         return
     message = choice.get("message")
     if message is None:
         message = {}
     elif type(message) is not dict:
-        raise _wrong("choices[0].message", message, "an object")
-    result.text = _optional_str(message, "content", "choices[0].message") or ""
-    result.reasoning = (_optional_str(message, "reasoning_content", "choices[0].message")
-                        or _optional_str(message, "reasoning", "choices[0].message") or None)
+        raise wrong_type("choices[0].message", message, "an object")
+    result.text = optional_str(message, "content", "choices[0].message") or ""
+    result.reasoning = (optional_str(message, "reasoning_content", "choices[0].message")
+                        or optional_str(message, "reasoning", "choices[0].message") or None)
     tool_calls = message.get("tool_calls")
     if tool_calls is None:
         return
     if type(tool_calls) is not list:
-        raise _wrong("choices[0].message.tool_calls", tool_calls, "a list")
+        raise wrong_type("choices[0].message.tool_calls", tool_calls, "a list")
     calls = []
     for i, call in enumerate(tool_calls):
         where = f"choices[0].message.tool_calls[{i}]"
         if type(call) is not dict:
-            raise _wrong(where, call, "an object")
+            raise wrong_type(where, call, "an object")
         fn = call.get("function")
         if fn is None:
             fn = {}
         elif type(fn) is not dict:
-            raise _wrong(where + ".function", fn, "an object")
-        name = _optional_str(fn, "name", where + ".function") or ""
+            raise wrong_type(where + ".function", fn, "an object")
+        name = optional_str(fn, "name", where + ".function") or ""
         call_id = call.get("id")
         if call_id is not None and type(call_id) is not str:
-            raise _wrong(where + ".id", call_id, "a string")
+            raise wrong_type(where + ".id", call_id, "a string")
         calls.append(tool_call(name, arguments_text(fn.get("arguments"), where), call_id))
     result.tool_calls = tuple(calls)
-
-
-def arguments_text(arguments: Any, where: str) -> str:
-    """Tool-call arguments as text: a string as sent; an object (some servers send one) as JSON."""
-    if type(arguments) is str:
-        return arguments
-    if arguments is None:
-        return ""
-    if type(arguments) is not dict:
-        raise _wrong(where + ".function.arguments", arguments, "a string")
-    try:
-        return json.dumps(arguments)
-    except RecursionError:
-        raise retry.bad_response(f"`{where}.function.arguments` is nested too deep to read") from None
-
-
-def tool_call(name: str, raw_arguments: str, call_id: str | None) -> ToolCall:
-    """A `ToolCall` from its argument text; text that is not JSON is flagged (`valid_json`), never dropped.
-
-    Raises:
-        BadResponse: the arguments are JSON nested deeper than `MAX_ARGUMENT_DEPTH`.
-    """
-    text = raw_arguments.strip() or "{}"
-    try:
-        arguments = loads(text, f"the arguments of tool call {name!r}")
-    except ValueError:
-        return ToolCall(name=name, arguments=None, raw_arguments=raw_arguments, valid_json=False, id=call_id)
-    # Depth can only pass the limit when the text has that many brackets (a C-speed count first).
-    if text.count("[") + text.count("{") > MAX_ARGUMENT_DEPTH and _deeper_than(arguments, MAX_ARGUMENT_DEPTH):
-        raise retry.bad_response(f"the arguments of tool call {name!r} are nested deeper than "
-                                 f"{MAX_ARGUMENT_DEPTH} levels")
-    return ToolCall(name=name, arguments=arguments, raw_arguments=raw_arguments, valid_json=True, id=call_id)
-
-
-def _deeper_than(value: Any, limit: int) -> bool:
-    """Whether a decoded JSON value nests more than `limit` containers deep (iterative: no recursion)."""
-    stack = [(value, 1)]
-    while stack:
-        node, depth = stack.pop()
-        if depth > limit:
-            return True
-        if type(node) is dict:
-            stack.extend((child, depth + 1) for child in node.values() if type(child) in (dict, list))
-        elif type(node) is list:
-            stack.extend((child, depth + 1) for child in node if type(child) in (dict, list))
-    return False
 
 
 # -- usage ----------------------------------------------------------------------------------------------
@@ -213,7 +132,7 @@ def _deeper_than(value: Any, limit: int) -> bool:
 def apply_usage(usage: Any, result: CallResult) -> None:
     """Token counts from a `usage` object; a count out of range is stored as null with a note."""
     if type(usage) is not dict:
-        raise _wrong("usage", usage, "an object")
+        raise wrong_type("usage", usage, "an object")
     result.prompt_tokens = _count(usage, "prompt_tokens", "usage", result)
     result.completion_tokens = _count(usage, "completion_tokens", "usage", result)
     prompt_details = usage.get("prompt_tokens_details") or {}
@@ -287,15 +206,16 @@ def apply_event(event: dict[str, Any], result: CallResult, text: list[str], reas
     if choices is None and "error" in event:
         raise retry.stream_error(f"the server sent an error inside the stream: "
                                  f"{_error_text(event.get('error'), redact)}")
-    model = event.get("model")
-    if model and result.served_model is None:
-        if type(model) is not str:
-            raise _wrong("model", model, "a string")
-        result.served_model = model
+    if result.served_model is None:   # the first event names it; later ones are not looked at
+        model = event.get("model")
+        if model:
+            if type(model) is not str:
+                raise wrong_type("model", model, "a string")
+            result.served_model = model
     fingerprint = event.get("system_fingerprint")
     if fingerprint:
         if type(fingerprint) is not str:
-            raise _wrong("system_fingerprint", fingerprint, "a string")
+            raise wrong_type("system_fingerprint", fingerprint, "a string")
         result.system_fingerprint = fingerprint
     usage = event.get("usage")
     if usage:
@@ -303,36 +223,36 @@ def apply_event(event: dict[str, Any], result: CallResult, text: list[str], reas
     if not choices:
         return False
     if type(choices) is not list:
-        raise _wrong("choices", choices, "a list")
+        raise wrong_type("choices", choices, "a list")
     visible = False
     for choice in choices:
         if type(choice) is not dict:
-            raise _wrong("choices[0]", choice, "an object")
+            raise wrong_type("choices[0]", choice, "an object")
         if choice.get("index", 0) != 0:
             continue
         if completions:
             piece = choice.get("text")
             if piece:
                 if type(piece) is not str:
-                    raise _wrong("choices[0].text", piece, "a string")
+                    raise wrong_type("choices[0].text", piece, "a string")
                 text.append(piece)
                 visible = not piece.isspace()
         else:
             delta = choice.get("delta")
             if delta:
                 if type(delta) is not dict:
-                    raise _wrong("choices[0].delta", delta, "an object")
+                    raise wrong_type("choices[0].delta", delta, "an object")
                 piece = delta.get("content")
                 if piece:
                     if type(piece) is not str:
-                        raise _wrong("choices[0].delta.content", piece, "a string")
+                        raise wrong_type("choices[0].delta.content", piece, "a string")
                     text.append(piece)
                     visible = not piece.isspace()
                 if len(delta) > 1 or "content" not in delta:  # more than plain text: rarer fields
                     thought = delta.get("reasoning_content") or delta.get("reasoning")
                     if thought:
                         if type(thought) is not str:
-                            raise _wrong("choices[0].delta.reasoning_content", thought, "a string")
+                            raise wrong_type("choices[0].delta.reasoning_content", thought, "a string")
                         reasoning.append(thought)
                     tool_deltas = delta.get("tool_calls")
                     if tool_deltas:
@@ -341,67 +261,9 @@ def apply_event(event: dict[str, Any], result: CallResult, text: list[str], reas
         reason = choice.get("finish_reason")
         if reason:
             if type(reason) is not str:
-                raise _wrong("choices[0].finish_reason", reason, "a string")
+                raise wrong_type("choices[0].finish_reason", reason, "a string")
             result.finish_reason = reason
     return visible
-
-
-class ToolCallAccumulator:
-    """Joins streamed tool-call deltas: by `index`, falling back to `id` when indices collide or lack."""
-
-    __slots__ = ("_by_id", "_by_index", "_calls")
-
-    def __init__(self) -> None:
-        self._calls: list[list[Any]] = []   # [id, name, [argument pieces]]
-        self._by_index: dict[int, list[Any]] = {}
-        self._by_id: dict[str, list[Any]] = {}
-
-    def add(self, deltas: Any) -> None:
-        """Fold one event's `delta.tool_calls` list in."""
-        if type(deltas) is not list:
-            raise _wrong("choices[0].delta.tool_calls", deltas, "a list")
-        for i, delta in enumerate(deltas):
-            where = f"choices[0].delta.tool_calls[{i}]"
-            if type(delta) is not dict:
-                raise _wrong(where, delta, "an object")
-            index = delta.get("index")
-            if index is not None and type(index) is not int:
-                raise _wrong(where + ".index", index, "a whole number")
-            call_id = delta.get("id") or None
-            if call_id is not None and type(call_id) is not str:
-                raise _wrong(where + ".id", call_id, "a string")
-            entry = None
-            if call_id is not None and call_id in self._by_id:
-                entry = self._by_id[call_id]
-            elif index is not None and index in self._by_index:
-                known = self._by_index[index]
-                if call_id is None or known[0] in (None, call_id):
-                    entry = known   # same index, and no different id: a continuation
-            elif index is None and call_id is None and self._calls:
-                entry = self._calls[-1]
-            if entry is None:
-                entry = [call_id, "", []]
-                self._calls.append(entry)
-                if index is not None:
-                    self._by_index[index] = entry
-            if call_id is not None:
-                entry[0] = entry[0] or call_id
-                self._by_id[call_id] = entry
-            fn = delta.get("function")
-            if fn is None:
-                continue
-            if type(fn) is not dict:
-                raise _wrong(where + ".function", fn, "an object")
-            name = _optional_str(fn, "name", where + ".function")
-            if name and name != entry[1]:
-                entry[1] = entry[1] + name if entry[1] else name
-            arguments = fn.get("arguments")
-            if arguments:
-                entry[2].append(arguments_text(arguments, where))
-
-    def finish(self) -> tuple[ToolCall, ...]:
-        """The joined calls, in the order they started."""
-        return tuple(tool_call(name, "".join(pieces), call_id) for call_id, name, pieces in self._calls)
 
 
 def split_think(result: CallResult) -> None:

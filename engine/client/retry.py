@@ -18,6 +18,7 @@ import email.utils
 import random
 import time
 from collections.abc import Mapping
+from typing import Any
 
 from engine.errors import BadResponse, CallTimeout, HTTPStatusError, StreamError, TransportError
 
@@ -78,6 +79,28 @@ def timeout_error(timeout_s: float) -> CallTimeout:
 def stream_error(message: str) -> StreamError:
     """A malformed or truncated stream: a server bug, not retried."""
     return StreamError(message, kind="stream", retryable=False)
+
+
+def type_name(value: Any) -> str:
+    """A JSON value's type in words: "a string", "a number", "a list", ..."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, dict):
+        return "an object"
+    return type(value).__name__
+
+
+def wrong_type(where: str, value: Any, expected: str) -> BadResponse:
+    """A reply with a value of the wrong type on a documented path: "`choices` is a string, expected a list"."""
+    return bad_response(f"`{where}` is {type_name(value)}, expected {expected}")
 
 
 def bad_response(message: str) -> BadResponse:

@@ -15,7 +15,7 @@ import aiohttp
 import pytest
 
 from engine.client.openai import CallResult, OpenAIClient, RequestSettings, prepare
-from engine.client.response import MAX_ARGUMENT_DEPTH
+from engine.client.tool_calls import MAX_ARGUMENT_DEPTH
 from engine.model import ModelConfig, Test
 from tests.fake_openai import FakeOpenAI, Reply
 
