@@ -217,3 +217,28 @@ def test_userinfo_and_an_api_key_together_are_a_usage_error(tmp_path: Path) -> N
     done = engine("run", str(suites), "--models", str(models), "--out", str(tmp_path / "r"), env={KEY_ENV: "k" * 20})
     assert done.returncode == 2 and "keep one of them" in done.stderr
     assert password not in done.stdout + done.stderr and not (tmp_path / "r").exists()
+
+
+def test_run_options_have_the_schemas_bounds() -> None:
+    """`engine run` refuses exactly what `engine validate` refuses in a suite or a models file."""
+    import typer.main
+
+    import engine.cli.run_cmd  # noqa: F401 - registers `run` on the app
+    from engine.cli.app import app
+    from engine.suite.schema import load_schema
+
+    run = typer.main.get_command(app).commands["run"]  # type: ignore[attr-defined]
+    ranges = {p.name: (p.min, p.max) for p in run.params}
+    suite = load_schema("suite")["$defs"]["test"]["properties"]
+    model = load_schema("models")["$defs"]["model"]["properties"]
+    expected = {
+        "repeat": (suite["repeat"]["minimum"], suite["repeat"]["maximum"]),
+        "max_tokens": (suite["max_tokens"]["minimum"], suite["max_tokens"]["maximum"]),
+        "temperature": (suite["temperature"]["minimum"], suite["temperature"]["maximum"]),
+        "seed": (model["params"]["properties"]["seed"]["minimum"], model["params"]["properties"]["seed"]["maximum"]),
+        "concurrency": (model["concurrency"]["minimum"], model["concurrency"]["maximum"]),
+        "max_retries": (model["max_retries"]["minimum"], model["max_retries"]["maximum"]),
+    }
+    for name, (low, high) in expected.items():
+        assert ranges[name] == (low, high), name
+    assert ranges["max_response_mb"][1] == model["max_response_mb"]["maximum"]
