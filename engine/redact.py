@@ -56,6 +56,11 @@ class Redactor:
     def __bool__(self) -> bool:
         return bool(self._secrets)
 
+    @property
+    def longest(self) -> int:
+        """The length of the longest secret (0 without any): how far past a cut to read before masking."""
+        return len(self._secrets[0]) if self._secrets else 0
+
     def clean(self, text: str) -> str:
         """`text` with every secret, and a secret's cut-off start at the very end, masked."""
         for secret in self._secrets:

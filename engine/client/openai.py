@@ -237,7 +237,7 @@ class OpenAIClient:
             async with self._session.post(request.url, data=payload, headers=headers) as resp:
                 if resp.status >= 300:
                     # Read past the cut by a key's length, so the key is masked whole before the cut.
-                    raw = await resp.content.read(_ERROR_BODY_CHARS + 256)
+                    raw = await resp.content.read(_ERROR_BODY_CHARS + redact.longest)
                     body = redact.clean(raw.decode("utf-8", "replace"))[:_ERROR_BODY_CHARS]
                     raise _Failed(retry.status_error(resp.status, resp.headers, body), resp.headers)
                 if request.stream:
@@ -270,7 +270,10 @@ def _with_message(error: ClientError, message: str) -> ClientError:
 
 def _mask_result(result: CallResult, redact: Redactor) -> None:
     """Mask keys in every text a reply brought back (some gateways echo the key; a model may repeat it)."""
-    result.text = redact.clean(result.text)
+    text = redact.clean(result.text)
+    if text != result.text:
+        result.notes.append("an API key in the answer was masked as ***")
+        result.text = text
     if result.reasoning:
         result.reasoning = redact.clean(result.reasoning)
     if result.tool_calls:

@@ -186,6 +186,7 @@ models:
     assert echoed["answer"] == "ok, your key is ***" and echoed["reasoning"] == "the key ***"
     assert json.loads(echoed["tool_calls"][0]["arguments"]) == {"k": "***"}
     assert df.loc[("keyed", "q-2"), "answer"] == "ok ***"
+    assert "an API key in the answer was masked" in echoed["notes"]
     manifest = json.loads((out / "latest" / "_manifest.json").read_text())
     by_name = {m["name"]: m for m in manifest["models"]}
     assert by_name["keyed"]["params"] == {"max_tokens": 64, "metadata": {"user": "me"}}
