@@ -10,7 +10,9 @@ Errors the engine raises on purpose, drawn as a tree (httpx `_exceptions.py` sty
      │    ├── HTTPStatusError      the server answered with a non-2xx status
      │    ├── TransportError       connection refused / reset, DNS, TLS
      │    ├── CallTimeout          the per-call deadline passed
-     │    └── StreamError          malformed SSE, a stream that ended without [DONE] or a finish reason
+     │    ├── StreamError          malformed SSE, a stream that ended without [DONE] or a finish reason
+     │    └── BadResponse          a reply that is not the documented OpenAI shape, nested too deep,
+     │                             or over the size cap (kinds `bad_response`, `response_too_large`)
      ├── HarnessError              an exec harness could not be prepared or run (not a failing program)
      └── LocalModelError           the embedded model server could not be started
 
@@ -94,6 +96,14 @@ class CallTimeout(ClientError):
 
 class StreamError(ClientError):
     """A malformed or truncated server-sent event stream."""
+
+
+class BadResponse(ClientError):
+    """A reply the client will not read: the wrong shape, nested too deep, or too large.
+
+    Never retried: the server answered (and was paid), and the same server answers the same request
+    the same way; `engine run --resume RUN --retry-errors` re-runs such rows on purpose.
+    """
 
 
 class HarnessError(EngineError):

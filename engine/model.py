@@ -206,6 +206,7 @@ class ModelConfig:
         price_in: Price per 1M input tokens, or None.
         price_out: Price per 1M output tokens, or None.
         builtin: The name of an embedded model the engine starts itself (e.g. "gemma-3-270m").
+        max_response_mb: The most bytes one reply may take (MiB); a larger one is an error row.
     """
 
     name: str
@@ -221,3 +222,4 @@ class ModelConfig:
     price_in: float | None = None
     price_out: float | None = None
     builtin: str | None = None
+    max_response_mb: float = 32.0

@@ -18,6 +18,8 @@ Fault kinds (`Reply.fault`):
     "malformed"      send a data line that is not JSON
     "huge_line"      the content arrives as one ~5 MB data line
     "no_done"        end the stream without [DONE] and without a finish reason
+A hostile reply: `Reply(raw=b"...")` sends those bytes as the whole body, verbatim (as an SSE stream when
+the request streams, as JSON otherwise), in 64 KB writes.
 A different served model: `Reply(model="other-model")`. Tool calls: `Reply(tool_calls=[...])`
 with each call's arguments streamed in `arg_chunks` pieces.
 """
@@ -59,6 +61,7 @@ class Reply:
         stall_s: How long a "stall" fault waits.
         tool_index: False sends tool-call deltas without `index` (ids only).
         error_message: The message of an http_* fault's error body.
+        raw: The exact body to send instead of a well-formed reply (hostile-server tests).
     """
 
     content: str = "ok"
@@ -78,6 +81,7 @@ class Reply:
     stall_s: float = 60.0
     tool_index: bool = True
     error_message: str | None = None
+    raw: bytes | None = None
 
 
 class FakeOpenAI:
@@ -185,6 +189,8 @@ class FakeOpenAI:
                 await asyncio.sleep(reply.delay_s)
             if reply.fault and reply.fault.startswith("http_"):
                 return self._status(reply)
+            if reply.raw is not None:
+                return await self._raw(request, reply.raw, stream=bool(body.get("stream")))
             if body.get("stream"):
                 return await self._stream(request, body, reply, completions)
             return web.json_response(self._whole(body, reply, completions))
@@ -192,6 +198,16 @@ class FakeOpenAI:
             with self._lock:
                 self.in_flight -= 1
                 self.in_flight_by_model[model] -= 1
+
+    @staticmethod
+    async def _raw(request: web.Request, raw: bytes, *, stream: bool) -> web.StreamResponse:
+        kind = "text/event-stream" if stream else "application/json"
+        resp = web.StreamResponse(headers={"Content-Type": kind})
+        await resp.prepare(request)
+        for start in range(0, len(raw), 65536):
+            await resp.write(raw[start:start + 65536])
+        await resp.write_eof()
+        return resp
 
     @staticmethod
     def _status(reply: Reply) -> web.Response:

@@ -11,6 +11,15 @@ from pathlib import Path
 import typer
 
 from engine.cli.app import app
+from engine.suite.schema_source import (
+    INT32_MAX,
+    INT64_MAX,
+    INT64_MIN,
+    MAX_CONCURRENCY,
+    MAX_REPEAT,
+    MAX_RESPONSE_MB,
+    MAX_RETRIES,
+)
 
 
 @app.command("run")
@@ -19,11 +28,15 @@ def run_command(
     models: Path | None = typer.Option(None, "--models", help="models.yaml (default: the builtin local model)."),
     model: list[str] = typer.Option([], "--model", help="Run only this model (repeatable)."),
     out: Path | None = typer.Option(None, "--out", help="Results folder (default: results/)."),
-    concurrency: int | None = typer.Option(None, "--concurrency", min=1, help="Calls in flight at most (default 32)."),
-    repeat: int | None = typer.Option(None, "--repeat", min=1, help="Attempts per test (overrides the suites)."),
-    seed: int | None = typer.Option(None, "--seed", help="Sent as `seed` with every request."),
-    temperature: float | None = typer.Option(None, "--temperature", help="Used when a test sets none (default 0)."),
-    max_tokens: int | None = typer.Option(None, "--max-tokens", min=1,
+    concurrency: int | None = typer.Option(None, "--concurrency", min=1, max=MAX_CONCURRENCY,
+                                           help="Calls in flight at most (default 32)."),
+    repeat: int | None = typer.Option(None, "--repeat", min=1, max=MAX_REPEAT,
+                                      help="Attempts per test (overrides the suites)."),
+    seed: int | None = typer.Option(None, "--seed", min=INT64_MIN, max=INT64_MAX,
+                                    help="Sent as `seed` with every request (a 64-bit integer)."),
+    temperature: float | None = typer.Option(None, "--temperature", min=0, max=2,
+                                             help="Used when a test sets none (default 0)."),
+    max_tokens: int | None = typer.Option(None, "--max-tokens", min=1, max=INT32_MAX,
                                              help="max_tokens floor (default: the model's params.max_tokens, "
                                                   "else 1024); a test may raise it."),
     filters: list[str] = typer.Option([], "--filter", help="Keep tests with this tag or id glob (repeatable)."),
@@ -33,7 +46,11 @@ def run_command(
     max_cost: float | None = typer.Option(None, "--max-cost", min=0, help="Stop dispatch past this priced spend."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress output."),
     no_stream: bool = typer.Option(False, "--no-stream", help="Ask for whole JSON responses instead of SSE."),
-    max_retries: int | None = typer.Option(None, "--max-retries", min=0, help="Retries per call (default 2)."),
+    max_retries: int | None = typer.Option(None, "--max-retries", min=0, max=MAX_RETRIES,
+                                           help="Retries per call (default 2)."),
+    max_response_mb: float | None = typer.Option(None, "--max-response-mb", min=0.001, max=MAX_RESPONSE_MB,
+                                                 help="The most one reply may take, MiB (default: the model's "
+                                                      "max_response_mb, else 32)."),
 ) -> None:
     """Run suites against models; results go to OUT/<run-id>/ (Parquet + _manifest.json)."""
     from engine.run.session import Invocation, run_session
@@ -42,6 +59,7 @@ def run_command(
         paths=[str(p) for p in paths or []], models_file=None if models is None else str(models),
         model_names=list(model), out=None if out is None else str(out), concurrency=concurrency, repeat=repeat,
         seed=seed, temperature=temperature, max_tokens=max_tokens, filters=list(filters),
-        stream=None if not no_stream else False, max_retries=max_retries, max_cost=max_cost)
+        stream=None if not no_stream else False, max_retries=max_retries, max_cost=max_cost,
+        max_response_mb=max_response_mb)
     code = run_session(invocation, dry_run=dry_run, resume=resume, retry_errors=retry_errors, quiet=quiet)
     raise typer.Exit(code)

@@ -1,14 +1,15 @@
-"""Request building and response parsing for OpenAI-compatible endpoints, nothing else.
+"""Request building and reading replies from OpenAI-compatible endpoints, nothing else.
 
 One `OpenAIClient` wraps one aiohttp session (one bounded connector) for the whole run. `call`
 sends a prepared body, retries as `engine.client.retry` decides, and always returns a `CallResult`:
 a failed call is a result with `error` set, never an exception, so the runner can write its row.
+The bytes of a reply are read here, under the model's size cap; what they mean is decided in
+`engine.client.response`. API keys are masked in everything a reply brings back (`engine.redact`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -16,45 +17,29 @@ from typing import TYPE_CHECKING, Any
 
 from engine.client import retry
 from engine.client.deadline import Deadlines, TaskDeadline
+from engine.client.response import (
+    CallResult,
+    ToolCallAccumulator,
+    apply_event,
+    decode_events,
+    parse_whole,
+    split_think,
+    tool_call,
+)
 from engine.client.sse import SSEDecoder
 from engine.errors import ClientError
-from engine.model import ModelConfig, Test, ToolCall
+from engine.model import ModelConfig, Test
+from engine.redact import Redactor, mask_urls, url_secrets
 from engine.results.jsontext import dumps_ascii
 
 if TYPE_CHECKING:
     import aiohttp
 
+__all__ = ["CallResult", "OpenAIClient", "PreparedRequest", "RequestSettings", "endpoint_url", "prepare"]
+
 DEFAULT_MAX_TOKENS = 1024
 DEFAULT_TEMPERATURE = 0.0
 _ERROR_BODY_CHARS = 2000
-
-
-@dataclass(slots=True)
-class CallResult:
-    """Everything one call produced, success or not.
-
-    Times are seconds measured from the start of the last try (retries and their waits are counted
-    in `retries` and `rate_limit_wait_s`, not in `latency_s`). Token counts are None when the server
-    sent none - never 0.
-    """
-
-    text: str = ""
-    reasoning: str | None = None
-    tool_calls: tuple[ToolCall, ...] = ()
-    finish_reason: str | None = None
-    served_model: str | None = None
-    system_fingerprint: str | None = None
-    prompt_tokens: int | None = None
-    completion_tokens: int | None = None
-    cached_tokens: int | None = None
-    reasoning_tokens: int | None = None
-    latency_s: float | None = None
-    ttft_provider_s: float | None = None
-    ttft_visible_s: float | None = None
-    retries: int = 0
-    rate_limit_wait_s: float = 0.0
-    truncated: bool = False
-    error: ClientError | None = None
 
 
 @dataclass(frozen=True)
@@ -157,7 +142,8 @@ class OpenAIClient:
     def __init__(self, session: aiohttp.ClientSession, api_keys: Mapping[str, str | None]) -> None:
         self._session = session
         self._deadlines = Deadlines()
-        self._secrets = [key for key in api_keys.values() if key]
+        self._keys = [key for key in api_keys.values() if key]
+        self._redactors: dict[str, Redactor] = {}
         self.retrying = 0   # calls waiting out a retry delay now (the progress display shows it)
         self._headers: dict[str, dict[str, str]] = {}
         for name, key in api_keys.items():
@@ -185,6 +171,10 @@ class OpenAIClient:
         """
         payload = dumps_ascii(request.body).encode()   # what json.dumps(body) writes
         headers = self._headers.get(model.name) or {"Content-Type": "application/json"}
+        redact = self._redactors.get(model.name)
+        if redact is None:
+            redact = self._redactors[model.name] = Redactor([*self._keys, *url_secrets(model.base_url)])
+        limit = max(1, int(model.max_response_mb * 2**20))
         result = CallResult()
         retries = 0
         waited = 0.0
@@ -201,7 +191,7 @@ class OpenAIClient:
                 if deadline is not None:
                     deadline.begin(timeout_s)
                 try:
-                    await self._once(request, payload, headers, result)
+                    await self._once(request, payload, headers, result, redact, limit)
                 finally:
                     if deadline is not None:
                         deadline.end()
@@ -232,82 +222,135 @@ class OpenAIClient:
             result = CallResult()   # each try starts afresh
         result.retries = retries
         result.rate_limit_wait_s = waited
-        if result.error is not None and self._secrets:
-            result.error = self._redacted(result.error)
+        if redact:
+            _mask_result(result, redact)
+        elif result.error is not None and "@" in str(result.error):
+            result.error = _with_message(result.error, mask_urls(str(result.error)))
         return result
 
-    def _redacted(self, error: ClientError) -> ClientError:
-        """The error with any API key the server echoed back (some gateways do) masked."""
-        message = str(error)
-        clean = message
-        for key in self._secrets:
-            clean = clean.replace(key, "***")
-        if clean == message:
-            return error
-        return type(error)(clean, kind=error.kind, retryable=error.retryable, status=error.status)
-
     async def _once(self, request: PreparedRequest, payload: bytes, headers: dict[str, str],
-                    result: CallResult) -> None:
+                    result: CallResult, redact: Redactor, limit: int) -> None:
         import aiohttp
 
         started = time.perf_counter()
         try:
             async with self._session.post(request.url, data=payload, headers=headers) as resp:
                 if resp.status >= 300:
-                    body = (await resp.content.read(_ERROR_BODY_CHARS)).decode("utf-8", "replace")
+                    # Read past the cut by a key's length, so the key is masked whole before the cut.
+                    raw = await resp.content.read(_ERROR_BODY_CHARS + redact.longest)
+                    body = redact.clean(raw.decode("utf-8", "replace"))[:_ERROR_BODY_CHARS]
                     raise _Failed(retry.status_error(resp.status, resp.headers, body), resp.headers)
                 if request.stream:
-                    await _read_stream(resp, result, started, completions="prompt" in request.body)
+                    await _read_stream(resp, result, started, "prompt" in request.body, redact, limit)
                 else:
-                    raw = await resp.read()
+                    raw = await _read_body(resp, limit)
                     result.ttft_provider_s = time.perf_counter() - started
-                    _parse_whole(raw, result)
+                    parse_whole(raw, result, redact)
         except aiohttp.ClientError as exc:
             during = "reading the response" if result.ttft_provider_s is not None else "connecting"
             raise _Failed(retry.transport_error(exc, during=during), None) from None
-        except ClientError as exc:  # a stream error found while parsing
+        except ClientError as exc:  # a reply that cannot be read, found while parsing
             raise _Failed(exc, None) from None
+        except (ValueError, TypeError, AttributeError, KeyError, IndexError, RecursionError, OverflowError) as exc:
+            # The shape checks in response.py should leave nothing to reach here; if a reply still
+            # trips the reader, it is a bad response (one row), never a crashed run.
+            during = "reading" if result.ttft_provider_s is not None else "sending the request for"
+            raise _Failed(retry.bad_response(f"{during} the reply failed: {type(exc).__name__}: "
+                                             f"{str(exc)[:200]}"), None) from None
         finally:
             result.latency_s = time.perf_counter() - started
-        _split_think(result)
+        split_think(result)
         if result.finish_reason == "length":
             result.truncated = True
 
 
-async def _read_stream(resp: aiohttp.ClientResponse, result: CallResult, started: float,
-                       completions: bool) -> None:
-    """Read an SSE response into `result`; raise a stream error when it is malformed or cut short."""
+def _with_message(error: ClientError, message: str) -> ClientError:
+    return type(error)(message, kind=error.kind, retryable=error.retryable, status=error.status)
+
+
+def _mask_result(result: CallResult, redact: Redactor) -> None:
+    """Mask keys in every text a reply brought back (some gateways echo the key; a model may repeat it)."""
+    text = redact.clean(result.text)
+    if text != result.text:
+        result.notes.append("an API key in the answer was masked as ***")
+        result.text = text
+    if result.reasoning:
+        result.reasoning = redact.clean(result.reasoning)
+    if result.tool_calls:
+        result.tool_calls = tuple(
+            call if redact.clean(call.raw_arguments) == call.raw_arguments and redact.clean(call.name) == call.name
+            else tool_call(redact.clean(call.name), redact.clean(call.raw_arguments), call.id)
+            for call in result.tool_calls)
+    for name in ("served_model", "system_fingerprint", "finish_reason"):   # short, and almost never a hit
+        value = getattr(result, name)
+        if value:
+            setattr(result, name, redact.clean(value))
+    if result.error is not None:
+        message = str(result.error)
+        clean = mask_urls(redact.clean(message))
+        if clean != message:
+            result.error = _with_message(result.error, clean)
+
+
+async def _read_body(resp: aiohttp.ClientResponse, limit: int) -> bytes:
+    """A whole response body, refused as soon as it passes `limit` bytes."""
+    length = resp.content_length
+    if length is not None:
+        if length > limit:
+            raise retry.too_large(limit)
+        return await resp.read()   # aiohttp reads exactly Content-Length bytes
+    parts = []
+    size = 0
+    async for chunk in resp.content.iter_any():
+        size += len(chunk)
+        if size > limit:
+            raise retry.too_large(limit)
+        parts.append(chunk)
+    return b"".join(parts)
+
+
+async def _read_stream(resp: aiohttp.ClientResponse, result: CallResult, started: float, completions: bool,
+                       redact: Redactor, limit: int) -> None:
+    """Read an SSE response into `result`; raise when it is malformed, cut short or over `limit` bytes."""
     decoder = SSEDecoder()
     text: list[str] = []
     reasoning: list[str] = []
-    calls = _ToolCallAccumulator()
+    calls = ToolCallAccumulator()
     done = False
     visible = False
+    size = 0
     perf = time.perf_counter
-    async for chunk in resp.content.iter_any():
-        if result.ttft_provider_s is None:
-            result.ttft_provider_s = perf() - started
-        datas = decoder.feed(chunk)
-        if not datas:
-            continue
-        if "[DONE]" in datas:
-            datas = datas[:datas.index("[DONE]")]
-            done = True
-        for event in _decode_events(datas):
-            if _apply_event(event, result, text, reasoning, calls, completions) and not visible:
-                visible = True
-                result.ttft_visible_s = perf() - started
-        if done:
-            break
-    else:
-        datas = decoder.close()
-        if "[DONE]" in datas:
-            datas = datas[:datas.index("[DONE]")]
-            done = True
-        for event in _decode_events(datas):
-            _apply_event(event, result, text, reasoning, calls, completions)
-    result.text = "".join(text)
-    result.reasoning = "".join(reasoning) if reasoning else None
+    try:
+        async for chunk in resp.content.iter_any():
+            if result.ttft_provider_s is None:
+                result.ttft_provider_s = perf() - started
+            size += len(chunk)
+            if size > limit:
+                result.truncated = True
+                raise retry.too_large(limit)
+            datas = decoder.feed(chunk)
+            if not datas:
+                continue
+            if "[DONE]" in datas:
+                datas = datas[:datas.index("[DONE]")]
+                done = True
+            for event in decode_events(datas, redact):
+                if apply_event(event, result, text, reasoning, calls, completions, redact) and not visible:
+                    visible = True
+                    result.ttft_visible_s = perf() - started
+            if done:
+                break
+        else:
+            datas = decoder.close()
+            if "[DONE]" in datas:
+                datas = datas[:datas.index("[DONE]")]
+                done = True
+            for event in decode_events(datas, redact):
+                apply_event(event, result, text, reasoning, calls, completions, redact)
+    finally:
+        # Kept on every way out: a stream cut short keeps the partial answer (marked truncated).
+        result.text = "".join(text)
+        result.reasoning = "".join(reasoning) if reasoning else None
     result.tool_calls = calls.finish()
     if not done:
         result.truncated = True
@@ -315,180 +358,3 @@ async def _read_stream(resp: aiohttp.ClientResponse, result: CallResult, started
     if result.finish_reason is None:
         result.truncated = True
         raise retry.stream_error("the stream ended without a finish reason")
-
-
-def _decode_events(datas: list[str]) -> list[dict[str, Any]]:
-    """Decode the JSON payloads of several events at once.
-
-    One `json.loads` of `[a,b,c]` costs far less than three calls (the per-call overhead dominates for
-    small chunks); when the batch does not decode into exactly one object per event, each payload
-    is decoded alone so the bad one is named.
-    """
-    if not datas:
-        return []
-    if len(datas) > 1:
-        try:
-            events = json.loads("[" + ",".join(datas) + "]")
-        except ValueError:
-            events = None
-        if isinstance(events, list) and len(events) == len(datas) and all(type(e) is dict for e in events):
-            return events
-    out = []
-    for data in datas:
-        try:
-            event = json.loads(data)
-        except ValueError:
-            raise retry.stream_error(f"malformed server-sent event: not JSON: {data[:80]!r}") from None
-        if not isinstance(event, dict):
-            raise retry.stream_error(f"malformed server-sent event: expected an object, got {data[:80]!r}")
-        out.append(event)
-    return out
-
-
-def _apply_event(event: dict[str, Any], result: CallResult, text: list[str], reasoning: list[str],
-                 calls: _ToolCallAccumulator, completions: bool) -> bool:
-    """Fold one streamed chunk into the result; True when it carried visible content."""
-    choices = event.get("choices")
-    if choices is None and "error" in event:
-        err = event.get("error")
-        message = err.get("message") if isinstance(err, dict) else err
-        raise retry.stream_error(f"the server sent an error inside the stream: {str(message)[:300]}")
-    if result.served_model is None and event.get("model"):
-        result.served_model = str(event["model"])
-    fingerprint = event.get("system_fingerprint")
-    if fingerprint:
-        result.system_fingerprint = str(fingerprint)
-    usage = event.get("usage")
-    if usage:
-        _apply_usage(usage, result)
-    visible = False
-    for choice in choices or ():
-        if choice.get("index", 0) != 0:
-            continue
-        if completions:
-            piece = choice.get("text")
-            if piece:
-                text.append(piece)
-                visible = not piece.isspace()
-        else:
-            delta = choice.get("delta")
-            if delta:
-                piece = delta.get("content")
-                if piece:
-                    text.append(piece)
-                    visible = not piece.isspace()
-                if len(delta) > 1 or "content" not in delta:  # more than plain text: rarer fields
-                    thought = delta.get("reasoning_content") or delta.get("reasoning")
-                    if thought:
-                        reasoning.append(thought)
-                    tool_deltas = delta.get("tool_calls")
-                    if tool_deltas:
-                        calls.add(tool_deltas)
-                        visible = True
-        reason = choice.get("finish_reason")
-        if reason:
-            result.finish_reason = str(reason)
-    return visible
-
-
-def _apply_usage(usage: Mapping[str, Any], result: CallResult) -> None:
-    result.prompt_tokens = _int_or_none(usage.get("prompt_tokens"))
-    result.completion_tokens = _int_or_none(usage.get("completion_tokens"))
-    prompt_details = usage.get("prompt_tokens_details") or {}
-    completion_details = usage.get("completion_tokens_details") or {}
-    result.cached_tokens = _int_or_none(prompt_details.get("cached_tokens"))
-    result.reasoning_tokens = _int_or_none(completion_details.get("reasoning_tokens"))
-
-
-def _int_or_none(value: Any) -> int | None:
-    if type(value) is int:   # the usual case, first
-        return value
-    return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
-
-
-def _parse_whole(raw: bytes, result: CallResult) -> None:
-    """Parse a non-streaming response body."""
-    try:
-        data = json.loads(raw)
-    except ValueError:
-        raise retry.stream_error(f"the response body is not JSON: {raw[:80]!r}") from None
-    if not isinstance(data, dict) or not isinstance(data.get("choices"), list) or not data["choices"]:
-        raise retry.stream_error(f"the response has no choices: {raw[:120]!r}")
-    result.served_model = str(data["model"]) if data.get("model") else None
-    result.system_fingerprint = data.get("system_fingerprint") or None
-    if data.get("usage"):
-        _apply_usage(data["usage"], result)
-    choice = data["choices"][0]
-    result.finish_reason = choice.get("finish_reason")
-    if "text" in choice and "message" not in choice:
-        result.text = choice.get("text") or ""
-        return
-    message = choice.get("message") or {}
-    result.text = message.get("content") or ""
-    result.reasoning = message.get("reasoning_content") or message.get("reasoning") or None
-    calls = []
-    for call in message.get("tool_calls") or ():
-        fn = call.get("function") or {}
-        # Argument text as sent; a JSON `null` stays `null` (scored as not an object, as BFCL does),
-        # and only a call with no `arguments` at all counts as one without arguments.
-        arguments = fn.get("arguments", "")
-        raw_args = arguments if isinstance(arguments, str) else json.dumps(arguments)
-        calls.append(ToolCall.from_raw(str(fn.get("name") or ""), raw_args, id=call.get("id")))
-    result.tool_calls = tuple(calls)
-
-
-def _split_think(result: CallResult) -> None:
-    """Move a leading `<think>...</think>` block from the answer to the reasoning."""
-    first = result.text[:1]
-    if first != "<" and not first.isspace():   # the usual answer: no copy of it made to find out
-        return
-    stripped = result.text.lstrip()
-    if not stripped.startswith("<think>"):
-        return
-    inner, sep, rest = stripped[len("<think>"):].partition("</think>")
-    thought = inner.strip()
-    result.reasoning = (result.reasoning + "\n" + thought) if result.reasoning else thought
-    result.text = rest.lstrip() if sep else ""
-
-
-class _ToolCallAccumulator:
-    """Joins streamed tool-call deltas: by `index`, falling back to `id` when indices collide or lack."""
-
-    __slots__ = ("_by_id", "_by_index", "_calls")
-
-    def __init__(self) -> None:
-        self._calls: list[list[Any]] = []   # [id, name, [argument pieces]]
-        self._by_index: dict[int, list[Any]] = {}
-        self._by_id: dict[str, list[Any]] = {}
-
-    def add(self, deltas: list[dict[str, Any]]) -> None:
-        for delta in deltas:
-            index = delta.get("index")
-            call_id = delta.get("id") or None
-            entry = None
-            if call_id is not None and call_id in self._by_id:
-                entry = self._by_id[call_id]
-            elif index is not None and index in self._by_index:
-                known = self._by_index[index]
-                if call_id is None or known[0] in (None, call_id):
-                    entry = known   # same index, and no different id: a continuation
-            elif index is None and call_id is None and self._calls:
-                entry = self._calls[-1]
-            if entry is None:
-                entry = [call_id, "", []]
-                self._calls.append(entry)
-                if index is not None:
-                    self._by_index[index] = entry
-            if call_id is not None:
-                entry[0] = entry[0] or call_id
-                self._by_id[call_id] = entry
-            fn = delta.get("function") or {}
-            name = fn.get("name")
-            if name and name != entry[1]:
-                entry[1] = entry[1] + name if entry[1] else name
-            arguments = fn.get("arguments")
-            if arguments:
-                entry[2].append(arguments if isinstance(arguments, str) else json.dumps(arguments))
-
-    def finish(self) -> tuple[ToolCall, ...]:
-        return tuple(ToolCall.from_raw(name, "".join(pieces), id=call_id) for call_id, name, pieces in self._calls)

@@ -5,6 +5,8 @@ The policy copies openai-python (`_base_client.py`, `_should_retry` / `_calculat
 - an `x-should-retry: true|false` header overrides everything;
 - retry connection errors, timeouts (each try is bounded by the model's `timeout_s`), 408, 409, 429
   and every status >= 500; never any other 4xx;
+- never retry a reply that arrived but cannot be read (`stream`, `bad_response`, `response_too_large`):
+  the call was served and paid for, and the same server gives the same reply again;
 - the delay comes from the *current* response: `retry-after-ms`, else `retry-after` (seconds or an
   HTTP date) when 0 < delay <= 120 s, else `min(0.5 * 2**n, 8) * (1 - 0.25 * U)` with n the
   retries already taken and U uniform in [0, 1).
@@ -16,8 +18,9 @@ import email.utils
 import random
 import time
 from collections.abc import Mapping
+from typing import Any
 
-from engine.errors import CallTimeout, HTTPStatusError, StreamError, TransportError
+from engine.errors import BadResponse, CallTimeout, HTTPStatusError, StreamError, TransportError
 
 INITIAL_DELAY_S = 0.5
 MAX_DELAY_S = 8.0
@@ -76,6 +79,40 @@ def timeout_error(timeout_s: float) -> CallTimeout:
 def stream_error(message: str) -> StreamError:
     """A malformed or truncated stream: a server bug, not retried."""
     return StreamError(message, kind="stream", retryable=False)
+
+
+def type_name(value: Any) -> str:
+    """A JSON value's type in words: "a string", "a number", "a list", ..."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, dict):
+        return "an object"
+    return type(value).__name__
+
+
+def wrong_type(where: str, value: Any, expected: str) -> BadResponse:
+    """A reply with a value of the wrong type on a documented path: "`choices` is a string, expected a list"."""
+    return bad_response(f"`{where}` is {type_name(value)}, expected {expected}")
+
+
+def bad_response(message: str) -> BadResponse:
+    """A reply that is not the documented OpenAI shape (or nested too deep to read): not retried."""
+    return BadResponse(f"bad response: {message}", kind="bad_response", retryable=False)
+
+
+def too_large(limit_bytes: int) -> BadResponse:
+    """A reply over the model's size cap: not retried (the same request runs away the same way)."""
+    return BadResponse(f"the response is over {limit_bytes / 2**20:g} MB, the limit per response "
+                       "(max_response_mb in models.yaml, or --max-response-mb)", kind="response_too_large",
+                       retryable=False)
 
 
 def retry_delay(headers: Mapping[str, str] | None, retries_taken: int, rng: random.Random | None = None) -> float:

@@ -166,6 +166,7 @@ def build_row(*, run_id: str, model: ModelConfig, test: Test, attempt: int, requ
         "error_message": error_message,
         "evaluators": evaluators,
         "isolation": isolation,
+        "notes": "; ".join(result.notes) if result.notes else None,
         "started_at": started_us,
         "ended_at": ended_us,
     }

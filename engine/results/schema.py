@@ -73,10 +73,11 @@ COLUMNS: list[tuple[str, pa.DataType]] = [
     ("score", pa.float64()),            # null on error rows
     ("passed", pa.bool_()),             # null on error rows
     ("threshold", pa.float64()),
-    ("error_kind", pa.string()),        # null | http_<status> | timeout | connection | stream | evaluator | ...
+    ("error_kind", pa.string()),        # null | http_<status> | timeout | connection | stream | bad_response | ...
     ("error_message", pa.string()),
     ("evaluators", pa.list_(EVALUATOR_NODE)),
     ("isolation", pa.string()),         # exec sandbox level that ran, null when no exec
+    ("notes", pa.string()),             # what was refused from a reply that was otherwise read, or null
     ("started_at", TS),
     ("ended_at", TS),
 ]

@@ -1,6 +1,6 @@
 """The runner: per-model worker pools under a global cap, scoring, and durable rows.
 
-Each model gets `min(model.concurrency, --concurrency)` workers pulling from its own lazy job
+Each model gets `min(model.concurrency, --concurrency, its job count)` workers pulling from its own lazy job
 iterator; a worker already holds its model's slot when it waits for one of the global slots (a
 semaphore), so a slow model never holds global slots it cannot use, and no coroutine exists per job
 (100k jobs start at once and memory stays flat). Finished rows go to the journal, which a committer
@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import itertools
 import os
 import time
 from collections.abc import Callable, Iterator
@@ -199,9 +200,13 @@ class Runner:
                 async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
                     client = self._client = OpenAIClient(session, api_keys)
                     for model, jobs in jobs_by_model.values():
-                        for _ in range(max(1, min(model.concurrency, self.config.concurrency))):
+                        # No more workers than jobs: `--concurrency 1000000` for one test starts one.
+                        cap = max(1, min(model.concurrency, self.config.concurrency))
+                        first = list(itertools.islice(jobs, cap))
+                        queue = itertools.chain(first, jobs)
+                        for _ in range(len(first)):
                             self._workers.append(asyncio.create_task(
-                                self._worker(client, model, jobs, global_slots, exec_slots)))
+                                self._worker(client, model, queue, global_slots, exec_slots)))
                     results = await asyncio.gather(*self._workers, return_exceptions=True)
                     for outcome in results:
                         if isinstance(outcome, BaseException) and not isinstance(outcome, asyncio.CancelledError):

@@ -23,10 +23,10 @@ from typing import Any
 
 from engine.errors import EngineError
 from engine.model import ModelConfig, Suite, Test
+from engine.redact import looks_like_key, mask_url, public_params
 
 DEFAULT_OUT = "results"
 DEFAULT_CONCURRENCY = 32
-SECRET_PARAM_WORDS = ("key", "token", "secret", "password", "authorization")
 
 
 @dataclass
@@ -49,6 +49,7 @@ class Invocation:
     stream: bool | None = None
     max_retries: int | None = None
     max_cost: float | None = None
+    max_response_mb: float | None = None
 
     def over(self, stored: dict[str, Any]) -> Invocation:
         """These settings, with anything not given taken from `stored`."""
@@ -179,6 +180,8 @@ def _load_models(invocation: Invocation) -> list[ModelConfig]:
         chosen = list(configs.values())
     if invocation.max_retries is not None:
         chosen = [dataclasses.replace(m, max_retries=invocation.max_retries) for m in chosen]
+    if invocation.max_response_mb is not None:
+        chosen = [dataclasses.replace(m, max_response_mb=invocation.max_response_mb) for m in chosen]
     if not chosen:
         raise UsageError("no models to run: add some to the models file")
     return chosen
@@ -189,9 +192,16 @@ def _api_keys(models: list[ModelConfig]) -> dict[str, str | None]:
     for model in models:
         if model.api_key_env:
             value = os.environ.get(model.api_key_env)
+            if not value and looks_like_key(model.api_key_env):   # never repeat what may be the key itself
+                raise UsageError(f"model {model.name}: api_key_env looks like an API key, not the NAME of an "
+                                 f"environment variable; put the key in a variable (export OPENAI_API_KEY=...) "
+                                 f"and write its name, e.g. api_key_env: OPENAI_API_KEY")
             if not value:
                 raise UsageError(f"model {model.name} reads its API key from ${model.api_key_env}, which is not set; "
                                  f"export it, or remove api_key_env for a server without keys")
+            if "@" in (model.base_url or "").partition("//")[2].partition("/")[0]:
+                raise UsageError(f"model {model.name}: base_url carries a user:password and api_key_env is set too; "
+                                 f"a request has one Authorization header: keep one of them")
             keys[model.name] = value
         else:
             keys[model.name] = None
@@ -218,8 +228,9 @@ def _dry_run(models: list[ModelConfig], tests: list[Test], invocation: Invocatio
             request = prepare(model, test, settings)
             n = attempts(test, invocation.repeat)
             calls += n
+            body = public_params(request.body, keep_keys=True)   # what is sent, minus credentials
             print(json.dumps({"model": model.name, "suite": test.suite, "test": test.id, "attempts": n,
-                              "url": request.url, "body": request.body}, ensure_ascii=False))
+                              "url": mask_url(request.url), "body": body}, ensure_ascii=False))
     _err(f"dry run: {calls} call(s) for {len(models)} model(s) x {len(tests)} test(s); nothing was sent")
 
 
@@ -364,10 +375,10 @@ def _schema_version() -> int:
 
 
 def _public_model(model: ModelConfig) -> dict[str, Any]:
-    """A model config fit for the manifest: the key's variable name, never a secret-looking param."""
+    """A model config fit for the manifest: the key's variable name, no credentials (`engine.redact`)."""
     data = dataclasses.asdict(model)
-    data["params"] = {k: v for k, v in dict(model.params).items()
-                      if not any(word in k.lower() for word in SECRET_PARAM_WORDS)}
+    data["params"] = public_params(model.params)
+    data["base_url"] = mask_url(model.base_url)
     return data
 
 

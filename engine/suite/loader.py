@@ -15,7 +15,7 @@ from engine.model import Suite
 from engine.suite.checks import Report
 from engine.suite.expand import Expander
 from engine.suite.schema import validate
-from engine.suite.yaml import load_yaml_file
+from engine.suite.yaml import MAX_BYTES, load_yaml_file
 
 __all__ = ["expand_paths", "load_suite_file", "load_suites"]
 
@@ -54,8 +54,11 @@ def _looks_like_suite(path: Path) -> bool:
 
     A file counts as a suite when its text has a top-level `suite:` or `tests:` key; anything else found
     while walking a folder is someone else's file. A file named on the command line is always checked.
+    A file over the size limit is not read here at all: it counts, so loading refuses it by its size.
     """
     try:
+        if path.stat().st_size > MAX_BYTES:
+            return True
         with path.open("r", encoding="utf-8", errors="replace") as handle:
             for line in handle:
                 if line.startswith(("suite:", "tests:", "suite :", "tests :")):

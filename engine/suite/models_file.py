@@ -6,11 +6,13 @@ time, so no key can reach results, logs or messages through this module.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
 from engine.errors import Diagnostic
 from engine.model import ModelConfig
+from engine.redact import looks_like_key
 from engine.suite.schema import validate
 from engine.suite.yaml import load_yaml_file
 
@@ -37,10 +39,23 @@ def load_models(path: str | Path) -> tuple[dict[str, ModelConfig], list[Diagnost
     data = loaded.data
     if not isinstance(data, dict):
         return {}, [Diagnostic(name, 1, 1, "a models file must be a mapping with a `models:` key")]
-    problems = validate(data, loaded.positions, name, "models")
+    problems = validate(data, loaded.positions, name, "models") or _pasted_keys(data, loaded.positions, name)
     if problems:
         return {}, problems
     return {model_name: _config(model_name, spec) for model_name, spec in data["models"].items()}, []
+
+
+def _pasted_keys(data: dict[str, Any], positions: Any, file: str) -> list[Diagnostic]:
+    """An `api_key_env` that looks like a key (and names no set variable): refused, and never repeated."""
+    out = []
+    for model_name, spec in data["models"].items():
+        value = spec.get("api_key_env")
+        if isinstance(value, str) and looks_like_key(value) and value not in os.environ:
+            line, col = positions.of(("models", model_name, "api_key_env"))
+            out.append(Diagnostic(file, line, col, "'api_key_env' looks like an API key itself; it must be the NAME "
+                                                   "of an environment variable that holds the key (e.g. "
+                                                   "OPENAI_API_KEY): move the key into such a variable"))
+    return out
 
 
 def _config(name: str, spec: dict[str, Any]) -> ModelConfig:
@@ -60,6 +75,7 @@ def _config(name: str, spec: dict[str, Any]) -> ModelConfig:
         price_in=_float_or_none(price.get("input")),
         price_out=_float_or_none(price.get("output")),
         builtin=builtin,
+        max_response_mb=float(spec.get("max_response_mb", 32.0)),
     )
 
 

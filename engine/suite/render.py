@@ -1,4 +1,4 @@
-"""The one Jinja2 environment: sandboxed, StrictUndefined.
+"""The one Jinja2 environment: sandboxed, StrictUndefined, on a size and time budget.
 
 Suite strings are templates (`What is {{ a }} + {{ b }}?`). A string that is exactly one expression
 (`"{{ golden }}"`) renders to the expression's native value, so `equals: "{{ golden }}"` compares
@@ -13,7 +13,8 @@ from functools import lru_cache
 from typing import Any
 
 from jinja2 import StrictUndefined, TemplateSyntaxError, UndefinedError
-from jinja2.sandbox import SandboxedEnvironment
+
+from engine.template_budget import BudgetedEnvironment, budget, render_bounded
 
 __all__ = [
     "ENV",
@@ -25,7 +26,8 @@ __all__ = [
     "undeclared_variables",
 ]
 
-ENV = SandboxedEnvironment(undefined=StrictUndefined, autoescape=False, keep_trailing_newline=True)
+# Sandboxed, and refusing huge powers, repetitions, paddings, loops and outputs (engine/template_budget.py).
+ENV = BudgetedEnvironment(undefined=StrictUndefined, autoescape=False, keep_trailing_newline=True)
 
 _SINGLE_EXPR = re.compile(r"^\s*\{\{(?P<expr>(?:(?!\}\}).)*)\}\}\s*$", re.DOTALL)
 
@@ -80,7 +82,7 @@ def render(text: str, variables: Mapping[str, Any]) -> str:
         return text
     if simple_names(text) is not None:
         return _substitute(text, variables)
-    return str(_template(text).render(**variables))
+    return render_bounded(_template(text), variables)
 
 
 def render_value(value: Any, variables: Mapping[str, Any]) -> Any:
@@ -93,7 +95,8 @@ def render_value(value: Any, variables: Mapping[str, Any]) -> Any:
             return value
         single = _SINGLE_EXPR.match(value)
         if single and "{{" not in single.group("expr"):
-            result = _expression(single.group("expr").strip())(**variables)
+            with budget():
+                result = _expression(single.group("expr").strip())(**variables)
             if isinstance(result, StrictUndefined):
                 str(result)  # raises UndefinedError with Jinja's own message
             return result

@@ -19,6 +19,23 @@ from typing import Any
 SCHEMA_DIR = Path(__file__).resolve().parents[2] / "schemas"
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
 
+# Bounds on the numbers a suite, a models file or the command line may give: each value must fit its
+# results column (max_tokens int32, seed int64) and stay a sane amount of work. `engine run` options use
+# these same constants, so `engine validate` and the command line refuse the same values.
+INT32_MAX = 2**31 - 1
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+MAX_REPEAT = 1000
+MAX_CONCURRENCY = 4096          # calls in flight from one process; each holds a socket
+MAX_RETRIES = 100
+MAX_TIMEOUT_S = 86_400.0
+MAX_RESPONSE_MB = 4096.0
+DEFAULT_RESPONSE_MB = 32.0
+MAX_TOKENS = {"type": "integer", "minimum": 1, "maximum": INT32_MAX, "description": "Most tokens the model may "
+              "write.", "examples": [32]}
+SEED = {"type": "integer", "minimum": INT64_MIN, "maximum": INT64_MAX,
+        "description": "Sent as `seed` (a 64-bit integer)."}
+TEMPERATURE = {"type": "number", "minimum": 0, "maximum": 2, "description": "Sampling temperature (0..2)."}
+
 COMMON_OPTIONS: dict[str, Any] = {
     "weight": {"type": "number", "minimum": 0, "description": "Weight of this check inside its parent "
                "`all` (default 1). 0 = reported but not counted.", "examples": [1, 3, 0]},
@@ -192,12 +209,11 @@ _MESSAGES = {
 _RUN_SETTINGS = {
     "system": {"type": "string", "description": f"System instructions sent before the prompt. {_TEMPLATE}",
                "examples": ["Answer with one word."]},
-    "max_tokens": {"type": "integer", "minimum": 1, "description": "Most tokens the model may write.",
-                   "examples": [32]},
-    "temperature": {"type": "number", "minimum": 0, "maximum": 2, "description": "Sampling temperature (0..2)."},
+    "max_tokens": MAX_TOKENS,
+    "temperature": TEMPERATURE,
     "threshold": {"type": "number", "minimum": 0, "maximum": 1,
                   "description": "Score (0..1) a test needs to pass (default 1.0).", "examples": [1.0, 0.5]},
-    "repeat": {"type": "integer", "minimum": 1, "maximum": 1000,
+    "repeat": {"type": "integer", "minimum": 1, "maximum": MAX_REPEAT,
                "description": "How many times to ask each model (default 1)."},
     "eval": {"$ref": "#/$defs/evaluator", "description": "How the answer is scored."},
 }
@@ -282,14 +298,24 @@ _MODEL = {
         "api_key_env": {"type": "string", "pattern": "^[A-Za-z_][A-Za-z0-9_]*$", "description": "Name of the "
                         "environment variable that holds the API key (never the key itself).",
                         "examples": ["OPENAI_API_KEY"]},
-        "concurrency": {"type": "integer", "minimum": 1, "description": "Calls in flight at most (default 8)."},
-        "timeout_s": {"type": "number", "exclusiveMinimum": 0,
+        "concurrency": {"type": "integer", "minimum": 1, "maximum": MAX_CONCURRENCY,
+                        "description": "Calls in flight at most (default 8)."},
+        "timeout_s": {"type": "number", "exclusiveMinimum": 0, "maximum": MAX_TIMEOUT_S,
                       "description": "Time limit of each try, in seconds (default 120); a try that runs out "
                                      "is retried, so a call takes at most (max_retries + 1) tries."},
-        "max_retries": {"type": "integer", "minimum": 0, "description": "Retries after the first try (default 2)."},
+        "max_retries": {"type": "integer", "minimum": 0, "maximum": MAX_RETRIES,
+                        "description": "Retries after the first try (default 2)."},
+        "max_response_mb": {"type": "number", "exclusiveMinimum": 0, "maximum": MAX_RESPONSE_MB,
+                            "description": f"The most one reply may take, in MiB (default {DEFAULT_RESPONSE_MB:g}); "
+                                           "a larger reply is an error row (`response_too_large`).",
+                            "examples": [64]},
         "api": {"enum": ["chat", "completions"], "description": "Which endpoint to call (default chat)."},
         "stream": {"type": "boolean", "description": "Stream the answer with server-sent events (default true)."},
         "params": {"type": "object", "description": "Extra request fields passed through (seed, top_p, ...).",
+                   # Open on purpose (anything else passes through to the server); the fields the
+                   # engine itself reads and stores are bounded.
+                   "properties": {"max_tokens": MAX_TOKENS, "seed": SEED, "temperature": TEMPERATURE},
+                   "additionalProperties": True,
                    "examples": [{"seed": 1, "top_p": 0.9}]},
         "price": {"type": "object", "title": "price", "additionalProperties": False,
                   "description": "Price per 1M tokens, for cost reports.", "properties": {

@@ -164,3 +164,40 @@ def test_jobs_are_lazy_and_attempt_major() -> None:
     first = [next(jobs) for _ in range(3)]
     assert [(j.test.id, j.attempt) for j in first] == [("t0", 0), ("t1", 0), ("t2", 0)]
     assert evaluate is not None
+
+
+async def test_workers_are_no_more_than_jobs(tmp_path: Path, fake_openai: FakeOpenAI) -> None:
+    """A concurrency of 10,000 for two tests starts two workers, not 10,000 (issue #11, item 12)."""
+    import asyncio
+
+    from engine.evaluators import uses_exec
+    from engine.results.journal import Journal
+    from engine.results.writer import ResultsWriter
+    from engine.run.jobs import count_jobs
+    from engine.run.runner import RunConfig, Runner
+
+    fake_openai.responder = lambda body: Reply(delay_s=0.2)
+    model = make_model(fake_openai.base_url, concurrency=10_000)
+    tests = [make_test(i) for i in range(2)]
+    tasks_seen: list[int] = []
+    journal = Journal(tmp_path / "_journal.sqlite")
+    runner = Runner(RunConfig(run_id="r", concurrency=10_000, commit_interval_s=0.01), journal,
+                    ResultsWriter(tmp_path, journal), evaluate, uses_exec,
+                    on_progress=lambda stats: tasks_seen.append(len(asyncio.all_tasks())))
+    spy = asyncio.create_task(_count_tasks_while(tasks_seen))
+    try:
+        stats = await runner.run({"m": (model, iter_jobs(model, tests, None))}, count_jobs([model], tests, None),
+                                 {"m": None})
+    finally:
+        spy.cancel()
+        journal.close()
+    assert stats.done == 2 and len(read(tmp_path)) == 2
+    assert tasks_seen and max(tasks_seen) < 50   # this task, the committer, 2 workers, the spy, aiohttp's own
+
+
+async def _count_tasks_while(seen: list[int]) -> None:
+    import asyncio
+
+    while True:
+        seen.append(len(asyncio.all_tasks()))
+        await asyncio.sleep(0.01)

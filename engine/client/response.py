@@ -1,0 +1,284 @@
+"""Reading OpenAI replies by their documented shape: the one place a server's JSON is trusted or refused.
+
+A reply is read only along the paths the OpenAI protocol documents (chat and completions, streamed and
+whole). A value of the wrong type on one of those paths - `choices: "abc"`, `delta: "x"`, `usage: 5`,
+`tool_calls: ["junk"]` - raises `BadResponse` naming the place ("`choices` is a string"), so the call
+becomes one error row and the run goes on. Fields outside those paths are ignored, whatever they hold.
+
+Limits on every decode:
+
+- nesting: `json.loads` raises RecursionError past ~1,000 levels; that is caught and reported as a
+  bad response (`tool_calls.loads`). Tool-call arguments, which evaluators walk, are refused past 64
+  levels (`tool_calls.py`, where streamed tool-call deltas are joined).
+- numbers: token counts must be whole numbers in [0, `MAX_TOKEN_COUNT`]; anything else is stored as
+  null and the row gets a note, so one absurd number can never fail a Parquet write.
+- size: the caller (`openai.py`) caps the bytes read per reply.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from engine.client import retry
+from engine.client.retry import type_name, wrong_type
+from engine.client.tool_calls import ToolCallAccumulator, arguments_text, loads, optional_str, tool_call
+from engine.errors import ClientError
+from engine.model import ToolCall
+from engine.redact import Redactor
+
+MAX_TOKEN_COUNT = 10**12     # more tokens than any model has read or written in one call
+_EXCERPT = 80
+
+
+@dataclass(slots=True)
+class CallResult:
+    """Everything one call produced, success or not.
+
+    Times are seconds measured from the start of the last try (retries and their waits are counted
+    in `retries` and `rate_limit_wait_s`, not in `latency_s`). Token counts are None when the server
+    sent none - never 0. `notes` says what was refused from a reply that was otherwise read.
+    """
+
+    text: str = ""
+    reasoning: str | None = None
+    tool_calls: tuple[ToolCall, ...] = ()
+    finish_reason: str | None = None
+    served_model: str | None = None
+    system_fingerprint: str | None = None
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    cached_tokens: int | None = None
+    reasoning_tokens: int | None = None
+    latency_s: float | None = None
+    ttft_provider_s: float | None = None
+    ttft_visible_s: float | None = None
+    retries: int = 0
+    rate_limit_wait_s: float = 0.0
+    truncated: bool = False
+    error: ClientError | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+__all__ = ["CallResult", "ToolCallAccumulator", "apply_event", "apply_usage", "decode_events", "parse_whole",
+           "split_think", "tool_call"]
+
+
+# -- non-streaming replies ------------------------------------------------------------------------------
+
+def parse_whole(raw: bytes, result: CallResult, redact: Redactor) -> None:
+    """Read a whole (non-streaming) chat or completions reply into `result`."""
+    try:
+        data = loads(raw, "the response body")
+    except ValueError:
+        text = raw[:2 * _EXCERPT].decode("utf-8", "replace")
+        raise retry.stream_error(f"the response body is not JSON: {redact.excerpt(text, _EXCERPT)}") from None
+    if type(data) is not dict:
+        raise retry.bad_response(f"the response body is {type_name(data)}, expected an object")
+    choices = data.get("choices")
+    if type(choices) is not list:
+        if choices is None and "error" in data:
+            raise retry.stream_error(f"the server answered with an error: {_error_text(data['error'], redact)}")
+        raise wrong_type("choices", choices, "a list")
+    if not choices:
+        raise retry.bad_response("`choices` is empty")
+    result.served_model = optional_str(data, "model", "") or None
+    result.system_fingerprint = optional_str(data, "system_fingerprint", "") or None
+    usage = data.get("usage")
+    if usage:
+        apply_usage(usage, result)
+    choice = choices[0]
+    if type(choice) is not dict:
+        raise wrong_type("choices[0]", choice, "an object")
+    result.finish_reason = optional_str(choice, "finish_reason", "choices[0]")
+    if "text" in choice and "message" not in choice:
+        result.text = optional_str(choice, "text", "choices[0]") or ""
+        return
+    message = choice.get("message")
+    if message is None:
+        message = {}
+    elif type(message) is not dict:
+        raise wrong_type("choices[0].message", message, "an object")
+    result.text = optional_str(message, "content", "choices[0].message") or ""
+    result.reasoning = (optional_str(message, "reasoning_content", "choices[0].message")
+                        or optional_str(message, "reasoning", "choices[0].message") or None)
+    tool_calls = message.get("tool_calls")
+    if tool_calls is None:
+        return
+    if type(tool_calls) is not list:
+        raise wrong_type("choices[0].message.tool_calls", tool_calls, "a list")
+    calls = []
+    for i, call in enumerate(tool_calls):
+        where = f"choices[0].message.tool_calls[{i}]"
+        if type(call) is not dict:
+            raise wrong_type(where, call, "an object")
+        fn = call.get("function")
+        if fn is None:
+            fn = {}
+        elif type(fn) is not dict:
+            raise wrong_type(where + ".function", fn, "an object")
+        name = optional_str(fn, "name", where + ".function") or ""
+        call_id = call.get("id")
+        if call_id is not None and type(call_id) is not str:
+            raise wrong_type(where + ".id", call_id, "a string")
+        # A JSON `null` stays `null` (scored as not an object, as BFCL does); only a call with no
+        # `arguments` at all counts as one without arguments.
+        arguments = fn.get("arguments", "")
+        raw_args = "null" if arguments is None else arguments_text(arguments, where)
+        calls.append(tool_call(name, raw_args, call_id))
+    result.tool_calls = tuple(calls)
+
+
+# -- usage ----------------------------------------------------------------------------------------------
+
+def apply_usage(usage: Any, result: CallResult) -> None:
+    """Token counts from a `usage` object; a count out of range is stored as null with a note."""
+    if type(usage) is not dict:
+        raise wrong_type("usage", usage, "an object")
+    result.prompt_tokens = _count(usage, "prompt_tokens", "usage", result)
+    result.completion_tokens = _count(usage, "completion_tokens", "usage", result)
+    prompt_details = usage.get("prompt_tokens_details") or {}
+    completion_details = usage.get("completion_tokens_details") or {}
+    if type(prompt_details) is dict:
+        result.cached_tokens = _count(prompt_details, "cached_tokens", "usage.prompt_tokens_details", result)
+    if type(completion_details) is dict:
+        result.reasoning_tokens = _count(completion_details, "reasoning_tokens", "usage.completion_tokens_details",
+                                         result)
+
+
+def _count(container: Mapping[str, Any], key: str, where: str, result: CallResult) -> int | None:
+    value = container.get(key)
+    if type(value) is int and 0 <= value <= MAX_TOKEN_COUNT:   # the usual case, first
+        return value
+    if value is None:
+        return None
+    if type(value) is float and value.is_integer() and 0 <= value <= MAX_TOKEN_COUNT:
+        return int(value)
+    shown = value if type(value) in (int, float) else type_name(value)
+    result.notes.append(f"{where}.{key} {shown!s:.40} is not a token count (a whole number from 0 to "
+                        f"{MAX_TOKEN_COUNT:.0e}): stored as null")
+    return None
+
+
+def _error_text(error: Any, redact: Redactor) -> str:
+    message = error.get("message") if type(error) is dict else error
+    if type(message) is not str:
+        try:
+            message = json.dumps(message)
+        except (RecursionError, TypeError, ValueError):
+            message = type_name(message)
+    return redact.excerpt(message, 300)
+
+
+# -- streamed replies -----------------------------------------------------------------------------------
+
+def decode_events(datas: list[str], redact: Redactor) -> list[dict[str, Any]]:
+    """Decode the JSON payloads of several events at once.
+
+    One `json.loads` of `[a,b,c]` costs far less than three calls (the per-call overhead dominates for
+    small chunks); when the batch does not decode into exactly one object per event, each payload
+    is decoded alone so the bad one is named.
+    """
+    if not datas:
+        return []
+    if len(datas) > 1:
+        try:
+            events = json.loads("[" + ",".join(datas) + "]")
+        except (ValueError, RecursionError):
+            events = None
+        if type(events) is list and len(events) == len(datas) and all(type(e) is dict for e in events):
+            return events
+    out = []
+    for data in datas:
+        try:
+            event = loads(data, "a server-sent event")
+        except ValueError:
+            raise retry.stream_error(f"malformed server-sent event: not JSON: {redact.excerpt(data, _EXCERPT)}") \
+                from None
+        if type(event) is not dict:
+            raise retry.bad_response(f"a server-sent event is {type_name(event)}, expected an object")
+        out.append(event)
+    return out
+
+
+def apply_event(event: dict[str, Any], result: CallResult, text: list[str], reasoning: list[str],
+                calls: ToolCallAccumulator, completions: bool, redact: Redactor) -> bool:
+    """Fold one streamed chunk into the result; True when it carried visible content."""
+    choices = event.get("choices")
+    if choices is None and "error" in event:
+        raise retry.stream_error(f"the server sent an error inside the stream: "
+                                 f"{_error_text(event.get('error'), redact)}")
+    if result.served_model is None:   # the first event names it; later ones are not looked at
+        model = event.get("model")
+        if model:
+            if type(model) is not str:
+                raise wrong_type("model", model, "a string")
+            result.served_model = model
+    fingerprint = event.get("system_fingerprint")
+    if fingerprint:
+        if type(fingerprint) is not str:
+            raise wrong_type("system_fingerprint", fingerprint, "a string")
+        result.system_fingerprint = fingerprint
+    usage = event.get("usage")
+    if usage:
+        apply_usage(usage, result)
+    if not choices:
+        return False
+    if type(choices) is not list:
+        raise wrong_type("choices", choices, "a list")
+    visible = False
+    for choice in choices:
+        if type(choice) is not dict:
+            raise wrong_type("choices[0]", choice, "an object")
+        if choice.get("index", 0) != 0:
+            continue
+        if completions:
+            piece = choice.get("text")
+            if piece:
+                if type(piece) is not str:
+                    raise wrong_type("choices[0].text", piece, "a string")
+                text.append(piece)
+                visible = not piece.isspace()
+        else:
+            delta = choice.get("delta")
+            if delta:
+                if type(delta) is not dict:
+                    raise wrong_type("choices[0].delta", delta, "an object")
+                piece = delta.get("content")
+                if piece:
+                    if type(piece) is not str:
+                        raise wrong_type("choices[0].delta.content", piece, "a string")
+                    text.append(piece)
+                    visible = not piece.isspace()
+                if len(delta) > 1 or "content" not in delta:  # more than plain text: rarer fields
+                    thought = delta.get("reasoning_content") or delta.get("reasoning")
+                    if thought:
+                        if type(thought) is not str:
+                            raise wrong_type("choices[0].delta.reasoning_content", thought, "a string")
+                        reasoning.append(thought)
+                    tool_deltas = delta.get("tool_calls")
+                    if tool_deltas:
+                        calls.add(tool_deltas)
+                        visible = True
+        reason = choice.get("finish_reason")
+        if reason:
+            if type(reason) is not str:
+                raise wrong_type("choices[0].finish_reason", reason, "a string")
+            result.finish_reason = reason
+    return visible
+
+
+def split_think(result: CallResult) -> None:
+    """Move a leading `<think>...</think>` block from the answer to the reasoning."""
+    first = result.text[:1]
+    if first != "<" and not first.isspace():   # the usual answer: no copy of it made to find out
+        return
+    stripped = result.text.lstrip()
+    if not stripped.startswith("<think>"):
+        return
+    inner, sep, rest = stripped[len("<think>"):].partition("</think>")
+    thought = inner.strip()
+    result.reasoning = (result.reasoning + "\n" + thought) if result.reasoning else thought
+    result.text = rest.lstrip() if sep else ""

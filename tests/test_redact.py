@@ -1,0 +1,62 @@
+"""engine/redact.py: the one home of redaction (issue #11, items 14-17)."""
+
+from __future__ import annotations
+
+import pytest
+
+from engine.redact import MIN_FRAGMENT, Redactor, looks_like_key, mask_url, mask_urls, public_params, url_secrets
+
+KEY = "sk-proj-" + "A1b2C3d4" * 5
+
+
+def test_keys_are_masked_whole_and_a_cut_off_start_at_the_end() -> None:
+    redact = Redactor([KEY, None, ""])
+    assert redact.clean(f"key={KEY}; again {KEY}") == "key=***; again ***"
+    assert redact.clean("cut here: " + KEY[:MIN_FRAGMENT + 3]) == "cut here: ***"
+    assert redact.clean("too short to mean anything: " + KEY[:MIN_FRAGMENT - 1]).endswith(KEY[:MIN_FRAGMENT - 1])
+    assert redact.clean(KEY[:20] + " and more text") == KEY[:20] + " and more text"   # only a cut at the end
+    assert not Redactor([None, "abc"]) and Redactor([KEY]).longest == len(KEY)
+
+
+def test_excerpt_masks_before_it_cuts() -> None:
+    text = "x" * 70 + KEY + " trailing"
+    shown = Redactor([KEY]).excerpt(text, 80)
+    assert KEY[:MIN_FRAGMENT] not in shown and shown.endswith("*** traili'")   # masked, then cut to 80
+
+
+@pytest.mark.parametrize(("url", "shown"), [
+    ("http://user:pass@host:8000/v1", "http://***@host:8000/v1"),
+    ("https://token@api.example.com/v1", "https://***@api.example.com/v1"),
+    ("http://127.0.0.1:8000/v1", "http://127.0.0.1:8000/v1"),
+    (None, None),
+])
+def test_userinfo_in_urls_is_masked(url: str | None, shown: str | None) -> None:
+    assert mask_url(url) == shown
+    assert mask_urls(f"cannot connect to {url}: refused") == f"cannot connect to {shown}: refused"
+
+
+def test_url_secrets() -> None:
+    assert url_secrets("http://user:s3cret-pass@host/v1") == ["user:s3cret-pass", "s3cret-pass"]
+    assert url_secrets("http://host/v1") == []
+
+
+def test_params_are_filtered_by_exact_names_at_every_depth() -> None:
+    params = {"max_tokens": 64, "top_p": 0.9, "api_key": "a", "Api-Key": "b", "metadata": {"api_key": "c", "user": "me",
+              "items": [{"token": "d", "n": 1}]}, "extra_headers": {"Authorization": "Bearer e"},
+              "callback": "http://u:p@host/x"}
+    assert public_params(params) == {"max_tokens": 64, "top_p": 0.9, "metadata": {"user": "me", "items": [{"n": 1}]},
+                                     "extra_headers": {}, "callback": "http://***@host/x"}
+    assert public_params({"api_key": "a", "max_tokens": 3}, keep_keys=True) == {"api_key": "***", "max_tokens": 3}
+
+
+@pytest.mark.parametrize("name", ["OPENAI_API_KEY", "ANTHROPIC_API_KEY", "TOGETHER_API_KEY", "my_token",
+                                  "GROQ_KEY_2024", "AZURE_OPENAI_API_KEY_EASTUS2", "HF_TOKEN"])
+def test_variable_names_are_not_keys(name: str) -> None:
+    assert not looks_like_key(name)
+
+
+@pytest.mark.parametrize("value", ["sk" + "0a1b2c3d4e5f" * 4, "sk_live_4eC39HqLyjWDarjtT1zdp7dc",
+                                   "hf_AbCdEfGhIjKlMnOpQrStUvWx", "gsk_" + "aB3" * 12,
+                                   "AIzaSyA1b2C3d4E5f6G7h8I9j0KlMnOpQrStUv"])
+def test_pasted_keys_are_recognised(value: str) -> None:
+    assert looks_like_key(value)
