@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from engine.errors import RunFolderInUse
-from engine.results.journal import Journal
+from engine.results.journal import Journal, storage_error
 from engine.results.writer import PART_PREFIX, PART_SUFFIX, move_aside
 
 JOURNAL = "_journal.sqlite"
@@ -34,7 +34,10 @@ def lock(run_dir: Path) -> IO[str]:
     Raises:
         RunFolderInUse: Another live process holds it.
     """
-    handle = open(run_dir / LOCK, "a+")  # noqa: SIM115 - the caller owns it: the lock lives as long as the file
+    try:
+        handle = open(run_dir / LOCK, "a+")  # noqa: SIM115 - the caller owns it: the lock lives as long as the file
+    except OSError as exc:
+        raise storage_error(exc, str(run_dir / LOCK)) from exc
     try:
         fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -44,10 +47,9 @@ def lock(run_dir: Path) -> IO[str]:
         who = f" (pid {holder})" if holder.isdigit() else ""
         raise RunFolderInUse(f"{run_dir} is in use by another `engine run`{who}; wait for it to finish, or stop "
                              f"it, then resume with: engine run --resume {run_dir}") from None
-    handle.seek(0)
-    handle.truncate()
-    handle.write(f"{os.getpid()}\n")
-    handle.flush()
+    with contextlib.suppress(OSError):   # the pid only names the holder in the message; a full disk may refuse it
+        os.ftruncate(handle.fileno(), 0)   # unbuffered: nothing left to fail when the file is closed
+        os.pwrite(handle.fileno(), f"{os.getpid()}\n".encode(), 0)
     return handle
 
 

@@ -120,13 +120,24 @@ def test_a_full_disk_stops_spending_and_resume_finishes(tmp_path: Path, fake_ope
     assert len(first) - len(saved) <= 4 * 4, (len(first), len(saved))
     assert saved <= set(first)
 
+    # Resuming while the disk is still full stops the same way (SQLite may reuse the failed commit's room).
+    still_full = engine("run", "--resume", str(run_dir), "--quiet", env=ENV)
+    saved_now = saved_test_ids(run_dir)
+    assert still_full.returncode == 3 and "Traceback" not in still_full.stderr, still_full.stderr
+    assert still_full.stderr.strip().splitlines()[-1] == (
+        f"disk full: {len(saved_now)} rows saved in {run_dir}; free space and resume with: "
+        f"engine run --resume {run_dir}")
+    during = asked(fake_openai, since=len(first))
+    assert not saved & set(during)
+    assert len(during) - len(saved_now - saved) <= 4 * 4
+
     grow()   # free space
     resumed = engine("run", "--resume", str(run_dir), "--quiet", env=ENV)
     assert resumed.returncode == 0, resumed.stderr
     assert "Traceback" not in resumed.stderr
-    again = asked(fake_openai, since=len(first))
-    assert not saved & set(again)                              # no saved row was paid for twice
-    assert sorted(again) == sorted({f"q-{i}" for i in range(200)} - saved)
+    again = asked(fake_openai, since=len(first) + len(during))
+    assert not saved_now & set(again)                          # no saved row was paid for twice
+    assert sorted(again) == sorted({f"q-{i}" for i in range(200)} - saved_now)   # each missing one once
     assert_finished(run_dir, 200)
 
 
