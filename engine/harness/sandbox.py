@@ -28,7 +28,6 @@ The isolation level is detected once per process (`isolation()`), and reported o
 
 from __future__ import annotations
 
-import functools
 import os
 import selectors
 import shutil
@@ -43,6 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from engine.errors import HarnessError
+from engine.harness.bwrap import bwrap_argv
 
 __all__ = ["SANDBOX_PATH", "Limits", "RunResult", "isolation", "resolve_program", "run"]
 
@@ -181,38 +181,8 @@ def _probe(prefix: list[str], python: str, cwd: str) -> bool:
     return done.returncode == 0
 
 
-def _bwrap_args(workdir: str, limits: Limits) -> list[str]:
-    """bubblewrap's arguments: every namespace, a new root of read-only system folders, private temp folders.
-
-    Only /usr, /etc and the top-level links or folders into them (/bin, /lib, ...) are shown, read-only,
-    so the program finds its interpreter and libraries and nothing else of the host: not the results,
-    the suites, /root, /home or /work. /tmp, /var/tmp, /dev/shm and /run are fresh tmpfs mounts, each at
-    most `file_mb`, freed with the mount namespace when the program ends.
-    """
-    bwrap = shutil.which("bwrap", path=SANDBOX_PATH) or "bwrap"
-    args = [bwrap, "--unshare-all", "--die-with-parent", "--new-session", "--hostname", "sandbox",
-            "--ro-bind", "/usr", "/usr"]
-    for top in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
-        if os.path.islink(top):
-            args += ["--symlink", os.readlink(top), top]
-        elif os.path.isdir(top):
-            args += ["--ro-bind", top, top]
-    args += ["--ro-bind", "/etc", "/etc", "--proc", "/proc", "--dev", "/dev"]
-    size = ["--size", str(limits.file_mb * 1024 * 1024)] if _bwrap_has_size() else []
-    for private in ("/tmp", "/var/tmp", "/dev/shm", "/run"):
-        args += [*size, "--tmpfs", private]
-    return [*args, "--bind", workdir, workdir, "--chdir", workdir, "--"]
-
-
-@functools.cache
-def _bwrap_has_size() -> bool:
-    """bwrap >= 0.7 caps a tmpfs with `--size`; older ones do not know the option."""
-    bwrap = shutil.which("bwrap", path=SANDBOX_PATH)
-    try:
-        shown = subprocess.run([bwrap or "bwrap", "--help"], capture_output=True, text=True, timeout=10, check=False)
-    except (OSError, subprocess.SubprocessError):
-        return False
-    return "--size" in shown.stdout + shown.stderr
+def _bwrap() -> str:
+    return shutil.which("bwrap", path=SANDBOX_PATH) or "bwrap"
 
 
 def _wrapper(level: str, uid: int | None, workdir: str, limits: Limits) -> list[str]:
@@ -220,9 +190,9 @@ def _wrapper(level: str, uid: int | None, workdir: str, limits: Limits) -> list[
     ns = ["--pid", "--net", "--fork", "--mount-proc"]
     drop = [f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--"]
     if level == "bwrap+pidns+netns+uid":
-        return ["setpriv", *drop, *_bwrap_args(workdir, limits)]
+        return ["setpriv", *drop, *bwrap_argv(_bwrap(), workdir, limits.file_mb)]
     if level == "bwrap+pidns+netns":
-        return _bwrap_args(workdir, limits)
+        return bwrap_argv(_bwrap(), workdir, limits.file_mb)
     if level == "pidns+netns+uid":
         return ["unshare", *ns, f"--setgid={uid}", f"--setuid={uid}", "--"]
     if level == "uid":
