@@ -240,3 +240,21 @@ def test_an_emptied_journal_without_a_manifest_asks_for_the_settings(tmp_path: P
     assert given.returncode == 0, given.stderr
     assert fake_openai.requests == []
     assert_finished(run_dir, 12)
+
+
+def test_a_truncated_part_is_set_aside_and_written_again(tmp_path: Path, fake_openai: FakeOpenAI) -> None:
+    suites, models = bulk_project(tmp_path, fake_openai, 12)
+    done = engine("run", str(suites), "--models", str(models), "--model", "fast", "--out", str(tmp_path / "r"),
+                  "--quiet", env=ENV)
+    assert done.returncode == 0, done.stderr
+    [run_dir] = list((tmp_path / "r").glob("2*"))
+    fake_openai.reset()
+    part = run_dir / "part-00000.parquet"
+    part.write_bytes(part.read_bytes()[: part.stat().st_size // 2])
+    resumed = engine("run", "--resume", str(run_dir), "--quiet", env=ENV)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "note: part-00000.parquet is unreadable (truncated or corrupt): moved to _part-00000.parquet.corrupt; " \
+           "its 12 row(s) are written again from the journal" in resumed.stderr
+    assert "Traceback" not in resumed.stderr and fake_openai.requests == []
+    assert (run_dir / "_part-00000.parquet.corrupt").exists()
+    assert_finished(run_dir, 12)
