@@ -12,6 +12,7 @@ import os
 import re
 import sqlite3
 import subprocess
+import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -147,7 +148,8 @@ def test_a_full_disk_stops_spending_and_resume_finishes(tmp_path: Path, fake_ope
 def test_a_second_resume_of_one_folder_is_refused(tmp_path: Path, fake_openai: FakeOpenAI) -> None:
     run_dir = stopped_early(tmp_path, fake_openai, 120)
     before = len(fake_openai.requests)
-    fake_openai.responder = lambda body: Reply(delay_s=0.05)
+    second_done = threading.Event()   # calls are slow until the second resume has been refused
+    fake_openai.responder = lambda body: Reply(delay_s=0.01 if second_done.is_set() else 0.5)
     first = start_engine("run", "--resume", str(run_dir), "--quiet", "--max-cost", "1000", env=ENV)
     try:
         deadline = time.monotonic() + 60
@@ -157,6 +159,7 @@ def test_a_second_resume_of_one_folder_is_refused(tmp_path: Path, fake_openai: F
         second = engine("run", "--resume", str(run_dir), "--quiet", "--max-cost", "1000", env=ENV)
         assert first.poll() is None, "the first resume ended while the second ran: nothing was tested"
     finally:
+        second_done.set()
         _, err = first.communicate(timeout=120)
     assert second.returncode == 1
     assert f"{run_dir} is in use by another `engine run` (pid {first.pid})" in second.stderr
