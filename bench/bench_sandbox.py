@@ -1,7 +1,8 @@
 """Sandbox overhead and HumanEval throughput.
 
-1. Overhead per sandboxed Python run (`sandbox.run` of `pass`, with the detected isolation) against a bare
-   `subprocess.run([python, "-c", "pass"])` with the same interpreter, measured in this script.
+1. Overhead per sandboxed Python run (`sandbox.run` of `pass`, with the detected isolation, and with the
+   unshare fallback when the detected level is bubblewrap's) against a bare
+   `subprocess.run([python, "-c", "pass"])` with the same interpreter, measured in this script, interleaved.
 2. Throughput of the 164 HumanEval canonical solutions through the exec evaluator, with a thread pool
    of os.cpu_count() workers (as the runner does).
 
@@ -10,6 +11,7 @@ Run: .venv/bin/python bench/bench_sandbox.py
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import statistics
 import subprocess
@@ -30,25 +32,46 @@ from engine.model import Answer, Test  # noqa: E402
 RUNS = 40
 
 
-def median_ms(fn) -> float:  # type: ignore[no-untyped-def]
-    fn()  # warm up
-    times = []
+def medians_ms(fns: dict) -> dict:  # type: ignore[type-arg]
+    """Median ms of each function, the runs interleaved so a busy machine weighs on all of them alike."""
+    for fn in fns.values():
+        fn()  # warm up
+    times: dict[str, list[float]] = {name: [] for name in fns}
     for _ in range(RUNS):
-        start = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - start) * 1000)
-    return statistics.median(times)
+        for name, fn in fns.items():
+            start = time.perf_counter()
+            fn()
+            times[name].append((time.perf_counter() - start) * 1000)
+    return {name: statistics.median(values) for name, values in times.items()}
+
+
+# Today's path without bubblewrap, measured in the same run for the price of the private mounts.
+FALLBACK = {"bwrap+pidns+netns+uid": "pidns+netns+uid", "bwrap+pidns+netns": "pidns+netns"}
 
 
 def overhead() -> None:
     python = sandbox.resolve_program("python")
     assert python is not None
-    bare = median_ms(lambda: subprocess.run([python[0], "-c", "pass"], check=True))
-    boxed = median_ms(lambda: sandbox.run(["python", "main.py"], {"main.py": "pass\n"}))
-    print(f"isolation: {sandbox.isolation()}  interpreter: {python[0]}")
-    print(f"bare subprocess.run([python, -c, pass]): {bare:.1f} ms (median of {RUNS})")
-    print(f"sandbox.run(python main.py):             {boxed:.1f} ms (median of {RUNS})")
-    print(f"overhead: {boxed - bare:+.1f} ms per run ({boxed / bare:.2f}x)")
+    level = sandbox.isolation()
+    plan = sandbox._get_plan()  # the bench swaps the plan to time the fallback level
+
+    def boxed_at(chosen: str):  # type: ignore[no-untyped-def]
+        def run() -> None:
+            sandbox._plan = dataclasses.replace(plan, level=chosen)
+            sandbox.run(["python", "main.py"], {"main.py": "pass\n"})
+        return run
+
+    fns = {"bare": lambda: subprocess.run([python[0], "-c", "pass"], check=True), level: boxed_at(level)}
+    if level in FALLBACK:
+        fns[FALLBACK[level]] = boxed_at(FALLBACK[level])
+    found = medians_ms(fns)
+    sandbox._plan = plan
+    bare = found.pop("bare")
+    print(f"isolation: {level}  interpreter: {python[0]}")
+    print(f"bare subprocess.run([python, -c, pass]): {bare:.1f} ms (median of {RUNS}, interleaved)")
+    for name, boxed in found.items():
+        print(f"sandbox.run(python main.py) at {name}: {boxed:.1f} ms; overhead {boxed - bare:+.1f} ms per run "
+              f"({boxed / bare:.2f}x)")
 
 
 def humaneval() -> None:

@@ -14,7 +14,9 @@ Errors the engine raises on purpose, drawn as a tree (httpx `_exceptions.py` sty
      │    └── BadResponse          a reply that is not the documented OpenAI shape, nested too deep,
      │                             or over the size cap (kinds `bad_response`, `response_too_large`)
      ├── HarnessError              an exec harness could not be prepared or run (not a failing program)
-     └── LocalModelError           the embedded model server could not be started
+     ├── LocalModelError           the embedded model server could not be started
+     ├── StorageError              the run folder could not be written (disk full, I/O error): spending stops
+     └── RunFolderInUse            another `engine run` holds the run folder's lock
 
 Evaluators never raise to signal a failing answer: they return a Verdict (see `engine.model`).
 A crash inside an evaluator becomes an *error* verdict, never a stopped run.
@@ -112,3 +114,22 @@ class HarnessError(EngineError):
 
 class LocalModelError(EngineError):
     """The embedded model server could not be started or reached."""
+
+
+class StorageError(EngineError):
+    """A write to the run folder failed (journal commit, Parquet part, manifest).
+
+    The run stops spending at once: no new calls, calls in flight cancelled; committed rows stay.
+
+    Args:
+        message: What failed, with the underlying error.
+        disk_full: True when the cause is a full disk (ENOSPC, SQLITE_FULL) or quota (EDQUOT).
+    """
+
+    def __init__(self, message: str, *, disk_full: bool = False) -> None:
+        super().__init__(message)
+        self.disk_full = disk_full
+
+
+class RunFolderInUse(EngineError):
+    """Another `engine run` writes to this run folder (it holds `_lock`)."""

@@ -7,11 +7,17 @@ thread pool). What it does, in order:
 2. a scrubbed environment (PATH, LANG, HOME and TMPDIR set to the temp dir; nothing else - no API keys);
 3. rlimits set by util-linux `prlimit` before exec (CPU time, address space, file size, open files,
    processes, core dumps = 0) - no `preexec_fn`, which is unsafe with threads;
-4. when the machine allows it, `unshare --pid --net --fork --mount-proc`: the program is PID 1 of a
-   fresh PID namespace (when it exits the kernel kills everything it started, `setsid()` or not)
-   and has a network namespace with only a down loopback;
+4. when bubblewrap (`bwrap`) is installed and works: every namespace unshared (user, PID, network, IPC,
+   UTS, cgroup, mount) and a new root holding only read-only /usr and /etc, fresh /proc and /dev,
+   private tmpfs /tmp, /var/tmp, /dev/shm and /run (the host's socket folders are out of view, and
+   whatever the program writes there vanishes with its mount namespace), and the work folder - so
+   the results, the suites and every home folder are out of reach;
+   otherwise, when the machine allows it, `unshare --pid --net --fork --mount-proc`: a fresh PID
+   namespace (when the program exits the kernel kills everything it started, `setsid()` or not) and
+   a network namespace with only a down loopback - but the host's file system, sockets included;
 5. when the engine runs as root, the child runs as a private uid/gid (one per concurrent run), so the
-   process limit binds and everything left of the run can be killed by uid;
+   process limit binds and everything left of the run can be killed by uid (with bwrap: `setpriv`
+   drops to that uid first, and bwrap builds its namespaces unprivileged, as that uid);
 6. a new session; stdin is /dev/null; stdout and stderr are read incrementally, the first
    `output_bytes` kept, and the program killed once it writes far more;
 7. at the wall-clock deadline, at too much output, and also when the program ends normally, every
@@ -36,6 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from engine.errors import HarnessError
+from engine.harness.bwrap import bwrap_argv
 
 __all__ = ["SANDBOX_PATH", "Limits", "RunResult", "isolation", "resolve_program", "run"]
 
@@ -138,8 +145,11 @@ _plan: _Plan | None = None
 def isolation() -> str:
     """The isolation level this process runs programs with, detected once and cached.
 
-    One of `pidns+netns+uid` (namespaces and a private uid), `pidns+netns` (namespaces through a user
-    namespace, not root), `uid` (private uid, no namespaces), `rlimits` (limits and a session only).
+    One of `bwrap+pidns+netns+uid` (bubblewrap's namespaces and private mounts, a private uid),
+    `bwrap+pidns+netns` (the same without root: the engine's own uid), `pidns+netns+uid` (PID and
+    network namespaces and a private uid; the host's file system), `pidns+netns` (those namespaces
+    through a user namespace, not root), `uid` (private uid, no namespaces), `rlimits` (limits and a
+    session only).
     """
     return _get_plan().level
 
@@ -171,17 +181,46 @@ def _probe(prefix: list[str], python: str, cwd: str) -> bool:
     return done.returncode == 0
 
 
+def _bwrap() -> str:
+    return shutil.which("bwrap", path=SANDBOX_PATH) or "bwrap"
+
+
+def _wrapper(level: str, uid: int | None, workdir: str, limits: Limits) -> list[str]:
+    """The argv prefix (after prlimit) that puts a program into `level`'s isolation."""
+    ns = ["--pid", "--net", "--fork", "--mount-proc"]
+    drop = [f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--"]
+    if level == "bwrap+pidns+netns+uid":
+        return ["setpriv", *drop, *bwrap_argv(_bwrap(), workdir, limits.file_mb)]
+    if level == "bwrap+pidns+netns":
+        return bwrap_argv(_bwrap(), workdir, limits.file_mb)
+    if level == "pidns+netns+uid":
+        return ["unshare", *ns, f"--setgid={uid}", f"--setuid={uid}", "--"]
+    if level == "uid":
+        return ["setpriv", *drop]
+    if level == "pidns+netns":
+        return ["unshare", "--user", "--map-root-user", *ns, "--"]
+    return []
+
+
 def _detect() -> _Plan:
     """Try the strongest isolation first; keep the first that runs a Python child."""
     root = os.geteuid() == 0
     prlimit = shutil.which("prlimit", path=SANDBOX_PATH)
     unshare = shutil.which("unshare", path=SANDBOX_PATH)
+    setpriv = shutil.which("setpriv", path=SANDBOX_PATH)
+    bwrap = shutil.which("bwrap", path=SANDBOX_PATH)
     uid = _UID_BASE
     workdir = tempfile.mkdtemp(prefix="engine-probe-")
     try:
         if root:
             os.chown(workdir, uid, uid)
         options: list[tuple[str, list[str], bool, bool]] = []
+        if bwrap and root and setpriv:
+            options.append(("bwrap+pidns+netns+uid", _wrapper("bwrap+pidns+netns+uid", uid, workdir, Limits()),
+                            True, True))
+        if bwrap and not root:
+            options.append(("bwrap+pidns+netns", _wrapper("bwrap+pidns+netns", None, workdir, Limits()),
+                            True, False))
         ns = ["--pid", "--net", "--fork", "--mount-proc"]
         if unshare and root:
             options.append(("pidns+netns+uid", [unshare, *ns, f"--setgid={uid}", f"--setuid={uid}", "--"],
@@ -288,8 +327,9 @@ def resolve_program(name: str) -> list[str] | None:
 
 def _base_env(workdir: str) -> dict[str, str]:
     # An allowlist: nothing of the engine's environment (API keys) reaches the child.
+    # PWD too: bwrap sets it after `--chdir` whatever the environment says, so every level sets it alike.
     return {"PATH": SANDBOX_PATH, "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "HOME": workdir, "TMPDIR": workdir,
-            "PYTHONDONTWRITEBYTECODE": "1", "PYTHONHASHSEED": "0"}
+            "PWD": workdir, "PYTHONDONTWRITEBYTECODE": "1", "PYTHONHASHSEED": "0"}
 
 
 def _write_files(workdir: Path, files: Mapping[str, str], uid: int | None) -> None:
@@ -342,14 +382,8 @@ def run(argv: Sequence[str], files: Mapping[str, str], limits: Limits = Limits()
             os.chown(workdir, uid, uid)
         _write_files(workdir, files, uid)
         command = ["prlimit", *_limit_args(limits, nproc=uid is not None), "--"]
-        if plan.level == "pidns+netns+uid":
-            command += ["unshare", "--pid", "--net", "--fork", "--mount-proc",
-                        f"--setgid={uid}", f"--setuid={uid}", "--"]
-        elif plan.level == "uid":
-            command += ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--"]
-        elif plan.level == "pidns+netns":
-            command += ["unshare", "--user", "--map-root-user", "--pid", "--net", "--fork", "--mount-proc", "--"]
-        elif plan.level == "session":
+        command += _wrapper(plan.level, uid, str(workdir), limits)
+        if plan.level == "session":
             command = []
         command += [*program, *argv[1:]]
         return _supervise(command, str(workdir), limits, plan, uid)

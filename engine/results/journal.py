@@ -12,16 +12,33 @@ Tables:
                                                   written later), NULL until assigned
     stale_parts(part)                             parts to rewrite (a row in them was replaced)
     meta(k, v)                                    run settings, for --resume
+
+A failed write (disk full, I/O error) raises `StorageError` and marks the journal failed: what was
+committed before stays, nothing more is written (`close` does not try again).
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import sqlite3
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from engine.errors import StorageError
 from engine.results.jsontext import dumps_unicode as _ENCODE
+
+_SQLITE_FULL = 13
+_DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
+
+
+def storage_error(exc: BaseException, what: str) -> StorageError:
+    """A `StorageError` for a failed write of `what` (a full disk is told apart: it has its own remedy)."""
+    full = (getattr(exc, "sqlite_errorcode", None) == _SQLITE_FULL
+            or getattr(exc, "errno", None) in _DISK_FULL_ERRNOS
+            or "No space left on device" in str(exc))   # Arrow's IOError carries no errno
+    return StorageError(f"could not write {what}: {exc}", disk_full=full)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS rows(key TEXT PRIMARY KEY, is_error INTEGER NOT NULL, part TEXT, data TEXT NOT NULL);
@@ -44,10 +61,20 @@ class Journal:
     def __init__(self, path: Path, *, replace_errors: bool = False) -> None:
         self.path = path
         self.replace_errors = replace_errors
-        self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.executescript(_SCHEMA)
+        self.failed = False
+        try:
+            self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        except sqlite3.Error as exc:
+            raise storage_error(exc, str(path)) from exc
+        try:
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=NORMAL")
+            self._db.executescript(_SCHEMA)
+        except sqlite3.Error as exc:
+            self._db.close()
+            if type(exc) is sqlite3.OperationalError:   # full, read-only, I/O: the folder, not the file's content
+                raise storage_error(exc, str(path)) from exc
+            raise   # sqlite3.DatabaseError: not a journal (see engine.results.folder.open_journal)
         self._pending: list[tuple[str, int, str]] = []
         # The part that committed rows go straight into (set by the writer; None = no part yet, as
         # `assign_part` then gives one), and how many rows it holds: naming the part at insert time
@@ -56,9 +83,21 @@ class Journal:
         self.open_part_rows = 0
 
     def close(self) -> None:
-        """Commit what is pending and close."""
-        self.commit()
-        self._db.close()
+        """Commit what is pending (unless a write already failed) and close."""
+        try:
+            if not self.failed:
+                self.commit()
+        finally:
+            self._db.close()
+
+    def check(self) -> str | None:
+        """SQLite's `quick_check` of the file: None when sound, else what is wrong.
+
+        Raises:
+            sqlite3.DatabaseError: The file is not a database at all.
+        """
+        found = [str(r[0]) for r in self._db.execute("PRAGMA quick_check")]
+        return None if found == ["ok"] else "; ".join(found[:3])
 
     # -- writing ----------------------------------------------------------------------------------
 
@@ -82,9 +121,11 @@ class Journal:
         batch, self._pending = self._pending, []
         part = self.open_part   # bound at commit: the writer may cut the part between add() and commit()
         rows = [(key, is_error, part, data) for key, is_error, data in batch]
+        if self.failed:
+            raise StorageError(f"{self.path}: an earlier write failed; nothing more is written")
         db = self._db
-        db.execute("BEGIN IMMEDIATE")
         try:
+            db.execute("BEGIN IMMEDIATE")
             if self.replace_errors:
                 db.executemany(
                     "INSERT OR IGNORE INTO stale_parts(part) SELECT part FROM rows "
@@ -98,8 +139,14 @@ class Journal:
                 changed = db.executemany(
                     "INSERT OR IGNORE INTO rows(key, is_error, part, data) VALUES (?, ?, ?, ?)", rows).rowcount
             db.execute("COMMIT")
-        except BaseException:
-            db.execute("ROLLBACK")
+        except BaseException as exc:
+            # SQLite has already rolled back after SQLITE_FULL / SQLITE_IOERR; a second ROLLBACK would
+            # fail with "no transaction is active" and hide the cause.
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+            if isinstance(exc, sqlite3.Error):
+                self.failed = True
+                raise storage_error(exc, f"{len(batch)} row(s) to {self.path}") from exc
             raise
         if part is not None:   # only decides when the writer cuts the part; it checks the table itself
             self.open_part_rows += changed if changed >= 0 else len(rows)
@@ -111,16 +158,46 @@ class Journal:
         Rows committed while `open_part` was set already have their part; this is for the others
         (rows committed before a writer existed, or by an older engine).
         """
-        cur = self._db.execute("UPDATE rows SET part = ? WHERE part IS NULL", (part,))
-        return cur.rowcount
+        return self._write("UPDATE rows SET part = ? WHERE part IS NULL", (part,))
 
     def clear_stale(self, part: str) -> None:
         """The part was rewritten."""
-        self._db.execute("DELETE FROM stale_parts WHERE part = ?", (part,))
+        self._write("DELETE FROM stale_parts WHERE part = ?", (part,))
 
     def set_meta(self, key: str, value: Any) -> None:
         """Store a JSON value under `key`."""
-        self._db.execute("INSERT OR REPLACE INTO meta(k, v) VALUES (?, ?)", (key, json.dumps(value)))
+        self._write("INSERT OR REPLACE INTO meta(k, v) VALUES (?, ?)", (key, json.dumps(value)))
+
+    def restore(self, part: str, rows: Iterable[tuple[str, dict[str, Any]]]) -> int:
+        """Put rows read back from a Parquet part into the journal (a lost or emptied journal, rebuilt).
+
+        A key the journal already holds keeps its row (never a second copy).
+
+        Returns:
+            How many rows were added.
+        """
+        batch = [(key, 1 if row["error_kind"] else 0, part, _ENCODE(row)) for key, row in rows]
+        db = self._db
+        try:
+            db.execute("BEGIN IMMEDIATE")
+            added = db.executemany("INSERT OR IGNORE INTO rows(key, is_error, part, data) VALUES (?, ?, ?, ?)",
+                                   batch).rowcount
+            db.execute("COMMIT")
+        except sqlite3.Error as exc:
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+            self.failed = True
+            raise storage_error(exc, f"{self.path}") from exc
+        return max(added, 0)
+
+    def _write(self, sql: str, params: tuple[Any, ...]) -> int:
+        if self.failed:
+            raise StorageError(f"{self.path}: an earlier write failed; nothing more is written")
+        try:
+            return self._db.execute(sql, params).rowcount
+        except sqlite3.Error as exc:
+            self.failed = True
+            raise storage_error(exc, str(self.path)) from exc
 
     # -- reading ----------------------------------------------------------------------------------
 

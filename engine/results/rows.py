@@ -30,6 +30,12 @@ def row_key(model: str, test: Test, attempt: int) -> str:
     return "\x1f".join((model, test.suite, test.id, test.hash, case, str(attempt)))
 
 
+def key_of_row(row: dict[str, Any]) -> str:
+    """`row_key` of a stored row (read back from a Parquet part when the journal is rebuilt)."""
+    case = "" if row["case_index"] is None else str(row["case_index"])
+    return "\x1f".join((row["model"], row["suite"], row["test_id"], row["test_hash"], case, str(row["attempt"])))
+
+
 def is_fallback(asked: str, served: str | None) -> bool | None:
     """Whether the server answered with a different model than the one asked for.
 

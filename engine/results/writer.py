@@ -1,16 +1,21 @@
 """Journal -> Parquet parts -> manifest, crash-safe.
 
-A run folder holds `_journal.sqlite` (the truth), `part-NNNNN.parquet` files and, written last,
+A run folder holds `_journal.sqlite`, `part-NNNNN.parquet` files and, written last,
 `_manifest.json`. Parts are derived from the journal:
 
 1. every row gets its part's name in the journal when it is committed (the writer's open part; rows
    committed without one are given it by an UPDATE first);
-2. once enough rows are in it, the part is written to `part-NNNNN.parquet.tmp`, fsynced, renamed,
-   and the folder fsynced.
+2. once enough rows are in it, the part is written to `.part-NNNNN.parquet.tmp` (a hidden name, which
+   Parquet readers skip), fsynced, renamed, and the folder fsynced.
 
-If the process dies between 1 and 2, `recover()` (run on every open) rewrites the parts the journal
-names but the folder lacks, rewrites stale parts (a `--retry-errors` success replaced one of their
-rows), and deletes leftover `.tmp` files - so each row is in exactly one part file.
+Once written, a part is the truth about its rows: `recover()` (run on every open) reads every part
+whole, moves an unreadable one aside (`_part-NNNNN.parquet.corrupt`, never deleted), gives the
+journal back any row only a part holds (a lost, emptied or corrupt journal is rebuilt this way, so
+those calls are never paid again), rewrites the parts the journal names but the folder lacks, stale
+parts (a `--retry-errors` success replaced one of their rows) and parts whose row count differs from
+the journal's, and deletes leftover temporary files - so each row is in exactly one part file.
+
+A failed write (disk full, I/O error) raises `StorageError`; its temporary file is removed.
 """
 
 from __future__ import annotations
@@ -21,7 +26,8 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from engine.results.journal import Journal
+from engine.results.journal import Journal, storage_error
+from engine.results.rows import key_of_row
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -51,12 +57,57 @@ def write_atomic(path: Path, data: bytes) -> None:
         data: The bytes to write.
     """
     tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as fh:
-        fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise storage_error(exc, str(path)) from exc
     _fsync_dir(path.parent)
+
+
+def move_aside(path: Path) -> Path:
+    """Rename an unreadable file to `_<name>.corrupt` (`_<name>.corrupt.N` if taken); never delete it.
+
+    The leading underscore keeps Parquet readers (pandas, pyarrow, DuckDB globs of `*.parquet`) off it.
+    """
+    name = path.name if path.name.startswith("_") else "_" + path.name
+    target = path.with_name(name + ".corrupt")
+    n = 1
+    while target.exists():
+        target = path.with_name(f"{name}.corrupt.{n}")
+        n += 1
+    os.replace(path, target)
+    return target
+
+
+def read_part(path: Path) -> pa.Table | None:
+    """The whole table of a part file, or None when it cannot be read (truncated, corrupt, not Parquet).
+
+    Everything is read, not only the footer: a damaged page would otherwise break `pd.read_parquet`.
+    """
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from engine.results.schema import SCHEMA
+
+    try:
+        with open(path, "rb") as fh:
+            parquet = pq.ParquetFile(fh)
+            table = parquet.read()
+            if table.num_rows != parquet.metadata.num_rows:
+                return None
+            return table.select(SCHEMA.names).cast(SCHEMA)
+    except (OSError, ValueError, KeyError, pa.ArrowException):
+        return None
+
+
+def rows_of_table(table: pa.Table) -> list[dict[str, Any]]:
+    """The rows of a part as the journal stores them (timestamps as integer microseconds)."""
+    return table.cast(_read_schema()).to_pylist()  # type: ignore[no-any-return]
 
 
 def table_from_json(texts: list[str]) -> pa.Table:
@@ -142,17 +193,41 @@ class ResultsWriter:
         indices += [int(p.name[len(PART_PREFIX):-len(PART_SUFFIX)]) for p in self.run_dir.glob("part-*.parquet")]
         return max(indices, default=-1) + 1
 
-    def recover(self) -> None:
-        """Make the part files agree with the journal after a crash (idempotent)."""
-        for tmp in self.run_dir.glob("part-*.tmp"):
+    def recover(self) -> list[str]:
+        """Make the part files and the journal agree after a crash or damage (idempotent).
+
+        Returns:
+            Notes for the user: parts moved aside, rows given back to the journal.
+
+        Raises:
+            StorageError: A part or the journal could not be written.
+        """
+        for tmp in [*self.run_dir.glob(".part-*.tmp"), *self.run_dir.glob("part-*.tmp")]:
             tmp.unlink(missing_ok=True)
-        named = self.journal.parts()
-        for part in sorted(named | self.journal.stale_parts()):
-            if part in self.journal.stale_parts() or not (self.run_dir / part).exists():
+        notes: list[str] = []
+        on_disk: dict[str, int] = {}
+        for path in sorted(self.run_dir.glob(f"{PART_PREFIX}*{PART_SUFFIX}")):
+            table = read_part(path)
+            held = self.journal.rows_in(path.name)
+            if table is None:
+                aside = move_aside(path)
+                notes.append(f"{path.name} is unreadable (truncated or corrupt): moved to {aside.name}; "
+                             + (f"its {held} row(s) are written again from the journal" if held
+                                else "the rows it held will run again"))
+                continue
+            on_disk[path.name] = table.num_rows
+            if table.num_rows != held:
+                added = self.journal.restore(path.name, ((key_of_row(r), r) for r in rows_of_table(table)))
+                if added:
+                    notes.append(f"{path.name}: {added} row(s) missing from the journal were restored from it")
+            del table
+        stale = self.journal.stale_parts()
+        for part in sorted(self.journal.parts() | stale | set(on_disk)):
+            if part in stale or on_disk.get(part) != self.journal.rows_in(part):
+                # Missing, stale, or holding other rows than the journal names to it (a row the journal
+                # keeps in another part is that part's): written again from the journal.
                 self._write_part(part)
-        for path in self.run_dir.glob("part-*.parquet"):
-            if path.name not in named:
-                path.unlink()   # no journal row points at it: never a second copy of a row
+        return notes
 
     def maybe_flush(self) -> None:
         """Flush a part when enough committed rows wait (call after each journal commit)."""
@@ -181,12 +256,16 @@ class ResultsWriter:
         else:
             table = table_from_json_lines(count, lines)
             del lines
-            tmp = path.with_name(path.name + ".tmp")
-            with open(tmp, "wb") as fh:
-                pq.write_table(table, fh, compression="zstd")
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, path)
+            tmp = path.with_name(f".{path.name}.tmp")   # hidden: readers of the folder skip it
+            try:
+                with open(tmp, "wb") as fh:
+                    pq.write_table(table, fh, compression="zstd")
+                    fh.flush()
+                    os.fsync(fh.fileno())
+                os.replace(tmp, path)
+            except OSError as exc:
+                tmp.unlink(missing_ok=True)
+                raise storage_error(exc, str(path)) from exc
             _fsync_dir(self.run_dir)
         self.journal.clear_stale(part)
 

@@ -9,7 +9,9 @@ summary) only once committed. Parquet parts are flushed every `rows_per_part` co
 
 Stopping: `stop()` (first Ctrl-C, or the `--max-cost` budget) ends dispatch and lets calls in
 flight finish; `cancel()` (second Ctrl-C) cancels them - a cancelled call writes no row, so
-`--resume` runs it again.
+`--resume` runs it again. A failed journal or part write (`StorageError`: disk full, I/O error) stops
+spending at once: dispatch ends, calls in flight are cancelled, and `run` raises it; what was committed
+before stays.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from engine.client.openai import OpenAIClient, RequestSettings, prepare
+from engine.errors import StorageError
 from engine.model import Answer, ModelConfig, Test, Verdict
 from engine.results.rows import build_row
 from engine.run.jobs import Job
@@ -113,7 +116,7 @@ class RunStats:
     retrying: int = 0                    # calls in flight that are waiting to retry
     spend: float = 0.0
     started: float = field(default_factory=time.monotonic)
-    stopped: str | None = None           # None | "interrupted" | "budget"
+    stopped: str | None = None           # None | "interrupted" | "budget" | "storage"
     by_model: dict[str, ModelStats] = field(default_factory=dict)
 
 
@@ -164,6 +167,7 @@ class Runner:
         self._summaries: list[_Summary] = []
         self._wake = asyncio.Event()
         self._client: OpenAIClient | None = None
+        self._storage_error: StorageError | None = None
 
     def stop(self, reason: str = "interrupted") -> None:
         """Stop dispatching; calls in flight finish and are recorded."""
@@ -217,8 +221,11 @@ class Runner:
                     await committer
                 except asyncio.CancelledError:
                     pass
-                self._commit()
-                self.writer.flush()
+                if self._storage_error is None:
+                    self._commit()
+                    self.writer.flush()
+        if self._storage_error is not None:
+            raise self._storage_error
         return self.stats
 
     async def _worker(self, client: OpenAIClient, model: ModelConfig, jobs: Iterator[Job],
@@ -296,7 +303,14 @@ class Runner:
             except TimeoutError:
                 pass
             self._wake.clear()
-            self._commit()
+            try:
+                self._commit()
+            except StorageError as exc:
+                # Stop spending: every call from now on would be paid and lost.
+                self._storage_error = exc
+                self.cancel()
+                self.stats.stopped = "storage"
+                return
 
     def _commit(self) -> None:
         """Make pending rows durable, then count them as done."""

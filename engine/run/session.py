@@ -1,7 +1,9 @@
 """One `engine run` invocation end to end: load, select, start builtin servers, run, finalize.
 
 Exit codes: 0 the run completed (failing tests included), 1 suite errors, a stopped run (Ctrl-C,
-`--max-cost`) or a fatal error, 2 a usage error (bad option, unknown model, missing API key).
+`--max-cost`), a run folder in use by another run, or a fatal error, 2 a usage error (bad option,
+unknown model, missing API key), 3 the run folder could not be written (disk full, I/O error): spending
+stopped, committed rows are kept, `--resume` continues once the cause is fixed.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import errno
 import hashlib
 import json
 import os
@@ -21,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from engine.errors import EngineError
+from engine.errors import EngineError, StorageError
 from engine.model import ModelConfig, Suite, Test
 from engine.redact import looks_like_key, mask_url, public_params
 
@@ -85,23 +88,39 @@ def run_session(invocation: Invocation, *, dry_run: bool = False, resume: Path |
     except UsageError as exc:
         _err(f"error: {exc}")
         return 2
+    except StorageError as exc:
+        _err(f"{'disk full' if exc.disk_full else 'error'}: {exc}")
+        return 3
     except EngineError as exc:
         _err(f"error: {exc}")
         return 1
 
 
 def _run(invocation: Invocation, *, dry_run: bool, resume: Path | None, retry_errors: bool, quiet: bool) -> int:
+    from engine.results import folder
     from engine.results.journal import Journal
 
     journal = None
+    held = None   # the run folder's lock, released when this process ends
+    invocation = _absolute(invocation)
     if retry_errors and resume is None:
         raise UsageError("--retry-errors needs --resume RUN_DIR (the run whose error rows to re-run)")
     if resume is not None:
-        if not (resume / "_journal.sqlite").is_file():
-            raise UsageError(f"--resume {resume}: no _journal.sqlite there; give a run folder such as "
-                             f"results/<run-id>")
-        journal = Journal(resume / "_journal.sqlite", replace_errors=retry_errors)
-        invocation = invocation.over(journal.get_meta("invocation", {}))
+        if not folder.is_run_folder(resume):
+            raise UsageError(f"--resume {resume}: not a run folder (no _journal.sqlite, _manifest.json or "
+                             f"part-*.parquet there); give a run folder such as results/<run-id>")
+        if not dry_run:
+            held = folder.lock(resume)
+        journal, notes = folder.open_journal(resume, replace_errors=retry_errors)
+        for note in notes:
+            _err(f"note: {note}")
+        stored = journal.get_meta("invocation")
+        if stored is None and not invocation.paths:
+            journal.close()
+            raise UsageError(f"--resume {resume}: the journal lost the run's settings and there is no "
+                             f"_manifest.json; give them again: engine run --resume {resume} SUITES "
+                             f"--models FILE --model NAME ...")
+        invocation = invocation.over(stored or {})
     if not invocation.paths:
         raise UsageError("no suites given: engine run SUITE_PATH... (a file or a folder of *.yaml)")
 
@@ -118,7 +137,12 @@ def _run(invocation: Invocation, *, dry_run: bool, resume: Path | None, retry_er
     if journal is None:
         run_id = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-" + secrets.token_hex(3)
         run_dir = Path(invocation.out or DEFAULT_OUT) / run_id
-        run_dir.mkdir(parents=True, exist_ok=False)
+        try:
+            run_dir.mkdir(parents=True, exist_ok=False)
+        except OSError as exc:
+            raise StorageError(f"could not create the run folder {run_dir}: {exc}",
+                               disk_full=exc.errno == errno.ENOSPC) from exc
+        held = folder.lock(run_dir)
         journal = Journal(run_dir / "_journal.sqlite")
         journal.set_meta("run_id", run_id)
         journal.set_meta("started_at", _now_iso())
@@ -131,8 +155,33 @@ def _run(invocation: Invocation, *, dry_run: bool, resume: Path | None, retry_er
     try:
         return _execute(invocation, run_id, run_dir, journal, models, tests, api_keys,
                         retry_errors=retry_errors, quiet=quiet)
+    except StorageError as exc:
+        return _storage_failed(exc, run_dir, journal)
     finally:
-        journal.close()
+        with contextlib.suppress(StorageError):   # already reported; committed rows are safe
+            journal.close()
+        if held is not None:
+            held.close()
+
+
+def _absolute(invocation: Invocation) -> Invocation:
+    """Suite and models paths made absolute, so `--resume` works from any directory."""
+    return dataclasses.replace(invocation, paths=[os.path.abspath(p) for p in invocation.paths],
+                               models_file=invocation.models_file and os.path.abspath(invocation.models_file))
+
+
+def _storage_failed(exc: StorageError, run_dir: Path, journal: Any) -> int:
+    """One message for a run stopped by a failed write: what is kept and what to do (exit 3)."""
+    try:
+        rows = f"{journal.count()[0]} rows saved"
+    except Exception:  # noqa: BLE001 - the message must come out whatever state the journal is in
+        rows = "the committed rows are kept"
+    if exc.disk_full:
+        _err(f"disk full: {rows} in {run_dir}; free space and resume with: engine run --resume {run_dir}")
+    else:
+        _err(f"the run folder could not be written ({exc}): {rows} in {run_dir}; fix that and resume with: "
+             f"engine run --resume {run_dir}")
+    return 3
 
 
 def _load_tests(invocation: Invocation) -> list[Test] | None:
@@ -243,11 +292,12 @@ def _point_latest(run_dir: Path) -> None:
         os.symlink(run_dir.name, tmp)
         os.replace(tmp, latest)
     except OSError:
-        tmp.unlink(missing_ok=True)
-        if latest.is_symlink() or latest.is_file():
-            latest.unlink()
-        if not latest.exists():
-            latest.write_text(run_dir.name + "\n")
+        with contextlib.suppress(OSError):   # a convenience: never what stops a run (a full disk does that)
+            tmp.unlink(missing_ok=True)
+            if latest.is_symlink() or latest.is_file():
+                latest.unlink()
+            if not latest.exists():
+                latest.write_text(run_dir.name + "\n")
 
 
 def _execute(invocation: Invocation, run_id: str, run_dir: Path, journal: Any, models: list[ModelConfig],
@@ -259,7 +309,8 @@ def _execute(invocation: Invocation, run_id: str, run_dir: Path, journal: Any, m
     from engine.run.runner import RunConfig, Runner
 
     writer = ResultsWriter(run_dir, journal)
-    writer.recover()
+    for note in writer.recover():
+        _err(f"note: {note}")
     only = journal.keys(errors_only=True) if retry_errors else None
     skip = set() if retry_errors else journal.keys()
     started = time.monotonic()

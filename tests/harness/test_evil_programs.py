@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import shutil
 import socket
 import threading
 from pathlib import Path
@@ -170,7 +171,7 @@ def test_the_network_is_unreachable(canary: str, sandbox_results: list[sandbox.R
 
 
 def test_the_environment_is_an_allowlist(canary: str, sandbox_results: list[sandbox.RunResult]) -> None:
-    verdict = run_exec({"harness": "python-script", "expect_stdout": "PATH LANG LC_ALL HOME TMPDIR "
+    verdict = run_exec({"harness": "python-script", "expect_stdout": "PATH LANG LC_ALL HOME TMPDIR PWD "
                         "PYTHONDONTWRITEBYTECODE PYTHONHASHSEED"},
                        "import os\nprint(' '.join(k for k in os.environ if k != 'LC_CTYPE'))\n")
     assert verdict.passed, verdict.reason
@@ -180,13 +181,15 @@ def test_the_environment_is_an_allowlist(canary: str, sandbox_results: list[sand
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="privileges are dropped only when the engine runs as root")
 def test_as_root_the_child_runs_as_a_private_uid_in_namespaces() -> None:
-    assert sandbox.isolation() in ("pidns+netns+uid", "uid")
+    assert sandbox.isolation() in ("bwrap+pidns+netns+uid", "pidns+netns+uid", "uid")
     result = sandbox.run(["python", "main.py"], {"main.py": "import os\nprint(os.getuid(), os.getpid())\n"},
                          sandbox.Limits(timeout_s=5))
     uid, pid = map(int, result.stdout.split())
     assert uid == result.uid and uid != 0
     if sandbox.isolation() == "pidns+netns+uid":
         assert pid == 1  # the program is the init of its own PID namespace
+    elif sandbox.isolation() == "bwrap+pidns+netns+uid":
+        assert pid == 2  # bwrap's reaper is PID 1 of the namespace; it ends the namespace with the program
 
 
 def test_concurrent_runs_do_not_mix(sandbox_results: list[sandbox.RunResult]) -> None:
@@ -199,3 +202,90 @@ def test_concurrent_runs_do_not_mix(sandbox_results: list[sandbox.RunResult]) ->
         reasons = list(pool.map(one, range(12)))
     assert all(r.startswith("exit code 0 and stdout as expected") for r in reasons), reasons
     assert len({r.workdir for r in sandbox_results}) == 12
+
+
+# -- the file system: bubblewrap's private mounts ------------------------------------------------------
+
+needs_private_mounts = pytest.mark.skipif(
+    not sandbox.isolation().startswith("bwrap"),
+    reason=f"isolation {sandbox.isolation()!r} shares the host's file system (bubblewrap missing or refused; "
+           f"see docs/harnesses.md)")
+
+
+@needs_private_mounts
+@pytest.mark.parametrize("where", ["/run", "/tmp", "abstract"])
+def test_host_unix_sockets_are_out_of_reach(where: str, sandbox_results: list[sandbox.RunResult]) -> None:
+    """A socket in a world-readable, world-writable folder (as /run/user/..., /tmp/.X11-unix are)."""
+    token = secrets.token_hex(6)
+    folder = Path(where) / f"engine-test-sockets-{token}"
+    path = "\0engine-test-" + token if where == "abstract" else str(folder / "s.sock")
+    accepted: list[object] = []
+    with socket.socket(socket.AF_UNIX) as server:
+        if where != "abstract":
+            folder.mkdir(mode=0o777)
+            folder.chmod(0o777)
+        try:
+            server.bind(path)
+            if where != "abstract":
+                os.chmod(path, 0o777)
+            server.listen()
+            server.settimeout(0.5)
+
+            def accept() -> None:
+                try:
+                    accepted.append(server.accept())
+                except OSError:
+                    pass
+
+            waiter = threading.Thread(target=accept)
+            waiter.start()
+            code = ("import socket\ns = socket.socket(socket.AF_UNIX)\n"
+                    f"s.settimeout(1)\ns.connect({path!r})\ns.sendall(b'hello')\nprint('connected')\n")
+            verdict = run_exec({"harness": "python-script", "timeout_s": 2}, code)
+            waiter.join()
+        finally:
+            if where != "abstract":
+                shutil.rmtree(folder, ignore_errors=True)
+    assert accepted == []
+    assert not verdict.passed
+    assert "FileNotFoundError" in verdict.reason or "ConnectionRefusedError" in verdict.reason, verdict.reason
+    [result] = sandbox_results
+    assert "connected" not in result.stdout
+
+
+@needs_private_mounts
+def test_files_written_to_temp_folders_do_not_stay_behind(sandbox_results: list[sandbox.RunResult]) -> None:
+    token = f"engine-test-left-{secrets.token_hex(6)}"
+    folders = ["/tmp", "/var/tmp", "/dev/shm", "/run"]
+    code = ("import os\n"
+            f"for folder in {folders!r}:\n"
+            f"    path = os.path.join(folder, {token!r})\n"
+            "    with open(path, 'w') as fh:\n"
+            "        fh.write('left behind')\n"
+            "    assert open(path).read() == 'left behind'\n"
+            "print('wrote', len(os.listdir('/tmp')))\n")
+    verdict = run_exec({"harness": "python-script", "timeout_s": 5, "expect_stdout": "wrote 2"}, code)
+    assert verdict.passed, verdict.reason          # the writes worked (and /tmp held only the work folder)
+    for folder in folders:
+        assert not (Path(folder) / token).exists(), folder
+    second = run_exec({"harness": "python-script", "expect_stdout": "[]"},
+                      f"import os\nprint([f for f in {folders!r} if os.path.exists(os.path.join(f, {token!r}))])\n")
+    assert second.passed, second.reason            # nor does the next run see them
+    assert all(not Path(r.workdir).exists() for r in sandbox_results)
+
+
+@needs_private_mounts
+def test_results_suites_and_homes_are_out_of_reach(tmp_path: Path, tokened_suite: Path) -> None:
+    results = tmp_path / "results" / "run-1"
+    results.mkdir(parents=True)
+    (results / "_manifest.json").write_text("{}")
+    repo = Path(__file__).resolve().parents[2]
+    targets = [str(results / "_manifest.json"), str(tokened_suite / "tokened.yaml"), str(repo / "pyproject.toml"),
+               str(Path.home()), "/root", "/home", "/work"]
+    code = ("import os\nseen = []\n"
+            f"for path in {targets!r}:\n"
+            "    if os.path.exists(path):\n"
+            "        seen.append(path)\n"
+            "print(seen)\n")
+    verdict = run_exec({"harness": "python-script", "expect_stdout": "[]"}, code)
+    assert verdict.passed, verdict.reason
