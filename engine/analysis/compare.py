@@ -116,7 +116,7 @@ def paired_verdict(
     if clusters < min_tests:
         return 0, f"{TOO_FEW} ({clusters})"
     degenerate = not hi - lo > 1e-12
-    interval = (f"{mean:+.3f} ({level:.0%} CI {lo:+.3f} to {hi:+.3f}, t over {clusters} tests"
+    interval = (f"{mean:+.3f} ({level:.0%} CI {lo:+.3f} to {hi:+.3f}, t over {clusters} test clusters"
                 + ("; zero width: every test differs by the same amount" if degenerate else "") + ")")
     mcnemar = f"McNemar p = {p_value:.3g} ({only_a} vs {only_b} discordant)"
     alpha = 1.0 - level
