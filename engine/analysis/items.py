@@ -8,7 +8,7 @@ Definitions (docs/analysis.md explains them for readers; "pass" is the strict-ma
   *rest* of its suite (the test itself left out); needs three models with scores;
 - p_value: the exact conditional test (`homogeneity`) of "every model has the same pass chance on this
   test", from the pass/fail outcomes of all the models' scored attempts; q_value: its Benjamini-Hochberg
-  adjustment over every test with two or more models;
+  adjustment over every test with two or more models (Holm's with correction="holm");
 - discriminating: q_value ≤ alpha (default 0.05): the models' pass rates differ beyond sampling noise, with
   the expected share of false calls among the tests called discriminating kept at or below alpha;
 - saturated: not discriminating, and every model passes; floor: not discriminating, and no model passes;
@@ -27,12 +27,13 @@ import numpy as np
 
 from engine.analysis.cells import Cells, build_cells
 from engine.analysis.homogeneity import homogeneity_p_values
-from engine.analysis.stats import benjamini_hochberg, rowwise_corr
+from engine.analysis.stats import CORRECTIONS, rowwise_corr
 
 if TYPE_CHECKING:
     import pandas as pd
 
 DEFAULT_ALPHA = 0.05
+DEFAULT_CORRECTION = "bh"
 
 STATUS_ORDER = ("discriminating", "uninformative", "saturated", "floor", "single-model", "no-data")
 
@@ -58,14 +59,16 @@ def _rest_scores(cells: Cells) -> np.ndarray:
 
 
 def per_test(df: pd.DataFrame | None = None, *, alpha: float = DEFAULT_ALPHA, cells: Cells | None = None,
-             seed: int = 0) -> pd.DataFrame:
+             seed: int = 0, correction: str = DEFAULT_CORRECTION) -> pd.DataFrame:
     """One row per test with difficulty, discrimination evidence, saturation and flakiness.
 
     Args:
         df: Results rows (from `load`); may be None when `cells` is given.
-        alpha: False-discovery rate of the "discriminating" call (Benjamini-Hochberg over the tests).
+        alpha: Error rate of the "discriminating" call: the false-discovery rate with correction "bh"
+            (Benjamini-Hochberg, the default), the family-wise error rate with "holm".
         cells: A grid already built from `df` (saves rebuilding it); None builds it.
         seed: Seed of the Monte Carlo permutations used for tests with more than 400 attempts.
+        correction: "bh" or "holm": how p-values are adjusted for testing every test at once.
 
     Returns:
         Columns: suite, test_id, case_index, tags, threshold, models, attempts, difficulty, pass_rate, spread,
@@ -92,7 +95,9 @@ def per_test(df: pd.DataFrame | None = None, *, alpha: float = DEFAULT_ALPHA, ce
     spread = np.where(n_models >= 2, top - bottom, np.nan)
     item_rest = rowwise_corr(score, _rest_scores(cells))
     p_value = homogeneity_p_values(cells.n_passed, cells.n_scored, seed=seed) if len(items) else np.zeros(0)
-    q_value = benjamini_hochberg(p_value)
+    if correction not in CORRECTIONS:
+        raise ValueError(f"correction={correction!r}: use one of {', '.join(CORRECTIONS)}")
+    q_value = CORRECTIONS[correction](p_value)
     passes = cells.passes
     any_data = n_models > 0
     discriminating = (n_models >= 2) & (q_value <= alpha)
@@ -140,7 +145,7 @@ def _reason(status: str, n_models: int, difficulty: float, pass_rate: float, p_v
             alpha: float, attempts: int) -> str:
     """One line saying why a test got its status, for tables and the report."""
     models = f"{n_models} model{'s' if n_models != 1 else ''}"
-    evidence = "" if np.isnan(p_value) else f" (exact test p = {p_value:.3g}, BH q = {q_value:.3g})"
+    evidence = "" if np.isnan(p_value) else f" (exact test p = {p_value:.3g}, adjusted q = {q_value:.3g})"
     if status == "no-data":
         return "no scored attempt: every row is an error"
     if status == "discriminating":

@@ -70,7 +70,7 @@ def sections(analysis: Analysis) -> list[Section]:
                     [[c.model_a, c.model_b, f"{c.tests} ({c.clusters})", f"{c.wins}/{c.ties}/{c.losses}",
                       f"{c.only_a}/{c.only_b}", _num(c.mcnemar_p, 4), c.verdict] for c in analysis.comparisons]))
     tests = analysis.tests
-    header = ["test", "difficulty", "item-rest r", "exact p", "BH q", "pass counts"]
+    header = ["test", "difficulty", "item-rest r", "exact p", "adjusted q", "pass counts"]
 
     def rows(frame: pd.DataFrame) -> list[list[str]]:
         return [[_test_name(r), _num(r["difficulty"]), _num(r["item_rest_r"]), _num(r["p_value"], 4),
@@ -78,7 +78,8 @@ def sections(analysis: Analysis) -> list[Section]:
 
     chosen = tests[tests["status"] == "discriminating"].sort_values(
         ["item_rest_r", "q_value"], ascending=[False, True], na_position="last", kind="stable")
-    title = (f"Discriminating tests: pass rates differ between models beyond sampling noise (BH q ≤ "
+    rule = "BH q" if analysis.correction == "bh" else "Holm-adjusted p"
+    title = (f"Discriminating tests: pass rates differ between models beyond sampling noise ({rule} ≤ "
              f"{analysis.alpha:g}), ranked by item-rest r")
     if len(chosen):
         shown = chosen if len(chosen) <= 2 * TOP_N else chosen.head(TOP_N)

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from engine.analysis.cells import DEFAULT_CLUSTER, build_cells
-from engine.analysis.items import DEFAULT_ALPHA
+from engine.analysis.items import DEFAULT_ALPHA, DEFAULT_CORRECTION
 from engine.analysis.report_assets import CSS, JS
 from engine.analysis.summary import analyze, json_safe
 
@@ -105,7 +105,8 @@ def _drilldown(df: pd.DataFrame, item_code: np.ndarray, model_code: np.ndarray, 
 
 
 def build_payload(df: pd.DataFrame, *, alpha: float = DEFAULT_ALPHA, cluster_by: str = DEFAULT_CLUSTER,
-                  sources: Sequence[str] = (), max_tests: int = MAX_HEATMAP_TESTS) -> dict[str, Any]:
+                  sources: Sequence[str] = (), max_tests: int = MAX_HEATMAP_TESTS,
+                  correction: str = DEFAULT_CORRECTION) -> dict[str, Any]:
     """Everything the page draws, as strict-JSON-ready data (NaN as None).
 
     Args:
@@ -114,8 +115,9 @@ def build_payload(df: pd.DataFrame, *, alpha: float = DEFAULT_ALPHA, cluster_by:
         cluster_by: "test" or "case" (see `build_cells`).
         sources: The paths the results came from (shown in the header).
         max_tests: Most tests drawn in the heatmap and drill-down (flagged tests first among the rest).
+        correction: "bh" or "holm" (see `per_test`).
     """
-    analysis = analyze(df, alpha=alpha, cluster_by=cluster_by)
+    analysis = analyze(df, alpha=alpha, cluster_by=cluster_by, correction=correction)
     cells = build_cells(df, cluster_by=cluster_by)
     tests = analysis.tests
     shown = _shown_tests(tests, max_tests)
@@ -187,7 +189,8 @@ y: item-rest r (how well the test ranks models as the rest of its suite does); c
 
 
 def write_report(df: pd.DataFrame, path: str | Path, *, alpha: float = DEFAULT_ALPHA,
-                 cluster_by: str = DEFAULT_CLUSTER, sources: Sequence[str] = ()) -> Path:
+                 cluster_by: str = DEFAULT_CLUSTER, sources: Sequence[str] = (),
+                 correction: str = DEFAULT_CORRECTION) -> Path:
     """Write the self-contained HTML report.
 
     Args:
@@ -196,9 +199,10 @@ def write_report(df: pd.DataFrame, path: str | Path, *, alpha: float = DEFAULT_A
         alpha: False-discovery rate of the "discriminating" call.
         cluster_by: "test" or "case".
         sources: The paths the results came from.
+        correction: "bh" or "holm" (see `per_test`).
     """
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
-    payload = build_payload(df, alpha=alpha, cluster_by=cluster_by, sources=sources)
+    payload = build_payload(df, alpha=alpha, cluster_by=cluster_by, sources=sources, correction=correction)
     target.write_text(render_html(payload), encoding="utf-8")
     return target

@@ -328,3 +328,30 @@ def benjamini_hochberg(p_values: np.ndarray) -> np.ndarray:
     q[order] = np.minimum(ranked, 1.0)
     out[finite] = q
     return out
+
+
+def holm(p_values: np.ndarray) -> np.ndarray:
+    """Holm step-down adjusted p-values; NaN entries stay NaN and are not counted.
+
+    Rejecting every hypothesis with adjusted p ≤ α keeps the chance of *any* false rejection (the
+    family-wise error rate) at or below α, under any dependence: stricter than Benjamini-Hochberg.
+
+    Args:
+        p_values: Raw p-values.
+    """
+    p = np.asarray(p_values, dtype="float64")
+    out = np.full(p.shape, np.nan)
+    finite = np.isfinite(p)
+    m = int(finite.sum())
+    if m == 0:
+        return out
+    order = np.argsort(p[finite], kind="stable")
+    ranked = np.maximum.accumulate(np.minimum(1.0, p[finite][order] * (m - np.arange(m))))
+    adjusted = np.empty(m)
+    adjusted[order] = ranked
+    out[finite] = adjusted
+    return out
+
+
+# How the per-test p-values are adjusted for testing many tests at once (`per_test(correction=...)`).
+CORRECTIONS = {"bh": benjamini_hochberg, "holm": holm}

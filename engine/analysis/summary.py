@@ -10,7 +10,7 @@ import numpy as np
 
 from engine.analysis.cells import CLUSTER_KEYS, DEFAULT_CLUSTER, Cells, build_cells, row_scores
 from engine.analysis.compare import Comparison, compare_to_best
-from engine.analysis.items import DEFAULT_ALPHA, per_test, suite_health
+from engine.analysis.items import DEFAULT_ALPHA, DEFAULT_CORRECTION, per_test, suite_health
 from engine.analysis.models import fallback_rows, per_model
 from engine.analysis.passk import pass_k_table
 from engine.analysis.stats import DEFAULT_LEVEL
@@ -33,7 +33,8 @@ class Analysis:
         notes: Sentences about the data as a whole (one model, rows left out, ...).
         cluster_by: "test" (intervals over clusters of (suite, test_id)) or "case".
         level: Interval coverage.
-        alpha: False-discovery rate of the "discriminating" call.
+        alpha: Error rate of the "discriminating" call.
+        correction: "bh" (false-discovery rate) or "holm" (family-wise error rate).
     """
 
     models: pd.DataFrame
@@ -46,6 +47,7 @@ class Analysis:
     cluster_by: str = DEFAULT_CLUSTER
     level: float = DEFAULT_LEVEL
     alpha: float = DEFAULT_ALPHA
+    correction: str = DEFAULT_CORRECTION
 
     @property
     def interval_method(self) -> str:
@@ -60,6 +62,7 @@ class Analysis:
             "interval": self.interval_method,
             "level": self.level,
             "alpha": self.alpha,
+            "correction": self.correction,
             "models": _records(self.models),
             "tests": _records(self.tests),
             "suites": _records(self.suites),
@@ -98,7 +101,8 @@ def _records(frame: pd.DataFrame) -> list[dict[str, Any]]:
 
 
 def analyze(df: pd.DataFrame, *, alpha: float = DEFAULT_ALPHA, level: float = DEFAULT_LEVEL,
-            cluster_by: str = DEFAULT_CLUSTER, ks: list[int] | None = None, seed: int = 0) -> Analysis:
+            cluster_by: str = DEFAULT_CLUSTER, ks: list[int] | None = None, seed: int = 0,
+            correction: str = DEFAULT_CORRECTION) -> Analysis:
     """Per-model and per-test tables, pass@k, suite and tag health, and the best model against the others.
 
     Args:
@@ -108,16 +112,18 @@ def analyze(df: pd.DataFrame, *, alpha: float = DEFAULT_ALPHA, level: float = DE
         cluster_by: "test" (default: clusters of (suite, test_id)) or "case".
         ks: The k values of pass@k / pass^k; None: 1, 2, 3, 5, 10, ... up to the attempts.
         seed: Seed of the Monte Carlo permutations (only for tests with more than 400 attempts).
+        correction: "bh" (Benjamini-Hochberg: false-discovery rate alpha) or "holm" (family-wise rate alpha).
     """
     cells = build_cells(df, cluster_by=cluster_by)
     models = per_model(df, level=level, cells=cells)
-    tests = per_test(df, alpha=alpha, cells=cells, seed=seed)
+    tests = per_test(df, alpha=alpha, cells=cells, seed=seed, correction=correction)
     notes = _notes(df, cells)
     order = [m for m in models["model"] if m in cells.models and cells.has_data[:, cells.models.index(m)].any()]
     comparisons = compare_to_best(df, cells=cells, order=order, level=level)
     return Analysis(models=models, tests=tests, suites=suite_health(tests, "suite"),
                     tags=suite_health(tests, "tag"), passk=pass_k_table(df, ks=ks, level=level, cells=cells),
-                    comparisons=comparisons, notes=notes, cluster_by=cluster_by, level=level, alpha=alpha)
+                    comparisons=comparisons, notes=notes, cluster_by=cluster_by, level=level, alpha=alpha,
+                    correction=correction)
 
 
 def _counts(names: list[str], values: np.ndarray) -> str:

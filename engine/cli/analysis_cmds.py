@@ -25,7 +25,9 @@ FAILED = 1
 # Options several commands share.
 IncludeFallback = Annotated[bool, typer.Option("--include-fallback", help="Keep rows a fallback model served.")]
 Alpha = Annotated[float, typer.Option(
-    "--alpha", help="False-discovery rate of the 'discriminating' call (Benjamini-Hochberg over the tests).")]
+    "--alpha", help="Error rate of the 'discriminating' call: a false-discovery rate (see --correction).")]
+Correction = Annotated[str, typer.Option(
+    "--correction", help="bh: alpha is a false-discovery rate [default]; holm: a family-wise error rate.")]
 ClusterBy = Annotated[str, typer.Option(
     "--cluster-by", help="Interval clusters: test = (suite, test_id) [default]; case = every case independent.")]
 
@@ -52,9 +54,12 @@ def _load(paths: list[Path], include_fallback: bool, columns: object = "analysis
     return df
 
 
-def _check_options(alpha: float, cluster_by: str) -> None:
+def _check_options(alpha: float, cluster_by: str, correction: str = "bh") -> None:
     from engine.analysis.cells import CLUSTER_KEYS
+    from engine.analysis.stats import CORRECTIONS
 
+    if correction not in CORRECTIONS:
+        raise _fail_usage(f"--correction {correction}: choose one of {', '.join(CORRECTIONS)}")
     if not 0.0 < alpha < 1.0:
         raise _fail_usage(f"--alpha {alpha}: give a rate between 0 and 1 (0.05 is the default)")
     if cluster_by not in CLUSTER_KEYS:
@@ -85,6 +90,7 @@ def analyze(
     ] = None,
     include_fallback: IncludeFallback = False,
     alpha: Alpha = 0.05,
+    correction: Correction = "bh",
     cluster_by: ClusterBy = "test",
     ks: Annotated[
         str | None, typer.Option("--k", help="pass@k / pass^k at these k, e.g. 1,5,10 (default 1,2,3,5,10,... ≤ n).")
@@ -106,7 +112,7 @@ def analyze(
         raise _fail_usage(f"--table {table}: choose one of {', '.join(TABLES)}")
     if fail_under is not None and not 0.0 <= fail_under <= 1.0:
         raise _fail_usage(f"--fail-under {fail_under}: give a score between 0 and 1")
-    _check_options(alpha, cluster_by)
+    _check_options(alpha, cluster_by, correction)
     k_values = _parse_ks(ks)
     if irt and fmt == "csv":
         raise _fail_usage("--irt: use --format table, markdown or json (csv holds one table)")
@@ -115,7 +121,7 @@ def analyze(
 
     df = _load(results, include_fallback)
     base = _load([fail_on_regression], include_fallback) if fail_on_regression is not None else None
-    analysis = run_analysis(df, alpha=alpha, cluster_by=cluster_by, ks=k_values)
+    analysis = run_analysis(df, alpha=alpha, cluster_by=cluster_by, ks=k_values, correction=correction)
     text = render(analysis, fmt, table=table)
     if irt:
         text = _with_irt(text, fmt, build_cells(df))
@@ -175,14 +181,16 @@ def report(
     ),
     include_fallback: IncludeFallback = False,
     alpha: Alpha = 0.05,
+    correction: Correction = "bh",
     cluster_by: ClusterBy = "test",
 ) -> None:
     """Write one self-contained HTML report (opens offline): models, pass@k, heatmap, scatter, drill-down."""
     from engine.analysis.report import write_report
 
-    _check_options(alpha, cluster_by)
+    _check_options(alpha, cluster_by, correction)
     df = _load(results, include_fallback, columns=None)
-    path = write_report(df, output, alpha=alpha, cluster_by=cluster_by, sources=[str(p) for p in results])
+    path = write_report(df, output, alpha=alpha, correction=correction, cluster_by=cluster_by,
+                        sources=[str(p) for p in results])
     typer.echo(f"report written to {path}")
 
 

@@ -12,6 +12,7 @@ from engine.analysis.stats import (
     bootstrap_mean_ci,
     cluster_bootstrap_means,
     cluster_t_interval,
+    holm,
     mcnemar_exact,
     percentile_ci,
     rowwise_corr,
@@ -128,3 +129,13 @@ def test_benjamini_hochberg_matches_scipy_and_keeps_nan() -> None:
     assert benjamini_hochberg(p) == pytest.approx(false_discovery_control(p))
     with_nan = benjamini_hochberg(np.array([0.01, np.nan, 0.04]))
     assert np.isnan(with_nan[1]) and with_nan[[0, 2]] == pytest.approx(false_discovery_control([0.01, 0.04]))
+
+
+def test_holm_by_its_definition() -> None:
+    p = np.array([0.01, 0.04, 0.03, 0.005, np.nan, 0.5])
+    finite = [0.005, 0.01, 0.03, 0.04, 0.5]  # sorted; m = 5
+    steps = np.maximum.accumulate([min(1.0, (5 - i) * v) for i, v in enumerate(finite)])
+    expected = dict(zip(finite, steps, strict=True))
+    got = holm(p)
+    assert np.isnan(got[4])
+    assert [got[i] for i in (0, 1, 2, 3, 5)] == pytest.approx([expected[v] for v in (0.01, 0.04, 0.03, 0.005, 0.5)])
