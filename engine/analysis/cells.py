@@ -8,8 +8,8 @@ A model *passes* a test when more than half of its scored attempts passed (a str
 2 of 2, 2 of 3, 3 of 4, 3 of 5). One pass in two is not a pass. This one rule feeds saturation, floor,
 McNemar, `diff` and JUnit.
 
-A *cluster* is the unit intervals resample: by default (suite, test_id), so the cases of one templated test
-(which share the template's difficulty) count as one cluster; `cluster_by=ITEM_KEY` treats every case as
+A *cluster* is the unit intervals are computed over: by default (suite, test_id), so the cases of one templated test
+(which share the template's difficulty) count as one cluster; `cluster_by="case"` treats every case as
 independent.
 """
 

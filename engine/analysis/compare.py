@@ -51,7 +51,7 @@ class Comparison:
         wins: Tests where A's mean score is higher.
         ties: Tests where the means are equal (within the tie epsilon).
         losses: Tests where B's mean score is higher.
-        both_pass: Tests both pass (majority of attempts).
+        both_pass: Tests both pass (strict majority of attempts).
         only_a: Tests only A passes.
         only_b: Tests only B passes.
         both_fail: Tests both fail.

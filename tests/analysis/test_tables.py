@@ -235,3 +235,35 @@ def test_case_index_separates_tests_of_one_id(tmp_path: Path) -> None:
     assert list(tests["case_index"]) == [0, 1]
     # One attempt each: a 1-vs-0 split is no evidence (exact p = 1).
     assert list(tests["status"]) == ["saturated", "uninformative"]
+
+
+def test_verdicts_need_enough_tests_and_both_rules(tmp_path: Path) -> None:
+    # Three tests, a wins all: too few to compare, whatever the data look like.
+    write_run(tmp_path / "few", grid_rows({"a": {f"t{i}": [1] for i in range(3)},
+                                           "b": {f"t{i}": [0] for i in range(3)}}))
+    few = compare(load(tmp_path / "few"), "a", "b")
+    assert few.verdict.startswith("too few tests to compare (3)") and few.better is None
+    # Ten tests, a passes all and b none: a zero-width interval, so McNemar (p = 2 / 2**10) decides.
+    write_run(tmp_path / "ten", grid_rows({"a": {f"t{i}": [1] for i in range(10)},
+                                           "b": {f"t{i}": [0] for i in range(10)}}))
+    ten = compare(load(tmp_path / "ten"), "b", "a")
+    assert ten.better == "a" and ten.mcnemar_p == pytest.approx(2 / 2**10)
+    assert ten.verdict.startswith("a is better than b by +1.000") and "zero width" in ten.verdict
+    # A run diff over three tests: too few for a regression verdict, however bad.
+    write_run(tmp_path / "base", grid_rows({"m": {f"t{i}": [1] for i in range(3)}}, run_id="base"))
+    write_run(tmp_path / "new", grid_rows({"m": {f"t{i}": [0] for i in range(3)}}, run_id="new"))
+    result = diff(tmp_path / "base", tmp_path / "new")
+    assert result.summary.loc[0, "verdict"] == "too few tests to compare (3)" and not result.regressed
+
+
+def test_cases_of_one_test_form_one_cluster(tmp_path: Path) -> None:
+    rows = [row(model=m, test_id=f"t{t}", case_index=c, score=float(s), passed=bool(s))
+            for m, s in (("a", 1), ("b", 0)) for t in range(4) for c in range(3)]
+    write_run(tmp_path / "r", rows)
+    df = load(tmp_path)
+    models = per_model(df).set_index("model")
+    assert models.loc["a", "tests"] == 12 and models.loc["a", "clusters"] == 4
+    assert per_model(df, cluster_by="case").loc[0, "clusters"] == 12
+    # 4 clusters are below the 5 a verdict needs, though there are 12 paired cases.
+    assert compare(df, "a", "b").verdict.startswith("too few tests to compare (4)")
+    assert compare(df, "a", "b", cluster_by="case").better == "a"
