@@ -20,7 +20,9 @@ total K removes the ½. The distribution depends only on the multiset of attempt
 share their prefixes (a depth-first walk keeps only the current prefix's table).
 
 Tests whose table would be too large for the exact computation (more than `MAX_EXACT_ATTEMPTS` attempts)
-use a Monte Carlo permutation p-value, (1 + #{T* ≥ T_obs}) / (1 + R), which is also valid.
+use Pearson's chi-square distribution with k − 1 degrees of freedom when every expected count is at least 5
+(Cochran's rule: there the large-sample distribution is accurate), and otherwise a Monte Carlo permutation
+p-value, (1 + #{T* ≥ T_obs}) / (1 + R), which is valid for any R.
 """
 
 from __future__ import annotations
@@ -97,8 +99,51 @@ def homogeneity_p_values(
         out[exact] = _exact(x[exact], n[exact])
     big = todo[total_n[todo] > MAX_EXACT_ATTEMPTS]
     if big.size:
-        out[big] = _monte_carlo(x[big], n[big], permutations, seed)
+        statistic, df, min_expected = _pearson(x[big], n[big])
+        large = min_expected >= 5.0
+        out[big[large]] = [chi2_sf(float(v), int(d)) for v, d in zip(statistic[large], df[large], strict=True)]
+        if (~large).any():
+            out[big[~large]] = _monte_carlo(x[big[~large]], n[big[~large]], permutations, seed)
     return out
+
+
+def _pearson(x: np.ndarray, n: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Pearson's chi-square of each models × pass/fail table, its degrees of freedom, the least expected count."""
+    present = n > 0
+    total_n = n.sum(axis=1, keepdims=True).astype("float64")
+    share = x.sum(axis=1, keepdims=True) / total_n
+    expected_pass, expected_fail = n * share, n * (1.0 - share)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        terms = np.where(present, (x - expected_pass) ** 2 / expected_pass
+                         + ((n - x) - expected_fail) ** 2 / expected_fail, 0.0)
+    least = np.where(present, np.minimum(expected_pass, expected_fail), np.inf).min(axis=1)
+    return terms.sum(axis=1), present.sum(axis=1) - 1, least
+
+
+def chi2_sf(value: float, df: int) -> float:
+    """P(X ≥ value) for a chi-square variable with an integer number of degrees of freedom (closed form).
+
+    Even df: e^(−v/2) Σ_{j<df/2} (v/2)^j / j!; odd df: erfc(√(v/2)) + e^(−v/2) Σ_{j=1}^{(df−1)/2}
+    (v/2)^(j−½) / Γ(j + ½). Checked against scipy.stats.chi2.sf in tests/analysis/test_exact.py.
+
+    Args:
+        value: The statistic, ≥ 0.
+        df: Degrees of freedom, ≥ 1.
+    """
+    import math
+
+    half = value / 2.0
+    if df % 2 == 0:
+        term, total = 1.0, 0.0
+        for j in range(df // 2):
+            total += term
+            term *= half / (j + 1)
+        return min(1.0, math.exp(-half) * total)
+    term, total = math.sqrt(half) / math.gamma(1.5), 0.0
+    for j in range(1, (df - 1) // 2 + 1):
+        total += term
+        term *= half / (j + 0.5)
+    return min(1.0, math.erfc(math.sqrt(half)) + math.exp(-half) * total)
 
 
 def _exact(x: np.ndarray, n: np.ndarray) -> np.ndarray:

@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from engine.analysis.homogeneity import MAX_EXACT_ATTEMPTS, homogeneity_p_values
+from engine.analysis.homogeneity import MAX_EXACT_ATTEMPTS, chi2_sf, homogeneity_p_values
 from engine.analysis.passk import pass_at_k, pass_hat_k
 
 
@@ -49,10 +49,28 @@ def test_exact_test_is_valid_under_the_null_with_unequal_attempts() -> None:
         assert (p <= alpha).mean() <= alpha + 0.01
 
 
-def test_monte_carlo_path_for_large_tests_agrees_with_a_two_model_exact_value() -> None:
-    # 2 models × 250 attempts exceeds MAX_EXACT_ATTEMPTS: permutation p-value; compare with the exact
-    # chi-square-ordered tail, computed here over the hypergeometric distribution of model 1's passes.
-    n, x = 250, [140, 115]
+@pytest.mark.parametrize("df", [1, 2, 3, 4, 7, 20, 99])
+def test_chi2_sf_matches_scipy(df: int) -> None:
+    from scipy.stats import chi2
+
+    for value in (0.0, 0.3, 1.0, df, 2.5 * df, 40.0, 300.0):
+        assert chi2_sf(value, df) == pytest.approx(chi2.sf(value, df), rel=1e-9, abs=1e-300)
+
+
+def test_large_tests_use_chi_square_when_counts_are_large() -> None:
+    from scipy.stats import chi2_contingency
+
+    x, n = np.array([[120, 100, 90, 140]]), np.array([[200, 200, 200, 200]])  # 800 attempts, expected ≥ 5
+    table = np.stack([x[0], n[0] - x[0]], axis=1)
+    expected = chi2_contingency(table, correction=False).pvalue
+    assert homogeneity_p_values(x, n)[0] == pytest.approx(expected, rel=1e-9)
+
+
+def test_monte_carlo_path_for_large_sparse_tests_agrees_with_a_two_model_exact_value() -> None:
+    # 2 models × 250 attempts exceeds MAX_EXACT_ATTEMPTS and 3 passes in all leave expected counts below 5:
+    # permutation p-value; compare with the exact chi-square-ordered tail, computed here over the
+    # hypergeometric distribution of model 1's passes.
+    n, x = 250, [3, 0]
     assert 2 * n > MAX_EXACT_ATTEMPTS
     total = sum(x)
     probs = {a: math.comb(n, a) * math.comb(n, total - a) / math.comb(2 * n, total) for a in range(total + 1)}
