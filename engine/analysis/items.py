@@ -8,7 +8,8 @@ Definitions (docs/analysis.md explains them for readers; "pass" is the strict-ma
   *rest* of its suite (the test itself left out); needs three models with scores;
 - p_value: the exact conditional test (`homogeneity`) of "every model has the same pass chance on this
   test", from the pass/fail outcomes of all the models' scored attempts; q_value: its Benjamini-Hochberg
-  adjustment over every test with two or more models (Holm's with correction="holm");
+  adjustment (Holm's with correction="holm") over the tests with two or more models whose attempts both
+  pass and fail (the others cannot be called and keep q = 1);
 - discriminating: q_value ≤ alpha (default 0.05): the models' pass rates differ beyond sampling noise, with
   the expected share of false calls among the tests called discriminating kept at or below alpha;
 - saturated: not discriminating, and every model passes; floor: not discriminating, and no model passes;
@@ -97,7 +98,13 @@ def per_test(df: pd.DataFrame | None = None, *, alpha: float = DEFAULT_ALPHA, ce
     p_value = homogeneity_p_values(cells.n_passed, cells.n_scored, seed=seed) if len(items) else np.zeros(0)
     if correction not in CORRECTIONS:
         raise ValueError(f"correction={correction!r}: use one of {', '.join(CORRECTIONS)}")
-    q_value = CORRECTIONS[correction](p_value)
+    # Tests whose every attempt passed (or failed) have p = 1 given their margins and can never be called:
+    # leaving them out of the correction (as Tarone's rule does) stops a suite full of saturated tests from
+    # diluting the evidence of the others. They keep q = 1.
+    attempts_all, passes_all = cells.n_scored.sum(axis=1), cells.n_passed.sum(axis=1)
+    varied = (passes_all > 0) & (passes_all < attempts_all)
+    q_value = CORRECTIONS[correction](np.where(varied, p_value, np.nan))
+    q_value[~varied & np.isfinite(p_value)] = 1.0
     passes = cells.passes
     any_data = n_models > 0
     discriminating = (n_models >= 2) & (q_value <= alpha)

@@ -69,8 +69,10 @@ def test_statuses_known_by_construction(grid_df: pd.DataFrame) -> None:
     assert "strong 3/4" in tests.loc["flaky", "pass_counts"]
     assert not tests.loc[["disc", "sat", "floor", "grad", "same"], "flaky"].any()
     assert tests.loc["same", "mixed_models"] == "good 3/4, poor 2/4, strong 3/4, weak 2/4"
+    # BH over the tests whose attempts both pass and fail: disc, flaky, same, grad (sat and floor cannot be called).
     q = tests["q_value"]
-    assert q["disc"] == pytest.approx(tests.loc["disc", "p_value"] * 6 / 1)  # BH over the 6 tests, rank 1
+    assert q["disc"] == pytest.approx(tests.loc["disc", "p_value"] * 4 / 1)
+    assert q["sat"] == 1.0 and q["floor"] == 1.0
     assert tests.loc["disc", "spread"] == 1.0
     assert tests.loc["grad", "difficulty"] == pytest.approx((1 + .6 + .3 + 0) / 4)
     assert tests.loc["sat", "spread"] == 0.0
@@ -267,3 +269,13 @@ def test_cases_of_one_test_form_one_cluster(tmp_path: Path) -> None:
     # 4 clusters are below the 5 a verdict needs, though there are 12 paired cases.
     assert compare(df, "a", "b").verdict.startswith("too few tests to compare (4)")
     assert compare(df, "a", "b", cluster_by="case").better == "a"
+
+
+def test_saturated_tests_do_not_dilute_the_evidence_of_the_others(tmp_path: Path) -> None:
+    grid = {"a": {"disc": [1] * 4, **{f"sat{i}": [1] * 4 for i in range(60)}},
+            "b": {"disc": [0] * 4, **{f"sat{i}": [1] * 4 for i in range(60)}}}
+    write_run(tmp_path / "r", grid_rows(grid))
+    tests = by_id(per_test(load(tmp_path)))
+    # 4/4 against 0/4: p = 2 / C(8, 4); 60 saturated tests beside it do not multiply it by 61.
+    assert tests.loc["disc", "p_value"] == pytest.approx(2 / 70)
+    assert tests.loc["disc", "q_value"] == pytest.approx(2 / 70) and tests.loc["disc", "status"] == "discriminating"
