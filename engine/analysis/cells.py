@@ -4,8 +4,13 @@ A *test* is identified across models and runs by (suite, test_id, case_index); a
 for one model, aggregating its attempts. Rows whose score is null or NaN (error rows) are not scored:
 they count as errors, never as a zero.
 
-A model *passes* a test when at least half of its scored attempts passed. One flaky attempt does not
-turn a test every model passes into a discriminating one; flakiness is reported on its own.
+A model *passes* a test when more than half of its scored attempts passed (a strict majority: 1 of 1,
+2 of 2, 2 of 3, 3 of 4, 3 of 5). One pass in two is not a pass. This one rule feeds saturation, floor,
+McNemar, `diff` and JUnit.
+
+A *cluster* is the unit intervals are computed over: by default (suite, test_id), so the cases of one templated test
+(which share the template's difficulty) count as one cluster; `cluster_by="case"` treats every case as
+independent.
 """
 
 from __future__ import annotations
@@ -19,7 +24,9 @@ if TYPE_CHECKING:
     import pandas as pd
 
 ITEM_KEY = ("suite", "test_id", "case_index")
-# The majority rule above: a cell passes when its pass rate reaches this share.
+CLUSTER_KEYS = {"test": ("suite", "test_id"), "case": ITEM_KEY}
+DEFAULT_CLUSTER = "test"
+# The strict-majority rule above: a cell passes when its pass rate exceeds this share.
 CELL_PASS_SHARE = 0.5
 
 
@@ -40,6 +47,10 @@ class Cells:
         n_truncated: Rows cut at max_tokens.
         item_code: For each input row, its test's row in `items`.
         model_code: For each input row, its model's column.
+        n_passed: Passed scored attempts.
+        greedy: Cells whose every scored attempt ran at temperature 0 (deterministic decoding asked).
+        cluster: For each test (row of `items`), its cluster number.
+        cluster_by: "test" (clusters are (suite, test_id)) or "case" (every test its own cluster).
     """
 
     items: pd.DataFrame
@@ -53,6 +64,15 @@ class Cells:
     n_truncated: np.ndarray
     item_code: np.ndarray
     model_code: np.ndarray
+    n_passed: np.ndarray
+    greedy: np.ndarray
+    cluster: np.ndarray
+    cluster_by: str = DEFAULT_CLUSTER
+
+    @property
+    def n_clusters(self) -> int:
+        """Distinct clusters among the tests."""
+        return int(self.cluster.max()) + 1 if self.cluster.size else 0
 
     @property
     def has_data(self) -> np.ndarray:
@@ -61,8 +81,8 @@ class Cells:
 
     @property
     def passes(self) -> np.ndarray:
-        """Cell verdicts as floats: 1 pass, 0 fail, NaN no scored attempt (the majority rule)."""
-        out = np.where(self.pass_rate >= CELL_PASS_SHARE, 1.0, 0.0)
+        """Cell verdicts as floats: 1 pass, 0 fail, NaN no scored attempt (the strict-majority rule)."""
+        out = np.where(2 * self.n_passed > self.n_scored, 1.0, 0.0)
         out[~self.has_data] = np.nan
         return out
 
@@ -112,17 +132,20 @@ def item_codes(df: pd.DataFrame) -> tuple[np.ndarray, pd.DataFrame]:
     return codes, items
 
 
-def build_cells(df: pd.DataFrame) -> Cells:
+def build_cells(df: pd.DataFrame, *, cluster_by: str = DEFAULT_CLUSTER) -> Cells:
     """Aggregate results rows into the test × model grid.
 
     Args:
         df: Results rows (as from `load`), at least the columns of `load.ANALYSIS_COLUMNS`.
+        cluster_by: "test" (default: one cluster per (suite, test_id)) or "case" (one per test case).
 
     Returns:
         The grid. An empty frame gives zero tests and zero models.
     """
     import pandas as pd
 
+    if cluster_by not in CLUSTER_KEYS:
+        raise ValueError(f"cluster_by={cluster_by!r}: use one of {', '.join(CLUSTER_KEYS)}")
     item_code, items = item_codes(df)
     model_code, model_names = pd.factorize(df["model"].astype(str), sort=True)
     n_items, n_models = len(items), len(model_names)
@@ -130,6 +153,10 @@ def build_cells(df: pd.DataFrame) -> Cells:
     cell = item_code.astype("int64") * n_models + model_code
     scored, score, passed = row_scores(df)
     truncated = np.asarray(df["truncated"].fillna(False), dtype=bool) if len(df) else np.zeros(0, bool)
+    if "temperature" in df.columns:
+        greedy_row = np.asarray(pd.to_numeric(df["temperature"], errors="coerce"), dtype="float64") == 0.0
+    else:
+        greedy_row = np.zeros(len(df), bool)
 
     def grid(weights: np.ndarray | None = None) -> np.ndarray:
         return np.bincount(cell, weights=weights, minlength=size).astype("float64").reshape(n_items, n_models)
@@ -145,9 +172,13 @@ def build_cells(df: pd.DataFrame) -> Cells:
         extremes = pd.Series(score[scored]).groupby(cell[scored]).agg(["min", "max"])
         lo[extremes.index.to_numpy()] = extremes["min"].to_numpy()
         hi[extremes.index.to_numpy()] = extremes["max"].to_numpy()
+    keys = list(CLUSTER_KEYS[cluster_by])
+    cluster = items.groupby(keys, sort=True).ngroup().to_numpy() if n_items else np.zeros(0, "int64")
+    n_greedy = grid((scored & greedy_row).astype("float64"))
     return Cells(
         items=items, models=[str(m) for m in model_names], n_rows=n_rows, n_scored=n_scored,
         score=mean, pass_rate=pass_rate, score_min=lo.reshape(n_items, n_models),
         score_max=hi.reshape(n_items, n_models), n_truncated=grid(truncated.astype("float64")),
-        item_code=item_code, model_code=model_code,
+        item_code=item_code, model_code=model_code, n_passed=grid(passed),
+        greedy=(n_scored > 0) & (n_greedy == n_scored), cluster=cluster.astype("int64"), cluster_by=cluster_by,
     )

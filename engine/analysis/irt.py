@@ -32,6 +32,9 @@ MIN_TESTS = 10
 PRIOR_SD_THETA = 1.0
 PRIOR_SD_LOG_A = 0.5
 PRIOR_SD_B = 2.0
+_Z95 = 1.959963984540054
+PAIRWISE_CAVEAT = ("theta intervals place each model on the scale; overlapping or not, they are not a test between "
+                   "two models (with equal models ~14% of pairs would look different): read the paired comparisons")
 _MAX_STEP = 1.0  # Fisher steps are clipped so a far-off start cannot overshoot into overflow
 
 
@@ -45,7 +48,9 @@ class IRTResult:
             hard), a (discrimination: how sharply the pass chance rises with ability), b_se, models,
             attempts, pass_share (of scored attempts), flag ("everyone passes" / "everyone fails" when the
             prior alone sets b and a, else "").
-        models: One row per model, highest ability first: model, theta, theta_se, tests, pass_share.
+        models: One row per model, highest ability first: model, theta, theta_se, theta_lo, theta_hi (theta ±
+            1.96 se: where the model sits on the scale, not a test between models; pairwise claims come from
+            the paired comparisons), tests, pass_share.
         note: Why no fit was made, or a caveat about the fit.
         converged: Whether the largest parameter change fell below the tolerance.
         iterations: Fisher scoring rounds run.
@@ -63,7 +68,8 @@ class IRTResult:
         from engine.analysis.summary import _records
 
         return {"fitted": self.fitted, "note": self.note, "converged": self.converged,
-                "iterations": self.iterations, "models": _records(self.models), "items": _records(self.items)}
+                "iterations": self.iterations, "caveat": PAIRWISE_CAVEAT if self.fitted else "",
+                "models": _records(self.models), "items": _records(self.items)}
 
 
 def _refuse(note: str) -> IRTResult:
@@ -71,7 +77,7 @@ def _refuse(note: str) -> IRTResult:
 
     items = pd.DataFrame(columns=["suite", "test_id", "case_index", "b", "a", "b_se", "models", "attempts",
                                   "pass_share", "flag"])
-    models = pd.DataFrame(columns=["model", "theta", "theta_se", "tests", "pass_share"])
+    models = pd.DataFrame(columns=["model", "theta", "theta_se", "theta_lo", "theta_hi", "tests", "pass_share"])
     return IRTResult(fitted=False, items=items, models=models, note=f"IRT not fitted: {note}")
 
 
@@ -173,7 +179,8 @@ def fit_2pl(
     })
     names = [m for m, kept in zip(cells.models, keep_models, strict=True) if kept]
     models = pd.DataFrame({
-        "model": names, "theta": theta, "theta_se": theta_se, "tests": (n > 0).sum(axis=0),
+        "model": names, "theta": theta, "theta_se": theta_se, "theta_lo": theta - _Z95 * theta_se,
+        "theta_hi": theta + _Z95 * theta_se, "tests": (n > 0).sum(axis=0),
         "pass_share": k.sum(axis=0) / n.sum(axis=0),
     }).sort_values("theta", ascending=False, kind="stable").reset_index(drop=True)
     note = "" if converged else f"the fit did not converge in {max_iter} rounds; treat the values as rough"
@@ -204,9 +211,10 @@ def irt_sections(result: IRTResult, top: int = 10) -> list[tuple[str, list[str],
     header = ["test", "a (discrimination)", "b (difficulty) ± se", "pass share", "flag"]
     # Tests everyone passes or fails carry no information on a (the prior sets it): keep them out of the ranking.
     ranked = result.items[result.items["flag"] == ""].sort_values("a", kind="stable")
-    out = [("IRT abilities (2PL; theta mean 0, sd 1 over these models)",
-            ["model", "theta ± se", "pass share", "tests"],
-            [[str(r.model), f"{r.theta:+.2f} ± {r.theta_se:.2f}", f"{r.pass_share:.3f}", str(r.tests)]
+    out = [("IRT abilities (2PL; theta mean 0, sd 1 over these models; 95% interval, not a pairwise test)",
+            ["model", "theta [95% interval]", "se", "pass share", "tests"],
+            [[str(r.model), f"{r.theta:+.2f} [{r.theta_lo:+.2f}, {r.theta_hi:+.2f}]", f"{r.theta_se:.2f}",
+              f"{r.pass_share:.3f}", str(r.tests)]
              for r in result.models.itertuples()])]
     if 0 < len(ranked) <= 2 * top:
         out.append(("IRT tests by discrimination a (lowest first)", header, test_rows(ranked)))
@@ -224,6 +232,8 @@ def render_irt(result: IRTResult, fmt: str = "table") -> str:
         fmt: "table" or "markdown".
     """
     notes = [f"note: {result.note}"] if result.note else []
+    if result.fitted:
+        notes.append(f"note: {PAIRWISE_CAVEAT}")
     extreme = int((result.items["flag"] != "").sum())
     if extreme:
         notes.append(f"note: {extreme} test{'s' if extreme != 1 else ''} that every model passes or fails "

@@ -1,15 +1,22 @@
-"""Per-test (item) analysis: difficulty, discrimination, saturation, flakiness; suite health.
+"""Per-test (item) analysis: difficulty, discrimination from evidence, saturation, flakiness; suite health.
 
-Definitions (docs/analysis.md explains them for readers):
+Definitions (docs/analysis.md explains them for readers; "pass" is the strict-majority rule of `cells`):
 
 - difficulty: the mean over models of each model's mean score on the test (high = easy);
-- spread: max − min of the model means (needs two models);
+- spread: max − min of the model means (descriptive only; it decides nothing);
 - item_rest_r: across models, the Pearson correlation of the test's score with the model's mean on the
   *rest* of its suite (the test itself left out); needs three models with scores;
-- saturated: every model passes (majority of attempts at or above the threshold);
-- floor: no model passes - often a broken golden or evaluator rather than a hard test;
-- uninformative: neither, but the spread is below `epsilon`: every model scores about the same;
-- flaky: some model's attempts disagree (pass rate strictly between 0 and 1, or score range > epsilon).
+- p_value: the exact conditional test (`homogeneity`) of "every model has the same pass chance on this
+  test", from the pass/fail outcomes of all the models' scored attempts; q_value: its Benjamini-Hochberg
+  adjustment (Holm's with correction="holm") over the tests with two or more models whose attempts both
+  pass and fail (the others cannot be called and keep q = 1);
+- discriminating: q_value ≤ alpha (default 0.05): the models' pass rates differ beyond sampling noise, with
+  the expected share of false calls among the tests called discriminating kept at or below alpha;
+- saturated: not discriminating, and every model passes; floor: not discriminating, and no model passes;
+- uninformative: not discriminating, some models pass and some fail: no evidence the test separates them;
+- flaky: some model ran the test with temperature 0 (deterministic decoding asked) and its attempts still
+  disagree (pass and fail, or different scores): a nondeterministic server or evaluator. At temperature > 0,
+  disagreeing attempts are sampling, shown as pass counts (`mixed_models`), never as a flag.
 """
 
 from __future__ import annotations
@@ -20,14 +27,16 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from engine.analysis.cells import Cells, build_cells
-from engine.analysis.stats import rowwise_corr
+from engine.analysis.homogeneity import homogeneity_p_values
+from engine.analysis.stats import CORRECTIONS, rowwise_corr
 
 if TYPE_CHECKING:
     import pandas as pd
 
-DEFAULT_EPSILON = 0.05
+DEFAULT_ALPHA = 0.05
+DEFAULT_CORRECTION = "bh"
 
-STATUS_ORDER = ("floor", "saturated", "uninformative", "discriminating", "single-model", "no-data")
+STATUS_ORDER = ("discriminating", "uninformative", "saturated", "floor", "single-model", "no-data")
 
 
 def _rest_scores(cells: Cells) -> np.ndarray:
@@ -50,22 +59,30 @@ def _rest_scores(cells: Cells) -> np.ndarray:
     return rest
 
 
-def per_test(df: pd.DataFrame, *, epsilon: float = DEFAULT_EPSILON, cells: Cells | None = None) -> pd.DataFrame:
-    """One row per test with difficulty, discrimination, saturation and flakiness.
+def per_test(df: pd.DataFrame | None = None, *, alpha: float = DEFAULT_ALPHA, cells: Cells | None = None,
+             seed: int = 0, correction: str = DEFAULT_CORRECTION) -> pd.DataFrame:
+    """One row per test with difficulty, discrimination evidence, saturation and flakiness.
 
     Args:
-        df: Results rows (from `load`).
-        epsilon: Score differences below this are treated as no difference (uninformative spread, flaky range).
+        df: Results rows (from `load`); may be None when `cells` is given.
+        alpha: Error rate of the "discriminating" call: the false-discovery rate with correction "bh"
+            (Benjamini-Hochberg, the default), the family-wise error rate with "holm".
         cells: A grid already built from `df` (saves rebuilding it); None builds it.
+        seed: Seed of the Monte Carlo permutations used for tests with more than 400 attempts.
+        correction: "bh" or "holm": how p-values are adjusted for testing every test at once.
 
     Returns:
-        Columns: suite, test_id, case_index, tags, threshold, models, difficulty, pass_rate, spread,
-        item_rest_r, saturated, floor, uninformative, discriminating, flaky, flaky_models, truncation_share,
-        error_share, hash_changed, status, reason. Sorted by suite, test_id, case_index.
+        Columns: suite, test_id, case_index, tags, threshold, models, attempts, difficulty, pass_rate, spread,
+        item_rest_r, p_value, q_value, saturated, floor, uninformative, discriminating, flaky, flaky_models,
+        mixed_models, pass_counts, truncation_share, error_share, hash_changed, status, reason.
+        Sorted by suite, test_id, case_index.
     """
     import pandas as pd
 
-    cells = cells if cells is not None else build_cells(df)
+    if cells is None:
+        if df is None:
+            raise ValueError("per_test: give results rows or cells")
+        cells = build_cells(df)
     items = cells.items
     present = cells.has_data
     n_models = present.sum(axis=1)
@@ -78,56 +95,79 @@ def per_test(df: pd.DataFrame, *, epsilon: float = DEFAULT_EPSILON, cells: Cells
         bottom = np.nanmin(score, axis=1) if score.size else difficulty
     spread = np.where(n_models >= 2, top - bottom, np.nan)
     item_rest = rowwise_corr(score, _rest_scores(cells))
+    p_value = homogeneity_p_values(cells.n_passed, cells.n_scored, seed=seed) if len(items) else np.zeros(0)
+    if correction not in CORRECTIONS:
+        raise ValueError(f"correction={correction!r}: use one of {', '.join(CORRECTIONS)}")
+    # Tests whose every attempt passed (or failed) have p = 1 given their margins and can never be called:
+    # leaving them out of the correction (as Tarone's rule does) stops a suite full of saturated tests from
+    # diluting the evidence of the others. They keep q = 1.
+    attempts_all, passes_all = cells.n_scored.sum(axis=1), cells.n_passed.sum(axis=1)
+    varied = (passes_all > 0) & (passes_all < attempts_all)
+    q_value = CORRECTIONS[correction](np.where(varied, p_value, np.nan))
+    q_value[~varied & np.isfinite(p_value)] = 1.0
     passes = cells.passes
     any_data = n_models > 0
-    saturated = any_data & (np.nansum(passes, axis=1) == n_models)
-    floor = any_data & (np.nansum(passes, axis=1) == 0)
-    uninformative = (n_models >= 2) & ~saturated & ~floor & (spread < epsilon)
-    discriminating = (n_models >= 2) & ~saturated & ~floor & ~uninformative
-    flaky_cell = present & (((cells.pass_rate > 0) & (cells.pass_rate < 1))
-                            | ((cells.score_max - cells.score_min) > epsilon))
+    discriminating = (n_models >= 2) & (q_value <= alpha)
+    saturated = any_data & ~discriminating & (np.nansum(passes, axis=1) == n_models)
+    floor = any_data & ~discriminating & (np.nansum(passes, axis=1) == 0)
+    uninformative = (n_models >= 2) & ~discriminating & ~saturated & ~floor
+    mixed = present & (((cells.n_passed > 0) & (cells.n_passed < cells.n_scored))
+                       | ((cells.score_max - cells.score_min) > 1e-9))
+    flaky_cell = mixed & cells.greedy
     flaky = flaky_cell.any(axis=1)
     model_names = np.array(cells.models, dtype=object)
+    counts = [[f"{m} {int(x)}/{int(n)}" for m, x, n, ok in zip(model_names, xs, ns, row, strict=True) if ok]
+              for xs, ns, row in zip(cells.n_passed, cells.n_scored, present, strict=True)]
     flaky_models = [", ".join(model_names[row]) for row in flaky_cell]
+    mixed_models = [", ".join(c for c, hit in zip(cs, row[ok], strict=True) if hit)
+                    for cs, row, ok in zip(counts, mixed, present, strict=True)]
     rows_total = cells.n_rows.sum(axis=1)
     with np.errstate(invalid="ignore", divide="ignore"):
         truncation = cells.n_truncated.sum(axis=1) / rows_total
         errors = (cells.n_rows - cells.n_scored).sum(axis=1) / rows_total
 
     status = np.select(
-        [~any_data, floor, saturated, n_models < 2, uninformative],
-        ["no-data", "floor", "saturated", "single-model", "uninformative"], "discriminating")
+        [~any_data, discriminating, saturated, floor, n_models < 2],
+        ["no-data", "discriminating", "saturated", "floor", "single-model"], "uninformative")
+    attempts = cells.n_scored.sum(axis=1).astype("int64")
     reason = [
-        _reason(str(s), int(m), d, sp, pr, epsilon)
-        for s, m, d, sp, pr in zip(status, n_models, difficulty, spread, pass_rate, strict=True)
+        _reason(str(s), int(m), d, pr, p, q, alpha, int(a))
+        for s, m, d, pr, p, q, a in zip(status, n_models, difficulty, pass_rate, p_value, q_value, attempts,
+                                        strict=True)
     ]
-    out = pd.DataFrame({
+    return pd.DataFrame({
         "suite": items["suite"], "test_id": items["test_id"], "case_index": items["case_index"],
-        "tags": items["tags"], "threshold": items["threshold"], "models": n_models,
+        "tags": items["tags"], "threshold": items["threshold"], "models": n_models, "attempts": attempts,
         "difficulty": difficulty, "pass_rate": pass_rate, "spread": spread, "item_rest_r": item_rest,
+        "p_value": p_value, "q_value": q_value,
         "saturated": saturated, "floor": floor, "uninformative": uninformative,
         "discriminating": discriminating, "flaky": flaky, "flaky_models": flaky_models,
+        "mixed_models": mixed_models, "pass_counts": ["; ".join(c) for c in counts],
         "truncation_share": truncation, "error_share": errors, "hash_changed": items["hashes"].to_numpy() > 1,
         "status": status, "reason": reason,
     })
-    return out
 
 
-def _reason(status: str, n_models: int, difficulty: float, spread: float, pass_rate: float, epsilon: float) -> str:
+def _reason(status: str, n_models: int, difficulty: float, pass_rate: float, p_value: float, q_value: float,
+            alpha: float, attempts: int) -> str:
     """One line saying why a test got its status, for tables and the report."""
+    models = f"{n_models} model{'s' if n_models != 1 else ''}"
+    evidence = "" if np.isnan(p_value) else f" (exact test p = {p_value:.3g}, adjusted q = {q_value:.3g})"
     if status == "no-data":
         return "no scored attempt: every row is an error"
+    if status == "discriminating":
+        return (f"pass rates differ between models beyond sampling noise{evidence}; "
+                f"mean pass rate {pass_rate:.2f} over {attempts} attempts")
     if status == "floor":
-        return (f"no model passes ({n_models} model{'s' if n_models != 1 else ''}, mean score {difficulty:.2f}): "
+        return (f"no model passes ({models}, mean score {difficulty:.2f}){evidence}: "
                 f"check the golden and the evaluator before calling it hard")
     if status == "saturated":
-        return (f"every model passes ({n_models} model{'s' if n_models != 1 else ''}, mean score {difficulty:.2f}): "
+        return (f"every model passes ({models}, mean score {difficulty:.2f}){evidence}: "
                 f"it cannot tell these models apart; drop it or make it harder")
     if status == "single-model":
         return "one model only: discrimination needs two or more models"
-    if status == "uninformative":
-        return f"models score within {spread:.3f} of each other (< {epsilon:g}): it does not separate them"
-    return f"spread {spread:.2f} between models, mean pass rate {pass_rate:.2f}"
+    return (f"no evidence the models' pass rates differ{evidence} with {attempts} attempts over {models}"
+            + ("; one attempt per model cannot show a difference on a single test" if attempts <= n_models else ""))
 
 
 def suite_health(tests: pd.DataFrame, by: str = "suite") -> pd.DataFrame:

@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 
 
 def junit_xml(df: pd.DataFrame, *, cells: Cells | None = None) -> str:
-    """JUnit XML text: a test × model that fails (majority of attempts) is a <failure>; one whose
+    """JUnit XML text: a test × model that fails (no strict majority of passed attempts) is a <failure>; one whose
     every attempt errored is an <error>.
 
     Args:

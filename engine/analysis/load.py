@@ -23,8 +23,12 @@ if TYPE_CHECKING:
 ANALYSIS_COLUMNS: tuple[str, ...] = (
     "run_id", "model", "fallback", "suite", "test_id", "test_hash", "case_index", "attempt", "tags",
     "prompt_tokens", "completion_tokens", "latency_s", "ttft_visible_s", "truncated", "cost",
-    "score", "passed", "threshold", "error_kind",
+    "score", "passed", "threshold", "error_kind", "temperature",
 )
+
+
+# df.attrs key where `load` records the fallback rows per model (dropped, or kept with include_fallback).
+FALLBACK_ATTR = "fallback_rows"
 
 
 class ResultsError(EngineError):
@@ -108,17 +112,23 @@ def load(
 
     Returns:
         A DataFrame holding every column of the results schema (absent ones as nulls) and any extra
-        columns later engine versions wrote.
+        columns later engine versions wrote. `df.attrs["fallback_rows"]` records
+        {"included": bool, "rows": {model: fallback rows}} so the analysis can say what was left out.
 
     Raises:
         ResultsError: Paths missing, no Parquet found, or files whose column types cannot be unified.
     """
-    table = read_table(paths, columns=columns)
-    if not include_fallback:
-        import pyarrow.compute as pc
+    import pyarrow.compute as pc
 
-        table = table.filter(pc.invert(pc.fill_null(table["fallback"], False)))
-    return table.to_pandas()
+    table = read_table(paths, columns=columns)
+    is_fallback = pc.fill_null(table["fallback"], False)
+    counts = {str(r["values"]): int(r["counts"])
+              for r in pc.value_counts(table.filter(is_fallback)["model"]).to_pylist() if r["values"] is not None}
+    if not include_fallback:
+        table = table.filter(pc.invert(is_fallback))
+    df = table.to_pandas()
+    df.attrs[FALLBACK_ATTR] = {"included": include_fallback, "rows": counts}
+    return df
 
 
 def read_table(

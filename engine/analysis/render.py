@@ -7,13 +7,13 @@ import json
 import math
 from typing import TYPE_CHECKING, Any
 
-from engine.analysis.summary import Analysis
+from engine.analysis.summary import Analysis, json_safe
 
 if TYPE_CHECKING:
     import pandas as pd
 
 FORMATS = ("table", "markdown", "json", "csv")
-TABLES = ("models", "tests", "suites", "tags", "comparisons")
+TABLES = ("models", "tests", "suites", "tags", "passk", "comparisons")
 TOP_N = 10
 
 
@@ -26,9 +26,13 @@ def _num(value: Any, digits: int = 3) -> str:
 
 
 def _ci(mean: float, lo: float, hi: float) -> str:
-    if isinstance(mean, float) and math.isnan(mean):
+    if mean is None or (isinstance(mean, float) and math.isnan(mean)):
         return "-"
     return f"{mean:.3f} [{_num(lo)}, {_num(hi)}]"
+
+
+def _pct(value: float) -> str:
+    return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.1%}"
 
 
 def _test_name(row: pd.Series) -> str:
@@ -43,44 +47,65 @@ def sections(analysis: Analysis) -> list[Section]:
     """The views people read, in order: (title, header, rows of text cells)."""
     out: list[Section] = []
     models = analysis.models
-    out.append(("Models (mean over tests; 95% CI by bootstrap over tests)",
-                ["model", "tests", "score [CI]", "pass rate [CI]", "errors", "truncated", "p50 latency s",
-                 "tokens out", "notes"],
-                [[str(r.model), str(r.tests), _ci(r.mean_score, r.score_lo, r.score_hi),
-                  _ci(r.pass_rate, r.pass_lo, r.pass_hi), f"{r.error_rate:.1%}", f"{r.truncation_rate:.1%}",
+    out.append((f"Models (mean over tests; {analysis.interval_method})",
+                ["model", "tests", "clusters", "score [CI]", "pass rate [CI]", "errors", "truncated",
+                 "p50 latency s", "tokens out", "notes"],
+                [[str(r.model), str(r.tests), str(r.clusters), _ci(r.mean_score, r.score_lo, r.score_hi),
+                  _ci(r.pass_rate, r.pass_lo, r.pass_hi), _pct(r.error_rate), _pct(r.truncation_rate),
                   _num(r.latency_p50, 2), _num(r.completion_tokens, 1), str(r.notes)]
                  for r in models.itertuples()]))
+    passk = analysis.passk
+    if passk is not None and len(passk) and int(passk["k"].max()) > 1:
+        out.append((f"pass@k (at least one of k attempts passes; Chen et al. 2021) and pass^k (all k pass; "
+                    f"τ-bench), unbiased from n attempts, mean over tests [{analysis.level:.0%} CI]",
+                    ["model", "suite", "k", "tests", "pass@k [CI]", "pass^k [CI]", "left out (< k attempts)"],
+                    [[str(r.model), str(r.suite), str(r.k), str(r.tests),
+                      _ci(r.pass_at_k, r.pass_at_k_lo, r.pass_at_k_hi),
+                      _ci(r.pass_hat_k, r.pass_hat_k_lo, r.pass_hat_k_hi), str(r.cells_short)]
+                     for r in passk.itertuples()]))
     if analysis.comparisons:
-        out.append(("Paired comparisons (best model against each other)",
-                    ["A", "B", "tests", "win/tie/loss", "only A / only B pass", "McNemar p", "verdict"],
-                    [[c.model_a, c.model_b, str(c.tests), f"{c.wins}/{c.ties}/{c.losses}", f"{c.only_a}/{c.only_b}",
-                      _num(c.mcnemar_p, 4), c.verdict] for c in analysis.comparisons]))
+        out.append(("Paired comparisons (best model against each other; a verdict needs the paired interval and "
+                    "McNemar to agree)",
+                    ["A", "B", "tests (clusters)", "win/tie/loss", "only A / only B pass", "McNemar p", "verdict"],
+                    [[c.model_a, c.model_b, f"{c.tests} ({c.clusters})", f"{c.wins}/{c.ties}/{c.losses}",
+                      f"{c.only_a}/{c.only_b}", _num(c.mcnemar_p, 4), c.verdict] for c in analysis.comparisons]))
     tests = analysis.tests
-    ranked = tests[tests["spread"].notna()].sort_values(["spread", "item_rest_r"], ascending=False, kind="stable")
-    header = ["test", "difficulty", "spread", "item-rest r", "status"]
+    header = ["test", "difficulty", "item-rest r", "exact p", "adjusted q", "pass counts"]
 
     def rows(frame: pd.DataFrame) -> list[list[str]]:
-        return [[_test_name(r), _num(r["difficulty"]), _num(r["spread"]), _num(r["item_rest_r"]), str(r["status"])]
-                for _, r in frame.iterrows()]
+        return [[_test_name(r), _num(r["difficulty"]), _num(r["item_rest_r"]), _num(r["p_value"], 4),
+                 _num(r["q_value"], 4), str(r["pass_counts"])] for _, r in frame.iterrows()]
 
-    if 0 < len(ranked) <= 2 * TOP_N:
-        out.append(("Tests by discrimination (spread of model means, most first)", header, rows(ranked)))
-    elif len(ranked):
-        out.append((f"Most discriminating tests (top {TOP_N})", header, rows(ranked.head(TOP_N))))
-        out.append((f"Least discriminating tests (bottom {TOP_N})", header,
-                    rows(ranked.tail(TOP_N).iloc[::-1])))
-    for status, title in (("saturated", "Saturated tests: every model passes (drop or harden)"),
-                          ("floor", "Floor tests: no model passes (check golden and evaluator)"),
-                          ("uninformative", "Uninformative tests: models score the same")):
+    chosen = tests[tests["status"] == "discriminating"].sort_values(
+        ["item_rest_r", "q_value"], ascending=[False, True], na_position="last", kind="stable")
+    rule = "BH q" if analysis.correction == "bh" else "Holm-adjusted p"
+    title = (f"Discriminating tests: pass rates differ between models beyond sampling noise ({rule} ≤ "
+             f"{analysis.alpha:g}), ranked by item-rest r")
+    if len(chosen):
+        shown = chosen if len(chosen) <= 2 * TOP_N else chosen.head(TOP_N)
+        out.append((f"{title} - {len(chosen)} of {len(tests)}" + (f", top {TOP_N}" if len(shown) < len(chosen)
+                                                                   else ""), header, rows(shown)))
+    for status, title in (("uninformative", "Uninformative tests: no evidence the models' pass rates differ"),
+                          ("saturated", "Saturated tests: every model passes (drop or harden)"),
+                          ("floor", "Floor tests: no model passes (check golden and evaluator)")):
         chosen = tests[tests["status"] == status]
         if len(chosen):
-            out.append((f"{title} - {len(chosen)} of {len(tests)}", ["test", "difficulty", "why"],
-                        [[_test_name(r), _num(r["difficulty"]), str(r["reason"])] for _, r in chosen.iterrows()]))
+            shown = chosen if len(chosen) <= 2 * TOP_N else chosen.head(2 * TOP_N)
+            more = f", first {len(shown)}" if len(shown) < len(chosen) else ""
+            out.append((f"{title} - {len(chosen)} of {len(tests)}{more}", ["test", "difficulty", "why"],
+                        [[_test_name(r), _num(r["difficulty"]), str(r["reason"])] for _, r in shown.iterrows()]))
     flaky = tests[tests["flaky"]]
     if len(flaky):
-        out.append((f"Flaky tests: attempts of one model disagree - {len(flaky)} of {len(tests)}",
-                    ["test", "models", "difficulty"],
-                    [[_test_name(r), str(r["flaky_models"]), _num(r["difficulty"])] for _, r in flaky.iterrows()]))
+        out.append((f"Flaky tests: attempts at temperature 0 disagree (nondeterministic server or evaluator) - "
+                    f"{len(flaky)} of {len(tests)}", ["test", "models", "pass counts"],
+                    [[_test_name(r), str(r["flaky_models"]), str(r["pass_counts"])] for _, r in flaky.iterrows()]))
+    mixed = tests[(tests["mixed_models"] != "") & ~tests["flaky"]]
+    if len(mixed):
+        shown = mixed.head(TOP_N)
+        out.append((f"Attempts that disagree at temperature > 0 (sampling, not a flag) - {len(mixed)} of "
+                    f"{len(tests)}" + (f", first {TOP_N}" if len(mixed) > TOP_N else ""),
+                    ["test", "passes / attempts of the models that disagree"],
+                    [[_test_name(r), str(r["mixed_models"])] for _, r in shown.iterrows()]))
     out.append(("Suite health (share of tests; health = share discriminating)",
                 ["suite", "tests", "saturated", "floor", "uninformative", "discriminating", "flaky", "health"],
                 [[str(r["suite"]), str(r["tests"])] + [f"{r[c]:.0%}" for c in
@@ -139,8 +164,13 @@ def render_markdown(analysis: Analysis) -> str:
 
 
 def render_json(analysis: Analysis) -> str:
-    """Every table as JSON records."""
-    return json.dumps(analysis.to_dict(), indent=2, ensure_ascii=False, default=str) + "\n"
+    """Every table as JSON records (strict JSON: null, never NaN)."""
+    return dumps_json(analysis.to_dict())
+
+
+def dumps_json(payload: Any) -> str:
+    """Strict JSON text of a payload: numpy values made plain, NaN and infinities as null."""
+    return json.dumps(json_safe(payload), indent=2, ensure_ascii=False, allow_nan=False, default=str) + "\n"
 
 
 def render_csv(analysis: Analysis, table: str = "tests") -> str:
@@ -156,6 +186,8 @@ def render_csv(analysis: Analysis, table: str = "tests") -> str:
         raise ValueError(f"--table {table}: choose one of {', '.join(TABLES)}")
     if table == "comparisons":
         frame = pd.DataFrame([c.to_dict() for c in analysis.comparisons])
+    elif table == "passk":
+        frame = analysis.passk if analysis.passk is not None else pd.DataFrame()
     else:
         frame = getattr(analysis, table).copy()
         if "tags" in frame.columns:

@@ -18,9 +18,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from engine.analysis.cells import build_cells
+from engine.analysis.cells import DEFAULT_CLUSTER, build_cells
+from engine.analysis.items import DEFAULT_ALPHA, DEFAULT_CORRECTION
 from engine.analysis.report_assets import CSS, JS
-from engine.analysis.summary import analyze
+from engine.analysis.summary import analyze, json_safe
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -103,19 +104,21 @@ def _drilldown(df: pd.DataFrame, item_code: np.ndarray, model_code: np.ndarray, 
     return out
 
 
-def build_payload(df: pd.DataFrame, *, epsilon: float = 0.05, resamples: int = 1000,
-                  sources: Sequence[str] = (), max_tests: int = MAX_HEATMAP_TESTS) -> dict[str, Any]:
-    """Everything the page draws, as JSON-ready data.
+def build_payload(df: pd.DataFrame, *, alpha: float = DEFAULT_ALPHA, cluster_by: str = DEFAULT_CLUSTER,
+                  sources: Sequence[str] = (), max_tests: int = MAX_HEATMAP_TESTS,
+                  correction: str = DEFAULT_CORRECTION) -> dict[str, Any]:
+    """Everything the page draws, as strict-JSON-ready data (NaN as None).
 
     Args:
         df: Results rows with the text columns (prompt, answer, evaluators) for the drill-down.
-        epsilon: See `per_test`.
-        resamples: Bootstrap resamples for the model CIs.
+        alpha: False-discovery rate of the "discriminating" call (see `per_test`).
+        cluster_by: "test" or "case" (see `build_cells`).
         sources: The paths the results came from (shown in the header).
         max_tests: Most tests drawn in the heatmap and drill-down (flagged tests first among the rest).
+        correction: "bh" or "holm" (see `per_test`).
     """
-    analysis = analyze(df, epsilon=epsilon, resamples=resamples)
-    cells = build_cells(df)
+    analysis = analyze(df, alpha=alpha, cluster_by=cluster_by, correction=correction)
+    cells = build_cells(df, cluster_by=cluster_by)
     tests = analysis.tests
     shown = _shown_tests(tests, max_tests)
     # Columns in ranking order (best model first), as in the model table.
@@ -127,21 +130,24 @@ def build_payload(df: pd.DataFrame, *, epsilon: float = 0.05, resamples: int = 1
         record["index"] = i
         record["scores"] = [_clean(float(v)) for v in score[i]] if i < len(score) else []
         test_records.append(record)
-    return {
+    as_dict = analysis.to_dict()
+    return json_safe({
         "title": "Evaluation report",
+        "interval": analysis.interval_method,
         "generated": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "sources": list(sources),
         "runs": sorted({str(r) for r in df["run_id"].dropna().unique()}) if "run_id" in df else [],
         "rows": len(df),
         "notes": analysis.notes,
         "model_names": [cells.models[j] for j in ranked],
-        "models": analysis.to_dict()["models"],
-        "comparisons": [c.to_dict() for c in analysis.comparisons],
-        "suites": analysis.to_dict()["suites"],
+        "models": as_dict["models"],
+        "comparisons": as_dict["comparisons"],
+        "passk": as_dict["passk"],
+        "suites": as_dict["suites"],
         "tests": test_records,
         "shown": [int(i) for i in shown],
         "drill": _drilldown(df, cells.item_code, cells.model_code, shown, cells.models),
-    }
+    })
 
 
 def render_html(payload: dict[str, Any]) -> str:
@@ -161,12 +167,16 @@ def render_html(payload: dict[str, Any]) -> str:
 <body>
 <header><h1>{title}</h1><p id="meta"></p><ul id="notes"></ul></header>
 <main>
-<section><h2>Models</h2><p class="hint">Mean score over tests; bars show the 95% CI from a bootstrap over tests.</p>
-<div id="models"></div><div id="comparisons"></div></section>
+<section><h2>Models</h2><p class="hint" id="interval"></p>
+<div id="models"></div><div id="comparisons"></div>
+<h3>pass@k and pass^k</h3><p class="hint">pass@k: chance at least one of k attempts passes (Chen et al. 2021);
+pass^k: chance all k pass (τ-bench). Unbiased from the n attempts of each test, k ≤ n.</p>
+<div id="passk"></div></section>
 <section><h2>Scores: tests × models</h2><p class="hint">Click a cell or a test to see the prompt, the answers and
 why each evaluator decided as it did.</p><div id="heatmap"></div></section>
 <section><h2>Discrimination vs difficulty</h2><p class="hint">x: difficulty (mean score; right = easy);
-y: spread between models. Tests on the floor or the ceiling with no spread tell the models apart least.</p>
+y: item-rest r (how well the test ranks models as the rest of its suite does); colour: status, where
+"discriminating" means the models' pass rates differ beyond sampling noise.</p>
 <div id="scatter"></div></section>
 <section><h2>Tests to look at</h2><div id="lists"></div></section>
 <section><h2>Suite health</h2><div id="suites"></div></section>
@@ -178,19 +188,21 @@ y: spread between models. Tests on the floor or the ceiling with no spread tell 
 """
 
 
-def write_report(df: pd.DataFrame, path: str | Path, *, epsilon: float = 0.05, resamples: int = 1000,
-                 sources: Sequence[str] = ()) -> Path:
+def write_report(df: pd.DataFrame, path: str | Path, *, alpha: float = DEFAULT_ALPHA,
+                 cluster_by: str = DEFAULT_CLUSTER, sources: Sequence[str] = (),
+                 correction: str = DEFAULT_CORRECTION) -> Path:
     """Write the self-contained HTML report.
 
     Args:
         df: Results rows (load them with all columns so the drill-down has prompts and answers).
         path: The .html file to write (parent folders created).
-        epsilon: See `per_test`.
-        resamples: Bootstrap resamples.
+        alpha: False-discovery rate of the "discriminating" call.
+        cluster_by: "test" or "case".
         sources: The paths the results came from.
+        correction: "bh" or "holm" (see `per_test`).
     """
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
-    payload = build_payload(df, epsilon=epsilon, resamples=resamples, sources=sources)
+    payload = build_payload(df, alpha=alpha, cluster_by=cluster_by, sources=sources, correction=correction)
     target.write_text(render_html(payload), encoding="utf-8")
     return target

@@ -96,18 +96,28 @@ JS = r"""
   }
   var modelRows = data.models.map(function (m) {
     var bar = el("span", { "class": "ci" }); bar.appendChild(ciBar(m.mean_score, m.score_lo, m.score_hi));
-    return [m.model, m.tests, fmt(m.mean_score) + " [" + fmt(m.score_lo) + ", " + fmt(m.score_hi) + "]", bar,
+    return [m.model, m.tests, m.clusters === null ? "-" : m.clusters,
+            fmt(m.mean_score) + " [" + fmt(m.score_lo) + ", " + fmt(m.score_hi) + "]", bar,
             fmt(m.pass_rate) + " [" + fmt(m.pass_lo) + ", " + fmt(m.pass_hi) + "]", pct(m.error_rate),
             pct(m.truncation_rate), fmt(m.latency_p50, 2), m.completion_tokens === null ? "-" : fmt(m.completion_tokens, 1),
             m.cost === null ? "-" : fmt(m.cost, 4), m.notes];
   });
-  document.getElementById("models").appendChild(table(["model", "tests", "score [95% CI]", "", "pass rate [95% CI]",
+  document.getElementById("interval").textContent = "Mean over tests; intervals: " + data.interval + ".";
+  document.getElementById("models").appendChild(table(["model", "tests", "clusters", "score [CI]", "", "pass rate [CI]",
       "errors", "truncated", "p50 latency s", "tokens out", "cost", "notes"], modelRows));
   if (data.comparisons.length) {
-    document.getElementById("comparisons").appendChild(table(["A", "B", "tests", "win / tie / loss",
+    document.getElementById("comparisons").appendChild(table(["A", "B", "tests (clusters)", "win / tie / loss",
         "only A / only B pass", "McNemar p", "verdict"], data.comparisons.map(function (c) {
-      return [c.model_a, c.model_b, c.tests, c.wins + " / " + c.ties + " / " + c.losses, c.only_a + " / " + c.only_b,
+      return [c.model_a, c.model_b, c.tests + " (" + c.clusters + ")", c.wins + " / " + c.ties + " / " + c.losses, c.only_a + " / " + c.only_b,
               fmt(c.mcnemar_p, 4), c.verdict];
+    })));
+  }
+
+  if (data.passk.length) {
+    document.getElementById("passk").appendChild(table(["model", "suite", "k", "tests", "pass@k [CI]", "pass^k [CI]",
+        "left out (< k attempts)"], data.passk.map(function (r) {
+      return [r.model, r.suite, r.k, r.tests, fmt(r.pass_at_k) + " [" + fmt(r.pass_at_k_lo) + ", " + fmt(r.pass_at_k_hi) + "]",
+              fmt(r.pass_hat_k) + " [" + fmt(r.pass_hat_k_lo) + ", " + fmt(r.pass_hat_k_hi) + "]", r.cells_short];
     })));
   }
 
@@ -143,7 +153,7 @@ JS = r"""
     box.appendChild(s);
   })();
 
-  // Scatter: difficulty (x) vs spread (y)
+  // Scatter: difficulty (x) vs item-rest r (y, -1 at the bottom to 1 at the top)
   (function () {
     var w = 640, h = 360, pad = 44;
     var s = svg("svg", { id: "scatter-svg", width: w, height: h });
@@ -151,20 +161,20 @@ JS = r"""
     [0, 0.25, 0.5, 0.75, 1].forEach(function (v) {
       var x = pad + v * (w - pad - 10), y = 10 + (1 - v) * (h - pad - 10);
       s.appendChild(svg("text", { x: x, y: h - pad + 16, "text-anchor": "middle", "font-size": 11 }, v));
-      s.appendChild(svg("text", { x: pad - 6, y: y + 4, "text-anchor": "end", "font-size": 11 }, v));
+      s.appendChild(svg("text", { x: pad - 6, y: y + 4, "text-anchor": "end", "font-size": 11 }, 2 * v - 1));
     });
     s.appendChild(svg("text", { x: w / 2, y: h - 6, "text-anchor": "middle", "font-size": 12 }, "difficulty (mean score)"));
     s.appendChild(svg("text", { x: 12, y: h / 2, transform: "rotate(-90 12 " + h / 2 + ")", "text-anchor": "middle",
-                                "font-size": 12 }, "spread between models"));
+                                "font-size": 12 }, "item-rest r"));
     var palette = { floor: "#c0392b", saturated: "#27ae60", uninformative: "#b7950b", discriminating: "#2458a6" };
     data.tests.forEach(function (t) {
       if (t.difficulty === null) { return; }
-      var spread = t.spread === null ? 0 : t.spread;
+      var r = t.item_rest_r === null ? 0 : t.item_rest_r;
       var dot = svg("circle", { "class": "dot", cx: pad + t.difficulty * (w - pad - 10), r: 4,
-                                cy: 10 + (1 - spread) * (h - pad - 10), fill: palette[t.status] || "#7f8c8d",
+                                cy: 10 + (1 - (r + 1) / 2) * (h - pad - 10), fill: palette[t.status] || "#7f8c8d",
                                 "data-test": t.index });
       dot.appendChild(svg("title", {}, testName(t) + " (" + t.status + "): difficulty " + fmt(t.difficulty) +
-                                       ", spread " + fmt(t.spread)));
+                                       ", item-rest r " + fmt(t.item_rest_r) + ", BH q " + fmt(t.q_value, 4)));
       dot.addEventListener("click", function () { showTest(t.index); });
       s.appendChild(dot);
     });
@@ -176,15 +186,15 @@ JS = r"""
     var box = el("div", { "class": "lists" });
     [["floor", "Floor: no model passes - check the golden and the evaluator"],
      ["saturated", "Saturated: every model passes - drop or make harder"],
-     ["uninformative", "Uninformative: every model scores the same"],
-     ["flaky", "Flaky: attempts of one model disagree"]].forEach(function (pair) {
+     ["uninformative", "Uninformative: no evidence the models' pass rates differ"],
+     ["flaky", "Flaky: attempts at temperature 0 disagree"]].forEach(function (pair) {
       var chosen = data.tests.filter(function (t) { return pair[0] === "flaky" ? t.flaky : t.status === pair[0]; });
       var div = el("div", { id: "list-" + pair[0] });
       div.appendChild(el("h3", null, pair[1] + " (" + chosen.length + ")"));
       var ul = el("ul");
       chosen.slice(0, 200).forEach(function (t) {
         var li = el("li"); li.appendChild(testLink(t));
-        li.appendChild(document.createTextNode(" - " + (pair[0] === "flaky" ? "models: " + t.flaky_models : t.reason)));
+        li.appendChild(document.createTextNode(" - " + (pair[0] === "flaky" ? "models: " + t.flaky_models + " (" + t.pass_counts + ")" : t.reason)));
         ul.appendChild(li);
       });
       div.appendChild(ul);
@@ -206,8 +216,8 @@ JS = r"""
     box.appendChild(el("h3", { id: "drill-title" }, testName(t)));
     var status = el("p");
     status.appendChild(el("span", { "class": "status " + t.status }, t.status));
-    status.appendChild(document.createTextNode(" " + t.reason + " · difficulty " + fmt(t.difficulty) + " · spread " +
-        fmt(t.spread) + " · item-rest r " + fmt(t.item_rest_r) + (t.flaky ? " · flaky: " + t.flaky_models : "")));
+    status.appendChild(document.createTextNode(" " + t.reason + " · difficulty " + fmt(t.difficulty) + " · item-rest r " +
+        fmt(t.item_rest_r) + " · passes: " + t.pass_counts + (t.flaky ? " · flaky: " + t.flaky_models : "")));
     box.appendChild(status);
     var attempts = data.drill[String(index)] || [];
     if (!attempts.length) { box.appendChild(el("p", { "class": "hint" }, "No stored attempt for this test.")); }
@@ -236,9 +246,11 @@ JS = r"""
     });
   }
   window.showTest = showTest;
-  // Open on the test most worth a look: a floor test, else the most discriminating one.
+  // Open on the test most worth a look: a floor test, else the discriminating one with the highest item-rest r.
   var first = data.tests.filter(function (t) { return t.status === "floor"; })[0] ||
-      data.tests.slice().sort(function (a, b) { return (b.spread || 0) - (a.spread || 0); })[0];
+      data.tests.filter(function (t) { return t.status === "discriminating"; }).sort(function (a, b) {
+        return (b.item_rest_r === null ? -2 : b.item_rest_r) - (a.item_rest_r === null ? -2 : a.item_rest_r); })[0] ||
+      data.tests[0];
   if (first) { showTest(first.index); }
   document.body.setAttribute("data-rendered", "yes");
 })();

@@ -1,12 +1,16 @@
-"""Statistics with numpy only: clustered bootstrap, McNemar's exact test, row-wise correlation.
+"""Statistics with numpy only: cluster-robust t-intervals, Student's t quantile, McNemar's exact test,
+Benjamini-Hochberg, row-wise correlation, and the clustered bootstrap.
 
-Repeats of a test are not independent draws, so every bootstrap here resamples *tests* (clusters),
-never rows: a model's attempts at one test move together.
+Repeats and cases of a test are not independent draws, so every interval here is computed from *cluster*
+totals (by default one cluster per (suite, test_id)), never from rows: a model's attempts at one test, and
+the cases of one templated test, move together.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -156,3 +160,198 @@ def rowwise_corr(x: np.ndarray, y: np.ndarray, min_count: int = 3) -> np.ndarray
         r = sxy / np.sqrt(sxx * syy)
     r[(n < min_count) | (sxx <= 1e-12) | (syy <= 1e-12)] = np.nan
     return np.clip(r, -1.0, 1.0)
+
+
+@lru_cache(maxsize=256)
+def t_quantile(prob: float, df: int) -> float:
+    """Quantile of Student's t with an integer number of degrees of freedom (no scipy at run time).
+
+    The CDF has a closed form for integer df (Abramowitz & Stegun 26.7.3-4, a finite series in cos θ with
+    θ = atan(t / √df)); the quantile is found by bisection to ~1e-13. Above 10,000 df the normal quantile
+    is used (they agree to ~1e-4). Checked against scipy.stats.t.ppf in tests/analysis/test_stats.py.
+
+    Args:
+        prob: Lower-tail probability in (0, 1).
+        df: Degrees of freedom, at least 1.
+
+    Raises:
+        ValueError: prob outside (0, 1) or df below 1.
+    """
+    from statistics import NormalDist
+
+    if not 0.0 < prob < 1.0 or df < 1:
+        raise ValueError(f"t_quantile({prob}, {df}): need 0 < prob < 1 and df >= 1")
+    if df > 10_000:
+        return NormalDist().inv_cdf(prob)
+    if prob < 0.5:
+        return -t_quantile(1.0 - prob, df)
+    target = 2.0 * prob - 1.0  # P(|T| <= t)
+    lo, hi = 0.0, 1.0
+    while _t_central(hi, df) < target:
+        hi *= 2.0
+    for _ in range(200):
+        mid = 0.5 * (lo + hi)
+        if _t_central(mid, df) < target:
+            lo = mid
+        else:
+            hi = mid
+        if hi - lo <= 1e-13 * max(1.0, hi):
+            break
+    return 0.5 * (lo + hi)
+
+
+def _t_central(t: float, df: int) -> float:
+    """P(|T| <= t) for Student's t with integer df (A&S 26.7.3-4)."""
+    theta = math.atan(t / math.sqrt(df))
+    c2, s = math.cos(theta) ** 2, math.sin(theta)
+    if df % 2:
+        term, total = math.cos(theta), 0.0
+        for j in range(1, (df - 1) // 2 + 1):
+            total += term
+            term *= c2 * (2 * j) / (2 * j + 1)
+        return (2.0 / math.pi) * (theta + s * total) if df > 1 else (2.0 / math.pi) * theta
+    term, total = 1.0, 0.0
+    for j in range(1, df // 2 + 1):
+        total += term
+        term *= c2 * (2 * j - 1) / (2 * j)
+    return s * total
+
+
+@dataclass(frozen=True)
+class ClusterInterval:
+    """Per-column means over items with t-intervals whose standard error is computed from cluster totals.
+
+    Args:
+        mean: Mean over present items (NaN when a column has none).
+        lo: Lower bound (NaN below two clusters).
+        hi: Upper bound.
+        se: Cluster-robust standard error.
+        clusters: Clusters with at least one present item.
+        items: Present items.
+    """
+
+    mean: np.ndarray
+    lo: np.ndarray
+    hi: np.ndarray
+    se: np.ndarray
+    clusters: np.ndarray
+    items: np.ndarray
+
+
+def cluster_t_interval(
+    values: np.ndarray,
+    clusters: np.ndarray,
+    *,
+    level: float = DEFAULT_LEVEL,
+    bounds: tuple[float, float] | None = None,
+) -> ClusterInterval:
+    """Mean of each column over its present items, with a cluster-robust t-interval.
+
+    The mean is a ratio (sum over clusters of item values / number of items), so its standard error is
+    the linearised one survey statistics uses for cluster samples: with cluster totals y_c, sizes m_c,
+    G clusters and mean r, se² = G / (G − 1) · Σ (y_c − r·m_c)² / (Σ m_c)². With equal cluster sizes this is
+    exactly the one-sample t-interval over cluster means; the interval is mean ± t(G − 1) · se. Items of one
+    cluster (the cases of one templated test, say) share whatever makes them easy or hard, so treating them
+    as independent would give intervals that are too narrow.
+
+    When `bounds` is given and every cluster sits at one bound (a model passes every test), the t-interval
+    would have zero width; the exact binomial (Clopper-Pearson) interval over clusters is used instead:
+    [(α/2)^(1/G), 1] at the upper bound, and its mirror at the lower one.
+
+    Args:
+        values: (n_items,) or (n_items × n_columns); NaN marks an item a column has no value for.
+        clusters: (n_items,) integer cluster code of each item.
+        level: Coverage, e.g. 0.95.
+        bounds: The values' natural range, e.g. (0, 1); intervals are clipped to it.
+
+    Returns:
+        Arrays of length n_columns.
+    """
+    values = np.asarray(values, dtype="float64")
+    if values.ndim == 1:
+        values = values[:, None]
+    codes = np.asarray(clusters, dtype="int64")
+    n_clusters = int(codes.max()) + 1 if codes.size else 0
+    k = values.shape[1]
+    present = ~np.isnan(values)
+    totals = np.zeros((n_clusters, k))
+    sizes = np.zeros((n_clusters, k))
+    np.add.at(totals, codes, np.where(present, values, 0.0))
+    np.add.at(sizes, codes, present.astype("float64"))
+    items = sizes.sum(axis=0)
+    g = (sizes > 0).sum(axis=0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean = totals.sum(axis=0) / items
+        resid = totals - mean[None, :] * sizes
+        var = g / (g - 1) * (resid**2).sum(axis=0) / items**2
+    se = np.where(g >= 2, np.sqrt(np.maximum(var, 0.0)), np.nan)
+    lo = np.full(k, np.nan)
+    hi = np.full(k, np.nan)
+    alpha = 1.0 - level
+    for j in range(k):
+        if g[j] < 2:
+            continue
+        t = t_quantile(1.0 - alpha / 2.0, int(g[j]) - 1)
+        lo[j], hi[j] = mean[j] - t * se[j], mean[j] + t * se[j]
+        if bounds is not None and se[j] <= 1e-12:
+            cluster_means = totals[sizes[:, j] > 0, j] / sizes[sizes[:, j] > 0, j]
+            edge = (alpha / 2.0) ** (1.0 / g[j])
+            span = bounds[1] - bounds[0]
+            if np.all(np.abs(cluster_means - bounds[1]) <= 1e-12):
+                lo[j] = bounds[0] + edge * span
+            elif np.all(np.abs(cluster_means - bounds[0]) <= 1e-12):
+                hi[j] = bounds[1] - edge * span
+    if bounds is not None:
+        lo, hi = np.clip(lo, *bounds), np.clip(hi, *bounds)
+    return ClusterInterval(mean=mean, lo=lo, hi=hi, se=se, clusters=g.astype("int64"), items=items.astype("int64"))
+
+
+def benjamini_hochberg(p_values: np.ndarray) -> np.ndarray:
+    """Benjamini-Hochberg adjusted p-values (q-values); NaN entries stay NaN and are not counted.
+
+    Rejecting every hypothesis with q ≤ α keeps the expected share of false discoveries among the
+    rejections at or below α (independent or positively dependent tests).
+
+    Args:
+        p_values: Raw p-values.
+    """
+    p = np.asarray(p_values, dtype="float64")
+    out = np.full(p.shape, np.nan)
+    finite = np.isfinite(p)
+    m = int(finite.sum())
+    if m == 0:
+        return out
+    order = np.argsort(p[finite], kind="stable")
+    ranked = p[finite][order] * m / np.arange(1, m + 1)
+    ranked = np.minimum.accumulate(ranked[::-1])[::-1]
+    q = np.empty(m)
+    q[order] = np.minimum(ranked, 1.0)
+    out[finite] = q
+    return out
+
+
+def holm(p_values: np.ndarray) -> np.ndarray:
+    """Holm step-down adjusted p-values; NaN entries stay NaN and are not counted.
+
+    Rejecting every hypothesis with adjusted p ≤ α keeps the chance of *any* false rejection (the
+    family-wise error rate) at or below α, under any dependence: stricter than Benjamini-Hochberg.
+
+    Args:
+        p_values: Raw p-values.
+    """
+    p = np.asarray(p_values, dtype="float64")
+    out = np.full(p.shape, np.nan)
+    finite = np.isfinite(p)
+    m = int(finite.sum())
+    if m == 0:
+        return out
+    order = np.argsort(p[finite], kind="stable")
+    ranked = np.maximum.accumulate(np.minimum(1.0, p[finite][order] * (m - np.arange(m))))
+    adjusted = np.empty(m)
+    adjusted[order] = ranked
+    out[finite] = adjusted
+    return out
+
+
+# How the per-test p-values are adjusted for testing many tests at once (`per_test(correction=...)`).
+CORRECTIONS = {"bh": benjamini_hochberg, "holm": holm}

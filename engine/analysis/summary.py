@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from engine.analysis.cells import build_cells
+import numpy as np
+
+from engine.analysis.cells import CLUSTER_KEYS, DEFAULT_CLUSTER, Cells, build_cells, row_scores
 from engine.analysis.compare import Comparison, compare_to_best
-from engine.analysis.items import DEFAULT_EPSILON, per_test, suite_health
-from engine.analysis.models import per_model
-from engine.analysis.stats import DEFAULT_RESAMPLES
+from engine.analysis.items import DEFAULT_ALPHA, DEFAULT_CORRECTION, per_test, suite_health
+from engine.analysis.models import fallback_rows, per_model
+from engine.analysis.passk import pass_k_table
+from engine.analysis.stats import DEFAULT_LEVEL
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -24,68 +28,136 @@ class Analysis:
         tests: `per_test` output.
         suites: `suite_health(tests, "suite")`.
         tags: `suite_health(tests, "tag")`.
+        passk: `pass_k_table` output (pass@k and pass^k per model, per suite and overall).
         comparisons: The best model against each other model.
-        notes: Sentences about the data as a whole (one model, errors, ...).
+        notes: Sentences about the data as a whole (one model, rows left out, ...).
+        cluster_by: "test" (intervals over clusters of (suite, test_id)) or "case".
+        level: Interval coverage.
+        alpha: Error rate of the "discriminating" call.
+        correction: "bh" (false-discovery rate) or "holm" (family-wise error rate).
     """
 
     models: pd.DataFrame
     tests: pd.DataFrame
     suites: pd.DataFrame
     tags: pd.DataFrame
+    passk: pd.DataFrame | None = None
     comparisons: list[Comparison] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    cluster_by: str = DEFAULT_CLUSTER
+    level: float = DEFAULT_LEVEL
+    alpha: float = DEFAULT_ALPHA
+    correction: str = DEFAULT_CORRECTION
+
+    @property
+    def interval_method(self) -> str:
+        """How the intervals were made, in words (shown in every output)."""
+        keys = ", ".join(CLUSTER_KEYS[self.cluster_by])
+        return f"{self.level:.0%} cluster-robust t-intervals, clusters = ({keys})"
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready: tables as lists of records, NaN as None."""
+        """JSON-ready: tables as lists of records, NaN and infinities as None."""
         return {
+            "cluster_by": list(CLUSTER_KEYS[self.cluster_by]),
+            "interval": self.interval_method,
+            "level": self.level,
+            "alpha": self.alpha,
+            "correction": self.correction,
             "models": _records(self.models),
             "tests": _records(self.tests),
             "suites": _records(self.suites),
             "tags": _records(self.tags),
+            "passk": _records(self.passk) if self.passk is not None else [],
             "comparisons": [c.to_dict() for c in self.comparisons],
             "notes": list(self.notes),
         }
 
 
+def json_safe(value: Any) -> Any:
+    """Recursively make a value strict-JSON safe: numpy to Python, NaN and ±inf to None, tuples to lists."""
+    if isinstance(value, dict):
+        return {str(k): json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    if isinstance(value, np.ndarray):
+        return [json_safe(v) for v in value.tolist()]
+    if hasattr(value, "item") and not isinstance(value, (str, bytes)):
+        try:
+            value = value.item()
+        except (ValueError, AttributeError):
+            pass
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if value is not None and not isinstance(value, (str, int, float, bool, dict, list)):
+        import pandas as pd
+
+        if pd.isna(value):
+            return None
+    return value
+
+
 def _records(frame: pd.DataFrame) -> list[dict[str, Any]]:
-    import math
-
-    out = []
-    for row in frame.to_dict(orient="records"):
-        clean: dict[str, Any] = {}
-        for key, value in row.items():
-            if isinstance(value, tuple):
-                value = list(value)
-            elif hasattr(value, "item"):
-                value = value.item()
-            if isinstance(value, float) and math.isnan(value):
-                value = None
-            clean[str(key)] = value
-        out.append(clean)
-    return out
+    return [json_safe(row) for row in frame.to_dict(orient="records")]
 
 
-def analyze(df: pd.DataFrame, *, epsilon: float = DEFAULT_EPSILON, resamples: int = DEFAULT_RESAMPLES,
-            seed: int = 0) -> Analysis:
-    """Per-model and per-test tables, suite and tag health, and the best model against the others.
+def analyze(df: pd.DataFrame, *, alpha: float = DEFAULT_ALPHA, level: float = DEFAULT_LEVEL,
+            cluster_by: str = DEFAULT_CLUSTER, ks: list[int] | None = None, seed: int = 0,
+            correction: str = DEFAULT_CORRECTION) -> Analysis:
+    """Per-model and per-test tables, pass@k, suite and tag health, and the best model against the others.
 
     Args:
         df: Results rows (from `load`).
-        epsilon: Score differences below this count as none (see `per_test`).
-        resamples: Bootstrap resamples.
-        seed: Bootstrap seed.
+        alpha: False-discovery rate of the "discriminating" call (see `per_test`).
+        level: Interval coverage.
+        cluster_by: "test" (default: clusters of (suite, test_id)) or "case".
+        ks: The k values of pass@k / pass^k; None: 1, 2, 3, 5, 10, ... up to the attempts.
+        seed: Seed of the Monte Carlo permutations (only for tests with more than 400 attempts).
+        correction: "bh" (Benjamini-Hochberg: false-discovery rate alpha) or "holm" (family-wise rate alpha).
     """
-    cells = build_cells(df)
-    models = per_model(df, resamples=resamples, seed=seed, cells=cells)
-    tests = per_test(df, epsilon=epsilon, cells=cells)
+    cells = build_cells(df, cluster_by=cluster_by)
+    models = per_model(df, level=level, cells=cells)
+    tests = per_test(df, alpha=alpha, cells=cells, seed=seed, correction=correction)
+    notes = _notes(df, cells)
+    order = [m for m in models["model"] if m in cells.models and cells.has_data[:, cells.models.index(m)].any()]
+    comparisons = compare_to_best(df, cells=cells, order=order, level=level)
+    return Analysis(models=models, tests=tests, suites=suite_health(tests, "suite"),
+                    tags=suite_health(tests, "tag"), passk=pass_k_table(df, ks=ks, level=level, cells=cells),
+                    comparisons=comparisons, notes=notes, cluster_by=cluster_by, level=level, alpha=alpha,
+                    correction=correction)
+
+
+def _counts(names: list[str], values: np.ndarray) -> str:
+    return ", ".join(f"{n}: {int(v)}" for n, v in zip(names, values, strict=True) if v)
+
+
+def _notes(df: pd.DataFrame, cells: Cells) -> list[str]:
+    """Sentences about the data as a whole, including a count for every row the statistics leave out."""
     notes = []
+    if not len(df):
+        notes.append("no results: the runs hold zero rows")
     if len(cells.models) == 1:
         notes.append(f"one model ({cells.models[0]}): discrimination and comparisons need two or more models")
-    if len(tests) == 1:
-        notes.append("one test: CIs over tests are degenerate (a single cluster)")
-    if len(df) and not cells.has_data.any():
-        notes.append("every row is an error: no score to analyse (see error_kind / error_message)")
-    order = [m for m in models["model"] if cells.has_data[:, cells.models.index(m)].any()]
-    comparisons = compare_to_best(df, cells=cells, order=order, resamples=max(resamples, 1000), seed=seed)
-    return Analysis(models=models, tests=tests, suites=suite_health(tests, "suite"),
-                    tags=suite_health(tests, "tag"), comparisons=comparisons, notes=notes)
+    if cells.n_clusters == 1:
+        notes.append("one test cluster: intervals over tests cannot be computed (they need two or more)")
+    fallback = fallback_rows(df)
+    if fallback["rows"]:
+        total = sum(fallback["rows"].values())
+        shown = ", ".join(f"{m}: {c}" for m, c in sorted(fallback["rows"].items()))
+        if fallback["included"]:
+            notes.append(f"{total} rows served by a fallback model are included (--include-fallback) ({shown})")
+        else:
+            notes.append(f"{total} rows served by a fallback model were left out ({shown}); "
+                         f"--include-fallback keeps them")
+    if len(df):
+        scored, _, _ = row_scores(df)
+        errors = np.bincount(cells.model_code, weights=(~scored).astype("float64"), minlength=len(cells.models))
+        if errors.sum():
+            notes.append(f"{int(errors.sum())} error rows are not scored (they are not zeros) "
+                         f"({_counts(cells.models, errors)})")
+        if not cells.has_data.any():
+            notes.append("every row is an error: no score to analyse (see error_kind / error_message)")
+    present = cells.has_data
+    if present.any() and int(cells.n_scored[present].max()) == 1 and len(cells.models) >= 2:
+        notes.append("one attempt per model and test: no single test can show a difference beyond noise, so no "
+                     "test is called discriminating; run with repeat: 3 or more, and rank tests by item-rest r")
+    return notes

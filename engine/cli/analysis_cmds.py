@@ -1,7 +1,7 @@
 """`engine analyze`, `engine report`, `engine diff`, `engine rescore`.
 
 Exit codes: 0 ok; 1 a `--fail-under` threshold missed or a regression found; 2 usage (a missing
-folder, no results, a bad option), always with a message, never a traceback.
+folder, no results - zero rows counts as none -, a bad option), always with a message, never a traceback.
 pandas and pyarrow are imported inside the commands so `engine --help` stays fast.
 """
 
@@ -24,7 +24,12 @@ FAILED = 1
 
 # Options several commands share.
 IncludeFallback = Annotated[bool, typer.Option("--include-fallback", help="Keep rows a fallback model served.")]
-Epsilon = Annotated[float, typer.Option("--epsilon", help="Score differences below this count as none.")]
+Alpha = Annotated[float, typer.Option(
+    "--alpha", help="Error rate of the 'discriminating' call: a false-discovery rate (see --correction).")]
+Correction = Annotated[str, typer.Option(
+    "--correction", help="bh: alpha is a false-discovery rate [default]; holm: a family-wise error rate.")]
+ClusterBy = Annotated[str, typer.Option(
+    "--cluster-by", help="Interval clusters: test = (suite, test_id) [default]; case = every case independent.")]
 
 
 def _fail_usage(message: str) -> typer.Exit:
@@ -37,9 +42,28 @@ def _load(paths: list[Path], include_fallback: bool, columns: object = "analysis
 
     wanted = ANALYSIS_COLUMNS if columns == "analysis" else None
     try:
-        return load(paths, include_fallback=include_fallback, columns=wanted)
+        df = load(paths, include_fallback=include_fallback, columns=wanted)
     except EngineError as exc:
         raise _fail_usage(str(exc)) from None
+    if not len(df):
+        shown = ", ".join(str(p) for p in paths)
+        dropped = sum(df.attrs.get("fallback_rows", {}).get("rows", {}).values())
+        why = (f" ({dropped} rows served by a fallback model were left out; --include-fallback keeps them)"
+               if dropped else "")
+        raise _fail_usage(f"{shown}: no results: the Parquet files hold zero rows{why}")
+    return df
+
+
+def _check_options(alpha: float, cluster_by: str, correction: str = "bh") -> None:
+    from engine.analysis.cells import CLUSTER_KEYS
+    from engine.analysis.stats import CORRECTIONS
+
+    if correction not in CORRECTIONS:
+        raise _fail_usage(f"--correction {correction}: choose one of {', '.join(CORRECTIONS)}")
+    if not 0.0 < alpha < 1.0:
+        raise _fail_usage(f"--alpha {alpha}: give a rate between 0 and 1 (0.05 is the default)")
+    if cluster_by not in CLUSTER_KEYS:
+        raise _fail_usage(f"--cluster-by {cluster_by}: choose one of {', '.join(CLUSTER_KEYS)}")
 
 
 @app.command()
@@ -47,7 +71,7 @@ def analyze(
     results: Annotated[list[Path], typer.Argument(help="Run folders, a results folder, or Parquet files.")],
     fmt: Annotated[str, typer.Option("--format", "-f", help="table | markdown | json | csv")] = "table",
     table: Annotated[
-        str | None, typer.Option("--table", help="For csv: models | tests | suites | tags | comparisons")
+        str | None, typer.Option("--table", help="For csv: models | tests | suites | tags | passk | comparisons")
     ] = None,
     fail_under: Annotated[
         float | None,
@@ -58,15 +82,19 @@ def analyze(
         typer.Option(
             "--fail-on-regression",
             metavar="BASE",
-            help="Exit 1 when a model's score dropped against the BASE run (95% CI below 0).",
+            help="Exit 1 when a model regressed against the BASE run (interval below 0 and McNemar agreeing).",
         ),
     ] = None,
     junit: Annotated[
         Path | None, typer.Option("--junit", help="Also write JUnit XML (one testcase per test × model).")
     ] = None,
     include_fallback: IncludeFallback = False,
-    epsilon: Epsilon = 0.05,
-    resamples: Annotated[int, typer.Option("--resamples", help="Bootstrap resamples for the CIs.")] = 1000,
+    alpha: Alpha = 0.05,
+    correction: Correction = "bh",
+    cluster_by: ClusterBy = "test",
+    ks: Annotated[
+        str | None, typer.Option("--k", help="pass@k / pass^k at these k, e.g. 1,5,10 (default 1,2,3,5,10,... ≤ n).")
+    ] = None,
     output: Annotated[
         Path | None, typer.Option("--output", "-o", help="Write to this file instead of stdout.")
     ] = None,
@@ -84,8 +112,8 @@ def analyze(
         raise _fail_usage(f"--table {table}: choose one of {', '.join(TABLES)}")
     if fail_under is not None and not 0.0 <= fail_under <= 1.0:
         raise _fail_usage(f"--fail-under {fail_under}: give a score between 0 and 1")
-    if resamples < 10:
-        raise _fail_usage(f"--resamples {resamples}: use at least 10 (1000 is the default)")
+    _check_options(alpha, cluster_by, correction)
+    k_values = _parse_ks(ks)
     if irt and fmt == "csv":
         raise _fail_usage("--irt: use --format table, markdown or json (csv holds one table)")
     from engine.analysis.cells import build_cells
@@ -93,7 +121,7 @@ def analyze(
 
     df = _load(results, include_fallback)
     base = _load([fail_on_regression], include_fallback) if fail_on_regression is not None else None
-    analysis = run_analysis(df, epsilon=epsilon, resamples=resamples)
+    analysis = run_analysis(df, alpha=alpha, cluster_by=cluster_by, ks=k_values, correction=correction)
     text = render(analysis, fmt, table=table)
     if irt:
         text = _with_irt(text, fmt, build_cells(df))
@@ -116,12 +144,11 @@ def analyze(
     if base is not None:
         from engine.analysis.compare import diff as run_diff
 
-        result = run_diff(base, df, resamples=max(resamples, 1000))
+        result = run_diff(base, df, cluster_by=cluster_by)
         for row in result.summary.itertuples():
             typer.echo(
                 f"{row.model}: {row.verdict} against {fail_on_regression} "
-                f"(Δ {row.mean_diff:+.3f}, 95% CI {row.diff_lo:+.3f} to {row.diff_hi:+.3f}; "
-                f"{row.pass_to_fail} pass→fail, {row.fail_to_pass} fail→pass)",
+                f"({row.evidence}; {row.pass_to_fail} pass→fail, {row.fail_to_pass} fail→pass)",
                 err=True,
             )
         if result.summary.empty:
@@ -138,9 +165,11 @@ def _with_irt(text: str, fmt: str, cells: Cells) -> str:
     if fmt == "json":
         import json
 
+        from engine.analysis.render import dumps_json
+
         payload = json.loads(text)
         payload["irt"] = result.to_dict()
-        return json.dumps(payload, indent=2, ensure_ascii=False, default=str) + "\n"
+        return dumps_json(payload)
     return text + render_irt(result, fmt)
 
 
@@ -151,13 +180,17 @@ def report(
         "report.html"
     ),
     include_fallback: IncludeFallback = False,
-    epsilon: Epsilon = 0.05,
+    alpha: Alpha = 0.05,
+    correction: Correction = "bh",
+    cluster_by: ClusterBy = "test",
 ) -> None:
-    """Write one self-contained HTML report (opens offline): models, heatmap, scatter, drill-down."""
+    """Write one self-contained HTML report (opens offline): models, pass@k, heatmap, scatter, drill-down."""
     from engine.analysis.report import write_report
 
+    _check_options(alpha, cluster_by, correction)
     df = _load(results, include_fallback, columns=None)
-    path = write_report(df, output, epsilon=epsilon, sources=[str(p) for p in results])
+    path = write_report(df, output, alpha=alpha, correction=correction, cluster_by=cluster_by,
+                        sources=[str(p) for p in results])
     typer.echo(f"report written to {path}")
 
 
@@ -167,21 +200,23 @@ def diff_cmd(
     new: Annotated[Path, typer.Argument(help="The new run.")],
     fmt: Annotated[str, typer.Option("--format", "-f", help="table | json | csv")] = "table",
     include_fallback: IncludeFallback = False,
+    cluster_by: ClusterBy = "test",
 ) -> None:
-    """Per model: pass→fail and fail→pass flips by test, and a regression verdict with a CI. Exit 1 on a regression."""
+    """Per model: pass→fail and fail→pass flips by test, and a regression verdict. Exit 1 on a regression."""
     if fmt not in ("table", "json", "csv"):
         raise _fail_usage(f"--format {fmt}: choose table, json or csv")
+    _check_options(0.05, cluster_by)
     from engine.analysis.compare import diff as run_diff
+    from engine.analysis.render import dumps_json
 
-    result = run_diff(_load([base], include_fallback), _load([new], include_fallback))
+    result = run_diff(_load([base], include_fallback), _load([new], include_fallback), cluster_by=cluster_by)
     if fmt == "json":
-        import json
-
         payload = {
+            "cluster_by": cluster_by,
             "summary": result.summary.to_dict(orient="records"),
             "flips": result.flips.to_dict(orient="records"),
         }
-        sys.stdout.write(json.dumps(payload, indent=2, default=str) + "\n")
+        sys.stdout.write(dumps_json(payload))
     elif fmt == "csv":
         sys.stdout.write(result.flips.to_csv(index=False))
     else:
@@ -190,7 +225,9 @@ def diff_cmd(
 
         console = Console(width=160)
         summary = Table(
-            title="Per model (tests with a changed hash left out of the verdict)", title_justify="left"
+            title="Per model (tests with a changed hash left out of the verdict; a verdict needs the paired "
+            "interval and McNemar to agree)",
+            title_justify="left",
         )
         for name in (
             "model",
@@ -201,6 +238,7 @@ def diff_cmd(
             "mean A",
             "mean B",
             "Δ [95% CI]",
+            "McNemar p",
             "verdict",
         ):
             summary.add_column(name)
@@ -211,9 +249,10 @@ def diff_cmd(
                 str(r.pass_to_fail),
                 str(r.fail_to_pass),
                 str(r.changed_tests),
-                f"{r.mean_a:.3f}",
-                f"{r.mean_b:.3f}",
-                f"{r.mean_diff:+.3f} [{r.diff_lo:+.3f}, {r.diff_hi:+.3f}]",
+                _signed(r.mean_a, "{:.3f}"),
+                _signed(r.mean_b, "{:.3f}"),
+                f"{_signed(r.mean_diff)} [{_signed(r.diff_lo)}, {_signed(r.diff_hi)}]",
+                _signed(r.mcnemar_p, "{:.3g}"),
                 str(r.verdict),
             )
         console.print(summary)
@@ -226,12 +265,30 @@ def diff_cmd(
                 str(r.model),
                 test,
                 str(r.change),
-                f"{r.score_a:.3f}",
-                f"{r.score_b:.3f}",
+                _signed(r.score_a, "{:.3f}"),
+                _signed(r.score_b, "{:.3f}"),
                 "yes" if r.hash_changed else "",
             )
         console.print(flips)
     raise typer.Exit(FAILED if result.regressed else 0)
+
+
+def _signed(value: float, spec: str = "{:+.3f}") -> str:
+    """A number for a table cell; "-" for NaN or None."""
+    return "-" if value is None or value != value else spec.format(value)
+
+
+def _parse_ks(text: str | None) -> list[int] | None:
+    """--k "1,5,10" as integers ≥ 1."""
+    if text is None:
+        return None
+    try:
+        values = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        values = []
+    if not values or min(values) < 1:
+        raise _fail_usage(f"--k {text}: give whole numbers of attempts ≥ 1, comma-separated (e.g. 1,5,10)")
+    return values
 
 
 @app.command()

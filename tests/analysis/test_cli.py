@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from builders import grid_rows, write_run
 
-GOOD = {f"t{i}": [1, 1] for i in range(20)}
-WEAK = {f"t{i}": [1 if i < 8 else 0, 1 if i < 8 else 0] for i in range(20)}
+GOOD = {f"t{i}": [1] * 5 for i in range(20)}
+WEAK = {f"t{i}": [1 if i < 8 else 0] * 5 for i in range(20)}
 
 
 def engine(*args: str) -> subprocess.CompletedProcess[str]:

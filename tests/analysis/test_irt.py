@@ -142,7 +142,9 @@ def test_cli_irt_prints_abilities_and_discrimination(tmp_path: Path) -> None:
     assert "IRT abilities" in done.stdout and "IRT lowest discrimination (bottom 10)" in done.stdout
     assert "IRT highest discrimination (top 10)" in done.stdout
     best = expected.models.iloc[0]
-    assert f"{best.theta:+.2f} ± {best.theta_se:.2f}" in done.stdout
+    assert f"{best.theta:+.2f} [{best.theta_lo:+.2f}, {best.theta_hi:+.2f}]" in done.stdout
+    assert best.theta_lo == pytest.approx(best.theta - 1.959964 * best.theta_se)
+    assert "not a test between two models" in done.stdout  # intervals, never pairwise significance
     assert "only 7 models" in done.stdout
     flagged = int((expected.items["flag"] != "").sum())
     assert flagged and f"note: {flagged} test" in done.stdout and "left out of the IRT discrimination" in done.stdout
@@ -150,7 +152,7 @@ def test_cli_irt_prints_abilities_and_discrimination(tmp_path: Path) -> None:
     assert payload["irt"]["fitted"] and len(payload["irt"]["items"]) == 24
     assert [m["model"] for m in payload["irt"]["models"]] == list(expected.models["model"])
     markdown = engine("analyze", str(run), "--irt", "-f", "markdown").stdout
-    assert "### IRT abilities" in markdown and "| model | theta ± se |" in markdown
+    assert "### IRT abilities" in markdown and "| model | theta [95% interval] |" in markdown
     plain = engine("analyze", str(run))
     assert plain.returncode == 0 and "IRT" not in plain.stdout
 

@@ -26,3 +26,4 @@ def test_notebook_executes_on_generated_results(tmp_path: Path, monkeypatch: pyt
     assert "12 rows, models: ['a', 'b']" in outputs
     assert "floor" in outputs and "t3" in outputs
     assert "no model passes" in outputs
+    assert "pass_at_k" in outputs and "pass_hat_k" in outputs

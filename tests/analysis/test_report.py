@@ -32,8 +32,7 @@ def report_file(tmp_path: Path) -> Path:
             r["answer"] = HOSTILE
             r["prompt"] = "What is the capital of France? (floor prompt)"
     write_run(tmp_path / "results" / "run-1", rows)
-    return write_report(load(tmp_path / "results"), tmp_path / "out" / "report.html", resamples=100,
-                        sources=["results"])
+    return write_report(load(tmp_path / "results"), tmp_path / "out" / "report.html", sources=["results"])
 
 
 def test_report_is_self_contained_and_escapes_results_text(report_file: Path) -> None:

@@ -1,4 +1,5 @@
-"""Statistics against known answers: McNemar vs scipy, bootstrap coverage, row-wise correlation."""
+"""Statistics against known answers: McNemar, t quantiles, BH and the cluster t-interval vs scipy; bootstrap
+coverage, row-wise correlation."""
 
 from __future__ import annotations
 
@@ -7,11 +8,15 @@ import pytest
 from scipy.stats import binomtest, pearsonr
 
 from engine.analysis.stats import (
+    benjamini_hochberg,
     bootstrap_mean_ci,
     cluster_bootstrap_means,
+    cluster_t_interval,
+    holm,
     mcnemar_exact,
     percentile_ci,
     rowwise_corr,
+    t_quantile,
 )
 
 
@@ -80,3 +85,57 @@ def test_rowwise_corr_matches_scipy_and_refuses_too_few_points() -> None:
     two = rowwise_corr(np.array([[1.0, 0.0]]), np.array([[0.5, 0.2]]))
     flat = rowwise_corr(np.array([[1.0, 1.0, 1.0]]), np.array([[0.5, 0.2, 0.1]]))
     assert np.isnan(two[0]) and np.isnan(flat[0])
+
+
+@pytest.mark.parametrize("df", [1, 2, 3, 4, 7, 10, 19, 30, 120, 999])
+@pytest.mark.parametrize("prob", [0.975, 0.995, 0.9, 0.55, 0.025])
+def test_t_quantile_matches_scipy(df: int, prob: float) -> None:
+    from scipy.stats import t
+
+    assert t_quantile(prob, df) == pytest.approx(t.ppf(prob, df), rel=1e-9, abs=1e-12)
+
+
+def test_cluster_t_interval_equals_the_t_interval_over_cluster_means_with_equal_sizes() -> None:
+    from scipy.stats import t
+
+    rng = np.random.default_rng(5)
+    values = rng.random((12 * 4, 2))  # 12 clusters of 4 items, 2 columns
+    values[3, 1] = np.nan  # a missing item: column 1 becomes a ratio estimate
+    clusters = np.repeat(np.arange(12), 4)
+    got = cluster_t_interval(values, clusters, level=0.95)
+    means = values[:, 0].reshape(12, 4).mean(axis=1)
+    half = t.ppf(0.975, 11) * means.std(ddof=1) / np.sqrt(12)
+    assert got.mean[0] == pytest.approx(means.mean())
+    assert (got.lo[0], got.hi[0]) == pytest.approx((means.mean() - half, means.mean() + half))
+    assert got.clusters.tolist() == [12, 12] and got.items.tolist() == [48, 47]
+    assert got.mean[1] == pytest.approx(np.nanmean(values[:, 1]))  # the item mean, not the mean of cluster means
+
+
+def test_cluster_t_interval_degenerate_cases() -> None:
+    clusters = np.repeat(np.arange(10), 3)
+    every = cluster_t_interval(np.ones(30), clusters, bounds=(0.0, 1.0))
+    # All clusters pass: the exact binomial bound over 10 clusters, not a zero-width interval.
+    assert every.hi[0] == 1.0 and every.lo[0] == pytest.approx(0.025 ** (1 / 10))
+    none = cluster_t_interval(np.zeros(30), clusters, bounds=(0.0, 1.0))
+    assert none.lo[0] == 0.0 and none.hi[0] == pytest.approx(1 - 0.025 ** (1 / 10))
+    one = cluster_t_interval(np.array([1.0, 0.0]), np.array([0, 0]))
+    assert one.mean[0] == 0.5 and np.isnan(one.lo[0]) and np.isnan(one.hi[0]) and one.clusters[0] == 1
+
+
+def test_benjamini_hochberg_matches_scipy_and_keeps_nan() -> None:
+    from scipy.stats import false_discovery_control
+
+    p = np.random.default_rng(2).random(40) ** 3
+    assert benjamini_hochberg(p) == pytest.approx(false_discovery_control(p))
+    with_nan = benjamini_hochberg(np.array([0.01, np.nan, 0.04]))
+    assert np.isnan(with_nan[1]) and with_nan[[0, 2]] == pytest.approx(false_discovery_control([0.01, 0.04]))
+
+
+def test_holm_by_its_definition() -> None:
+    p = np.array([0.01, 0.04, 0.03, 0.005, np.nan, 0.5])
+    finite = [0.005, 0.01, 0.03, 0.04, 0.5]  # sorted; m = 5
+    steps = np.maximum.accumulate([min(1.0, (5 - i) * v) for i, v in enumerate(finite)])
+    expected = dict(zip(finite, steps, strict=True))
+    got = holm(p)
+    assert np.isnan(got[4])
+    assert [got[i] for i in (0, 1, 2, 3, 5)] == pytest.approx([expected[v] for v in (0.01, 0.04, 0.03, 0.005, 0.5)])

@@ -1,0 +1,133 @@
+"""pass@k and pass^k from repeated attempts, per model and per suite.
+
+For one (test, model) with n scored attempts of which c passed, and k ≤ n:
+
+- pass@k = 1 − C(n − c, k) / C(n, k): the unbiased estimate of the chance that at least one of k attempts
+  passes (Chen et al. 2021, "Evaluating Large Language Models Trained on Code", eq. 1);
+- pass^k = C(c, k) / C(n, k): the unbiased estimate of the chance that all k attempts pass (τ-bench, Yao
+  et al. 2024): a reliability measure that falls as k grows.
+
+Both are averaged over tests with the same weight per test (like every mean here). A (test, model) with
+fewer than k scored attempts has no unbiased estimate at k and is left out of that k (counted in
+`cells_short`). Intervals are the cluster-robust t-intervals of `stats.cluster_t_interval`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from math import comb
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from engine.analysis.cells import Cells, build_cells
+from engine.analysis.stats import DEFAULT_LEVEL, cluster_t_interval
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+DEFAULT_KS = (1, 2, 3, 5, 10, 20, 50, 100)
+ALL_SUITES = "(all)"
+
+
+def pass_at_k(n: np.ndarray, c: np.ndarray, k: int) -> np.ndarray:
+    """Unbiased pass@k per cell; NaN where n < k or n is 0.
+
+    Computed as 1 − Π_{i=n−c+1..n} (1 − k / i), the numerically stable product form of Chen et al.
+
+    Args:
+        n: Scored attempts per cell.
+        c: Passed attempts per cell.
+        k: Attempts drawn, at least 1.
+    """
+    n = np.asarray(n, dtype="int64")
+    c = np.asarray(c, dtype="int64")
+    out = np.full(n.shape, np.nan)
+    ok = (n >= k) & (n > 0)
+    for size in np.unique(n[ok]):
+        size = int(size)
+        # fail_ratio[f] = C(f, k) / C(size, k) for f failures: 0 when f < k.
+        fail_ratio = np.array([comb(f, k) / comb(size, k) for f in range(size + 1)])
+        mask = ok & (n == size)
+        out[mask] = 1.0 - fail_ratio[size - c[mask]]
+    return out
+
+
+def pass_hat_k(n: np.ndarray, c: np.ndarray, k: int) -> np.ndarray:
+    """Unbiased pass^k (all k attempts pass) per cell: C(c, k) / C(n, k); NaN where n < k or n is 0.
+
+    Args:
+        n: Scored attempts per cell.
+        c: Passed attempts per cell.
+        k: Attempts drawn, at least 1.
+    """
+    n = np.asarray(n, dtype="int64")
+    c = np.asarray(c, dtype="int64")
+    out = np.full(n.shape, np.nan)
+    ok = (n >= k) & (n > 0)
+    for size in np.unique(n[ok]):
+        size = int(size)
+        ratio = np.array([comb(p, k) / comb(size, k) for p in range(size + 1)])
+        mask = ok & (n == size)
+        out[mask] = ratio[c[mask]]
+    return out
+
+
+def default_ks(max_attempts: int) -> list[int]:
+    """k values shown by default: 1, 2, 3, 5, 10, 20, 50, 100 up to the attempts, and the attempts themselves."""
+    return sorted({k for k in DEFAULT_KS if k <= max_attempts} | ({max_attempts} if max_attempts >= 1 else set()))
+
+
+def pass_k_table(
+    df: pd.DataFrame | None = None,
+    *,
+    ks: Sequence[int] | None = None,
+    level: float = DEFAULT_LEVEL,
+    cells: Cells | None = None,
+) -> pd.DataFrame:
+    """pass@k and pass^k per model, per suite and over all suites, for each k.
+
+    Args:
+        df: Results rows (from `load`); may be None when `cells` is given.
+        ks: The k values; default `default_ks(largest attempt count)`. A k above every cell's attempts
+            gives no row.
+        level: Interval coverage.
+        cells: A grid already built from `df`.
+
+    Returns:
+        Columns: model, suite ("(all)" for every suite together), k, tests (cells with ≥ k attempts),
+        cells_short (cells with fewer than k attempts, left out), pass_at_k, pass_at_k_lo, pass_at_k_hi,
+        pass_hat_k, pass_hat_k_lo, pass_hat_k_hi. Sorted by model, suite ("(all)" first), k.
+    """
+    import pandas as pd
+
+    if cells is None:
+        if df is None:
+            raise ValueError("pass_k_table: give results rows or cells")
+        cells = build_cells(df)
+    columns = ["model", "suite", "k", "tests", "cells_short", "pass_at_k", "pass_at_k_lo", "pass_at_k_hi",
+               "pass_hat_k", "pass_hat_k_lo", "pass_hat_k_hi"]
+    n = np.rint(cells.n_scored).astype("int64")
+    c = np.rint(cells.n_passed).astype("int64")
+    if not n.size or n.max() == 0:
+        return pd.DataFrame(columns=columns)
+    chosen = sorted({int(k) for k in (ks if ks is not None else default_ks(int(n.max()))) if int(k) >= 1})
+    suites = cells.items["suite"].astype(str).to_numpy()
+    groups = [(ALL_SUITES, np.ones(len(suites), bool))]
+    if len(set(suites)) > 1:
+        groups += [(s, suites == s) for s in sorted(set(suites))]
+    rows = []
+    for k in chosen:
+        at_k, hat_k = pass_at_k(n, c, k), pass_hat_k(n, c, k)
+        for suite, mask in groups:
+            at = cluster_t_interval(at_k[mask], cells.cluster[mask], level=level, bounds=(0.0, 1.0))
+            hat = cluster_t_interval(hat_k[mask], cells.cluster[mask], level=level, bounds=(0.0, 1.0))
+            short = ((n[mask] > 0) & (n[mask] < k)).sum(axis=0)
+            for m, model in enumerate(cells.models):
+                if at.items[m] == 0:
+                    continue
+                rows.append([model, suite, k, int(at.items[m]), int(short[m]), at.mean[m], at.lo[m], at.hi[m],
+                             hat.mean[m], hat.lo[m], hat.hi[m]])
+    out = pd.DataFrame(rows, columns=columns)
+    out["_all"] = out["suite"] != ALL_SUITES
+    return out.sort_values(["model", "_all", "suite", "k"], kind="stable").drop(columns="_all").reset_index(drop=True)

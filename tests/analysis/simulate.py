@@ -1,0 +1,69 @@
+"""Simulated runs with known truth, for the statistics tests and bench/bench_stats_sim.py.
+
+The model: test t has an effect u_t ~ N(0, sd_test), its case c an extra v_tc ~ N(0, sd_case) (cases of one
+templated test share u_t: they are correlated), and an attempt of model m passes with chance
+sigmoid(ability_m + u_t + v_tc), independently across attempts. A model's true pass rate is the expectation
+of that chance over the population of tests and cases, computed by Gauss-Hermite quadrature.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+
+from engine.analysis.load import ANALYSIS_COLUMNS
+
+
+def true_pass_rate(ability: float, sd_test: float, sd_case: float) -> float:
+    """E[sigmoid(ability + u + v)] with u ~ N(0, sd_test²), v ~ N(0, sd_case²) (u + v is normal)."""
+    nodes, weights = np.polynomial.hermite_e.hermegauss(80)
+    sd = float(np.hypot(sd_test, sd_case))
+    return float((weights * (1 / (1 + np.exp(-(ability + sd * nodes))))).sum() / weights.sum())
+
+
+def chances(rng: np.random.Generator, abilities: Sequence[float], tests: int, cases: int, *, sd_test: float,
+            sd_case: float, runs: int = 1) -> np.ndarray:
+    """(tests × cases × (runs · models)) pass chances; each run draws its own test and case effects.
+
+    Stacking independent runs as more model columns of one frame lets one `per_model` or `build_cells` call
+    stand for many simulated runs: every per-model interval and paired comparison uses its own columns only.
+    """
+    u = rng.normal(0, sd_test, (tests, 1, runs, 1))
+    v = rng.normal(0, sd_case, (tests, cases, runs, 1))
+    eta = np.asarray(abilities, dtype="float64")[None, None, None, :] + u + v
+    return (1 / (1 + np.exp(-eta))).reshape(tests, cases, runs * len(abilities))
+
+
+def frame(passed: np.ndarray, models: Sequence[str], *, temperature: float = 0.7) -> pd.DataFrame:
+    """Results rows (the analysis columns) from (tests × cases × models × repeats) pass outcomes."""
+    tests, cases, n_models, repeats = passed.shape
+    t, c, m, r = (a.ravel() for a in np.meshgrid(np.arange(tests), np.arange(cases), np.arange(n_models),
+                                                   np.arange(repeats), indexing="ij"))
+    ok = passed.ravel().astype(bool)
+    n = ok.size
+    data = {
+        "run_id": ["sim"] * n, "model": np.asarray(models, dtype=object)[m], "fallback": np.zeros(n, bool),
+        "suite": ["sim"] * n, "test_id": np.char.add("t", t.astype(str)).astype(object),
+        "test_hash": np.char.add("h", t.astype(str)).astype(object),
+        "case_index": c if cases > 1 else np.full(n, np.nan), "attempt": r, "tags": [()] * n,
+        "prompt_tokens": np.full(n, 10.0), "completion_tokens": np.full(n, 5.0), "latency_s": np.full(n, 0.1),
+        "ttft_visible_s": np.full(n, 0.05), "truncated": np.zeros(n, bool), "cost": np.full(n, np.nan),
+        "score": ok.astype("float64"), "passed": ok, "threshold": np.ones(n), "error_kind": [None] * n,
+        "temperature": np.full(n, temperature),
+    }
+    return pd.DataFrame(data, columns=list(ANALYSIS_COLUMNS))
+
+
+def simulate(rng: np.random.Generator, abilities: Sequence[float], tests: int, cases: int, repeats: int, *,
+             sd_test: float = 1.5, sd_case: float = 0.5, runs: int = 1) -> tuple[pd.DataFrame, np.ndarray]:
+    """Simulated runs: (rows, the (tests × cases × models) pass chances).
+
+    Models are named m<j> for one run, r<run>m<j> for several stacked runs (see `chances`).
+    """
+    p = chances(rng, abilities, tests, cases, sd_test=sd_test, sd_case=sd_case, runs=runs)
+    passed = rng.random(p.shape + (repeats,)) < p[..., None]
+    names = [f"m{j}" for j in range(len(abilities))] if runs == 1 else \
+        [f"r{r:04d}m{j}" for r in range(runs) for j in range(len(abilities))]
+    return frame(passed, names), p
