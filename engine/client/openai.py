@@ -14,12 +14,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from engine.base.jsontext import dumps_ascii
 from engine.client import retry
 from engine.client.deadline import Deadlines, TaskDeadline
 from engine.client.sse import SSEDecoder
 from engine.errors import ClientError
 from engine.model import ModelConfig, Test, ToolCall
-from engine.results.jsontext import dumps_ascii
 
 if TYPE_CHECKING:
     import aiohttp

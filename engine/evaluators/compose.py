@@ -21,9 +21,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from engine.base.render import TemplateSyntaxError, UndefinedError, is_template, render_value
 from engine.evaluators.base import COMMON_KEYS, EvalContext, Leaf, error
 from engine.model import Answer, Verdict
-from engine.suite.render import TemplateSyntaxError, UndefinedError, is_template, render_value
 
 COMPOSITIONS = frozenset({"all", "any", "not", "use"})
 

@@ -11,8 +11,8 @@ import json
 import re
 from typing import TYPE_CHECKING, Any
 
+from engine.base.jsontext import dumps_unicode
 from engine.model import ModelConfig, Test, Verdict
-from engine.results.jsontext import dumps_unicode
 from engine.results.schema import SCHEMA_VERSION
 
 if TYPE_CHECKING:

@@ -17,8 +17,8 @@ from typing import Any
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 
+from engine.base.render import ENV, TemplateSyntaxError, is_template, simple_names
 from engine.errors import Diagnostic
-from engine.suite.render import ENV, TemplateSyntaxError, is_template, simple_names
 from engine.suite.schema import did_you_mean
 from engine.suite.yaml import Positions
 

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from engine.base.render import render, render_value
 from engine.model import Test
 from engine.suite.checks import (
     COMMON_KEYS,
@@ -21,7 +22,6 @@ from engine.suite.checks import (
     walk_strings,
 )
 from engine.suite.hashing import test_hash
-from engine.suite.render import render, render_value
 from engine.suite.schema import did_you_mean
 
 __all__ = ["Expander"]
