@@ -11,11 +11,13 @@ import re
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
 from typing import Any
 
 from jinja2 import StrictUndefined, TemplateError
 from jinja2.sandbox import SandboxedEnvironment
+from jsonschema import Draft202012Validator
 
 from engine.errors import Diagnostic, HarnessError, SuiteError
 from engine.paths import data_dir
@@ -81,13 +83,15 @@ def builtin_names() -> list[str]:
     return sorted(p.stem for p in builtin_dir().glob("*.yaml"))
 
 
-def _validator() -> Any:
-    from engine.suite.schema import validator
-
+@cache
+def _validator() -> Draft202012Validator:
+    """The compiled validator of schemas/harness.schema.json (the harness layer reads it itself: the suite
+    layer sits above this one)."""
     try:
-        return validator("harness")
+        schema = json.loads((data_dir("schemas") / "harness.schema.json").read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise HarnessError("schemas/harness.schema.json was not found; reinstall the engine") from None
+    return Draft202012Validator(schema)
 
 
 def resolve(name: str, suite_dir: str | Path) -> Path:

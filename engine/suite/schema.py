@@ -359,7 +359,8 @@ def validate(data: Any, positions: Positions, file: str, schema_name: str = "sui
     Returns:
         One diagnostic per problem, in file order, each pointing at the offending key or value.
     """
-    if len(positions.values) >= fastcheck.FAST_PATH_MIN_NODES and fastcheck.quickly_valid(schema_name, data):
+    big = len(positions.values) >= fastcheck.FAST_PATH_MIN_NODES
+    if big and fastcheck.quickly_valid(schema_name, load_schema(schema_name), data):
         return []
     mapper = _Mapper(positions)
     seen: set[tuple[int, int, str]] = set()
