@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from engine.errors import EngineError
+from engine.errors import ResultsError
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -25,10 +25,6 @@ ANALYSIS_COLUMNS: tuple[str, ...] = (
     "prompt_tokens", "completion_tokens", "latency_s", "ttft_visible_s", "truncated", "cost",
     "score", "passed", "threshold", "error_kind",
 )
-
-
-class ResultsError(EngineError):
-    """Results could not be found or read; the message names the path and the fix."""
 
 
 def _run_named_by(path: Path) -> Path | None:

@@ -78,7 +78,8 @@ def list_tests(
     rows = [("SUITE", "TEST", "TAGS", "EVALUATORS", "HASH")]
     for suite in suites:
         for test in suite.tests:
-            rows.append((suite.id, test.id, ",".join(test.tags) or "-", ",".join(_kinds(test.eval)) or "-", test.hash))
+            kinds = test.evaluator.kinds() if test.evaluator is not None else []
+            rows.append((suite.id, test.id, ",".join(test.tags) or "-", ",".join(kinds) or "-", test.hash))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
     for row in rows:
         print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=False)) + "  " + row[-1])
@@ -87,31 +88,6 @@ def list_tests(
         files, _ = expand_paths(list(paths))
         _print_diagnostics(diagnostics, len(files), sum(len(s.tests) for s in suites))
     raise typer.Exit(EXIT_PROBLEMS if errors else EXIT_OK)
-
-
-def _kinds(spec: object) -> list[str]:
-    """The evaluator kinds in a spec, each once, in the order they appear."""
-    from engine.evaluators import EVALUATORS
-    from engine.evaluators.compose import COMPOSITIONS
-
-    kinds = EVALUATORS.keys() | COMPOSITIONS
-    found: dict[str, None] = {}
-
-    def walk(node: object) -> None:
-        if not isinstance(node, dict):
-            return
-        for key, value in node.items():
-            if key not in kinds:  # common options (weight, must...) and per-kind options (pattern, mode...)
-                continue
-            found.setdefault(key, None)
-            if key in ("all", "any") and isinstance(value, list):
-                for child in value:
-                    walk(child)
-            elif key == "not":
-                walk(value)
-
-    walk(spec)
-    return list(found)
 
 
 @app.command()

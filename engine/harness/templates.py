@@ -108,10 +108,10 @@ def resolve(name: str, suite_dir: str | Path) -> Path:
         base = Path(suite_dir).resolve()
         target = (base / name).resolve()
         if not target.is_relative_to(base):
-            raise HarnessError(f"harness {name!r} is outside the suite's folder {base}; "
-                               "put the harness file next to the suite (harness: ./my-harness.yaml)")
+            raise HarnessError(f"the harness file {name!r} is outside this suite's folder; harness files must sit "
+                               "in the suite's folder or below it")
         if not target.is_file():
-            raise HarnessError(f"harness file {target} does not exist (harness: {name!r} in a suite in {base})")
+            raise HarnessError(f"the harness file {name!r} does not exist next to this suite")
         return target
     if not _BUILTIN_NAME.match(name):
         raise HarnessError(f"harness {name!r} is not a built-in name; use one of {', '.join(builtin_names())} "
