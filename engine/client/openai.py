@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -435,15 +436,24 @@ def _parse_whole(raw: bytes, result: CallResult) -> None:
     result.tool_calls = tuple(calls)
 
 
+_THINK_END = re.compile(r"</think>", re.IGNORECASE)
+
+
 def _split_think(result: CallResult) -> None:
-    """Move a leading `<think>...</think>` block from the answer to the reasoning."""
+    """Move a leading `<think>...</think>` block (any case) from the answer to the reasoning.
+
+    The one place reasoning is split off: evaluators score `text` as it is. A block the model never
+    closed (cut by max_tokens) is all reasoning.
+    """
     first = result.text[:1]
     if first != "<" and not first.isspace():   # the usual answer: no copy of it made to find out
         return
     stripped = result.text.lstrip()
-    if not stripped.startswith("<think>"):
+    if stripped[:7].lower() != "<think>":
         return
-    inner, sep, rest = stripped[len("<think>"):].partition("</think>")
+    end = _THINK_END.search(stripped, 7)
+    inner, sep, rest = (stripped[7:], "", "") if end is None else (stripped[7:end.start()], "</think>",
+                                                                  stripped[end.end():])
     thought = inner.strip()
     result.reasoning = (result.reasoning + "\n" + thought) if result.reasoning else thought
     result.text = rest.lstrip() if sep else ""
