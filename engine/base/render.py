@@ -49,6 +49,7 @@ def _expression(expr: str) -> Any:
 # as Jinja (str() of the value; StrictUndefined's error when missing) without compiling a template.
 # A 10,000-test table-driven suite has thousands of distinct prompts like "What is {{ a }} + {{ b }}?".
 _SIMPLE_VAR = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
+_PLAIN_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _NOT_SIMPLE_NAMES = frozenset({"true", "false", "none", "True", "False", "None"}) | frozenset(ENV.globals)
 
 
@@ -93,7 +94,10 @@ def render_value(value: Any, variables: Mapping[str, Any]) -> Any:
             return value
         single = _SINGLE_EXPR.match(value)
         if single and "{{" not in single.group("expr"):
-            result = _expression(single.group("expr").strip())(**variables)
+            expr = single.group("expr").strip()
+            if expr in variables and _PLAIN_NAME.fullmatch(expr) and expr not in _NOT_SIMPLE_NAMES:
+                return variables[expr]   # `{{ golden }}`: the value itself, as Jinja returns it, without a context
+            result = _expression(expr)(**variables)
             if isinstance(result, StrictUndefined):
                 str(result)  # raises UndefinedError with Jinja's own message
             return result

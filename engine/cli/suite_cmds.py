@@ -42,6 +42,7 @@ def validate(
     models: Annotated[Path | None, typer.Option("--models", help="Also check this models.yaml.")] = None,
 ) -> None:
     """Check suites before any model is called: YAML, schema, references, templates, goldens."""
+    from engine._gc import tuned_gc
     from engine.suite import load_models, load_suites
     from engine.suite.loader import expand_paths
 
@@ -51,7 +52,8 @@ def validate(
             print(f"{path}: error: no such file or folder", file=sys.stderr)
         raise typer.Exit(EXIT_USAGE)
     files, _ = expand_paths(list(paths))
-    suites, diagnostics = load_suites(list(paths), golden_check=not no_golden_check)
+    with tuned_gc(collect=False):
+        suites, diagnostics = load_suites(list(paths), golden_check=not no_golden_check)
     checked = len(files)
     if models:
         _, model_problems = load_models(models)
@@ -66,6 +68,7 @@ def list_tests(
     paths: Annotated[list[Path], typer.Argument(help="Suite files or folders.")],
 ) -> None:
     """A table of tests: suite, id, tags, evaluator kinds and content hash."""
+    from engine._gc import tuned_gc
     from engine.suite import load_suites
     from engine.suite.loader import expand_paths
 
@@ -74,7 +77,8 @@ def list_tests(
         for path in missing:
             print(f"{path}: error: no such file or folder", file=sys.stderr)
         raise typer.Exit(EXIT_USAGE)
-    suites, diagnostics = load_suites(list(paths))
+    with tuned_gc(collect=False):
+        suites, diagnostics = load_suites(list(paths))
     rows = [("SUITE", "TEST", "TAGS", "EVALUATORS", "HASH")]
     for suite in suites:
         for test in suite.tests:

@@ -249,6 +249,8 @@ class Expander:
                  where: str = "") -> Node | None:
         """The compiled tree; each node's problem (a bad option, a failed template) becomes an error at it."""
         node = compile_spec(spec, variables)
+        if node.problem is None and not node.children:
+            return node   # the usual leaf: nothing to walk
         problems = [(node_path, n.problem) for node_path, n in node.walk() if n.problem is not None]
         for node_path, problem in problems:
             self.report.error(eval_path + node_path, f"{problem}{where}")
