@@ -24,7 +24,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from engine.base.words import short
 from engine.errors import EvaluatorConfigError
@@ -62,9 +62,8 @@ COMMON_KEYS: tuple[str, ...] = tuple(COMMON_OPTIONS)
 REGEX_FLAGS: dict[str, re.RegexFlag] = {"i": re.IGNORECASE, "m": re.MULTILINE, "s": re.DOTALL, "x": re.VERBOSE}
 
 
-@dataclass(frozen=True, slots=True)
-class ScoringContext:
-    """What a scorer may know besides the answer.
+class ScoringContext(NamedTuple):
+    """What a scorer may know besides the answer (immutable; a named tuple because one is built per answer).
 
     Args:
         test: The test being scored (tools, golden, prompt, suite_dir for harness files).
@@ -76,7 +75,7 @@ class ScoringContext:
     """
 
     test: Test
-    variables: Mapping[str, Any] = field(default_factory=dict)
+    variables: Mapping[str, Any]
     transcript: Any = None
     caller: Any = None
 

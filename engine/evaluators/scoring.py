@@ -109,7 +109,8 @@ def score_node(node: Node, answer: Answer, ctx: ScoringContext, root_threshold: 
             result = node.scorer(answer, ctx)
             if node.is_async and inspect.isawaitable(result):
                 result = asyncio.run(_await(result))
-            result = _checked(node, result)
+            if type(result) is not Verdict:
+                result = _checked(node, result)
         else:
             result = combine(node, tuple(score_node(child, answer, ctx) for child in node.children))
     except Exception as exc:  # noqa: BLE001 - a crash becomes an error verdict, never a stopped run

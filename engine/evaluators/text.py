@@ -72,7 +72,7 @@ def equals(value: Any, options: Mapping[str, Any]) -> Scorer:
     numeric_value = isinstance(value, (int, float)) and not isinstance(value, bool)
     expected = _scalar_text(value) if numeric_value else _scalar_text(value).strip()
     folded = _fold(expected, case_sensitive)
-    passed_reason = f"answer equals {short(expected)}"
+    passed = verdict(1.0, f"answer equals {short(expected)}", "equals")   # immutable: one instance serves every pass
 
     def score(answer: Answer, ctx: ScoringContext) -> Verdict:
         got = answer.text.strip()
@@ -84,7 +84,7 @@ def equals(value: Any, options: Mapping[str, Any]) -> Scorer:
         else:
             ok = _fold(got, case_sensitive) == folded
         if ok:
-            return verdict(1.0, passed_reason, "equals")
+            return passed
         return verdict(0.0, f"expected {short(expected)}, got {short(got)}", "equals")
 
     return score
@@ -96,21 +96,27 @@ def contains(value: Any, options: Mapping[str, Any]) -> Scorer:
     mode = option_choice(options, "mode", ("all", "any"), "contains")
     case_sensitive = _case_sensitive(options)
     folded = [_fold(n, case_sensitive) for n in needles]
+    # Verdicts are immutable: the passes that do not depend on the answer are built once.
+    found_each = [verdict(1.0, f"found {short(n)}", "contains") for n in needles]
+    found_all = verdict(1.0, f"found all of {short(needles)}", "contains")
 
     def score(answer: Answer, ctx: ScoringContext) -> Verdict:
         hay = _fold(answer.text, case_sensitive)
-        found = [n for n, f in zip(needles, folded, strict=True) if f in hay]
-        if mode == "any":
-            if found:
-                return verdict(1.0, f"found {short(found[0])}", "contains")
-            return verdict(0.0, f"none of {short(needles)} found in {short(answer.text)}", "contains")
         if len(needles) == 1:
-            if found:
-                return verdict(1.0, f"found {short(needles[0])}", "contains")
+            if folded[0] in hay:
+                return found_each[0]
+            if mode == "any":
+                return verdict(0.0, f"none of {short(needles)} found in {short(answer.text)}", "contains")
             return verdict(0.0, f"{short(needles[0])} not found in {short(answer.text)}", "contains")
+        hits = [i for i, f in enumerate(folded) if f in hay]
+        if mode == "any":
+            if hits:
+                return found_each[hits[0]]
+            return verdict(0.0, f"none of {short(needles)} found in {short(answer.text)}", "contains")
+        found = [needles[i] for i in hits]
         missing = [n for n in needles if n not in found]
         if not missing:
-            return verdict(1.0, f"found all of {short(needles)}", "contains")
+            return found_all
         return verdict(len(found) / len(needles), f"missing {short(missing)} ({len(found)} of {len(needles)} "
                                                   f"found) in {short(answer.text)}", "contains")
 
@@ -122,12 +128,13 @@ def not_contains(value: Any, options: Mapping[str, Any]) -> Scorer:
     needles = _strings(value, "not_contains")
     case_sensitive = _case_sensitive(options)
     folded = [_fold(n, case_sensitive) for n in needles]
+    absent = verdict(1.0, f"none of {short(needles)} present", "not_contains")
 
     def score(answer: Answer, ctx: ScoringContext) -> Verdict:
         hay = _fold(answer.text, case_sensitive)
         present = [n for n, f in zip(needles, folded, strict=True) if f in hay]
         if not present:
-            return verdict(1.0, f"none of {short(needles)} present", "not_contains")
+            return absent
         return verdict(1 - len(present) / len(needles),
                        f"must not contain {short(present)}, found in {short(answer.text)}", "not_contains")
 
@@ -156,11 +163,12 @@ def starts_with(value: Any, options: Mapping[str, Any]) -> Scorer:
     case_sensitive = _case_sensitive(options)
     prefix = _scalar_text(value)
     folded = _fold(prefix, case_sensitive)
+    passed = verdict(1.0, f"starts with {short(prefix)}", "starts_with")
 
     def score(answer: Answer, ctx: ScoringContext) -> Verdict:
         got = answer.text.lstrip()
         if _fold(got, case_sensitive).startswith(folded):
-            return verdict(1.0, f"starts with {short(prefix)}", "starts_with")
+            return passed
         return verdict(0.0, f"expected to start with {short(prefix)}, got {short(got, 40)}", "starts_with")
 
     return score
@@ -249,11 +257,12 @@ def exact_token(value: Any, options: Mapping[str, Any]) -> Scorer:
     case_sensitive = _case_sensitive(options)
     expected = strip_token(_scalar_text(value))
     folded = _fold(expected, case_sensitive)
+    passed = verdict(1.0, f"answer is the token {short(expected)}", "exact_token")
 
     def score(answer: Answer, ctx: ScoringContext) -> Verdict:
         got = strip_token(answer.text)
         if _fold(got, case_sensitive) == folded:
-            return verdict(1.0, f"answer is the token {short(expected)}", "exact_token")
+            return passed
         return verdict(0.0, f"expected the token {short(expected)}, got {short(got)}", "exact_token")
 
     return score
