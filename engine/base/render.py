@@ -1,4 +1,4 @@
-"""The one Jinja2 environment: sandboxed, StrictUndefined.
+"""The one Jinja2 environment, for suites and harness files alike: sandboxed, StrictUndefined.
 
 Suite strings are templates (`What is {{ a }} + {{ b }}?`). A string that is exactly one expression
 (`"{{ golden }}"`) renders to the expression's native value, so `equals: "{{ golden }}"` compares
@@ -7,6 +7,7 @@ against the number 5, not the text "5", and `json_field: {equals: "{{ golden.age
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping
 from functools import lru_cache
@@ -26,6 +27,10 @@ __all__ = [
 ]
 
 ENV = SandboxedEnvironment(undefined=StrictUndefined, autoescape=False, keep_trailing_newline=True)
+# Filters that turn YAML values into code, for harness files (docs/harnesses.md): `{{ x | py }}` is a Python
+# literal (repr of str/int/float/bool/None/list/dict is valid Python), `{{ x | json }}` JSON text.
+ENV.filters["py"] = repr
+ENV.filters["json"] = lambda value: json.dumps(value, ensure_ascii=False)
 
 _SINGLE_EXPR = re.compile(r"^\s*\{\{(?P<expr>(?:(?!\}\}).)*)\}\}\s*$", re.DOTALL)
 

@@ -15,10 +15,10 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from jinja2 import StrictUndefined, TemplateError
-from jinja2.sandbox import SandboxedEnvironment
+from jinja2 import TemplateError
 from jsonschema import Draft202012Validator
 
+from engine.base.render import ENV
 from engine.errors import Diagnostic, HarnessError, SuiteError
 from engine.paths import data_dir
 
@@ -27,19 +27,9 @@ __all__ = ["TEMPLATE_ENV", "Harness", "builtin_dir", "builtin_names", "load_harn
 _BUILTIN_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
 
 
-def _python_literal(value: Any) -> str:
-    """A YAML value as Python source (repr of str/int/float/bool/None/list/dict is valid Python)."""
-    return repr(value)
-
-
-def _json_text(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False)
-
-
-# The harness environment: sandboxed like the suite one, plus filters that turn YAML values into code.
-TEMPLATE_ENV = SandboxedEnvironment(undefined=StrictUndefined, autoescape=False, keep_trailing_newline=True)
-TEMPLATE_ENV.filters["py"] = _python_literal
-TEMPLATE_ENV.filters["json"] = _json_text
+# Harness files render in the one Jinja2 environment (engine.base.render), which has the `py` and `json`
+# filters that turn YAML values into code.
+TEMPLATE_ENV = ENV
 
 
 @dataclass(frozen=True)
