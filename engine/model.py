@@ -56,7 +56,7 @@ class Answer:
     """What the model said, as the evaluators see it.
 
     Args:
-        text: The visible answer text (reasoning removed by the client or by `normalised_text`).
+        text: The visible answer text (a leading `<think>` block already moved to `reasoning` by the client).
         tool_calls: The calls the model made, in order.
         finish_reason: "stop", "length", "tool_calls", ... or None when unknown.
         reasoning: Reasoning text, kept for the record and never scored.

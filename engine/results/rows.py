@@ -101,7 +101,7 @@ def build_row(*, run_id: str, model: ModelConfig, test: Test, attempt: int, requ
         evaluators, isolation = evaluator_nodes(verdict)
         if error_kind is None:
             score = float(verdict.score)
-            # evaluate() already applied the test threshold, node thresholds and `must` gates at the root.
+            # score() already applied the test threshold, node thresholds and `must` gates at the root.
             passed = bool(verdict.passed)
     return {
         "schema_version": SCHEMA_VERSION,
