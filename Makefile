@@ -36,6 +36,7 @@ test-local: $(VENV)/.local
 lint: $(VENV)/.dev
 	$(BIN)/ruff check .
 	$(BIN)/mypy engine
+	$(BIN)/lint-imports
 
 bench: $(VENV)/.dev
 	$(BIN)/python bench/run_all.py

@@ -81,25 +81,28 @@ async def _raw(base_url: str, calls: int, stream: bool, concurrency: int) -> Non
 
 async def _engine(base_url: str, calls: int, stream: bool, concurrency: int, out: Path, repeat: int = 1) -> int:
     from engine.client.openai import RequestSettings
-    from engine.evaluators import evaluate, uses_exec
+    from engine.evaluators import compile_spec
     from engine.model import ModelConfig, Test
     from engine.results.journal import Journal
     from engine.results.writer import ResultsWriter
     from engine.run.jobs import iter_jobs
     from engine.run.runner import RunConfig, Runner
 
+    spec = {"contains": "ok"}
+    evaluator = compile_spec(spec)   # as the loader does: a spec without templates is compiled once
+
     def tests():
         for i in range(calls // repeat):
             yield Test(suite="bench", id=f"t{i}", file="bench.yaml", line=1,
                        messages=({"role": "user", "content": "say ok"},), prompt="say ok",
-                       eval={"contains": "ok"}, hash=f"h{i}", max_tokens=64)
+                       eval=spec, hash=f"h{i}", max_tokens=64, evaluator=evaluator)
 
     model = ModelConfig(name="bench", model="bench-model", base_url=base_url, concurrency=concurrency,
                         stream=stream)
     journal = Journal(out / "_journal.sqlite")
     writer = ResultsWriter(out, journal)
     runner = Runner(RunConfig(run_id="bench", concurrency=concurrency, settings=RequestSettings(stream=stream)),
-                    journal, writer, evaluate, uses_exec)
+                    journal, writer)
     stats = await runner.run({"bench": (model, iter_jobs(model, list(tests()), repeat))}, calls, {"bench": None})
     journal.close()
     return stats.done
@@ -119,7 +122,10 @@ def child(kind: str, base_url: str, calls: int, stream: bool, concurrency: int, 
             asyncio.run(_raw(base_url, calls, stream, concurrency))
             done = calls
         else:
-            done = asyncio.run(_engine(base_url, calls, stream, concurrency, Path(tmp), repeat))
+            from engine._gc import tuned_gc
+
+            with tuned_gc():   # the collector setting `engine run` runs under (the CLI enters it)
+                done = asyncio.run(_engine(base_url, calls, stream, concurrency, Path(tmp), repeat))
         cpu, wall = _cpu() - cpu0, time.perf_counter() - wall0
     print(json.dumps({"kind": kind, "calls": calls, "done": done, "stream": stream, "cpu_s": cpu, "wall_s": wall,
                       "cpu_us_per_call": 1e6 * cpu / calls, "peak_rss_mb": _peak_rss_mb()}), flush=True)

@@ -5,7 +5,10 @@ Errors the engine raises on purpose, drawn as a tree (httpx `_exceptions.py` sty
     EngineError                    anything the engine reports to a person instead of a traceback
      ├── SuiteError                one or more problems in suite / models / harness files
      │                             (carries a list of Diagnostic, each FILE:LINE:COL: error: ...)
-     ├── ConfigError               a bad command-line option or models file setting
+     ├── ConfigError               an input the engine cannot use that is not a suite file (a HumanEval file ...)
+     │    └── UsageError           a bad command-line option, an unknown model, a missing API key (exit 2)
+     ├── EvaluatorConfigError      an evaluator option that cannot work (names the kind, the option and the fix)
+     ├── ResultsError              results that cannot be read (no Parquet, unreadable files, clashing columns)
      ├── ClientError               a model call that failed (kind, retryable, status)
      │    ├── HTTPStatusError      the server answered with a non-2xx status
      │    ├── TransportError       connection refused / reset, DNS, TLS
@@ -64,7 +67,34 @@ class SuiteError(EngineError):
 
 
 class ConfigError(EngineError):
-    """A bad command-line option or setting."""
+    """An input the engine cannot use that is not a suite file (a HumanEval file, a setting)."""
+
+
+class UsageError(ConfigError):
+    """A bad command-line option, an unknown model or a missing API key: `engine run` exits with 2."""
+
+
+class EvaluatorConfigError(EngineError):
+    """An evaluator option that cannot work, found when the evaluator is compiled (or rendered).
+
+    The message names the kind, the option and the fix ("contains: mode must be 'all' or 'any', got
+    'most'"). At load time it becomes a FILE:LINE:COL diagnostic; for a tree built by hand it becomes
+    an *error* verdict, never a "could not judge: ValueError".
+
+    Args:
+        message: What is wrong and how to fix it.
+        kind: The evaluator kind (`contains`), or "" when the kind itself is the problem.
+        option: The option at fault (`mode`), or None for the value under the kind's key.
+    """
+
+    def __init__(self, message: str, *, kind: str = "", option: str | None = None) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.option = option
+
+
+class ResultsError(EngineError):
+    """Results that cannot be read: a missing path, no Parquet file, or files whose columns disagree."""
 
 
 class ClientError(EngineError):

@@ -9,7 +9,13 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
+
+from engine.base.jsontext import dumps_unicode
+
+if TYPE_CHECKING:
+    from engine.evaluators.node import Node
 
 
 @dataclass(frozen=True)
@@ -51,7 +57,7 @@ class Answer:
     """What the model said, as the evaluators see it.
 
     Args:
-        text: The visible answer text (reasoning removed by the client or by `normalised_text`).
+        text: The visible answer text (a leading `<think>` block already moved to `reasoning` by the client).
         tool_calls: The calls the model made, in order.
         finish_reason: "stop", "length", "tool_calls", ... or None when unknown.
         reasoning: Reasoning text, kept for the record and never scored.
@@ -122,8 +128,9 @@ class Verdict:
 class Test:
     """One runnable test: a test of a suite, expanded for one row of `cases`.
 
-    Prompts and messages are already rendered; `eval` is the evaluator spec exactly as written
-    (its templates are rendered at scoring time with `variables`).
+    Prompts and messages are already rendered; `eval` is the evaluator spec exactly as written (results
+    show it, the hash covers it) and `evaluator` the tree compiled from it when the suite loaded
+    (engine.evaluators.compile_spec: options checked and bound, templates rendered with `variables`).
 
     Args:
         suite: The suite id.
@@ -144,6 +151,8 @@ class Test:
         case_index: The row of `cases` this test came from, or None.
         hash: Stable content hash of what is sent and how it is scored.
         suite_dir: The folder of the suite file (harness and data files resolve inside it).
+        evaluator: The compiled evaluator tree (`engine.evaluators.Node`), or None: no check, or a Test
+            built by hand, which `engine.evaluators.score` compiles from `eval` when it scores.
     """
 
     __test__ = False  # not a pytest test class, despite the name
@@ -166,6 +175,17 @@ class Test:
     case_index: int | None = None
     hash: str = ""
     suite_dir: str = "."
+    evaluator: Node | None = field(default=None, compare=False, repr=False)
+
+    @cached_property
+    def messages_json(self) -> str:
+        """The messages as JSON text (the results row's `prompt`), computed once: repeats and models share it."""
+        return dumps_unicode(list(self.messages))
+
+    @cached_property
+    def golden_json(self) -> str | None:
+        """The golden answer as JSON text (the results row's `golden`), or None; computed once."""
+        return None if self.golden is None else json.dumps(self.golden, ensure_ascii=False, default=str)
 
     @property
     def tool_schemas(self) -> dict[str, Mapping[str, Any]]:

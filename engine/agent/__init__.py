@@ -10,7 +10,7 @@ What is here (the foundations; nothing outside this package calls it yet)::
     _core.py          the one place that imports helpers the evaluator-core rewrite may move
 
 Layering: agent imports client, results.rows (is_fallback), model, errors, and (through `_core`)
-suite.render and evaluators.tool_match; run will import agent. Nothing here imports run or cli.
+base.render and evaluators.tool_match; run will import agent. Nothing here imports run or cli.
 Public names load lazily (below), so evaluators may import `engine.agent.transcript` without a cycle.
 
 The plan for the next step (after the evaluator core lands):

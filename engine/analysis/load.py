@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from engine.errors import EngineError
+from engine.errors import ResultsError
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -29,10 +29,6 @@ ANALYSIS_COLUMNS: tuple[str, ...] = (
 
 # df.attrs key where `load` records the fallback rows per model (dropped, or kept with include_fallback).
 FALLBACK_ATTR = "fallback_rows"
-
-
-class ResultsError(EngineError):
-    """Results could not be found or read; the message names the path and the fix."""
 
 
 def _run_named_by(path: Path) -> Path | None:

@@ -56,14 +56,14 @@ def _answer_of(row: dict[str, Any]) -> Answer:
 
 
 def _rescore_row(row: dict[str, Any], test: Test, run_id: str) -> dict[str, Any]:
-    from engine.evaluators import evaluate
+    from engine.evaluators import score
     from engine.results.rows import evaluator_nodes
 
-    verdict = evaluate(test.eval, _answer_of(row), test)
+    verdict = score(test, _answer_of(row))
     nodes, isolation = evaluator_nodes(verdict)
     out = dict(row)
     out.update(run_id=run_id, test_hash=test.hash, threshold=test.threshold, evaluators=nodes, isolation=isolation,
-               golden=None if test.golden is None else json.dumps(test.golden, ensure_ascii=False, default=str))
+               golden=test.golden_json)
     if verdict.error:
         out.update(score=None, passed=None, error_kind="evaluator", error_message=verdict.reason)
     else:

@@ -15,5 +15,8 @@ __all__ = ["app", "main"]
 
 
 def main() -> None:
-    """Console-script entry point."""
-    app()
+    """Console-script entry point: one command, under the CLI's one garbage-collector setting (engine/_gc.py)."""
+    from engine._gc import tuned_gc
+
+    with tuned_gc():
+        app()

@@ -42,6 +42,7 @@ def validate(
     models: Annotated[Path | None, typer.Option("--models", help="Also check this models.yaml.")] = None,
 ) -> None:
     """Check suites before any model is called: YAML, schema, references, templates, goldens."""
+    from engine._gc import tuned_gc
     from engine.suite import load_models, load_suites
     from engine.suite.loader import expand_paths
 
@@ -51,7 +52,8 @@ def validate(
             print(f"{path}: error: no such file or folder", file=sys.stderr)
         raise typer.Exit(EXIT_USAGE)
     files, _ = expand_paths(list(paths))
-    suites, diagnostics = load_suites(list(paths), golden_check=not no_golden_check)
+    with tuned_gc(collect=False):
+        suites, diagnostics = load_suites(list(paths), golden_check=not no_golden_check)
     checked = len(files)
     if models:
         _, model_problems = load_models(models)
@@ -66,6 +68,7 @@ def list_tests(
     paths: Annotated[list[Path], typer.Argument(help="Suite files or folders.")],
 ) -> None:
     """A table of tests: suite, id, tags, evaluator kinds and content hash."""
+    from engine._gc import tuned_gc
     from engine.suite import load_suites
     from engine.suite.loader import expand_paths
 
@@ -74,11 +77,13 @@ def list_tests(
         for path in missing:
             print(f"{path}: error: no such file or folder", file=sys.stderr)
         raise typer.Exit(EXIT_USAGE)
-    suites, diagnostics = load_suites(list(paths))
+    with tuned_gc(collect=False):
+        suites, diagnostics = load_suites(list(paths))
     rows = [("SUITE", "TEST", "TAGS", "EVALUATORS", "HASH")]
     for suite in suites:
         for test in suite.tests:
-            rows.append((suite.id, test.id, ",".join(test.tags) or "-", ",".join(_kinds(test.eval)) or "-", test.hash))
+            kinds = test.evaluator.kinds() if test.evaluator is not None else []
+            rows.append((suite.id, test.id, ",".join(test.tags) or "-", ",".join(kinds) or "-", test.hash))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
     for row in rows:
         print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=False)) + "  " + row[-1])
@@ -87,31 +92,6 @@ def list_tests(
         files, _ = expand_paths(list(paths))
         _print_diagnostics(diagnostics, len(files), sum(len(s.tests) for s in suites))
     raise typer.Exit(EXIT_PROBLEMS if errors else EXIT_OK)
-
-
-def _kinds(spec: object) -> list[str]:
-    """The evaluator kinds in a spec, each once, in the order they appear."""
-    from engine.evaluators import EVALUATORS
-    from engine.evaluators.compose import COMPOSITIONS
-
-    kinds = EVALUATORS.keys() | COMPOSITIONS
-    found: dict[str, None] = {}
-
-    def walk(node: object) -> None:
-        if not isinstance(node, dict):
-            return
-        for key, value in node.items():
-            if key not in kinds:  # common options (weight, must...) and per-kind options (pattern, mode...)
-                continue
-            found.setdefault(key, None)
-            if key in ("all", "any") and isinstance(value, list):
-                for child in value:
-                    walk(child)
-            elif key == "not":
-                walk(value)
-
-    walk(spec)
-    return list(found)
 
 
 @app.command()

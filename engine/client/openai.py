@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from engine.base.jsontext import dumps_ascii
 from engine.client import retry
 from engine.client.deadline import Deadlines, TaskDeadline
 from engine.client.response import (
@@ -30,7 +31,6 @@ from engine.client.sse import SSEDecoder
 from engine.errors import ClientError
 from engine.model import ModelConfig, Test
 from engine.redact import Redactor, mask_urls, url_secrets
-from engine.results.jsontext import dumps_ascii
 
 if TYPE_CHECKING:
     import aiohttp

@@ -18,6 +18,7 @@ Limits on every decode:
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -270,15 +271,24 @@ def apply_event(event: dict[str, Any], result: CallResult, text: list[str], reas
     return visible
 
 
+_THINK_END = re.compile(r"</think>", re.IGNORECASE)
+
+
 def split_think(result: CallResult) -> None:
-    """Move a leading `<think>...</think>` block from the answer to the reasoning."""
+    """Move a leading `<think>...</think>` block (any case) from the answer to the reasoning.
+
+    The one place reasoning is split off: evaluators score `text` as it is. A block the model never
+    closed (cut by max_tokens) is all reasoning.
+    """
     first = result.text[:1]
     if first != "<" and not first.isspace():   # the usual answer: no copy of it made to find out
         return
     stripped = result.text.lstrip()
-    if not stripped.startswith("<think>"):
+    if stripped[:7].lower() != "<think>":
         return
-    inner, sep, rest = stripped[len("<think>"):].partition("</think>")
+    end = _THINK_END.search(stripped, 7)
+    inner, sep, rest = (stripped[7:], "", "") if end is None else (stripped[7:end.start()], "</think>",
+                                                                  stripped[end.end():])
     thought = inner.strip()
     result.reasoning = (result.reasoning + "\n" + thought) if result.reasoning else thought
     result.text = rest.lstrip() if sep else ""

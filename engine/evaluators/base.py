@@ -1,45 +1,128 @@
-"""What every leaf evaluator shares: its signature, its context, and verdict helpers.
+"""What every evaluator kind shares: the registry entry, the scoring context, verdict and option helpers.
 
-A leaf evaluator is a plain function::
+A kind is one `Kind` entry in `engine.evaluators.registry.KINDS` (a visible dict, as jsonschema keeps its
+keywords) and owns everything about itself:
 
-    def contains(value, options, answer, ctx) -> Verdict
+- `schema`: the JSON Schema of the value under its key and of its own options; schemas/suite.schema.json
+  is generated from these fragments (engine/suite/schema_source.py);
+- `check(value, spec, site)`: what a schema cannot say, checked when the suite loads (a regex compiles,
+  a harness exists), reported at FILE:LINE:COL through `site.error`;
+- `build(value, options) -> Scorer`: binds the options once, typed and checked (raising
+  `EvaluatorConfigError` naming the option and the fix); the scorer it returns only scores.
 
-- `value`   the (rendered) value under the evaluator's key: `contains: Paris` -> "Paris";
-- `options` the other keys of the node, rendered, minus the common keys that composition owns
-            (`weight`, `threshold`, `name`, `must`);
-- `answer`  the model's Answer (text already normalised: a leading <think> block removed);
-- `ctx`     the EvalContext (the test, its variables).
-
-Leaves return a Verdict and never raise to signal a failure; they never see `not`, weights or
-thresholds (engine.evaluators.compose owns those). A leaf that raises is turned into an *error*
-verdict by compose, so a crash never stops a run.
+A scorer is `scorer(answer, ctx) -> Verdict`, or an `async def` returning one (a judge awaiting a model
+call). It never sees `not`, weights or thresholds (engine.evaluators.compose owns those), returns a Verdict
+and never raises to signal a failure; one that raises becomes an *error* verdict, so a crash never stops
+a run. `blocking=True` marks a scorer that blocks (exec runs programs): the runner scores such trees in a
+worker thread, off the event loop.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import re
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, NamedTuple
 
+from engine.base.words import short
+from engine.errors import EvaluatorConfigError
 from engine.model import Answer, Test, Verdict
 
-COMMON_KEYS = frozenset({"weight", "threshold", "name", "must"})
+__all__ = [
+    "COMMON_KEYS",
+    "COMMON_OPTIONS",
+    "REGEX_FLAGS",
+    "CheckSite",
+    "Kind",
+    "Scorer",
+    "ScoringContext",
+    "check_regex",
+    "error",
+    "regex_flags",
+    "short",
+    "verdict",
+]
+
+# The options every node may carry beside its kind; composition (compose.py) is the only reader.
+COMMON_OPTIONS: dict[str, Any] = {
+    "weight": {"type": "number", "minimum": 0, "description": "Weight of this check inside its parent "
+               "`all` (default 1). 0 = reported but not counted.", "examples": [1, 3, 0]},
+    "threshold": {"type": "number", "minimum": 0, "maximum": 1, "description": "Score (0..1) this node needs "
+                  "to pass; without it a leaf passes only with a full score.", "examples": [0.5]},
+    "name": {"type": "string", "description": "A label shown in results for this check.",
+             "examples": ["mentions the city"]},
+    "must": {"type": "boolean", "description": "When true, the parent fails whenever this check fails, "
+             "whatever the other scores."},
+}
+COMMON_KEYS: tuple[str, ...] = tuple(COMMON_OPTIONS)
+
+# Regex flag letters, for `regex: {flags: ims}` (the schema allows exactly these letters).
+REGEX_FLAGS: dict[str, re.RegexFlag] = {"i": re.IGNORECASE, "m": re.MULTILINE, "s": re.DOTALL, "x": re.VERBOSE}
 
 
-@dataclass(frozen=True)
-class EvalContext:
-    """What a leaf may know besides the answer.
+class ScoringContext(NamedTuple):
+    """What a scorer may know besides the answer (immutable; a named tuple because one is built per answer).
 
     Args:
-        test: The test being scored (tools, golden, suite_dir for harness files).
-        variables: Template variables (case values, golden, test_id, suite).
+        test: The test being scored (tools, golden, prompt, suite_dir for harness files).
+        variables: The test's template variables (case values, golden, test_id, suite); the tree's
+            templates were rendered with them when it was compiled.
+        transcript: Reserved for trajectory evaluators: the turns of a multi-turn run (None today).
+        caller: Reserved for model-graded evaluators: an object that awaits a model call through the
+            run's client, caps, retries and budget (None today; the golden check has none).
     """
 
     test: Test
-    variables: Mapping[str, Any] = field(default_factory=dict)
+    variables: Mapping[str, Any]
+    transcript: Any = None
+    caller: Any = None
 
 
-Leaf = Callable[[Any, Mapping[str, Any], Answer, EvalContext], Verdict]
+Scorer = Callable[[Answer, ScoringContext], "Verdict | Awaitable[Verdict]"]
+Build = Callable[[Any, Mapping[str, Any]], Scorer]
+
+
+@dataclass(frozen=True, slots=True)
+class CheckSite:
+    """Where a load-time check reports: problems go to FILE:LINE:COL of a path under the node.
+
+    Args:
+        error: Called with (a path relative to the node, e.g. ("regex",) or ("pattern",), the message).
+        suite_dir: The folder of the suite file (harness files resolve inside it).
+        warning: Called like `error`, for a problem that does not stop the suite (shown at the key).
+    """
+
+    error: Callable[[tuple[Any, ...], str], None]
+    suite_dir: Path
+    warning: Callable[[tuple[Any, ...], str], None] = lambda where, message: None
+
+
+Check = Callable[[Any, Mapping[str, Any], CheckSite], None]
+
+
+@dataclass(frozen=True, slots=True)
+class Kind:
+    """One registry entry: everything about one evaluator kind.
+
+    Args:
+        description: One line for the schema and the docs.
+        value: JSON Schema of the value under the kind's key.
+        options: JSON Schemas of the kind's own options beside the key ({option: schema}).
+        examples: Example nodes for the schema.
+        build: (value, options) -> scorer; None for compositions (compose.py scores them).
+        check: Load-time checks beyond the schema, or None.
+        blocking: The scorer blocks (runs programs): score the tree in a worker thread.
+    """
+
+    description: str
+    value: Mapping[str, Any]
+    options: Mapping[str, Any] = field(default_factory=dict)
+    examples: tuple[Any, ...] = ()
+    build: Build | None = None
+    check: Check | None = None
+    blocking: bool = False
 
 
 def verdict(score: float, reason: str, kind: str = "", **details: Any) -> Verdict:
@@ -51,3 +134,40 @@ def verdict(score: float, reason: str, kind: str = "", **details: Any) -> Verdic
 def error(reason: str, kind: str = "") -> Verdict:
     """An error verdict: the evaluator could not judge. Kept apart from a fail."""
     return Verdict(score=0.0, passed=False, reason=reason, kind=kind, error=True)
+
+
+def regex_flags(letters: str, kind: str) -> int:
+    """The `re` flags for letters from `imsx`.
+
+    Raises:
+        EvaluatorConfigError: for any other letter.
+    """
+    bits = 0
+    for letter in letters:
+        if letter not in REGEX_FLAGS:
+            raise EvaluatorConfigError(f"{kind}: unknown flag {letter!r}; use letters from 'imsx'", kind=kind,
+                                       option="flags")
+        bits |= REGEX_FLAGS[letter]
+    return bits
+
+
+@lru_cache(maxsize=4096)
+def check_regex(pattern: str, flags: str = "") -> str | None:
+    """None when `pattern` compiles as a Python regex, else the reason it does not (unknown flags ignored)."""
+    bits = 0
+    for letter in flags:
+        bits |= REGEX_FLAGS.get(letter, 0)
+    try:
+        re.compile(pattern, bits)
+    except re.error as exc:
+        return str(exc)
+    return None
+
+
+def option_choice(options: Mapping[str, Any], name: str, choices: tuple[str, ...], kind: str) -> str:
+    """A string option that must be one of `choices` (the first is the default)."""
+    value = str(options.get(name, choices[0]))
+    if value not in choices:
+        raise EvaluatorConfigError(f"{kind}: {name} must be {' or '.join(map(repr, choices))}, got {short(value)}",
+                                   kind=kind, option=name)
+    return value

@@ -5,7 +5,9 @@
 Options (docs/architecture.md): `harness` (required), `cases`, `expect_stdout`, `expect_exit_code`,
 `timeout_s`, `memory_mb`, `language`, `vars`. A failing, crashing or hanging program is a *fail* with the
 reason; a harness that cannot be prepared (unknown name, missing program such as node) is an *error*.
-Called synchronously; the runner bounds how many run at once.
+The scorer blocks (it waits for the program): the registry entry says `blocking=True`, so the runner scores
+such trees in a worker thread and bounds how many run at once. The harness a node names is resolved and
+loaded when the suite loads (`engine validate` reports an unknown name or a broken harness file).
 """
 
 from __future__ import annotations
@@ -15,8 +17,9 @@ import secrets
 from collections.abc import Mapping
 from typing import Any
 
-from engine.errors import EngineError
-from engine.evaluators.base import EvalContext, error
+from engine.base.render import is_template
+from engine.errors import EngineError, EvaluatorConfigError, SuiteError
+from engine.evaluators.base import CheckSite, Kind, Scorer, ScoringContext, error
 from engine.harness import sandbox, templates
 from engine.harness.extract import extract_code
 from engine.model import Answer, Verdict
@@ -26,26 +29,37 @@ _OPTIONS = frozenset({"harness", "cases", "expect_stdout", "expect_exit_code", "
                       "language", "vars"})
 
 
-def exec_(value: Any, options: Mapping[str, Any], answer: Answer, ctx: EvalContext) -> Verdict:
-    """Run the answer's code through a harness template and score it.
+def exec_(value: Any, options: Mapping[str, Any]) -> Scorer:
+    """Bind the `exec:` mapping (harness, cases, ...) once; the scorer runs the answer's code and scores it.
 
     Args:
-        value: The `exec:` mapping (harness, cases, ...), rendered.
+        value: The `exec:` mapping, rendered.
         options: Other keys of the node (none for exec).
-        answer: The model's answer.
-        ctx: The evaluation context.
     """
     if not isinstance(value, Mapping) or not isinstance(value.get("harness"), str):
-        return error("exec needs a mapping with `harness:` (e.g. {exec: {harness: python-function}})", KIND)
+        raise EvaluatorConfigError("exec needs a mapping with `harness:` (e.g. {exec: {harness: python-function}})",
+                                   kind=KIND, option="harness")
     unknown = sorted(set(value) - _OPTIONS)
     if unknown:
-        return error(f"exec: unknown option(s) {', '.join(unknown)}; allowed: {', '.join(sorted(_OPTIONS))}", KIND)
+        raise EvaluatorConfigError(f"exec: unknown option(s) {', '.join(unknown)}; allowed: "
+                                   f"{', '.join(sorted(_OPTIONS))}", kind=KIND, option=unknown[0])
+    cases = _plain(value.get("cases") or [])
+    bad = [i for i, c in enumerate(cases) if not _valid_case(c)]
+    if bad:
+        raise EvaluatorConfigError(f"exec: case {bad[0] + 1} must be {{call: ..., expect: ...}} or {{assert: ...}}",
+                                   kind=KIND, option="cases")
+    extra_vars = _plain(value.get("vars") or {})
+
+    def score(answer: Answer, ctx: ScoringContext) -> Verdict:
+        return _run(value, cases, extra_vars, answer, ctx)
+
+    return score
+
+
+def _run(value: Mapping[str, Any], cases: list[Any], extra_vars: Mapping[str, Any], answer: Answer,
+         ctx: ScoringContext) -> Verdict:
     try:
         harness = templates.load_harness(value["harness"], ctx.test.suite_dir)
-        cases = _plain(value.get("cases") or [])
-        bad = [i for i, c in enumerate(cases) if not _valid_case(c)]
-        if bad:
-            return error(f"exec: case {bad[0] + 1} must be {{call: ..., expect: ...}} or {{assert: ...}}", KIND)
         if harness.score == "cases" and not cases:
             return error(f"exec: harness {harness.name!r} scores cases; give `cases: [{{call, expect}}]`", KIND)
         extracted = extract_code(answer.text, str(value.get("language") or harness.language))
@@ -53,7 +67,7 @@ def exec_(value: Any, options: Mapping[str, Any], answer: Answer, ctx: EvalConte
         variables: dict[str, Any] = {
             "prompt": ctx.test.prompt, "answer": answer.text, "code": extracted.code, "cases": cases,
             "marker": marker, "expect_stdout": value.get("expect_stdout"),
-            "expect_exit_code": value.get("expect_exit_code", 0), **_plain(value.get("vars") or {}),
+            "expect_exit_code": value.get("expect_exit_code", 0), **extra_vars,
         }
         files, argv = templates.render_files(harness, variables)
         limits = sandbox.Limits(
@@ -148,3 +162,40 @@ def _score_cases(cases: list[dict[str, Any]], result: sandbox.RunResult, marker:
 
 def _verdict(score: float, reason: str, details: dict[str, Any]) -> Verdict:
     return Verdict(score=score, passed=score >= 1.0, reason=reason, kind=KIND, details=details)
+
+
+def _check(value: Any, spec: Mapping[str, Any], site: CheckSite) -> None:
+    """Resolve and load the harness when the suite loads: an unknown name or a broken harness file is a
+    FILE:LINE:COL error from `engine validate`, not an error row after the calls were paid for."""
+    name = value.get("harness") if isinstance(value, Mapping) else None
+    if not isinstance(name, str) or is_template(name):
+        return
+    try:
+        templates.load_harness(name, site.suite_dir)
+    except SuiteError as exc:
+        first = exc.diagnostics[0] if exc.diagnostics else None
+        where = f" ({first})" if first else ""
+        site.error(("exec", "harness"), f"the harness '{name}' is not a valid harness file{where}")
+    except EngineError as exc:
+        site.error(("exec", "harness"), str(exc))
+
+
+EXEC = Kind("Run the answer's code in a sandboxed harness and check what it does.", {
+    "type": "object", "additionalProperties": False, "required": ["harness"], "properties": {
+        "harness": {"type": "string", "description": "A harness name from harnesses/ or `./file.yaml` "
+                    "inside this suite's folder.", "examples": ["python-function", "./my-harness.yaml"]},
+        "cases": {"type": "array", "description": "Calls to make and what they must return.",
+                  "items": {"type": "object", "additionalProperties": False, "title": "exec case",
+                            "minProperties": 1, "properties": {
+                                "call": {"type": "string", "description": "An expression to evaluate.",
+                                         "examples": ["add(2, 3)"]},
+                                "expect": {"description": "The value `call` must return."},
+                                "assert": {"type": "string", "description": "A statement that must hold."}}}},
+        "expect_stdout": {"type": "string", "description": "The exact output the program must print."},
+        "expect_exit_code": {"type": "integer", "description": "The exit code the program must end with."},
+        "timeout_s": {"type": "number", "exclusiveMinimum": 0, "description": "Time limit per run, seconds."},
+        "memory_mb": {"type": "integer", "minimum": 1, "description": "Memory limit, MB."},
+        "language": {"type": "string", "description": "The language the code is in.", "examples": ["python"]},
+        "vars": {"type": "object", "description": "Extra template variables for the harness."}}}, {},
+    ({"exec": {"harness": "python-function", "cases": [{"call": "add(2, 3)", "expect": 5}]}},), build=exec_,
+    check=_check, blocking=True)

@@ -7,6 +7,9 @@ module never shadows the standard library's json.)
 Value comparison (json_field `equals`, `in`, `contains`, `set_equals`) follows `values_equal`:
 numbers by value (8 == 8.0), `coerce` (default true) lets "8" equal 8 and "true" equal true,
 strings ignore case unless `case_sensitive: true`, lists in order, objects by keys.
+
+Each kind is a builder that checks and binds its options once (a json_field path is parsed, an inline
+schema is checked and its validator built) and returns the scorer.
 """
 
 from __future__ import annotations
@@ -18,9 +21,13 @@ from collections.abc import Mapping
 from typing import Any
 
 import jsonschema
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import SchemaError
 
-from engine.evaluators.base import EvalContext, error, verdict
-from engine.evaluators.compose import short
+from engine.base.render import is_template
+from engine.base.words import did_you_mean, short
+from engine.errors import EvaluatorConfigError
+from engine.evaluators.base import COMMON_OPTIONS, CheckSite, Kind, Scorer, ScoringContext, check_regex, verdict
 from engine.model import Answer, Verdict
 
 _JSON_FENCE = re.compile(r"```(?:json|JSON)\s*\n(.*?)```", re.DOTALL)
@@ -67,12 +74,16 @@ def find_json(text: str) -> tuple[Any, str | None]:
     return None, fence_error or f"no JSON value found in {short(text)}"
 
 
-def is_json(value: Any, options: Mapping[str, Any], answer: Answer, ctx: EvalContext) -> Verdict:
+def is_json(value: Any, options: Mapping[str, Any]) -> Scorer:
     """The answer contains a JSON value (fenced, whole, or the last balanced object/array)."""
-    found, problem = find_json(answer.text)
-    if problem:
-        return verdict(0.0, problem, "is_json")
-    return verdict(1.0, f"found JSON {type(found).__name__}: {short(found)}", "is_json")
+
+    def score(answer: Answer, ctx: ScoringContext) -> Verdict:
+        found, problem = find_json(answer.text)
+        if problem:
+            return verdict(0.0, problem, "is_json")
+        return verdict(1.0, f"found JSON {type(found).__name__}: {short(found)}", "is_json")
+
+    return score
 
 
 def _where(path: Any) -> str:
@@ -82,24 +93,31 @@ def _where(path: Any) -> str:
     return out or "the top level"
 
 
-def json_schema(value: Any, options: Mapping[str, Any], answer: Answer, ctx: EvalContext) -> Verdict:
+def json_schema(value: Any, options: Mapping[str, Any]) -> Scorer:
     """The answer's JSON validates against the inline schema; the reason names the first error's place."""
     if not isinstance(value, Mapping):
-        return error(f"json_schema: the schema must be a mapping, got {short(value)}", "json_schema")
+        raise EvaluatorConfigError(f"json_schema: the schema must be a mapping, got {short(value)}",
+                                   kind="json_schema")
     try:
         cls = jsonschema.validators.validator_for(value)
         cls.check_schema(value)
     except jsonschema.SchemaError as exc:
-        return error(f"json_schema: the schema itself is invalid: {exc.message}", "json_schema")
-    found, problem = find_json(answer.text)
-    if problem:
-        return verdict(0.0, problem, "json_schema")
-    errors = sorted(cls(value).iter_errors(found), key=lambda e: list(e.absolute_path))
-    if not errors:
-        return verdict(1.0, "JSON matches the schema", "json_schema")
-    first = errors[0]
-    more = f" (+{len(errors) - 1} more)" if len(errors) > 1 else ""
-    return verdict(0.0, f"at {_where(first.absolute_path)}: {first.message}{more}", "json_schema")
+        raise EvaluatorConfigError(f"json_schema: the schema itself is invalid: {exc.message}",
+                                   kind="json_schema") from None
+    validator = cls(value)
+
+    def score(answer: Answer, ctx: ScoringContext) -> Verdict:
+        found, problem = find_json(answer.text)
+        if problem:
+            return verdict(0.0, problem, "json_schema")
+        errors = sorted(validator.iter_errors(found), key=lambda e: list(e.absolute_path))
+        if not errors:
+            return verdict(1.0, "JSON matches the schema", "json_schema")
+        first = errors[0]
+        more = f" (+{len(errors) - 1} more)" if len(errors) > 1 else ""
+        return verdict(0.0, f"at {_where(first.absolute_path)}: {first.message}{more}", "json_schema")
+
+    return score
 
 
 _PATH_PART = re.compile(r"""\.?(?:(?P<key>[^.\[\]]+)|\[(?P<index>-?\d+)\]|\[(?P<q>["'])(?P<qkey>.*?)(?P=q)\])""")
@@ -109,7 +127,7 @@ def parse_path(path: str) -> list[str | int]:
     """Split `items[0].name` (or `a["key.with.dots"]`) into keys and indexes.
 
     Raises:
-        ValueError: for a path that does not parse.
+        EvaluatorConfigError: for a path that does not parse.
     """
     parts: list[str | int] = []
     pos = 0
@@ -119,7 +137,8 @@ def parse_path(path: str) -> list[str | int]:
     while pos < len(text):
         m = _PATH_PART.match(text, pos)
         if not m or m.end() == pos:
-            raise ValueError(f"json_field: cannot read path {path!r} at {text[pos:]!r}; write it like items[0].name")
+            raise EvaluatorConfigError(f"json_field: cannot read path {path!r} at {text[pos:]!r}; write it like "
+                                       "items[0].name", kind="json_field", option="path")
         if m.group("index") is not None:
             parts.append(int(m.group("index")))
         else:
@@ -201,37 +220,56 @@ _TYPES = {
 COMPARATORS = ("equals", "in", "matches", "approx", "contains", "set_equals", "exists", "type", "length")
 
 
-def json_field(value: Any, options: Mapping[str, Any], answer: Answer, ctx: EvalContext) -> Verdict:
+def json_field(value: Any, options: Mapping[str, Any]) -> Scorer:
     """One field of the answer's JSON, found by `path`, checked by exactly one comparator."""
     kind = "json_field"
     if not isinstance(value, Mapping) or "path" not in value:
-        return error("json_field: give a mapping with `path` and one comparator, e.g. {path: a.b, equals: 1}", kind)
+        raise EvaluatorConfigError("json_field: give a mapping with `path` and one comparator, e.g. "
+                                   "{path: a.b, equals: 1}", kind=kind)
     chosen = [c for c in COMPARATORS if c in value]
     if len(chosen) != 1:
-        return error(f"json_field: give exactly one comparator of {', '.join(COMPARATORS)}; got "
-                     f"{', '.join(chosen) or 'none'}", kind)
+        raise EvaluatorConfigError(f"json_field: give exactly one comparator of {', '.join(COMPARATORS)}; got "
+                                   f"{', '.join(chosen) or 'none'}", kind=kind)
     comparator = chosen[0]
     expected = value[comparator]
     coerce = bool(value.get("coerce", True))
     case_sensitive = bool(value.get("case_sensitive", False))
     path_text = str(value["path"])
     parts = parse_path(path_text)
-    document, problem = find_json(answer.text)
-    if problem:
-        return verdict(0.0, problem, kind)
-    got, missing = resolve(document, parts)
-    if comparator == "exists":
-        present = missing is None
-        if present == bool(expected):
-            return verdict(1.0, f"{path_text} {'exists' if present else 'is absent'} as expected", kind)
-        return verdict(0.0, f"{path_text} should {'exist' if expected else 'be absent'}: "
-                            f"{missing or 'found ' + short(got)}", kind)
-    if missing is not None:
-        return verdict(0.0, f"{path_text} not found: {missing}", kind)
-    ok, detail = _compare(comparator, got, expected, value, coerce, case_sensitive)
-    if ok:
-        return verdict(1.0, f"{path_text} = {short(got)} ({detail})", kind)
-    return verdict(0.0, f"{path_text}: {detail}, got {short(got)}", kind)
+    _check_comparator(comparator, expected)
+
+    def score(answer: Answer, ctx: ScoringContext) -> Verdict:
+        document, problem = find_json(answer.text)
+        if problem:
+            return verdict(0.0, problem, kind)
+        got, missing = resolve(document, parts)
+        if comparator == "exists":
+            present = missing is None
+            if present == bool(expected):
+                return verdict(1.0, f"{path_text} {'exists' if present else 'is absent'} as expected", kind)
+            return verdict(0.0, f"{path_text} should {'exist' if expected else 'be absent'}: "
+                                f"{missing or 'found ' + short(got)}", kind)
+        if missing is not None:
+            return verdict(0.0, f"{path_text} not found: {missing}", kind)
+        ok, detail = _compare(comparator, got, expected, value, coerce, case_sensitive)
+        if ok:
+            return verdict(1.0, f"{path_text} = {short(got)} ({detail})", kind)
+        return verdict(0.0, f"{path_text}: {detail}, got {short(got)}", kind)
+
+    return score
+
+
+def _check_comparator(comparator: str, expected: Any) -> None:
+    """The comparator's own value, checked once: `approx` needs a number, `type` known type names."""
+    if comparator == "approx" and _as_number(expected, True) is None:
+        raise EvaluatorConfigError(f"json_field: approx needs a number, got {expected!r}", kind="json_field",
+                                   option="approx")
+    if comparator == "type":
+        names = expected if isinstance(expected, list) else [expected]
+        unknown = [n for n in names if n not in _TYPES]
+        if unknown:
+            raise EvaluatorConfigError(f"json_field: unknown type {unknown[0]!r}; use one of {', '.join(_TYPES)}",
+                                       kind="json_field", option="type")
 
 
 def _compare(comparator: str, got: Any, expected: Any, value: Mapping[str, Any], coerce: bool,
@@ -251,9 +289,7 @@ def _compare(comparator: str, got: Any, expected: Any, value: Mapping[str, Any],
     if comparator == "approx":
         tolerance = float(value.get("tolerance", 1e-6))
         a, b = _as_number(got, coerce), _as_number(expected, True)
-        if b is None:
-            raise ValueError(f"json_field: approx needs a number, got {expected!r}")
-        return a is not None and abs(a - b) <= tolerance, f"expected {b:g} \u00b1 {tolerance:g}"
+        return a is not None and b is not None and abs(a - b) <= tolerance, f"expected {b:g} \u00b1 {tolerance:g}"
     if comparator == "contains":
         if isinstance(got, str):
             needle = str(expected)
@@ -271,11 +307,77 @@ def _compare(comparator: str, got: Any, expected: Any, value: Mapping[str, Any],
         return same, f"expected the set {short(expected)}"
     if comparator == "type":
         names = expected if isinstance(expected, list) else [expected]
-        unknown = [n for n in names if n not in _TYPES]
-        if unknown:
-            raise ValueError(f"json_field: unknown type {unknown[0]!r}; use one of {', '.join(_TYPES)}")
         return any(_TYPES[n](got) for n in names), f"expected type {' or '.join(map(str, names))}"
     # length: of a string, list or object
     if not isinstance(got, (str, list, dict)):
         return False, "expected a string, list or object to measure"
     return len(got) == int(expected), f"length {len(got)}, expected {int(expected)}"
+
+
+# ------------------------------------------------------------------------------------------ load-time checks
+
+_JSON_TYPES = ("string", "number", "integer", "boolean", "array", "object", "null")
+
+
+def check_json_schema(schema: Any) -> tuple[tuple[Any, ...], str] | None:
+    """None when `schema` is a valid JSON Schema (2020-12), else (path inside it, reason)."""
+    try:
+        Draft202012Validator.check_schema(schema)
+    except SchemaError as exc:
+        path = tuple(exc.absolute_path)
+        if path and path[-1] == "type" and isinstance(exc.instance, str):
+            guess = did_you_mean(exc.instance, _JSON_TYPES)
+            hint = f" — did you mean '{guess}'?" if guess else f"; use one of {', '.join(_JSON_TYPES)}"
+            return path, f"'{exc.instance}' is not a JSON Schema type{hint}"
+        return path, exc.message
+    return None
+
+
+def _check_json_schema(value: Any, spec: Mapping[str, Any], site: CheckSite) -> None:
+    found = check_json_schema(value)
+    if found:
+        inner, reason = found
+        site.error(("json_schema", *inner), f"this is not a valid JSON Schema: {reason}")
+    for option in (k for k in COMMON_OPTIONS if isinstance(value, Mapping) and k in value):
+        # JSON Schema ignores unknown keywords, so the schema stays valid and the option does nothing.
+        site.warning(("json_schema", option), (
+            f"'{option}' inside `json_schema:` is read as part of the JSON Schema, where it means "
+            f"nothing; if it is the evaluator's {option}, write it beside `json_schema:`, not inside it"))
+
+
+def _check_json_field(value: Any, spec: Mapping[str, Any], site: CheckSite) -> None:
+    matches = value.get("matches") if isinstance(value, Mapping) else None
+    if isinstance(matches, str) and not is_template(matches):
+        problem = check_regex(matches)
+        if problem:
+            site.error(("json_field", "matches"), f"the regex in 'matches' does not compile: {problem}")
+
+
+# ------------------------------------------------------------------------------------------ registry entries
+
+CASE_SENSITIVE = {"type": "boolean", "description": "Compare upper and lower case exactly (default false)."}
+
+IS_JSON = Kind("The answer is valid JSON (a ```json fence is accepted).", {"const": True}, {},
+               ({"is_json": True},), build=is_json)
+JSON_SCHEMA = Kind("The answer is JSON that matches this JSON Schema.", {"type": "object"}, {},
+                   ({"json_schema": {"type": "object", "required": ["name"]}},), build=json_schema,
+                   check=_check_json_schema)
+JSON_FIELD = Kind("One field of the JSON answer, found by `path`, compared with exactly one comparator.", {
+    "type": "object", "additionalProperties": False, "required": ["path"],
+    "oneOf": [{"required": [c]} for c in COMPARATORS],
+    "properties": {
+        "path": {"type": "string", "description": "Where the field is: `name`, `items[0].price`, `a.b`.",
+                 "examples": ["name", "items[0].price"]},
+        "equals": {"description": "The field equals this value."},
+        "in": {"type": "array", "description": "The field is one of these values."},
+        "matches": {"type": "string", "description": "The field (as text) matches this regex."},
+        "approx": {"type": ["number", "string"], "description": "The field is this number, within `tolerance`."},
+        "contains": {"description": "The field (text or list) contains this value."},
+        "set_equals": {"type": ["array", "string"], "description": "The field, as a set, equals this list."},
+        "exists": {"type": "boolean", "description": "The field is present (true) or absent (false)."},
+        "type": {"enum": list(_JSON_TYPES), "description": "The field's JSON type."},
+        "length": {"type": ["integer", "string"], "description": "The field (list or text) has this length."},
+        "tolerance": {"type": "number", "minimum": 0, "description": "Absolute tolerance for `approx`."},
+        "case_sensitive": CASE_SENSITIVE,
+        "coerce": {"type": "boolean", "description": "Compare \"8\" and 8 as equal (default true)."}}}, {},
+    ({"json_field": {"path": "name", "equals": "Alice"}},), build=json_field, check=_check_json_field)

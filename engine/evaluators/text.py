@@ -1,7 +1,9 @@
 """Text evaluators: equals, contains, not_contains, regex, starts_with, numeric, exact_token, length.
 
-All compare the visible answer text (reasoning already removed). String comparisons ignore case
-unless `case_sensitive: true`. Each returns a one-line reason a person can read.
+All compare the visible answer text (reasoning already removed by the client). String comparisons ignore
+case unless `case_sensitive: true`. Each kind is a builder that binds its options once and returns the
+scorer; each scorer returns a one-line reason a person can read. The registry entries (schema fragment,
+load-time check, builder) are at the end of the module.
 """
 
 from __future__ import annotations
@@ -11,11 +13,20 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from engine.evaluators.base import EvalContext, error, verdict
-from engine.evaluators.compose import short
+from engine.base.render import is_template
+from engine.errors import EvaluatorConfigError
+from engine.evaluators.base import (
+    CheckSite,
+    Kind,
+    Scorer,
+    ScoringContext,
+    check_regex,
+    option_choice,
+    regex_flags,
+    short,
+    verdict,
+)
 from engine.model import Answer, Verdict
-
-_FLAGS = {"i": re.IGNORECASE, "m": re.MULTILINE, "s": re.DOTALL, "x": re.VERBOSE}
 
 # A number as people write it: -3, 1,234.5, .5, 1e-3, 12%, with a Unicode minus too.
 NUMBER = re.compile(
@@ -31,7 +42,7 @@ def _fold(text: str, case_sensitive: bool) -> str:
 def _strings(value: Any, kind: str) -> list[str]:
     items = value if isinstance(value, (list, tuple)) else [value]
     if not items:
-        raise ValueError(f"{kind} needs at least one string")
+        raise EvaluatorConfigError(f"{kind} needs at least one string", kind=kind)
     return [_scalar_text(v) for v in items]
 
 
@@ -50,87 +61,117 @@ def parse_number(text: str) -> float:
     return float(cleaned)
 
 
-def equals(value: Any, options: Mapping[str, Any], answer: Answer, ctx: EvalContext) -> Verdict:
+def _case_sensitive(options: Mapping[str, Any]) -> bool:
+    return bool(options.get("case_sensitive", False))
+
+
+def equals(value: Any, options: Mapping[str, Any]) -> Scorer:
     """The trimmed answer equals the value. Numbers compare numerically ("8.0" equals 8), booleans as
     `true`/`false`, strings ignoring case unless `case_sensitive`."""
-    got = answer.text.strip()
-    case_sensitive = bool(options.get("case_sensitive", False))
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        try:
-            ok = math.isclose(parse_number(got), float(value), rel_tol=1e-12, abs_tol=0.0)
-        except ValueError:
-            ok = False
-        expected = _scalar_text(value)
-    else:
-        expected = _scalar_text(value).strip()
-        ok = _fold(got, case_sensitive) == _fold(expected, case_sensitive)
-    if ok:
-        return verdict(1.0, f"answer equals {short(expected)}", "equals")
-    return verdict(0.0, f"expected {short(expected)}, got {short(got)}", "equals")
+    case_sensitive = _case_sensitive(options)
+    numeric_value = isinstance(value, (int, float)) and not isinstance(value, bool)
+    expected = _scalar_text(value) if numeric_value else _scalar_text(value).strip()
+    folded = _fold(expected, case_sensitive)
+    passed = verdict(1.0, f"answer equals {short(expected)}", "equals")   # immutable: one instance serves every pass
+
+    def score(answer: Answer, ctx: ScoringContext) -> Verdict:
+        got = answer.text.strip()
+        if numeric_value:
+            try:
+                ok = math.isclose(parse_number(got), float(value), rel_tol=1e-12, abs_tol=0.0)
+            except ValueError:
+                ok = False
+        else:
+            ok = _fold(got, case_sensitive) == folded
+        if ok:
+            return passed
+        return verdict(0.0, f"expected {short(expected)}, got {short(got)}", "equals")
+
+    return score
 
 
-def contains(value: Any, options: Mapping[str, Any], answer: Answer, ctx: EvalContext) -> Verdict:
+def contains(value: Any, options: Mapping[str, Any]) -> Scorer:
     """The answer contains the string(s). `mode: all` scores the fraction found; `mode: any` is 0 or 1."""
     needles = _strings(value, "contains")
-    mode = str(options.get("mode", "all"))
-    if mode not in ("all", "any"):
-        return error(f"contains: mode must be 'all' or 'any', got {short(mode)}", "contains")
-    case_sensitive = bool(options.get("case_sensitive", False))
-    hay = _fold(answer.text, case_sensitive)
-    found = [n for n in needles if _fold(n, case_sensitive) in hay]
-    missing = [n for n in needles if n not in found]
-    if mode == "any":
-        if found:
-            return verdict(1.0, f"found {short(found[0])}", "contains")
-        return verdict(0.0, f"none of {short(needles)} found in {short(answer.text)}", "contains")
-    score = len(found) / len(needles)
-    if len(needles) == 1:
-        if found:
-            return verdict(1.0, f"found {short(needles[0])}", "contains")
-        return verdict(0.0, f"{short(needles[0])} not found in {short(answer.text)}", "contains")
-    if not missing:
-        return verdict(1.0, f"found all of {short(needles)}", "contains")
-    return verdict(score, f"missing {short(missing)} ({len(found)} of {len(needles)} found) in "
-                          f"{short(answer.text)}", "contains")
+    mode = option_choice(options, "mode", ("all", "any"), "contains")
+    case_sensitive = _case_sensitive(options)
+    folded = [_fold(n, case_sensitive) for n in needles]
+    # Verdicts are immutable: the passes that do not depend on the answer are built once.
+    found_each = [verdict(1.0, f"found {short(n)}", "contains") for n in needles]
+    found_all = verdict(1.0, f"found all of {short(needles)}", "contains")
+
+    def score(answer: Answer, ctx: ScoringContext) -> Verdict:
+        hay = _fold(answer.text, case_sensitive)
+        if len(needles) == 1:
+            if folded[0] in hay:
+                return found_each[0]
+            if mode == "any":
+                return verdict(0.0, f"none of {short(needles)} found in {short(answer.text)}", "contains")
+            return verdict(0.0, f"{short(needles[0])} not found in {short(answer.text)}", "contains")
+        hits = [i for i, f in enumerate(folded) if f in hay]
+        if mode == "any":
+            if hits:
+                return found_each[hits[0]]
+            return verdict(0.0, f"none of {short(needles)} found in {short(answer.text)}", "contains")
+        found = [needles[i] for i in hits]
+        missing = [n for n in needles if n not in found]
+        if not missing:
+            return found_all
+        return verdict(len(found) / len(needles), f"missing {short(missing)} ({len(found)} of {len(needles)} "
+                                                  f"found) in {short(answer.text)}", "contains")
+
+    return score
 
 
-def not_contains(value: Any, options: Mapping[str, Any], answer: Answer, ctx: EvalContext) -> Verdict:
+def not_contains(value: Any, options: Mapping[str, Any]) -> Scorer:
     """None of the strings appear. Partial credit: the fraction of strings absent."""
     needles = _strings(value, "not_contains")
-    case_sensitive = bool(options.get("case_sensitive", False))
-    hay = _fold(answer.text, case_sensitive)
-    present = [n for n in needles if _fold(n, case_sensitive) in hay]
-    if not present:
-        return verdict(1.0, f"none of {short(needles)} present", "not_contains")
-    score = 1 - len(present) / len(needles)
-    return verdict(score, f"must not contain {short(present)}, found in {short(answer.text)}", "not_contains")
+    case_sensitive = _case_sensitive(options)
+    folded = [_fold(n, case_sensitive) for n in needles]
+    absent = verdict(1.0, f"none of {short(needles)} present", "not_contains")
+
+    def score(answer: Answer, ctx: ScoringContext) -> Verdict:
+        hay = _fold(answer.text, case_sensitive)
+        present = [n for n, f in zip(needles, folded, strict=True) if f in hay]
+        if not present:
+            return absent
+        return verdict(1 - len(present) / len(needles),
+                       f"must not contain {short(present)}, found in {short(answer.text)}", "not_contains")
+
+    return score
 
 
-def regex(value: Any, options: Mapping[str, Any], answer: Answer, ctx: EvalContext) -> Verdict:
+def regex(value: Any, options: Mapping[str, Any]) -> Scorer:
     """`re.search` of the pattern in the answer; `flags` letters from `imsx`."""
-    flags = 0
-    for letter in str(options.get("flags", "") or ""):
-        if letter not in _FLAGS:
-            return error(f"regex: unknown flag {letter!r}; use letters from 'imsx'", "regex")
-        flags |= _FLAGS[letter]
+    flags = regex_flags(str(options.get("flags", "") or ""), "regex")
     try:
         pattern = re.compile(str(value), flags)
     except re.error as exc:
-        return error(f"regex: invalid pattern {short(value)}: {exc}", "regex")
-    match = pattern.search(answer.text)
-    if match:
-        return verdict(1.0, f"/{value}/ matched {short(match.group(0))}", "regex")
-    return verdict(0.0, f"/{value}/ did not match {short(answer.text)}", "regex")
+        raise EvaluatorConfigError(f"regex: invalid pattern {short(value)}: {exc}", kind="regex") from None
+
+    def score(answer: Answer, ctx: ScoringContext) -> Verdict:
+        match = pattern.search(answer.text)
+        if match:
+            return verdict(1.0, f"/{value}/ matched {short(match.group(0))}", "regex")
+        return verdict(0.0, f"/{value}/ did not match {short(answer.text)}", "regex")
+
+    return score
 
 
-def starts_with(value: Any, options: Mapping[str, Any], answer: Answer, ctx: EvalContext) -> Verdict:
+def starts_with(value: Any, options: Mapping[str, Any]) -> Scorer:
     """The answer, leading whitespace removed, starts with the string."""
-    case_sensitive = bool(options.get("case_sensitive", False))
+    case_sensitive = _case_sensitive(options)
     prefix = _scalar_text(value)
-    got = answer.text.lstrip()
-    if _fold(got, case_sensitive).startswith(_fold(prefix, case_sensitive)):
-        return verdict(1.0, f"starts with {short(prefix)}", "starts_with")
-    return verdict(0.0, f"expected to start with {short(prefix)}, got {short(got, 40)}", "starts_with")
+    folded = _fold(prefix, case_sensitive)
+    passed = verdict(1.0, f"starts with {short(prefix)}", "starts_with")
+
+    def score(answer: Answer, ctx: ScoringContext) -> Verdict:
+        got = answer.text.lstrip()
+        if _fold(got, case_sensitive).startswith(folded):
+            return passed
+        return verdict(0.0, f"expected to start with {short(prefix)}, got {short(got, 40)}", "starts_with")
+
+    return score
 
 
 def _numbers(text: str) -> list[tuple[float, bool, str]]:
@@ -143,7 +184,7 @@ def _numbers(text: str) -> list[tuple[float, bool, str]]:
     return out
 
 
-def numeric(value: Any, options: Mapping[str, Any], answer: Answer, ctx: EvalContext) -> Verdict:
+def numeric(value: Any, options: Mapping[str, Any]) -> Scorer:
     """The last number in the answer (or `pattern`'s first group) equals the value within tolerance.
 
     `tolerance` is absolute, `rel_tolerance` relative to the expected value; either suffices. A
@@ -155,28 +196,36 @@ def numeric(value: Any, options: Mapping[str, Any], answer: Answer, ctx: EvalCon
         tolerance = float(options.get("tolerance", 0) or 0)
         rel_tolerance = float(options.get("rel_tolerance", 0) or 0)
     except (TypeError, ValueError):
-        return error(f"numeric: expected a number, got {short(value)}", "numeric")
-    pattern = options.get("pattern")
-    if pattern is not None:
+        raise EvaluatorConfigError(f"numeric: expected a number, got {short(value)}", kind="numeric") from None
+    raw_pattern = options.get("pattern")
+    pattern = None
+    if raw_pattern is not None:
         try:
-            match = re.search(str(pattern), answer.text)
+            pattern = re.compile(str(raw_pattern))
         except re.error as exc:
-            return error(f"numeric: invalid pattern {short(pattern)}: {exc}", "numeric")
-        if not match:
-            return verdict(0.0, f"pattern /{pattern}/ found no number in {short(answer.text)}", "numeric")
-        found = _numbers(match.group(1) if match.groups() else match.group(0))
-    else:
-        found = _numbers(answer.text)
-    if not found:
-        return verdict(0.0, f"expected {expected:g}, found no number in {short(answer.text)}", "numeric")
-    number, is_percent, written = found[-1]
-    candidates = [number, number / 100] if is_percent else [number]
+            raise EvaluatorConfigError(f"numeric: invalid pattern {short(raw_pattern)}: {exc}", kind="numeric",
+                                       option="pattern") from None
     allowed = max(tolerance, rel_tolerance * abs(expected))
-    for candidate in candidates:
-        if abs(candidate - expected) <= allowed or math.isclose(candidate, expected, rel_tol=1e-9):
-            how = "equals" if allowed == 0 else f"is within \u00b1{allowed:g} of"
-            return verdict(1.0, f"{written} {how} {expected:g}", "numeric")
-    return verdict(0.0, f"expected {expected:g} (\u00b1{allowed:g}), got {written}", "numeric")
+
+    def score(answer: Answer, ctx: ScoringContext) -> Verdict:
+        if pattern is not None:
+            match = pattern.search(answer.text)
+            if not match:
+                return verdict(0.0, f"pattern /{raw_pattern}/ found no number in {short(answer.text)}", "numeric")
+            found = _numbers(match.group(1) if match.groups() else match.group(0))
+        else:
+            found = _numbers(answer.text)
+        if not found:
+            return verdict(0.0, f"expected {expected:g}, found no number in {short(answer.text)}", "numeric")
+        number, is_percent, written = found[-1]
+        candidates = [number, number / 100] if is_percent else [number]
+        for candidate in candidates:
+            if abs(candidate - expected) <= allowed or math.isclose(candidate, expected, rel_tol=1e-9):
+                how = "equals" if allowed == 0 else f"is within \u00b1{allowed:g} of"
+                return verdict(1.0, f"{written} {how} {expected:g}", "numeric")
+        return verdict(0.0, f"expected {expected:g} (\u00b1{allowed:g}), got {written}", "numeric")
+
+    return score
 
 
 _FENCE = re.compile(r"^```[\w+-]*\s*\n?(.*?)\n?```$", re.DOTALL)
@@ -203,37 +252,106 @@ def strip_token(text: str) -> str:
     return token
 
 
-def exact_token(value: Any, options: Mapping[str, Any], answer: Answer, ctx: EvalContext) -> Verdict:
+def exact_token(value: Any, options: Mapping[str, Any]) -> Scorer:
     """The whole answer is the token, once fences, quotes, paired `*` and a trailing period are stripped."""
-    case_sensitive = bool(options.get("case_sensitive", False))
+    case_sensitive = _case_sensitive(options)
     expected = strip_token(_scalar_text(value))
-    got = strip_token(answer.text)
-    if _fold(got, case_sensitive) == _fold(expected, case_sensitive):
-        return verdict(1.0, f"answer is the token {short(expected)}", "exact_token")
-    return verdict(0.0, f"expected the token {short(expected)}, got {short(got)}", "exact_token")
+    folded = _fold(expected, case_sensitive)
+    passed = verdict(1.0, f"answer is the token {short(expected)}", "exact_token")
+
+    def score(answer: Answer, ctx: ScoringContext) -> Verdict:
+        got = strip_token(answer.text)
+        if _fold(got, case_sensitive) == folded:
+            return passed
+        return verdict(0.0, f"expected the token {short(expected)}, got {short(got)}", "exact_token")
+
+    return score
 
 
 _LENGTH_KEYS = ("min_chars", "max_chars", "min_words", "max_words")
 
 
-def length(value: Any, options: Mapping[str, Any], answer: Answer, ctx: EvalContext) -> Verdict:
+def length(value: Any, options: Mapping[str, Any]) -> Scorer:
     """Character and word counts of the trimmed answer within the given bounds (all must hold)."""
     if not isinstance(value, Mapping) or not any(k in value for k in _LENGTH_KEYS):
-        return error(f"length: give a mapping with at least one of {', '.join(_LENGTH_KEYS)}", "length")
+        raise EvaluatorConfigError(f"length: give a mapping with at least one of {', '.join(_LENGTH_KEYS)}",
+                                   kind="length")
     unknown = [k for k in value if k not in _LENGTH_KEYS]
     if unknown:
-        return error(f"length: unknown option {unknown[0]!r}; use {', '.join(_LENGTH_KEYS)}", "length")
-    got = answer.text.strip()
-    counts = {"chars": len(got), "words": len(got.split())}
-    problems = []
-    for key in _LENGTH_KEYS:
-        if value.get(key) is None:
-            continue
-        bound = int(value[key])
-        side, unit = key.split("_")
-        n = counts[unit]
-        if (side == "min" and n < bound) or (side == "max" and n > bound):
-            problems.append(f"{n} {unit}, {side} {bound}")
-    if problems:
-        return verdict(0.0, "; ".join(problems), "length")
-    return verdict(1.0, f"{counts['chars']} chars, {counts['words']} words: within bounds", "length")
+        raise EvaluatorConfigError(f"length: unknown option {unknown[0]!r}; use {', '.join(_LENGTH_KEYS)}",
+                                   kind="length", option=str(unknown[0]))
+    bounds = [(key, int(value[key])) for key in _LENGTH_KEYS if value.get(key) is not None]
+
+    def score(answer: Answer, ctx: ScoringContext) -> Verdict:
+        got = answer.text.strip()
+        counts = {"chars": len(got), "words": len(got.split())}
+        problems = []
+        for key, bound in bounds:
+            side, unit = key.split("_")
+            n = counts[unit]
+            if (side == "min" and n < bound) or (side == "max" and n > bound):
+                problems.append(f"{n} {unit}, {side} {bound}")
+        if problems:
+            return verdict(0.0, "; ".join(problems), "length")
+        return verdict(1.0, f"{counts['chars']} chars, {counts['words']} words: within bounds", "length")
+
+    return score
+
+
+# ------------------------------------------------------------------------------------------ load-time checks
+
+_QUOTING = "; remember YAML quoting: write regexes in single quotes, '\\d+'"
+
+
+def _check_regex(value: Any, spec: Mapping[str, Any], site: CheckSite) -> None:
+    if isinstance(value, str) and not is_template(value):
+        flags = spec.get("flags", "") if isinstance(spec.get("flags", ""), str) else ""
+        problem = check_regex(value, flags)
+        if problem:
+            site.error(("regex",), f"the regex does not compile: {problem}{_QUOTING}")
+
+
+def _check_numeric(value: Any, spec: Mapping[str, Any], site: CheckSite) -> None:
+    pattern = spec.get("pattern")
+    if isinstance(pattern, str) and not is_template(pattern):
+        problem = check_regex(pattern)
+        if problem:
+            site.error(("pattern",), f"the regex in 'pattern' does not compile: {problem}")
+
+
+# ------------------------------------------------------------------------------------------ registry entries
+
+CASE_SENSITIVE = {"type": "boolean", "description": "Compare upper and lower case exactly (default false)."}
+TEXT_LIST = {"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}, "minItems": 1}]}
+SCALAR = {"type": ["string", "number", "boolean"]}
+
+EQUALS = Kind("The whole answer (trimmed) equals this value.", SCALAR, {"case_sensitive": CASE_SENSITIVE},
+              ({"equals": "{{ golden }}"}, {"equals": 42}), build=equals)
+CONTAINS = Kind("The answer contains this text (or these texts).", TEXT_LIST, {
+    "mode": {"enum": ["all", "any"], "description": "With a list: need `all` texts (default) or `any` one."},
+    "case_sensitive": CASE_SENSITIVE}, ({"contains": "Paris"}, {"contains": ["Paris", "France"], "mode": "any"}),
+    build=contains)
+NOT_CONTAINS = Kind("The answer does not contain this text (or any of these texts).", TEXT_LIST,
+                    {"case_sensitive": CASE_SENSITIVE}, ({"not_contains": ["sorry", "as an AI"]},),
+                    build=not_contains)
+REGEX = Kind("A Python regular expression searched in the answer.", {"type": "string"}, {
+    "flags": {"type": "string", "pattern": "^[imsx]*$", "description": "Letters from `imsx`: ignore case, "
+              "multi-line, dot matches newline, verbose.", "examples": ["i", "ms"]}},
+    ({"regex": "^\\W*\\w+\\W*$"},), build=regex, check=_check_regex)
+STARTS_WITH = Kind("The answer (trimmed) starts with this text.", {"type": "string"},
+                   {"case_sensitive": CASE_SENSITIVE}, ({"starts_with": "Yes"},), build=starts_with)
+NUMERIC = Kind("A number in the answer equals this number, within a tolerance.", {"type": ["number", "string"]}, {
+    "tolerance": {"type": "number", "minimum": 0, "description": "Absolute tolerance (default 0)."},
+    "rel_tolerance": {"type": "number", "minimum": 0, "description": "Relative tolerance, e.g. 0.01 for 1%."},
+    "pattern": {"type": "string", "description": "A regex whose first group is the number to take "
+                "(default: the last number in the answer).", "examples": ["answer: (\\S+)"]}},
+    ({"numeric": "{{ golden }}", "tolerance": 0.01},), build=numeric, check=_check_numeric)
+EXACT_TOKEN = Kind("The answer contains this text as a whole word.", {"type": "string"},
+                   {"case_sensitive": CASE_SENSITIVE}, ({"exact_token": "B"},), build=exact_token)
+LENGTH = Kind("Bounds on the answer's length; give at least one.", {
+    "type": "object", "additionalProperties": False, "minProperties": 1, "properties": {
+        "min_chars": {"type": "integer", "minimum": 0, "description": "Fewest characters allowed."},
+        "max_chars": {"type": "integer", "minimum": 0, "description": "Most characters allowed."},
+        "min_words": {"type": "integer", "minimum": 0, "description": "Fewest words allowed."},
+        "max_words": {"type": "integer", "minimum": 0, "description": "Most words allowed."}}}, {},
+    ({"length": {"max_words": 20}},), build=length)

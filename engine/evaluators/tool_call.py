@@ -13,7 +13,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from engine.evaluators.base import EvalContext, error, verdict
+from engine.errors import EvaluatorConfigError
+from engine.evaluators.base import CheckSite, Kind, Scorer, ScoringContext, verdict
 from engine.evaluators.tool_match import ExpectedCall, check_call, plain, show, show_json
 from engine.model import Answer, ToolCall, Verdict
 
@@ -32,13 +33,17 @@ def describe(call: ToolCall, limit: int = 80) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+def _bad(message: str, option: str | None = None) -> EvaluatorConfigError:
+    return EvaluatorConfigError(message, kind="tool_call", option=option)
+
+
 def _expected(spec: Mapping[str, Any]) -> list[ExpectedCall]:
     def one(item: Any, where: str) -> ExpectedCall:
         if not isinstance(item, Mapping) or not item.get("name"):
-            raise ValueError(f"tool_call: {where} needs a `name`")
+            raise _bad(f"tool_call: {where} needs a `name`", "name")
         args = item.get("args")
         if args is not None and not isinstance(args, Mapping):
-            raise ValueError(f"tool_call: {where} `args` must map each argument to a list of accepted values")
+            raise _bad(f"tool_call: {where} `args` must map each argument to a list of accepted values", "args")
         accepted = None if args is None else {str(k): (v if isinstance(v, list) else [v])
                                               for k, v in plain(args).items()}
         return ExpectedCall(name=str(item["name"]), args=accepted)
@@ -46,14 +51,15 @@ def _expected(spec: Mapping[str, Any]) -> list[ExpectedCall]:
     if "calls" in spec:
         calls = spec["calls"]
         if not isinstance(calls, list) or not calls:
-            raise ValueError("tool_call: `calls` must be a non-empty list of {name, args}")
+            raise _bad("tool_call: `calls` must be a non-empty list of {name, args}", "calls")
         expected = [one(c, f"calls[{i}]") for i, c in enumerate(calls)]
         if spec.get("count") is not None and int(spec["count"]) != len(expected):
-            raise ValueError(f"tool_call: count {spec['count']} differs from the {len(expected)} listed calls")
+            raise _bad(f"tool_call: count {spec['count']} differs from the {len(expected)} listed calls; remove "
+                       "`count` or make them agree", "count")
         return expected
     count = int(spec.get("count", 1))
     if count < 1:
-        raise ValueError("tool_call: count must be at least 1 (use no_tool_call for none)")
+        raise _bad("tool_call: count must be at least 1 (use no_tool_call for none)", "count")
     return [one(spec, "the expected call")] * count
 
 
@@ -83,45 +89,51 @@ def max_matching(ok: Sequence[Sequence[bool]], n_right: int) -> list[int | None]
     return result
 
 
-def tool_call(value: Any, options: Mapping[str, Any], answer: Answer, ctx: EvalContext) -> Verdict:
+def tool_call(value: Any, options: Mapping[str, Any]) -> Scorer:
     """The model made the expected call(s), with accepted argument values."""
     kind = "tool_call"
     if not isinstance(value, Mapping):
-        return error("tool_call: give a mapping with `name` and `args`, or `calls: [...]`", kind)
+        raise _bad("tool_call: give a mapping with `name` and `args`, or `calls: [...]`")
     spec = {**options, **value}
     unknown = [k for k in spec if k not in _OPTIONS]
     if unknown:
-        return error(f"tool_call: unknown option {unknown[0]!r}; use {', '.join(_OPTIONS)}", kind)
+        raise _bad(f"tool_call: unknown option {unknown[0]!r}; use {', '.join(_OPTIONS)}", str(unknown[0]))
     profile = str(spec.get("match", "strict"))
     order = str(spec.get("order", "any"))
     extra = str(spec.get("extra_args", "deny"))
     if profile not in ("strict", "bfcl") or order not in ("any", "exact") or extra not in ("allow", "deny"):
-        return error("tool_call: match is strict|bfcl, order is any|exact, extra_args is allow|deny; got "
-                     f"match={profile!r}, order={order!r}, extra_args={extra!r}", kind)
+        raise _bad("tool_call: match is strict|bfcl, order is any|exact, extra_args is allow|deny; got "
+                   f"match={profile!r}, order={order!r}, extra_args={extra!r}")
     expected = _expected(spec)
-    calls = list(answer.tool_calls)
-    schemas = ctx.test.tool_schemas
+    allow_extra = extra == "allow"
+    underscore_to_dot = bool(spec.get("underscore_to_dot", False))
 
-    def check(e: ExpectedCall, c: ToolCall) -> str | None:
-        return check_call(e, c, profile=profile, schemas=schemas, allow_extra=extra == "allow",
-                          underscore_to_dot=bool(spec.get("underscore_to_dot", False)))
+    def score(answer: Answer, ctx: ScoringContext) -> Verdict:
+        calls = list(answer.tool_calls)
+        schemas = ctx.test.tool_schemas
 
-    if not calls:
-        text = f"; it said {show(answer.text)}" if answer.text.strip() else ""
-        return verdict(0.0, f"expected a call to {expected[0].name}, the answer made no tool call{text}", kind)
-    problems = [[check(e, c) for c in calls] for e in expected]
-    if order == "exact":
-        assignment: list[int | None] = [i if i < len(calls) and problems[i][i] is None else None
-                                        for i in range(len(expected))]
-    else:
-        assignment = max_matching([[p is None for p in row] for row in problems], len(calls))
-    matched = sum(1 for j in assignment if j is not None)
-    score = matched / max(len(expected), len(calls))
-    if matched == len(expected) == len(calls):
-        if len(calls) == 1:
-            return verdict(1.0, f"called {describe(calls[0])}", kind)
-        return verdict(1.0, f"all {len(calls)} calls matched", kind)
-    return verdict(score, _why(expected, calls, assignment, problems, order), kind)
+        def check(e: ExpectedCall, c: ToolCall) -> str | None:
+            return check_call(e, c, profile=profile, schemas=schemas, allow_extra=allow_extra,
+                              underscore_to_dot=underscore_to_dot)
+
+        if not calls:
+            text = f"; it said {show(answer.text)}" if answer.text.strip() else ""
+            return verdict(0.0, f"expected a call to {expected[0].name}, the answer made no tool call{text}", kind)
+        problems = [[check(e, c) for c in calls] for e in expected]
+        if order == "exact":
+            assignment: list[int | None] = [i if i < len(calls) and problems[i][i] is None else None
+                                            for i in range(len(expected))]
+        else:
+            assignment = max_matching([[p is None for p in row] for row in problems], len(calls))
+        matched = sum(1 for j in assignment if j is not None)
+        score_value = matched / max(len(expected), len(calls))
+        if matched == len(expected) == len(calls):
+            if len(calls) == 1:
+                return verdict(1.0, f"called {describe(calls[0])}", kind)
+            return verdict(1.0, f"all {len(calls)} calls matched", kind)
+        return verdict(score_value, _why(expected, calls, assignment, problems, order), kind)
+
+    return score
 
 
 def _why(expected: list[ExpectedCall], calls: list[ToolCall], assignment: list[int | None],
@@ -150,18 +162,22 @@ def _why(expected: list[ExpectedCall], calls: list[ToolCall], assignment: list[i
     return f"{count}expected call {i + 1} of {len(expected)} ({expected[i].name}) not matched: {reason}"
 
 
-def no_tool_call(value: Any, options: Mapping[str, Any], answer: Answer, ctx: EvalContext) -> Verdict:
+def no_tool_call(value: Any, options: Mapping[str, Any]) -> Scorer:
     """The model answered without calling any tool (BFCL irrelevance)."""
     if value is not True:
-        return error(f"no_tool_call takes `true`, got {show(value)}", "no_tool_call")
-    if not answer.tool_calls:
-        return verdict(1.0, "no tool call, as expected", "no_tool_call")
-    first = describe(answer.tool_calls[0])
-    more = f" (+{len(answer.tool_calls) - 1} more)" if len(answer.tool_calls) > 1 else ""
-    return verdict(0.0, f"expected no tool call, got {first}{more}", "no_tool_call")
+        raise EvaluatorConfigError(f"no_tool_call takes `true`, got {show(value)}", kind="no_tool_call")
+
+    def score(answer: Answer, ctx: ScoringContext) -> Verdict:
+        if not answer.tool_calls:
+            return verdict(1.0, "no tool call, as expected", "no_tool_call")
+        first = describe(answer.tool_calls[0])
+        more = f" (+{len(answer.tool_calls) - 1} more)" if len(answer.tool_calls) > 1 else ""
+        return verdict(0.0, f"expected no tool call, got {first}{more}", "no_tool_call")
+
+    return score
 
 
-def tool_sequence(value: Any, options: Mapping[str, Any], answer: Answer, ctx: EvalContext) -> Verdict:
+def tool_sequence(value: Any, options: Mapping[str, Any]) -> Scorer:
     """The calls' names follow the list in order; `exact: false` allows other calls in between.
 
     Partial credit: the share of the expected names found in order (exact: the matching prefix,
@@ -169,32 +185,94 @@ def tool_sequence(value: Any, options: Mapping[str, Any], answer: Answer, ctx: E
     """
     kind = "tool_sequence"
     if not isinstance(value, list) or not value:
-        return error("tool_sequence takes a non-empty list of function names", kind)
+        raise EvaluatorConfigError("tool_sequence takes a non-empty list of function names", kind=kind)
     want = [str(v) for v in value]
-    got = [c.name for c in answer.tool_calls]
-    if bool(options.get("exact", True)):
-        prefix = 0
-        while prefix < min(len(want), len(got)) and want[prefix] == got[prefix]:
-            prefix += 1
-        if want == got:
-            return verdict(1.0, f"called {' -> '.join(got)}", kind)
-        return verdict(prefix / max(len(want), len(got)),
-                       f"expected {' -> '.join(want)}, got {' -> '.join(got) or 'no calls'}", kind)
-    found = 0
-    for name in got:
-        if found < len(want) and name == want[found]:
-            found += 1
-    if found == len(want):
-        return verdict(1.0, f"called {' -> '.join(want)} in order", kind)
-    return verdict(found / len(want), f"expected {' -> '.join(want)} in order; {want[found]!r} not found after "
-                                      f"{found} step(s) in {' -> '.join(got) or 'no calls'}", kind)
+    exact = bool(options.get("exact", True))
+
+    def score(answer: Answer, ctx: ScoringContext) -> Verdict:
+        got = [c.name for c in answer.tool_calls]
+        if exact:
+            prefix = 0
+            while prefix < min(len(want), len(got)) and want[prefix] == got[prefix]:
+                prefix += 1
+            if want == got:
+                return verdict(1.0, f"called {' -> '.join(got)}", kind)
+            return verdict(prefix / max(len(want), len(got)),
+                           f"expected {' -> '.join(want)}, got {' -> '.join(got) or 'no calls'}", kind)
+        found = 0
+        for name in got:
+            if found < len(want) and name == want[found]:
+                found += 1
+        if found == len(want):
+            return verdict(1.0, f"called {' -> '.join(want)} in order", kind)
+        return verdict(found / len(want), f"expected {' -> '.join(want)} in order; {want[found]!r} not found "
+                                          f"after {found} step(s) in {' -> '.join(got) or 'no calls'}", kind)
+
+    return score
 
 
-def first_tool(value: Any, options: Mapping[str, Any], answer: Answer, ctx: EvalContext) -> Verdict:
+def first_tool(value: Any, options: Mapping[str, Any]) -> Scorer:
     """The first call the model made is to this function."""
-    if not answer.tool_calls:
-        return verdict(0.0, f"expected a first call to {value!r}, the answer made no tool call", "first_tool")
-    name = answer.tool_calls[0].name
-    if name == str(value):
-        return verdict(1.0, f"first call is {name}", "first_tool")
-    return verdict(0.0, f"expected the first call to be {value!r}, got {name!r}", "first_tool")
+    name_wanted = str(value)
+
+    def score(answer: Answer, ctx: ScoringContext) -> Verdict:
+        if not answer.tool_calls:
+            return verdict(0.0, f"expected a first call to {value!r}, the answer made no tool call", "first_tool")
+        name = answer.tool_calls[0].name
+        if name == name_wanted:
+            return verdict(1.0, f"first call is {name}", "first_tool")
+        return verdict(0.0, f"expected the first call to be {value!r}, got {name!r}", "first_tool")
+
+    return score
+
+
+# ------------------------------------------------------------------------------------------ load-time checks
+
+def _check_tool_call(value: Any, spec: Mapping[str, Any], site: CheckSite) -> None:
+    if not isinstance(value, Mapping):
+        return
+    calls: list[Any] = value["calls"] if isinstance(value.get("calls"), list) else [value]
+    for i, call in enumerate(calls):
+        args = call.get("args") if isinstance(call, Mapping) else None
+        at = ("tool_call",) + (("calls", i) if "calls" in value else ()) + ("args",)
+        for arg in (k for k, v in (args if isinstance(args, Mapping) else {}).items() if v == []):
+            site.warning(at + (arg,), (
+                f"'{arg}' accepts no value ([]) and may not be left out (no \"\"), so no answer can pass; "
+                "BFCL reads [] the same way. List the accepted values, or [\"\"] to allow leaving it out"))
+    if (isinstance(value, Mapping) and "calls" in value and "count" in value and isinstance(value["count"], int)
+            and isinstance(value["calls"], list) and value["count"] != len(value["calls"])):
+        site.error(("tool_call", "count"), f"'count' is {value['count']} but 'calls' lists {len(value['calls'])} "
+                                           "calls; remove 'count' or make them agree")
+
+
+# ------------------------------------------------------------------------------------------ registry entries
+
+TOOL_CALL = Kind("The model called a function with accepted arguments.", {
+    "type": "object", "additionalProperties": False,
+    "oneOf": [{"required": ["name"]}, {"required": ["calls"]}],
+    "properties": {
+        "name": {"type": "string", "description": "The function that must be called.", "examples": ["get_weather"]},
+        "args": {"$ref": "#/$defs/tool_args"},
+        "calls": {"type": "array", "minItems": 1, "description": "Several calls (parallel calls).",
+                  "items": {"type": "object", "additionalProperties": False, "required": ["name"],
+                            "title": "call", "properties": {
+                                "name": {"type": "string", "description": "The function name."},
+                                "args": {"$ref": "#/$defs/tool_args"}}}},
+        "count": {"type": "integer", "minimum": 1,
+                  "description": "How many calls there must be (for none, use no_tool_call)."},
+        "order": {"enum": ["any", "exact"], "description": "Whether `calls` must come in this order."},
+        "extra_args": {"enum": ["allow", "deny"],
+                       "description": "Whether arguments not listed in `args` are allowed (default deny)."},
+        "match": {"enum": ["strict", "bfcl"], "description": "Value comparison rules (default strict)."},
+        "underscore_to_dot": {"type": "boolean",
+                              "description": "Accept `a_b` for the function `a.b` (BFCL FC mode)."}}}, {},
+    ({"tool_call": {"name": "get_weather", "args": {"city": ["Paris"], "unit": ["c", ""]}}},), build=tool_call,
+    check=_check_tool_call)
+NO_TOOL_CALL = Kind("The model called no function.", {"const": True}, {}, ({"no_tool_call": True},),
+                    build=no_tool_call)
+TOOL_SEQUENCE = Kind("The model called these functions, in this order.",
+                     {"type": "array", "items": {"type": "string"}, "minItems": 1}, {
+                         "exact": {"type": "boolean", "description": "No other calls in between (default true)."}},
+                     ({"tool_sequence": ["search", "book"]},), build=tool_sequence)
+FIRST_TOOL = Kind("The first function the model called.", {"type": "string"}, {}, ({"first_tool": "search"},),
+                  build=first_tool)

@@ -27,6 +27,7 @@ from typing import Any
 
 import jsonschema
 
+from engine.base.words import short
 from engine.model import ToolCall
 
 
@@ -60,9 +61,7 @@ def plain(value: Any) -> Any:
     return value
 
 
-def show(value: Any, limit: int = 60) -> str:
-    text = repr(value).replace("\n", "\\n")
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+show = short   # the one truncation helper (engine.base.words)
 
 
 def show_json(value: Any, limit: int = 60) -> str:

@@ -11,12 +11,14 @@ import re
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
 from typing import Any
 
-from jinja2 import StrictUndefined, TemplateError
-from jinja2.sandbox import SandboxedEnvironment
+from jinja2 import TemplateError
+from jsonschema import Draft202012Validator
 
+from engine.base.render import ENV
 from engine.errors import Diagnostic, HarnessError, SuiteError
 from engine.paths import data_dir
 
@@ -25,19 +27,9 @@ __all__ = ["TEMPLATE_ENV", "Harness", "builtin_dir", "builtin_names", "load_harn
 _BUILTIN_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
 
 
-def _python_literal(value: Any) -> str:
-    """A YAML value as Python source (repr of str/int/float/bool/None/list/dict is valid Python)."""
-    return repr(value)
-
-
-def _json_text(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False)
-
-
-# The harness environment: sandboxed like the suite one, plus filters that turn YAML values into code.
-TEMPLATE_ENV = SandboxedEnvironment(undefined=StrictUndefined, autoescape=False, keep_trailing_newline=True)
-TEMPLATE_ENV.filters["py"] = _python_literal
-TEMPLATE_ENV.filters["json"] = _json_text
+# Harness files render in the one Jinja2 environment (engine.base.render), which has the `py` and `json`
+# filters that turn YAML values into code.
+TEMPLATE_ENV = ENV
 
 
 @dataclass(frozen=True)
@@ -81,13 +73,15 @@ def builtin_names() -> list[str]:
     return sorted(p.stem for p in builtin_dir().glob("*.yaml"))
 
 
-def _validator() -> Any:
-    from engine.suite.schema import validator
-
+@cache
+def _validator() -> Draft202012Validator:
+    """The compiled validator of schemas/harness.schema.json (the harness layer reads it itself: the suite
+    layer sits above this one)."""
     try:
-        return validator("harness")
+        schema = json.loads((data_dir("schemas") / "harness.schema.json").read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise HarnessError("schemas/harness.schema.json was not found; reinstall the engine") from None
+    return Draft202012Validator(schema)
 
 
 def resolve(name: str, suite_dir: str | Path) -> Path:
@@ -104,10 +98,10 @@ def resolve(name: str, suite_dir: str | Path) -> Path:
         base = Path(suite_dir).resolve()
         target = (base / name).resolve()
         if not target.is_relative_to(base):
-            raise HarnessError(f"harness {name!r} is outside the suite's folder {base}; "
-                               "put the harness file next to the suite (harness: ./my-harness.yaml)")
+            raise HarnessError(f"the harness file {name!r} is outside this suite's folder; harness files must sit "
+                               "in the suite's folder or below it")
         if not target.is_file():
-            raise HarnessError(f"harness file {target} does not exist (harness: {name!r} in a suite in {base})")
+            raise HarnessError(f"the harness file {name!r} does not exist next to this suite")
         return target
     if not _BUILTIN_NAME.match(name):
         raise HarnessError(f"harness {name!r} is not a built-in name; use one of {', '.join(builtin_names())} "

@@ -26,8 +26,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from engine.base.jsontext import dumps_unicode as _ENCODE
 from engine.errors import StorageError
-from engine.results.jsontext import dumps_unicode as _ENCODE
 
 _SQLITE_FULL = 13
 _DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)

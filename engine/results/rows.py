@@ -7,12 +7,10 @@ the journal can store them as JSON text and the writer can hand a batch straight
 
 from __future__ import annotations
 
-import json
 import re
 from typing import TYPE_CHECKING, Any
 
 from engine.model import ModelConfig, Test, Verdict
-from engine.results.jsontext import dumps_unicode
 from engine.results.schema import SCHEMA_VERSION
 
 if TYPE_CHECKING:
@@ -65,24 +63,6 @@ def cost_of(model: ModelConfig, prompt_tokens: int | None, completion_tokens: in
     return (prompt_tokens * (model.price_in or 0.0) + completion_tokens * (model.price_out or 0.0)) / 1e6
 
 
-_PROMPTS: dict[int, tuple[Test, str, str | None]] = {}
-
-
-def _test_texts(test: Test) -> tuple[str, str | None]:
-    """(messages as JSON, golden as JSON), computed once per test: repeats and models share them.
-
-    Keyed by id() with the test kept in the entry, so an id is never reused while cached.
-    """
-    cached = _PROMPTS.get(id(test))
-    if cached is None or cached[0] is not test:
-        golden = None if test.golden is None else json.dumps(test.golden, ensure_ascii=False, default=str)
-        cached = (test, dumps_unicode(list(test.messages)), golden)
-        if len(_PROMPTS) > 200_000:
-            _PROMPTS.clear()
-        _PROMPTS[id(test)] = cached
-    return cached[1], cached[2]
-
-
 def evaluator_nodes(verdict: Verdict) -> tuple[list[dict[str, Any]], str | None]:
     """The verdict tree as `evaluators` list entries, and the isolation any exec node reported."""
     nodes = []
@@ -122,12 +102,12 @@ def build_row(*, run_id: str, model: ModelConfig, test: Test, attempt: int, requ
         error_kind, error_message = result.error.kind, str(result.error)
     elif evaluator_error is not None:
         error_kind, error_message = "evaluator", evaluator_error
-    messages_json, golden_json = _test_texts(test)
+    messages_json, golden_json = test.messages_json, test.golden_json
     if verdict is not None:
         evaluators, isolation = evaluator_nodes(verdict)
         if error_kind is None:
             score = float(verdict.score)
-            # evaluate() already applied the test threshold, node thresholds and `must` gates at the root.
+            # score() already applied the test threshold, node thresholds and `must` gates at the root.
             passed = bool(verdict.passed)
     return {
         "schema_version": SCHEMA_VERSION,

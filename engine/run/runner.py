@@ -17,17 +17,16 @@ before stays.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import gc
 import itertools
 import os
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from engine.client.openai import OpenAIClient, RequestSettings, prepare
 from engine.errors import StorageError
+from engine.evaluators import score, score_async
 from engine.model import Answer, ModelConfig, Test, Verdict
 from engine.results.rows import build_row
 from engine.run.jobs import Job
@@ -36,51 +35,25 @@ if TYPE_CHECKING:
     from engine.results.journal import Journal
     from engine.results.writer import ResultsWriter
 
-Evaluate = Callable[[Any, Answer, Test], Verdict]
-UsesExec = Callable[[Any], bool]
-
 # What the counters need of a row until it is committed: model name, retries, completion tokens, cost,
 # latency, fallback, error kind, passed.
 _Summary = tuple[str, int, int | None, float | None, float | None, bool | None, str | None, bool | None]
 
-# Young-generation GC threshold while a run is going (CPython's default is 700).
-RUN_GC_THRESHOLD = 10_000
-
-
-class _GCState:
-    """Runs may overlap (tests run several): the first one in saves the thresholds, the last one out restores."""
-
-    runs = 0
-    saved: tuple[int, ...] = (700, 10, 10)
-
-
-@contextlib.contextmanager
-def _calm_gc() -> Iterator[None]:
-    """Less cyclic-GC work while calls run; restored afterwards.
-
-    Every call allocates a few dozen containers (request, response, row, verdict), so CPython's
-    collector ran a young collection every ~50 calls and full ones that walked every loaded test:
-    ~13 us of CPU per call in `bench/bench_run.py`. Objects that exist when the run starts (the
-    suites, the models) live until it ends, so they are frozen out of collections, and young
-    collections run every 10,000 allocations instead of 700. Nothing is leaked: reference counting
-    frees rows as before, and cycles are still collected, only less often.
-    """
-    _GCState.runs += 1
-    if _GCState.runs == 1:
-        _GCState.saved = gc.get_threshold()
-        gc.freeze()
-        gc.set_threshold(max(_GCState.saved[0], RUN_GC_THRESHOLD), *_GCState.saved[1:])
-    try:
-        yield
-    finally:
-        _GCState.runs -= 1
-        if _GCState.runs == 0:
-            gc.set_threshold(*_GCState.saved)
-            gc.unfreeze()
-
-
 def _crashed(exc: BaseException) -> str:
     return f"the evaluator crashed: {type(exc).__name__}: {exc}"[:500]
+
+
+def _outcome(verdict: Verdict) -> tuple[Verdict, str | None]:
+    """(verdict, the evaluator error for the row: its reason when the evaluator could not judge)."""
+    return verdict, (verdict.reason if verdict.error else None)
+
+
+def _score(test: Test, answer: Answer) -> tuple[Verdict | None, str | None]:
+    """`score`, guarded: it promises never to raise; if it ever does, the row says so and the run goes on."""
+    try:
+        return _outcome(score(test, answer))
+    except Exception as exc:  # noqa: BLE001 - a bug in scoring becomes an error row, never a stopped run
+        return None, _crashed(exc)
 
 
 @dataclass
@@ -148,18 +121,14 @@ class Runner:
         config: The run configuration.
         journal: The open journal (rows are added and committed here).
         writer: The Parquet writer (parts flushed as rows accumulate).
-        evaluate: `engine.evaluators.evaluate`.
-        uses_exec: `engine.evaluators.uses_exec` (those specs are scored in a thread).
         on_progress: Called after each commit with the stats.
     """
 
-    def __init__(self, config: RunConfig, journal: Journal, writer: ResultsWriter, evaluate: Evaluate,
-                 uses_exec: UsesExec, on_progress: Callable[[RunStats], None] | None = None) -> None:
+    def __init__(self, config: RunConfig, journal: Journal, writer: ResultsWriter,
+                 on_progress: Callable[[RunStats], None] | None = None) -> None:
         self.config = config
         self.journal = journal
         self.writer = writer
-        self.evaluate = evaluate
-        self.uses_exec = uses_exec
         self.on_progress = on_progress
         self.stats = RunStats()
         self._stopping = False
@@ -198,32 +167,31 @@ class Runner:
         exec_slots = asyncio.Semaphore(os.cpu_count() or 1)
         connector = aiohttp.TCPConnector(limit=self.config.concurrency, limit_per_host=0, ttl_dns_cache=300)
         timeout = aiohttp.ClientTimeout(total=None)
-        with _calm_gc():
-            committer = asyncio.create_task(self._commit_loop())
+        committer = asyncio.create_task(self._commit_loop())
+        try:
+            async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+                client = self._client = OpenAIClient(session, api_keys)
+                for model, jobs in jobs_by_model.values():
+                    # No more workers than jobs: `--concurrency 1000000` for one test starts one.
+                    cap = max(1, min(model.concurrency, self.config.concurrency))
+                    first = list(itertools.islice(jobs, cap))
+                    queue = itertools.chain(first, jobs)
+                    for _ in range(len(first)):
+                        self._workers.append(asyncio.create_task(
+                            self._worker(client, model, queue, global_slots, exec_slots)))
+                results = await asyncio.gather(*self._workers, return_exceptions=True)
+                for outcome in results:
+                    if isinstance(outcome, BaseException) and not isinstance(outcome, asyncio.CancelledError):
+                        raise outcome
+        finally:
+            committer.cancel()
             try:
-                async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
-                    client = self._client = OpenAIClient(session, api_keys)
-                    for model, jobs in jobs_by_model.values():
-                        # No more workers than jobs: `--concurrency 1000000` for one test starts one.
-                        cap = max(1, min(model.concurrency, self.config.concurrency))
-                        first = list(itertools.islice(jobs, cap))
-                        queue = itertools.chain(first, jobs)
-                        for _ in range(len(first)):
-                            self._workers.append(asyncio.create_task(
-                                self._worker(client, model, queue, global_slots, exec_slots)))
-                    results = await asyncio.gather(*self._workers, return_exceptions=True)
-                    for outcome in results:
-                        if isinstance(outcome, BaseException) and not isinstance(outcome, asyncio.CancelledError):
-                            raise outcome
-            finally:
-                committer.cancel()
-                try:
-                    await committer
-                except asyncio.CancelledError:
-                    pass
-                if self._storage_error is None:
-                    self._commit()
-                    self.writer.flush()
+                await committer
+            except asyncio.CancelledError:
+                pass
+            if self._storage_error is None:
+                self._commit()
+                self.writer.flush()
         if self._storage_error is not None:
             raise self._storage_error
         return self.stats
@@ -250,11 +218,13 @@ class Runner:
             if result.error is None:
                 answer = Answer(text=result.text, tool_calls=result.tool_calls,
                                 finish_reason=result.finish_reason, reasoning=result.reasoning)
-                spec = job.test.eval
-                if self._needs_thread(spec):   # sandboxed code runs in a thread, the rest inline (no coroutine)
-                    verdict, evaluator_error = await self._score_in_thread(spec, answer, job.test, exec_slots)
-                else:
-                    verdict, evaluator_error = self._score(spec, answer, job.test)
+                node = job.test.evaluator
+                if node is not None and node.blocking:   # exec runs programs: in a thread, at most one per CPU
+                    verdict, evaluator_error = await self._score_in_thread(answer, job.test, exec_slots)
+                elif node is not None and node.is_async:   # a scorer awaits (a judge's model call)
+                    verdict, evaluator_error = _outcome(await score_async(job.test, answer))
+                else:   # the usual tree: scored inline, no coroutine
+                    verdict, evaluator_error = _score(job.test, answer)
             row = build_row(run_id=self.config.run_id, model=model, test=job.test, attempt=job.attempt,
                             request=request, result=result, verdict=verdict, evaluator_error=evaluator_error,
                             started_us=started_us, ended_us=time.time_ns() // 1000)
@@ -271,28 +241,12 @@ class Runner:
             if self.journal.pending >= self.config.commit_rows:
                 self._wake.set()
 
-    def _needs_thread(self, spec: Any) -> bool:
-        try:
-            return self.uses_exec(spec)
-        except Exception:  # noqa: BLE001 - let the threaded path report it as an evaluator error
-            return True
-
-    def _score(self, spec: Any, answer: Answer, test: Test) -> tuple[Verdict | None, str | None]:
-        """Score one answer; a crash becomes an evaluator error, never a stopped run."""
-        try:
-            verdict = self.evaluate(spec, answer, test)
-        except Exception as exc:  # noqa: BLE001 - evaluate() should never raise; if it does, the row says so
-            return None, _crashed(exc)
-        if verdict.error:
-            return verdict, verdict.reason
-        return verdict, None
-
-    async def _score_in_thread(self, spec: Any, answer: Answer, test: Test,
+    async def _score_in_thread(self, answer: Answer, test: Test,
                                exec_slots: asyncio.Semaphore) -> tuple[Verdict | None, str | None]:
-        """`_score` in a worker thread, at most one per CPU (exec evaluators run programs)."""
+        """`score` in a worker thread, at most one per CPU (exec evaluators run programs)."""
         try:
             async with exec_slots:
-                return await asyncio.to_thread(self._score, spec, answer, test)
+                return await asyncio.to_thread(_score, test, answer)
         except Exception as exc:  # noqa: BLE001 - the thread could not run it: an evaluator error too
             return None, _crashed(exc)
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from engine.errors import EngineError, StorageError
+from engine.errors import EngineError, StorageError, UsageError
 from engine.model import ModelConfig, Suite, Test
 from engine.redact import looks_like_key, mask_url, public_params
 
@@ -62,10 +62,6 @@ class Invocation:
                 merged[name] = value
         known = {f.name for f in dataclasses.fields(Invocation)}
         return Invocation(**{k: v for k, v in merged.items() if k in known})
-
-
-class UsageError(EngineError):
-    """A bad option: exit 2."""
 
 
 def _err(message: str) -> None:
@@ -302,7 +298,6 @@ def _point_latest(run_dir: Path) -> None:
 
 def _execute(invocation: Invocation, run_id: str, run_dir: Path, journal: Any, models: list[ModelConfig],
              tests: list[Test], api_keys: dict[str, str | None], *, retry_errors: bool, quiet: bool) -> int:
-    from engine.evaluators import evaluate, uses_exec
     from engine.results.writer import ResultsWriter
     from engine.run.jobs import count_jobs, iter_jobs
     from engine.run.progress import Progress, print_summary
@@ -323,7 +318,7 @@ def _execute(invocation: Invocation, run_id: str, run_dir: Path, journal: Any, m
             progress = Progress(quiet=quiet)
             config = RunConfig(run_id=run_id, concurrency=invocation.concurrency or DEFAULT_CONCURRENCY,
                                settings=_settings(invocation), max_cost=invocation.max_cost)
-            runner = Runner(config, journal, writer, evaluate, uses_exec, on_progress=progress.update)
+            runner = Runner(config, journal, writer, on_progress=progress.update)
             jobs = {m.name: (m, iter_jobs(m, tests, invocation.repeat, skip=skip, only=only)) for m in models}
             try:
                 stats = asyncio.run(_run_with_signals(runner, jobs, total, api_keys))

@@ -1,42 +1,36 @@
-"""What a schema cannot say: references, regexes, templates, inner JSON Schemas, harness paths.
+"""What a schema cannot say: references, templates, and each evaluator kind's own load-time checks.
 
 These run after schema validation, on parts that passed it. Each check appends Diagnostics to a
 `Report` (file + positions) instead of raising, so every problem in a file is reported in one pass.
-Compiled templates and regexes are cached: a 10,000-test suite repeats the same few strings.
+The checks of one evaluator kind (a regex compiles, an inner JSON Schema is valid, a harness exists)
+live with the kind, in its registry entry (engine.evaluators.registry); this module runs them.
+Compiled templates are cached: a 10,000-test suite repeats the same few strings.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import SchemaError
-
+from engine.base.render import ENV, TemplateSyntaxError, is_template, simple_names
+from engine.base.words import did_you_mean
 from engine.errors import Diagnostic
-from engine.suite.render import ENV, TemplateSyntaxError, is_template, simple_names
-from engine.suite.schema import did_you_mean
+from engine.evaluators import COMMON_KEYS, COMPOSITIONS, KINDS, CheckSite
 from engine.suite.yaml import Positions
 
 __all__ = [
     "RESERVED_VARIABLES",
     "EvaluatorResolver",
     "Report",
-    "check_json_schema",
-    "check_regex",
     "template_names",
     "walk_strings",
 ]
 
-COMMON_KEYS = ("weight", "threshold", "name", "must")
 RESERVED_VARIABLES = frozenset({"golden", "test_id", "suite"})
 _GLOBALS = frozenset(ENV.globals)
-_JSON_TYPES = ("string", "number", "integer", "boolean", "array", "object", "null")
-_FLAG_BITS = {"i": re.IGNORECASE, "m": re.MULTILINE, "s": re.DOTALL, "x": re.VERBOSE}
 
 
 @dataclass
@@ -80,33 +74,6 @@ def template_names(text: str) -> frozenset[str] | str:
     return frozenset(meta.find_undeclared_variables(parsed)) - _GLOBALS
 
 
-@lru_cache(maxsize=4096)
-def check_regex(pattern: str, flags: str = "") -> str | None:
-    """None when `pattern` compiles as a Python regex, else the reason it does not."""
-    bits = 0
-    for letter in flags:
-        bits |= _FLAG_BITS.get(letter, 0)
-    try:
-        re.compile(pattern, bits)
-    except re.error as exc:
-        return str(exc)
-    return None
-
-
-def check_json_schema(schema: Any) -> tuple[tuple[Any, ...], str] | None:
-    """None when `schema` is a valid JSON Schema (2020-12), else (path inside it, reason)."""
-    try:
-        Draft202012Validator.check_schema(schema)
-    except SchemaError as exc:
-        path = tuple(exc.absolute_path)
-        if path and path[-1] == "type" and isinstance(exc.instance, str):
-            guess = did_you_mean(exc.instance, _JSON_TYPES)
-            hint = f" — did you mean '{guess}'?" if guess else f"; use one of {', '.join(_JSON_TYPES)}"
-            return path, f"'{exc.instance}' is not a JSON Schema type{hint}"
-        return path, exc.message
-    return None
-
-
 def walk_strings(value: Any, path: tuple[Any, ...]) -> Iterator[tuple[tuple[Any, ...], str]]:
     """Every string inside a YAML value, with its path."""
     if isinstance(value, str):
@@ -117,10 +84,6 @@ def walk_strings(value: Any, path: tuple[Any, ...]) -> Iterator[tuple[tuple[Any,
     elif isinstance(value, list):
         for index, item in enumerate(value):
             yield from walk_strings(item, path + (index,))
-
-
-def _is_template_str(value: Any) -> bool:
-    return isinstance(value, str) and is_template(value)
 
 
 class EvaluatorResolver:
@@ -177,7 +140,7 @@ class EvaluatorResolver:
         if not isinstance(spec, Mapping):
             return None
         kind = next((k for k in spec if k not in COMMON_KEYS), None)
-        if kind is None:
+        if kind is None or kind not in KINDS:
             return None
         value = spec[kind]
         here = path + (kind,)
@@ -201,7 +164,7 @@ class EvaluatorResolver:
             ok = value is not None
         else:
             ok = self._check_leaf(kind, value, spec, path)
-        for text_path, text in walk_strings(spec if kind not in ("all", "any", "not") else
+        for text_path, text in walk_strings(spec if kind not in COMPOSITIONS else
                                             {k: v for k, v in spec.items() if k in COMMON_KEYS}, path):
             problem = template_names(text)
             if isinstance(problem, str):
@@ -214,74 +177,13 @@ class EvaluatorResolver:
         return out
 
     def _check_leaf(self, kind: str, value: Any, spec: Mapping[str, Any], path: tuple[Any, ...]) -> bool:
-        ok = True
-        here = path + (kind,)
-        if kind == "regex" and not _is_template_str(value):
-            flags = spec.get("flags", "") if isinstance(spec.get("flags", ""), str) else ""
-            problem = check_regex(value, flags)
-            if problem:
-                self.report.error(here, f"the regex does not compile: {problem}; remember YAML quoting: "
-                                        "write regexes in single quotes, '\\d+'")
-                ok = False
-        elif kind == "numeric" and isinstance(spec.get("pattern"), str) and not is_template(spec["pattern"]):
-            problem = check_regex(spec["pattern"])
-            if problem:
-                self.report.error(path + ("pattern",), f"the regex in 'pattern' does not compile: {problem}")
-                ok = False
-        elif kind == "json_field" and isinstance(value.get("matches"), str) and not is_template(value["matches"]):
-            problem = check_regex(value["matches"])
-            if problem:
-                self.report.error(here + ("matches",), f"the regex in 'matches' does not compile: {problem}")
-                ok = False
-        elif kind == "json_schema":
-            found = check_json_schema(value)
-            if found:
-                inner, reason = found
-                self.report.error(here + inner, f"this is not a valid JSON Schema: {reason}")
-                ok = False
-            for option in (k for k in COMMON_KEYS if isinstance(value, Mapping) and k in value):
-                # JSON Schema ignores unknown keywords, so the schema stays valid and the option does nothing.
-                self.report.warning(here + (option,), key=True, message=(
-                    f"'{option}' inside `json_schema:` is read as part of the JSON Schema, where it means "
-                    f"nothing; if it is the evaluator's {option}, write it beside `json_schema:`, not inside it"))
-        elif kind == "tool_call":
-            ok = self._check_tool_call_args(value, here)
-        elif kind == "exec":
-            ok = self._check_harness(value.get("harness"), here + ("harness",))
-        return ok
-
-    def _check_tool_call_args(self, value: Mapping[str, Any], here: tuple[Any, ...]) -> bool:
-        calls: list[Any] = value["calls"] if isinstance(value.get("calls"), list) else [value]
-        for i, call in enumerate(calls):
-            args = call.get("args") if isinstance(call, Mapping) else None
-            at = here + (("calls", i) if "calls" in value else ()) + ("args",)
-            for arg in (k for k, v in (args or {}).items() if v == []):
-                self.report.warning(at + (arg,), key=True, message=(
-                    f"'{arg}' accepts no value ([]) and may not be left out (no \"\"), so no answer can pass; "
-                    "BFCL reads [] the same way. List the accepted values, or [\"\"] to allow leaving it out"))
-        if "calls" in value and ("count" in value) and value["count"] != len(value["calls"]) \
-                and isinstance(value["count"], int):
-            self.report.error(here + ("count",), f"'count' is {value['count']} but 'calls' lists "
-                                                 f"{len(value['calls'])} calls; remove 'count' or make them agree")
-            return False
-        return True
-
-    def _check_harness(self, harness: Any, path: tuple[Any, ...]) -> bool:
-        if not isinstance(harness, str):
-            return False
-        if harness.startswith("./"):
-            root = self.suite_dir.resolve()
-            target = (root / harness).resolve()
-            if not target.is_relative_to(root):
-                self.report.error(path, f"the harness file '{harness}' is outside this suite's folder; harness "
-                                        "files must sit in the suite's folder or below it")
-                return False
-            if not target.is_file():
-                self.report.error(path, f"the harness file '{harness}' does not exist next to this suite")
-                return False
+        """Run the kind's own load-time check (its registry entry); True when it found nothing."""
+        check = KINDS[kind].check
+        if check is None:
             return True
-        if "/" in harness or "\\" in harness or harness.startswith("."):
-            self.report.error(path, f"'{harness}' is neither a harness name (like python-function) nor a "
-                                    "./file.yaml inside this suite's folder")
-            return False
-        return True
+        before = len(self.report.diagnostics)
+        check(value, spec, CheckSite(error=lambda where, message: self.report.error(path + where, message),
+                                     suite_dir=self.suite_dir,
+                                     warning=lambda where, message: self.report.warning(path + where, message,
+                                                                                         key=True)))
+        return len(self.report.diagnostics) == before

@@ -10,19 +10,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from engine.base.render import render, render_value
+from engine.base.words import did_you_mean
+from engine.evaluators import COMMON_KEYS, Node, compile_spec
+from engine.evaluators.json_eval import check_json_schema
+from engine.evaluators.node import has_template
 from engine.model import Test
-from engine.suite.checks import (
-    COMMON_KEYS,
-    RESERVED_VARIABLES,
-    EvaluatorResolver,
-    Report,
-    check_json_schema,
-    template_names,
-    walk_strings,
-)
+from engine.suite.checks import RESERVED_VARIABLES, EvaluatorResolver, Report, template_names, walk_strings
 from engine.suite.hashing import test_hash
-from engine.suite.render import render, render_value
-from engine.suite.schema import did_you_mean
 
 __all__ = ["Expander"]
 
@@ -39,6 +34,7 @@ class Expander:
         self.tools: Mapping[str, Any] = data.get("tools") or {}
         self.resolver = EvaluatorResolver(data.get("evaluators") or {}, report, suite_dir)
         self._named_vars: dict[str, frozenset[str]] = {}
+        self._default_node: Node | None = None
 
     def expand(self, skip: set[int]) -> list[Test]:
         self._check_tools()
@@ -46,6 +42,9 @@ class Expander:
         default_eval = None
         if "eval" in self.defaults:
             default_eval = self.resolver.resolve(self.defaults["eval"], ("defaults", "eval"))
+        # A default evaluator without templates is compiled once and shared by every test that uses it.
+        if default_eval is not None and not has_template(default_eval):
+            self._default_node = self._compile(default_eval, ("defaults", "eval"), {})
         self._check_tool_names(self.defaults.get("tools", ()), ("defaults", "tools"))
         tests: list[Test] = []
         first_line: dict[str, int] = {}
@@ -156,9 +155,16 @@ class Expander:
             return []
         tools = tuple(self._openai_tool(n) for n in tool_names)
         line = report.positions.of(path)[0]
+        # Compiled once for all case rows when the spec has no template; else once per row (`_one`).
+        node: Node | None = None
+        if spec is not None and not has_template(spec):
+            node = self._default_node if spec is default_eval else self._compile(spec, eval_path, {})
+            if node is None:
+                return []   # its problems are reported (a broken default once, at `defaults:`)
         out: list[Test] = []
         for row_index, row in enumerate(cases):
-            test = self._one(raw, path, row, row_index if row is not None else None, spec, tools, system, line)
+            test = self._one(raw, path, row, row_index if row is not None else None, spec, node, eval_path, tools,
+                             system, line)
             if test is not None:
                 out.append(test)
         return out
@@ -239,8 +245,20 @@ class Expander:
                     self.report.error(path + ("golden", "tool_calls", i, "arguments"),
                                       "golden tool-call `arguments` must be a mapping of argument -> value")
 
+    def _compile(self, spec: Any, eval_path: tuple[Any, ...], variables: Mapping[str, Any],
+                 where: str = "") -> Node | None:
+        """The compiled tree; each node's problem (a bad option, a failed template) becomes an error at it."""
+        node = compile_spec(spec, variables)
+        if node.problem is None and not node.children:
+            return node   # the usual leaf: nothing to walk
+        problems = [(node_path, n.problem) for node_path, n in node.walk() if n.problem is not None]
+        for node_path, problem in problems:
+            self.report.error(eval_path + node_path, f"{problem}{where}")
+        return None if problems else node
+
     def _one(self, raw: Mapping[str, Any], path: tuple[Any, ...], row: Mapping[str, Any] | None,
-             row_index: int | None, spec: Any, tools: tuple[Any, ...], system: Any, line: int) -> Test | None:
+             row_index: int | None, spec: Any, node: Node | None, eval_path: tuple[Any, ...], tools: tuple[Any, ...],
+             system: Any, line: int) -> Test | None:
         variables: dict[str, Any] = dict(row or {})
         variables["suite"] = self.suite_id
         where = f" (case row {row_index + 1})" if row_index is not None else ""
@@ -267,6 +285,10 @@ class Expander:
         except Exception as exc:  # noqa: BLE001 - sandbox refusals, undefined attributes, type errors in expressions
             self.report.error(path, f"cannot fill in this test's templates{where}: {exc}")
             return None
+        if spec is not None and node is None:
+            node = self._compile(spec, eval_path, {**variables, "golden": variables.get("golden")}, where)
+            if node is None:
+                return None
         settings = {k: self._setting(raw, k) for k in ("max_tokens", "temperature")}
         threshold = float(self._setting(raw, "threshold", 1.0))
         tags = _unique([*self.data.get("tags", ()), *self.defaults.get("tags", ()), *raw.get("tags", ())])
@@ -277,7 +299,7 @@ class Expander:
                     prompt=prompt, eval=spec, golden=golden, variables=variables, tools=tools, tags=tuple(tags),
                     max_tokens=settings["max_tokens"], temperature=settings["temperature"], threshold=threshold,
                     repeat=int(self._setting(raw, "repeat", 1)), case_index=row_index, hash=digest,
-                    suite_dir=str(self.suite_dir))
+                    suite_dir=str(self.suite_dir), evaluator=node)
 
 
 def _describe(path: tuple[Any, ...]) -> str:

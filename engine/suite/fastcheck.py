@@ -8,17 +8,11 @@ for jsonschema's full, explained walk (engine.suite.schema). A test checks both 
 from __future__ import annotations
 
 import json
-from functools import cache
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 __all__ = ["FAST_PATH_MIN_NODES", "quickly_valid"]
-
-
-def load_schema(name: str) -> dict[str, Any]:
-    from engine.suite.schema import load_schema as load
-
-    return load(name)
 
 
 # Above this many YAML nodes, first ask a compiled fastjsonschema validator whether the document is valid
@@ -36,13 +30,22 @@ def _draft7(value: Any) -> Any:
     return value
 
 
-@cache
-def _fast_validator(name: str) -> Any:
+# Schema name -> its compiled validator (None: fastjsonschema is not installed), built once per process.
+_VALIDATORS: dict[str, Any] = {}
+
+
+def _fast_validator(name: str, source: Mapping[str, Any]) -> Any:
+    if name not in _VALIDATORS:
+        _VALIDATORS[name] = _compile(name, source)
+    return _VALIDATORS[name]
+
+
+def _compile(name: str, source: Mapping[str, Any]) -> Any:
     try:
         import fastjsonschema
     except ImportError:
         return None
-    schema = _draft7(load_schema(name))
+    schema = _draft7(source)
     schema["$schema"] = "http://json-schema.org/draft-07/schema#"
     try:
         return _cached_module(name, schema, fastjsonschema).validate
@@ -84,9 +87,15 @@ def _cached_module(name: str, schema: dict[str, Any], fastjsonschema: Any) -> An
     return module
 
 
-def quickly_valid(name: str, data: Any) -> bool:
-    """True when the compiled validator accepts `data`; False when it rejects it or is unavailable."""
-    check = _fast_validator(name)
+def quickly_valid(name: str, schema: Mapping[str, Any], data: Any) -> bool:
+    """True when the compiled validator accepts `data`; False when it rejects it or is unavailable.
+
+    Args:
+        name: The schema's name (`suite`, `models`): the compiled validator is kept under it.
+        schema: The schema itself (engine.suite.schema loads it; passed in so this module imports nothing back).
+        data: The document.
+    """
+    check = _fast_validator(name, schema)
     if check is None:
         return False
     try:

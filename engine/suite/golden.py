@@ -1,16 +1,18 @@
 """The golden self-check: score each test's golden answer with the test's own evaluator.
 
 A golden that fails its own test means the test is broken (a typo in the golden, an evaluator that can
-never pass); `engine validate` reports it before anyone pays for a model call.
+never pass); `engine validate` reports it before anyone pays for a model call. It calls the scoring
+function the run calls and reads `Verdict.passed`, so the two can never disagree.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path
 
 from engine.errors import Diagnostic
-from engine.model import Answer, Suite
+from engine.model import Answer, Suite, Test, Verdict
 
 __all__ = ["check_goldens"]
 
@@ -36,37 +38,43 @@ def _column(file: str, line: int) -> int:
     return col + 2 if stripped.startswith("- ") else col
 
 
-def check_goldens(suites: list[Suite]) -> list[Diagnostic]:
+def check_goldens(suites: list[Suite], score: Callable[[Test, Answer], Verdict]) -> list[Diagnostic]:
     """Score `Answer.from_golden(test.golden)` for every test that has a golden and an evaluator.
 
     Args:
         suites: Loaded suites.
+        score: The run's scoring function (`engine.evaluators.score`), handed in by the loader.
 
     Returns:
-        An error per test whose golden scores below the test's threshold or gets an error verdict.
-        Nothing when the evaluators are not installed in this build (the check cannot run).
+        An error per test whose golden does not pass (`Verdict.passed`: the root's own threshold, else the
+        test's; `must` gates) or gets an error verdict.
     """
-    try:
-        from engine.evaluators import evaluate
-    except ImportError:
-        return []
     out: list[Diagnostic] = []
     for suite in suites:
         for test in suite.tests:
             if test.golden is None or test.eval is None:
                 continue
-            column = _column(test.file, test.line)
             try:
-                verdict = evaluate(test.eval, Answer.from_golden(test.golden), test)
-            except Exception as exc:  # noqa: BLE001 - evaluate() promises not to raise; a bug must not hide the others
-                out.append(Diagnostic(test.file, test.line, column, f"test '{test.id}': the golden check crashed: "
-                                      f"{type(exc).__name__}: {exc}"))
+                verdict = score(test, Answer.from_golden(test.golden))
+            except Exception as exc:  # noqa: BLE001 - score() promises not to raise; a bug must not hide the others
+                out.append(_problem(test, f"the golden check crashed: {type(exc).__name__}: {exc}"))
                 continue
             if verdict.error:
-                out.append(Diagnostic(test.file, test.line, column, f"test '{test.id}': its evaluator could not "
-                                      f"judge the golden answer: {verdict.reason}"))
-            elif verdict.score < test.threshold - _EPSILON:
-                out.append(Diagnostic(test.file, test.line, column, f"test '{test.id}': the golden answer scores "
-                                      f"{verdict.score:.2f}, below the threshold {test.threshold:g}: "
-                                      f"{verdict.reason}; fix the golden or the evaluator"))
+                out.append(_problem(test, f"its evaluator could not judge the golden answer: {verdict.reason}"))
+            elif not verdict.passed:
+                out.append(_problem(test, _why(test, verdict)))
     return out
+
+
+def _problem(test: Test, message: str) -> Diagnostic:
+    return Diagnostic(test.file, test.line, _column(test.file, test.line), f"test '{test.id}': {message}")
+
+
+def _why(test: Test, verdict: Verdict) -> str:
+    root = test.evaluator
+    threshold = root.threshold if root is not None and root.threshold is not None else test.threshold
+    if verdict.score < threshold - _EPSILON:
+        return (f"the golden answer scores {verdict.score:.2f}, below the threshold {threshold:g}: "
+                f"{verdict.reason}; fix the golden or the evaluator")
+    return (f"the golden answer scores {verdict.score:.2f} but fails: {verdict.reason}; "
+            "fix the golden or the evaluator")

@@ -6,14 +6,15 @@ still returned. Warnings (e.g. a golden `1.10` read as the number 1.1) do not st
 
 from __future__ import annotations
 
-import gc
 from pathlib import Path
 from typing import Any
 
 from engine.errors import Diagnostic
+from engine.evaluators import score
 from engine.model import Suite
 from engine.suite.checks import Report
 from engine.suite.expand import Expander
+from engine.suite.golden import check_goldens
 from engine.suite.schema import validate
 from engine.suite.yaml import MAX_BYTES, load_yaml_file
 
@@ -78,18 +79,6 @@ def load_suites(paths: list[str | Path], *, golden_check: bool = False) -> tuple
     Returns:
         The suites without errors, and every diagnostic found in every file.
     """
-    was_enabled = gc.isenabled()
-    # Loading builds millions of small objects and no reference cycles worth collecting; the cyclic
-    # collector's repeated full passes cost a third of the time on a 10,000-test suite.
-    gc.disable()
-    try:
-        return _load_suites(paths, golden_check)
-    finally:
-        if was_enabled:
-            gc.enable()
-
-
-def _load_suites(paths: list[str | Path], golden_check: bool) -> tuple[list[Suite], list[Diagnostic]]:
     files, diagnostics = expand_paths(paths)
     suites: list[Suite] = []
     first_file: dict[str, tuple[str, int]] = {}
@@ -106,9 +95,7 @@ def _load_suites(paths: list[str | Path], golden_check: bool) -> tuple[list[Suit
         first_file[suite.id] = (suite.file, suite_line)
         suites.append(suite)
     if golden_check and suites:
-        from engine.suite.golden import check_goldens
-
-        golden_problems = check_goldens(suites)
+        golden_problems = check_goldens(suites, score)
         diagnostics.extend(golden_problems)
         bad_files = {d.file for d in golden_problems if d.severity == "error"}
         suites = [s for s in suites if s.file not in bad_files]
@@ -156,9 +143,7 @@ def load_suite_file(path: Path, file: str | None = None, *,
                   tags=tuple(data.get("tags", ())), tests=tuple(tests))
     if report.failed:
         if golden_check and tests:
-            from engine.suite.golden import check_goldens
-
-            report.diagnostics.extend(check_goldens([suite]))
+            report.diagnostics.extend(check_goldens([suite], score))
         return None, _dedupe(report.diagnostics), suite_line
     report.diagnostics = _dedupe(report.diagnostics)
     return suite, report.diagnostics, suite_line

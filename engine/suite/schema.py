@@ -7,7 +7,6 @@ subschema's `title` (the schemas title the objects users write: "test", "contain
 
 from __future__ import annotations
 
-import difflib
 import json
 from collections.abc import Iterable
 from functools import cache
@@ -16,7 +15,9 @@ from typing import Any
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError
 
+from engine.base.words import did_you_mean
 from engine.errors import Diagnostic
+from engine.evaluators.base import COMMON_KEYS
 from engine.paths import data_dir
 from engine.suite import fastcheck
 from engine.suite.yaml import Positions
@@ -24,7 +25,6 @@ from engine.suite.yaml import Positions
 __all__ = ["SCHEMA_DIR", "describe_value", "did_you_mean", "load_schema", "validate", "validator"]
 
 SCHEMA_DIR = data_dir("schemas")
-_COMMON = ("weight", "threshold", "name", "must")
 _YES_NO = {"yes", "no", "on", "off", "y", "n"}
 _TYPE_WORDS = {"string": "text", "integer": "a whole number", "number": "a number", "boolean": "true or false",
                "array": "a list", "object": "a mapping (key: value lines)", "null": "empty"}
@@ -54,12 +54,6 @@ def evaluator_kinds() -> tuple[str, ...]:
     """Every evaluator kind the suite schema knows, in catalogue order."""
     defs = load_schema("suite")["$defs"]
     return tuple(key[len("eval_"):] for key in defs if key.startswith("eval_"))
-
-
-def did_you_mean(word: str, choices: Iterable[str]) -> str | None:
-    """The closest of `choices` to `word`, or None when nothing is close."""
-    found = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
-    return found[0] if found else None
 
 
 def describe_value(value: Any) -> str:
@@ -187,7 +181,7 @@ class _Mapper:
         holder = path[-1] if not title and path and path[-1] in kinds else None  # the kind whose value this is
         for extra in extras:
             guess = did_you_mean(extra, allowed)
-            if holder is not None and extra in _COMMON:  # `{json_field: {path: x, weight: 2}}`
+            if holder is not None and extra in COMMON_KEYS:  # `{json_field: {path: x, weight: 2}}`
                 example = f"{extra}: {_yaml_text(instance[extra])}"
                 out.append((path + (extra,), True, (
                     f"'{extra}' is an option of the whole evaluator, so it goes beside `{holder}:`, not inside "
@@ -206,7 +200,7 @@ class _Mapper:
         schema, instance = error.schema, error.instance
         if schema.get("title") == "evaluator" and isinstance(instance, dict):
             kinds = evaluator_kinds()
-            unknown = [k for k in instance if k not in _COMMON]
+            unknown = [k for k in instance if k not in COMMON_KEYS]
             if not unknown:
                 return [(path, False, ("this evaluator has options but no kind; add one, e.g. `contains: Paris` "
                                       f"(kinds: {', '.join(kinds)})"))]
@@ -373,7 +367,8 @@ def validate(data: Any, positions: Positions, file: str, schema_name: str = "sui
     Returns:
         One diagnostic per problem, in file order, each pointing at the offending key or value.
     """
-    if len(positions.values) >= fastcheck.FAST_PATH_MIN_NODES and fastcheck.quickly_valid(schema_name, data):
+    big = len(positions.values) >= fastcheck.FAST_PATH_MIN_NODES
+    if big and fastcheck.quickly_valid(schema_name, load_schema(schema_name), data):
         return []
     mapper = _Mapper(positions)
     seen: set[tuple[int, int, str]] = set()

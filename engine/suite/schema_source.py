@@ -1,8 +1,9 @@
 """The source of schemas/suite.schema.json and schemas/models.schema.json, written as Python.
 
 Why Python: the evaluator catalogue repeats one pattern (a kind key, its options, the common options)
-25 times; building it here keeps every kind consistent. `python -m engine.suite.schema_source` rewrites
-the JSON files; a test fails when the files and this source disagree.
+for every kind; each kind's fragment lives in its registry entry (engine.evaluators.registry.KINDS) and is
+assembled here, so every kind stays consistent. `python -m engine.suite.schema_source` rewrites the JSON
+files; a test fails when the files and this source disagree.
 
 Every evaluator kind is a `$defs/eval_<kind>` branch. `$defs/evaluator` dispatches with
 `dependentSchemas: {<kind>: {$ref: ...}}`, so a validator reports what is wrong *inside*
@@ -13,10 +14,13 @@ the branch the author picked, never "not valid under any of the given schemas". 
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
-SCHEMA_DIR = Path(__file__).resolve().parents[2] / "schemas"
+from engine.evaluators import KINDS
+from engine.evaluators.base import COMMON_OPTIONS
+from engine.paths import data_dir
+
+SCHEMA_DIR = data_dir("schemas")
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
 
 # Bounds on the numbers a suite, a models file or the command line may give: each value must fit its
@@ -36,146 +40,15 @@ SEED = {"type": "integer", "minimum": INT64_MIN, "maximum": INT64_MAX,
         "description": "Sent as `seed` (a 64-bit integer)."}
 TEMPERATURE = {"type": "number", "minimum": 0, "maximum": 2, "description": "Sampling temperature (0..2)."}
 
-COMMON_OPTIONS: dict[str, Any] = {
-    "weight": {"type": "number", "minimum": 0, "description": "Weight of this check inside its parent "
-               "`all` (default 1). 0 = reported but not counted.", "examples": [1, 3, 0]},
-    "threshold": {"type": "number", "minimum": 0, "maximum": 1, "description": "Score (0..1) this node needs "
-                  "to pass; without it a leaf passes only with a full score.", "examples": [0.5]},
-    "name": {"type": "string", "description": "A label shown in results for this check.",
-             "examples": ["mentions the city"]},
-    "must": {"type": "boolean", "description": "When true, the parent fails whenever this check fails, "
-             "whatever the other scores."},
-}
-
-CASE_SENSITIVE = {"type": "boolean", "description": "Compare upper and lower case exactly (default false)."}
-TEXT_OR_TEMPLATE = {"type": "string", "description": "Text; may use {{ variables }}."}
-TEXT_LIST = {"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}, "minItems": 1}]}
-SCALAR = {"type": ["string", "number", "boolean"]}
-
-# kind -> (description, schema of the value under the key, {option: schema}, examples)
-KINDS: dict[str, tuple[str, dict[str, Any], dict[str, Any], list[Any]]] = {
-    "all": ("Every child check; the score is the weighted mean of the children.",
-            {"type": "array", "items": {"$ref": "#/$defs/evaluator"}, "minItems": 1}, {},
-            [{"all": [{"contains": "Paris"}, {"length": {"max_words": 5}}]}]),
-    "any": ("At least one child check; the score is the best child's.",
-            {"type": "array", "items": {"$ref": "#/$defs/evaluator"}, "minItems": 1}, {},
-            [{"any": [{"equals": "Paris"}, {"equals": "Paris, France"}]}]),
-    "not": ("The opposite of one check: score 1 - child.", {"$ref": "#/$defs/evaluator"}, {},
-            [{"not": {"contains": "sorry"}}]),
-    "use": ("A named evaluator from this suite's `evaluators:` section.",
-            {"type": "string", "minLength": 1}, {}, [{"use": "one_word"}]),
-    "equals": ("The whole answer (trimmed) equals this value.", SCALAR, {"case_sensitive": CASE_SENSITIVE},
-               [{"equals": "{{ golden }}"}, {"equals": 42}]),
-    "contains": ("The answer contains this text (or these texts).", TEXT_LIST, {
-        "mode": {"enum": ["all", "any"], "description": "With a list: need `all` texts (default) or `any` one."},
-        "case_sensitive": CASE_SENSITIVE}, [{"contains": "Paris"}, {"contains": ["Paris", "France"], "mode": "any"}]),
-    "not_contains": ("The answer does not contain this text (or any of these texts).", TEXT_LIST,
-                     {"case_sensitive": CASE_SENSITIVE}, [{"not_contains": ["sorry", "as an AI"]}]),
-    "regex": ("A Python regular expression searched in the answer.", {"type": "string"}, {
-        "flags": {"type": "string", "pattern": "^[imsx]*$", "description": "Letters from `imsx`: ignore case, "
-                  "multi-line, dot matches newline, verbose.", "examples": ["i", "ms"]}},
-        [{"regex": "^\\W*\\w+\\W*$"}]),
-    "starts_with": ("The answer (trimmed) starts with this text.", {"type": "string"},
-                    {"case_sensitive": CASE_SENSITIVE}, [{"starts_with": "Yes"}]),
-    "numeric": ("A number in the answer equals this number, within a tolerance.",
-                {"type": ["number", "string"]}, {
-                    "tolerance": {"type": "number", "minimum": 0, "description": "Absolute tolerance (default 0)."},
-                    "rel_tolerance": {"type": "number", "minimum": 0,
-                                      "description": "Relative tolerance, e.g. 0.01 for 1%."},
-                    "pattern": {"type": "string", "description": "A regex whose first group is the number to take "
-                                "(default: the last number in the answer).", "examples": ["answer: (\\S+)"]}},
-                [{"numeric": "{{ golden }}", "tolerance": 0.01}]),
-    "exact_token": ("The answer contains this text as a whole word.", {"type": "string"},
-                    {"case_sensitive": CASE_SENSITIVE}, [{"exact_token": "B"}]),
-    "length": ("Bounds on the answer's length; give at least one.", {
-        "type": "object", "additionalProperties": False, "minProperties": 1, "properties": {
-            "min_chars": {"type": "integer", "minimum": 0, "description": "Fewest characters allowed."},
-            "max_chars": {"type": "integer", "minimum": 0, "description": "Most characters allowed."},
-            "min_words": {"type": "integer", "minimum": 0, "description": "Fewest words allowed."},
-            "max_words": {"type": "integer", "minimum": 0, "description": "Most words allowed."}}}, {},
-        [{"length": {"max_words": 20}}]),
-    "is_json": ("The answer is valid JSON (a ```json fence is accepted).", {"const": True}, {}, [{"is_json": True}]),
-    "json_schema": ("The answer is JSON that matches this JSON Schema.", {"type": "object"}, {},
-                    [{"json_schema": {"type": "object", "required": ["name"]}}]),
-    "json_field": ("One field of the JSON answer, found by `path`, compared with exactly one comparator.", {
-        "type": "object", "additionalProperties": False, "required": ["path"],
-        "oneOf": [{"required": [c]} for c in ("equals", "in", "matches", "approx", "contains", "set_equals",
-                                              "exists", "type", "length")],
-        "properties": {
-            "path": {"type": "string", "description": "Where the field is: `name`, `items[0].price`, `a.b`.",
-                     "examples": ["name", "items[0].price"]},
-            "equals": {"description": "The field equals this value."},
-            "in": {"type": "array", "description": "The field is one of these values."},
-            "matches": {"type": "string", "description": "The field (as text) matches this regex."},
-            "approx": {"type": ["number", "string"], "description": "The field is this number, within `tolerance`."},
-            "contains": {"description": "The field (text or list) contains this value."},
-            "set_equals": {"type": ["array", "string"], "description": "The field, as a set, equals this list."},
-            "exists": {"type": "boolean", "description": "The field is present (true) or absent (false)."},
-            "type": {"enum": ["string", "number", "integer", "boolean", "array", "object", "null"],
-                     "description": "The field's JSON type."},
-            "length": {"type": ["integer", "string"], "description": "The field (list or text) has this length."},
-            "tolerance": {"type": "number", "minimum": 0, "description": "Absolute tolerance for `approx`."},
-            "case_sensitive": CASE_SENSITIVE,
-            "coerce": {"type": "boolean", "description": "Compare \"8\" and 8 as equal (default true)."}}}, {},
-        [{"json_field": {"path": "name", "equals": "Alice"}}]),
-    "tool_call": ("The model called a function with accepted arguments.", {
-        "type": "object", "additionalProperties": False,
-        "oneOf": [{"required": ["name"]}, {"required": ["calls"]}],
-        "properties": {
-            "name": {"type": "string", "description": "The function that must be called.",
-                     "examples": ["get_weather"]},
-            "args": {"$ref": "#/$defs/tool_args"},
-            "calls": {"type": "array", "minItems": 1, "description": "Several calls (parallel calls).",
-                      "items": {"type": "object", "additionalProperties": False, "required": ["name"],
-                                "title": "call", "properties": {
-                                    "name": {"type": "string", "description": "The function name."},
-                                    "args": {"$ref": "#/$defs/tool_args"}}}},
-            "count": {"type": "integer", "minimum": 1,
-                      "description": "How many calls there must be (for none, use no_tool_call)."},
-            "order": {"enum": ["any", "exact"], "description": "Whether `calls` must come in this order."},
-            "extra_args": {"enum": ["allow", "deny"],
-                           "description": "Whether arguments not listed in `args` are allowed (default deny)."},
-            "match": {"enum": ["strict", "bfcl"], "description": "Value comparison rules (default strict)."},
-            "underscore_to_dot": {"type": "boolean",
-                                  "description": "Accept `a_b` for the function `a.b` (BFCL FC mode)."}}}, {},
-        [{"tool_call": {"name": "get_weather", "args": {"city": ["Paris"], "unit": ["c", ""]}}}]),
-    "no_tool_call": ("The model called no function.", {"const": True}, {}, [{"no_tool_call": True}]),
-    "tool_sequence": ("The model called these functions, in this order.",
-                      {"type": "array", "items": {"type": "string"}, "minItems": 1}, {
-                          "exact": {"type": "boolean",
-                                    "description": "No other calls in between (default true)."}},
-                      [{"tool_sequence": ["search", "book"]}]),
-    "first_tool": ("The first function the model called.", {"type": "string"}, {}, [{"first_tool": "search"}]),
-    "exec": ("Run the answer's code in a sandboxed harness and check what it does.", {
-        "type": "object", "additionalProperties": False, "required": ["harness"], "properties": {
-            "harness": {"type": "string", "description": "A harness name from harnesses/ or `./file.yaml` "
-                        "inside this suite's folder.", "examples": ["python-function", "./my-harness.yaml"]},
-            "cases": {"type": "array", "description": "Calls to make and what they must return.",
-                      "items": {"type": "object", "additionalProperties": False, "title": "exec case",
-                                "minProperties": 1, "properties": {
-                                    "call": {"type": "string", "description": "An expression to evaluate.",
-                                             "examples": ["add(2, 3)"]},
-                                    "expect": {"description": "The value `call` must return."},
-                                    "assert": {"type": "string", "description": "A statement that must hold."}}}},
-            "expect_stdout": {"type": "string", "description": "The exact output the program must print."},
-            "expect_exit_code": {"type": "integer", "description": "The exit code the program must end with."},
-            "timeout_s": {"type": "number", "exclusiveMinimum": 0, "description": "Time limit per run, seconds."},
-            "memory_mb": {"type": "integer", "minimum": 1, "description": "Memory limit, MB."},
-            "language": {"type": "string", "description": "The language the code is in.", "examples": ["python"]},
-            "vars": {"type": "object", "description": "Extra template variables for the harness."}}}, {},
-        [{"exec": {"harness": "python-function", "cases": [{"call": "add(2, 3)", "expect": 5}]}}]),
-}
-
-
 def _evaluator_defs() -> dict[str, Any]:
     defs: dict[str, Any] = {}
-    for kind, (description, value_schema, options, examples) in KINDS.items():
-        value = dict(value_schema)
-        value.setdefault("description", description)
+    for kind, entry in KINDS.items():
+        value = dict(entry.value)
+        value.setdefault("description", entry.description)
         defs[f"eval_{kind}"] = {
-            "title": f"{kind} evaluator", "description": description, "type": "object",
+            "title": f"{kind} evaluator", "description": entry.description, "type": "object",
             "additionalProperties": False, "required": [kind],
-            "properties": {kind: value, **options, **COMMON_OPTIONS}, "examples": examples}
+            "properties": {kind: value, **entry.options, **COMMON_OPTIONS}, "examples": list(entry.examples)}
     defs["evaluator"] = {
         "title": "evaluator",
         "description": "A check on the answer: a one-key mapping whose key is its kind "

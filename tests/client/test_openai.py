@@ -10,10 +10,10 @@ import pytest
 
 from engine.client.openai import CallResult, OpenAIClient, RequestSettings, prepare
 from engine.model import ModelConfig, Test
+from tests.factories import make_test
 from tests.fake_openai import FakeOpenAI, Reply
 
-TEST = Test(suite="s", id="t", file="s.yaml", line=1, messages=({"role": "user", "content": "hi"},),
-            prompt="hi", eval=None)
+TEST = make_test(messages=({"role": "user", "content": "hi"},), prompt="hi")
 
 
 def model_for(server: FakeOpenAI, **overrides: Any) -> ModelConfig:

@@ -1,4 +1,4 @@
-"""Replay BFCL conformance cases through `engine.evaluators.evaluate` (shared by the tests)."""
+"""Replay BFCL conformance cases through `engine.evaluators.score` (shared by the tests)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from engine.evaluators import evaluate
+from engine.evaluators import score
 from engine.evaluators.tool_match import ExpectedCall, check_call
 from engine.importers.bfcl import convert_entry, load_jsonl
 from engine.model import Answer, Test, ToolCall
+from tests.factories import make_test as build_test
 
 CATEGORIES = ("simple_python", "multiple", "parallel", "parallel_multiple", "irrelevance")
 LIVE_CATEGORIES = ("live_simple", "live_multiple", "live_parallel", "live_parallel_multiple", "live_irrelevance")
@@ -52,8 +53,8 @@ def make_test(entry: tuple[dict[str, Any], dict[str, Any] | None, str], undersco
 def _convert(entry: tuple[dict[str, Any], dict[str, Any] | None, str], underscore_to_dot: bool) -> Test:
     question, answer, category = entry
     mapping, tools = convert_entry(question, answer, category, underscore_to_dot)
-    return Test(suite=f"bfcl_{category}", id=mapping["id"], file="<bfcl>", line=0,
-                messages=tuple(mapping["messages"]), prompt="", eval=mapping["eval"],
+    return build_test(suite=f"bfcl_{category}", id=mapping["id"], file="<bfcl>", line=0,
+                      messages=tuple(mapping["messages"]), prompt="", eval=mapping["eval"],
                 tools=tuple({"type": "function", "function": {"name": n, **body}} for n, body in tools.items()))
 
 
@@ -90,7 +91,7 @@ def replay(case: dict[str, Any], entries: dict[str, Any], calls: tuple[ToolCall,
     if calls is None:
         calls = calls_from_decoded(case.get("decoded_calls"))
         text = case.get("model_output_text", "") if case.get("decoded_calls") is None else ""
-    verdict = evaluate(test.eval, Answer(text=text, tool_calls=calls), test)
+    verdict = score(test, Answer(text=text, tool_calls=calls))
     greedy = verdict.passed and not case["expected_valid"] and greedy_fails(test, calls)
     return Outcome(case.get("case_id", case.get("rule", "")), case["expected_valid"], verdict.passed,
                    verdict.reason, greedy)

@@ -2,7 +2,7 @@
 
 Replays the 12,663 `decoded_calls` of checker_conformance.jsonl.gz, the 17,034 of the live categories
 (tests/fixtures/bfcl, verdicts from BFCL's own checker) and the 45 hand-picked rule
-cases through `engine.evaluators.evaluate`, with specs built by the BFCL importer's conversion,
+cases through `engine.evaluators.score`, with specs built by the BFCL importer's conversion,
 and compares each verdict with the one BFCL's ast_checker.py gave. The one known difference is
 counted apart: BFCL matches parallel calls greedily (first fit), we use maximum matching, so a
 reordered parallel answer that BFCL wrongly fails, we pass. docs/bfcl-conformance.md lists every

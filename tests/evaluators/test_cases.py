@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 from ruamel.yaml import YAML
 
-from engine.evaluators import evaluate
-from engine.model import Answer, ToolCall
-from engine.model import Test as EngineTest
+from engine.evaluators import score
+from engine.model import Answer, Test, ToolCall
+from tests.factories import make_test as build_test
 
 CASES_DIR = Path(__file__).parent / "cases"
 
@@ -41,18 +41,18 @@ def make_answer(raw: Any) -> Answer:
     return Answer(text=raw.get("text", ""), tool_calls=tuple(calls))
 
 
-def make_test(case: dict[str, Any]) -> EngineTest:
+def make_test(case: dict[str, Any]) -> Test:
     tools = tuple({"type": "function", "function": {"name": name, "parameters": params}}
                   for name, params in (case.get("tools") or {}).items())
-    return EngineTest(suite="cases", id=case.get("name", "case"), file="cases.yaml", line=0, messages=(), prompt="",
-                eval=case["eval"], golden=case.get("golden"), variables=case.get("variables") or {}, tools=tools,
-                threshold=case.get("threshold", 1.0))
+    return build_test(suite="cases", id=case.get("name", "case"), file="cases.yaml", line=0, messages=(), prompt="",
+                      eval=case["eval"], golden=case.get("golden"), variables=case.get("variables") or {}, tools=tools,
+                      threshold=case.get("threshold", 1.0))
 
 
 @pytest.mark.parametrize("case", _load())
 def test_case(case: dict[str, Any]) -> None:
     test = make_test(case)
-    verdict = evaluate(case["eval"], make_answer(case["answer"]), test)
+    verdict = score(test, make_answer(case["answer"]))
     got = {"score": round(verdict.score, 4), "passed": verdict.passed, "reason": verdict.reason,
            "error": verdict.error}
     want = {"score": round(float(case["score"]), 4), "passed": case.get("passed", case["score"] >= 1),
@@ -61,20 +61,10 @@ def test_case(case: dict[str, Any]) -> None:
 
 
 def test_every_catalogue_kind_has_cases() -> None:
-    from engine.evaluators import EVALUATORS
+    from engine.evaluators import KINDS
 
     kinds: set[str] = set()
-
-    def walk(spec: Any) -> None:
-        if isinstance(spec, dict):
-            kinds.update(k for k in spec if k in EVALUATORS or k in ("all", "any", "not", "use"))
-            for v in spec.values():
-                walk(v)
-        elif isinstance(spec, list):
-            for v in spec:
-                walk(v)
-
     for param in _load():
-        walk(param.values[0]["eval"])
-    missing = set(EVALUATORS) - {"exec"} - kinds  # exec has its own tests (tests/harness)
+        kinds.update(make_test(param.values[0]).evaluator.kinds())   # the tree's own walker
+    missing = set(KINDS) - {"exec"} - kinds  # exec has its own tests (tests/harness)
     assert not missing, f"no data-driven case for {sorted(missing)}"

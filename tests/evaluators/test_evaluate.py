@@ -1,4 +1,4 @@
-"""The entry point's contract: None specs, uses_exec, normalisation, crashes as error verdicts."""
+"""The entry point's contract: no tree, blocking trees, crashes as error verdicts, templates, the breakdown."""
 
 from __future__ import annotations
 
@@ -6,19 +6,14 @@ from typing import Any
 
 import pytest
 
-from engine import evaluators
-from engine.evaluators import evaluate, normalise_answer, uses_exec
+from engine.evaluators import KINDS, Kind, compile_spec, score
 from engine.evaluators.base import verdict
 from engine.model import Answer
-from engine.model import Test as EngineTest
-
-
-def _test(**kw: Any) -> EngineTest:
-    return EngineTest(suite="s", id="t", file="s.yaml", line=1, messages=(), prompt="", eval=None, **kw)
+from tests.factories import make_test
 
 
 def test_no_spec_passes_with_a_reason() -> None:
-    v = evaluate(None, Answer(text="anything"), _test())
+    v = score(make_test(), Answer(text="anything"))
     assert (v.score, v.passed, v.reason) == (1.0, True, "no evaluator")
 
 
@@ -27,38 +22,32 @@ def test_no_spec_passes_with_a_reason() -> None:
     ({"all": [{"contains": "x"}, {"not": {"exec": {"harness": "h"}}}]}, True),
     ({"any": [{"contains": "exec"}]}, False),
     ({"json_field": {"path": "exec", "exists": True}}, False),
-    (None, False),
 ])
-def test_uses_exec(spec: Any, expected: bool) -> None:
-    assert uses_exec(spec) is expected
-
-
-def test_reasoning_is_never_scored() -> None:
-    answer = Answer(text="<think>Lyon? no.</think>\n\nParis", reasoning="separately streamed")
-    assert normalise_answer(answer).text == "Paris"
-    assert normalise_answer(answer).reasoning == "separately streamed"
-    assert normalise_answer(Answer(text="Paris <think>x</think>")).text == "Paris <think>x</think>"
+def test_a_tree_with_exec_anywhere_is_blocking(spec: Any, expected: bool) -> None:
+    assert compile_spec(spec).blocking is expected
 
 
 def test_a_crashing_leaf_is_an_error_verdict_not_an_exception(monkeypatch: pytest.MonkeyPatch) -> None:
-    def boom(value: Any, options: Any, answer: Answer, ctx: Any) -> Any:
+    def boom(answer: Answer, ctx: Any) -> Any:
         raise RuntimeError("disk on fire")
 
-    monkeypatch.setitem(evaluators.EVALUATORS, "contains", boom)
-    v = evaluate({"all": [{"contains": "x"}, {"equals": "x"}]}, Answer(text="x"), _test())
+    monkeypatch.setitem(KINDS, "contains", Kind("crashes", {}, build=lambda value, options: boom))
+    v = score(make_test(eval={"all": [{"contains": "x"}, {"equals": "x"}]}), Answer(text="x"))
     assert v.error and not v.passed
     assert v.reason == "could not judge contains: contains evaluator could not judge: RuntimeError: disk on fire"
 
 
 def test_variables_and_golden_reach_templates() -> None:
-    test = _test(golden={"age": 41}, variables={"city": "Paris"})
-    v = evaluate({"all": [{"contains": "{{ city }}"}, {"json_field": {"path": "age", "equals": "{{ golden.age }}"}}]},
-                 Answer(text='Paris: {"age": 41}'), test)
+    test = make_test(golden={"age": 41}, variables={"city": "Paris"},
+                     eval={"all": [{"contains": "{{ city }}"},
+                                   {"json_field": {"path": "age", "equals": "{{ golden.age }}"}}]})
+    v = score(test, Answer(text='Paris: {"age": 41}'))
     assert v.passed, v.reason
 
 
 def test_every_node_is_kept_for_the_breakdown() -> None:
-    v = evaluate({"all": [{"contains": "a", "name": "has a"}, {"not": {"regex": "z"}}]}, Answer(text="a"), _test())
+    test = make_test(eval={"all": [{"contains": "a", "name": "has a"}, {"not": {"regex": "z"}}]})
+    v = score(test, Answer(text="a"))
     assert [path for path, _ in v.walk()] == ["all", "all/0.contains", "all/1.not", "all/1.not/0.regex"]
     assert v.children[0].name == "has a"
 

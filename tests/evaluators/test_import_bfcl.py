@@ -12,7 +12,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 import bfcl_replay as replay
 
-from engine.evaluators import evaluate
+from engine.evaluators import score
 from engine.importers.bfcl import (
     CATEGORIES,
     convert_schema,
@@ -46,7 +46,7 @@ def test_imported_suites_load_and_goldens_pass(imported: Path) -> None:
     assert sum(len(s.tests) for s in suites) == 40 * (len(CATEGORIES) - 2) + 16 + 24
     for suite in suites:
         for test in suite.tests:
-            assert evaluate(test.eval, Answer.from_golden(test.golden), test).passed, test.id
+            assert score(test, Answer.from_golden(test.golden)).passed, test.id
 
 
 def test_round_trip_through_yaml_keeps_every_verdict(imported: Path, bfcl_dir: Path) -> None:
@@ -64,7 +64,7 @@ def test_round_trip_through_yaml_keeps_every_verdict(imported: Path, bfcl_dir: P
         calls = replay.calls_from_decoded(case["decoded_calls"])
         direct = replay.replay(case, entries)
         text = case["model_output_text"] if case["decoded_calls"] is None else ""
-        from_yaml = evaluate(test.eval, Answer(text=text, tool_calls=calls), test)
+        from_yaml = score(test, Answer(text=text, tool_calls=calls))
         assert (from_yaml.passed, from_yaml.reason) == (direct.got, direct.reason), case["case_id"]
         checked += 1
     assert checked > 1000

@@ -7,9 +7,9 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine.evaluators import evaluate
+from engine.evaluators import score
 from engine.model import Answer, ToolCall
-from engine.model import Test as EngineTest
+from tests.factories import make_test
 
 WORDS = ["Paris", "lyon", "42", "-3.5", "1,234", "{", "}", "[1, 2]", '{"a": 1}', "sorry", "```json", "<think>", "é"]
 
@@ -45,9 +45,7 @@ specs = st.recursive(leaves, _tree, max_leaves=6)
 
 
 def run(spec: dict[str, Any], answer: Answer, threshold: float = 1.0) -> Any:
-    test = EngineTest(suite="p", id="p", file="p.yaml", line=0, messages=(), prompt="", eval=spec,
-                    threshold=threshold)
-    return evaluate(spec, answer, test)
+    return score(make_test(eval=spec, threshold=threshold), answer)
 
 
 @settings(max_examples=150, deadline=None)

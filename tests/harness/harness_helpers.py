@@ -6,18 +6,19 @@ import os
 from pathlib import Path
 from typing import Any
 
-from engine.evaluators.base import EvalContext
-from engine.evaluators.exec import exec_
+from engine.evaluators import score
 from engine.model import Answer, Test, Verdict
+from tests.factories import make_test as build_test
 
 
-def make_test(suite_dir: Path | str = ".", prompt: str = "write the code") -> Test:
-    return Test(suite="harness-tests", id="t", file=str(Path(suite_dir) / "suite.yaml"), line=1, messages=(),
-                prompt=prompt, eval=None, suite_dir=str(suite_dir))
+def make_test(suite_dir: Path | str = ".", prompt: str = "write the code", spec: dict[str, Any] | None = None) -> Test:
+    return build_test(suite="harness-tests", file=str(Path(suite_dir) / "suite.yaml"), messages=(), prompt=prompt,
+                      eval=None if spec is None else {"exec": spec}, suite_dir=str(suite_dir))
 
 
 def run_exec(spec: dict[str, Any], answer: str, suite_dir: Path | str = ".", prompt: str = "p") -> Verdict:
-    return exec_(spec, {}, Answer(text=answer), EvalContext(test=make_test(suite_dir, prompt)))
+    """Score `answer` with `{exec: spec}`, compiled and scored as the run does."""
+    return score(make_test(suite_dir, prompt, spec), Answer(text=answer))
 
 
 def live_processes(token: str | None = None, uid: int | None = None) -> list[str]:

@@ -12,8 +12,7 @@ from harness_helpers import make_test
 from ruamel.yaml import YAML
 from typer.testing import CliRunner
 
-from engine.evaluators.base import EvalContext
-from engine.evaluators.exec import exec_
+from engine.evaluators import score
 from engine.importers.humaneval import import_humaneval, read_problems
 from engine.model import Answer, Verdict
 
@@ -32,9 +31,8 @@ def replay(path: Path, answer_for: Any) -> list[tuple[str, Verdict]]:
     tests = load_tests(path)
 
     def one(test: dict[str, Any]) -> tuple[str, Verdict]:
-        spec = test["eval"]["exec"]
-        ctx = EvalContext(test=make_test(path.parent, prompt=test["prompt"]))
-        return test["id"], exec_(spec, {}, Answer.from_golden(answer_for(test)), ctx)
+        compiled = make_test(path.parent, prompt=test["prompt"], spec=test["eval"]["exec"])
+        return test["id"], score(compiled, Answer.from_golden(answer_for(test)))
 
     with ThreadPoolExecutor(os.cpu_count() or 2) as pool:
         return list(pool.map(one, tests))
@@ -70,8 +68,8 @@ def test_all_164_empty_bodies_fail(humaneval_suite: Path) -> None:
 def test_a_chat_style_full_function_in_a_fence_also_passes(humaneval_suite: Path) -> None:
     test = load_tests(humaneval_suite)[0]
     answer = "Here it is:\n```python\n" + test["prompt"] + test["golden"] + "```\n"
-    verdict = exec_(test["eval"]["exec"], {}, Answer(text=answer),
-                    EvalContext(test=make_test(humaneval_suite.parent, prompt=test["prompt"])))
+    verdict = score(make_test(humaneval_suite.parent, prompt=test["prompt"], spec=test["eval"]["exec"]),
+                    Answer(text=answer))
     assert verdict.passed, verdict.reason
 
 

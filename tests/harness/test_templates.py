@@ -31,10 +31,10 @@ def test_a_harness_outside_the_suite_folder_is_refused(tmp_path: Path) -> None:
     suite_dir.mkdir()
     (tmp_path / "evil.yaml").write_text("language: python\nrun: [python, main.py]\nscore: exit_code\n"
                                         "files: {main.py: x}\n")
-    with pytest.raises(HarnessError, match="outside the suite's folder"):
+    with pytest.raises(HarnessError, match="outside this suite's folder"):
         templates.load_harness("../evil.yaml", suite_dir)
     verdict = run_exec({"harness": "../evil.yaml"}, "x", suite_dir=suite_dir)
-    assert verdict.error and "outside the suite's folder" in verdict.reason
+    assert verdict.error and "outside this suite's folder" in verdict.reason
 
 
 def test_unknown_builtin_names_the_choices() -> None:

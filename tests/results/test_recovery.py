@@ -14,7 +14,6 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from engine.evaluators import evaluate, uses_exec
 from engine.model import ModelConfig, Test
 from engine.results import folder
 from engine.results.writer import ResultsWriter
@@ -43,7 +42,7 @@ async def resume(run_dir: Path, model: ModelConfig, tests: list[Test] = TESTS) -
         writer = ResultsWriter(run_dir, journal, rows_per_part=ROWS_PER_PART)
         notes += writer.recover()
         skip = journal.keys()
-        runner = Runner(RunConfig(run_id="run-1", concurrency=4), journal, writer, evaluate, uses_exec)
+        runner = Runner(RunConfig(run_id="run-1", concurrency=4), journal, writer)
         jobs = {model.name: (model, iter_jobs(model, tests, None, skip=skip))}
         await runner.run(jobs, count_jobs([model], tests, None, skip=skip), {model.name: None})
     finally:

@@ -10,18 +10,18 @@ import pytest
 
 from engine.client.openai import CallResult, PreparedRequest
 from engine.errors import HTTPStatusError
-from engine.model import ModelConfig, Test, ToolCall, Verdict
+from engine.model import ModelConfig, ToolCall, Verdict
 from engine.results.journal import Journal
 from engine.results.rows import build_row, is_fallback, row_key
 from engine.results.schema import COLUMN_NAMES, SCHEMA
 from engine.results.writer import ResultsWriter
+from tests.factories import make_test
 
 MODEL = ModelConfig(name="m", model="gpt-4o", base_url="http://127.0.0.1:1/v1", price_in=2.5, price_out=10.0)
 
 
 def row(i: int, *, error: bool = False) -> tuple[str, dict]:
-    test = Test(suite="s", id=f"t{i}", file="s.yaml", line=1, messages=({"role": "user", "content": "q"},),
-                prompt="q", eval={"contains": "a"}, hash=f"h{i}", tags=("x",), golden={"a": 1})
+    test = make_test(id=f"t{i}", eval={"contains": "a"}, hash=f"h{i}", tags=("x",), golden={"a": 1})
     result = CallResult(text="a", tool_calls=(ToolCall.from_raw("f", '{"x": 1}', id="c1"),), finish_reason="stop",
                         served_model="gpt-4o-2024-08-06", prompt_tokens=10, completion_tokens=None, latency_s=0.1)
     if error:

@@ -5,12 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from engine.evaluators import evaluate, uses_exec
 from engine.model import ModelConfig, Test
 from engine.results.journal import Journal
 from engine.results.writer import ResultsWriter
 from engine.run.jobs import count_jobs, iter_jobs
 from engine.run.runner import RunConfig, Runner, RunStats
+from tests.factories import make_test as build_test
 
 
 def make_test(i: int, *, expect: str = "ok", **fields: Any) -> Test:
@@ -18,7 +18,7 @@ def make_test(i: int, *, expect: str = "ok", **fields: Any) -> Test:
                                 messages=({"role": "user", "content": f"question {i}"},), prompt=f"question {i}",
                                 eval={"contains": expect}, hash=f"h{i}", tags=("smoke",))
     base.update(fields)
-    return Test(**base)
+    return build_test(**base)
 
 
 def make_model(base_url: str, name: str = "m", **fields: Any) -> ModelConfig:
@@ -35,8 +35,7 @@ async def run_jobs(run_dir: Path, models: list[ModelConfig], tests: list[Test], 
     writer.recover()
     only = journal.keys(errors_only=True) if only_errors else None
     skip = set() if only_errors else journal.keys()
-    runner = Runner(RunConfig(run_id="run-1", concurrency=concurrency, max_cost=max_cost), journal, writer,
-                    evaluate, uses_exec)
+    runner = Runner(RunConfig(run_id="run-1", concurrency=concurrency, max_cost=max_cost), journal, writer)
     jobs = {m.name: (m, iter_jobs(m, tests, repeat, skip=skip, only=only)) for m in models}
     total = count_jobs(models, tests, repeat, skip=skip, only=only)
     try:

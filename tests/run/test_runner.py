@@ -6,7 +6,6 @@ from pathlib import Path
 
 import pandas as pd
 
-from engine.evaluators import evaluate
 from engine.run.jobs import iter_jobs, select_tests
 from tests.fake_openai import FakeOpenAI, Reply
 from tests.run.helpers import make_model, make_test, run_jobs
@@ -96,8 +95,10 @@ async def test_row_carries_the_evaluator_breakdown(tmp_path: Path, fake_openai: 
 async def test_crashing_evaluator_is_an_error_row(tmp_path: Path, fake_openai: FakeOpenAI, monkeypatch) -> None:
     from engine.run import runner as runner_module
 
-    def boom(spec, answer, test):  # stands in for an evaluator bug
+    def boom(test, answer):  # stands in for a bug in scoring (score() promises never to raise)
         raise RuntimeError("kaboom")
+
+    monkeypatch.setattr(runner_module, "score", boom)
 
     tests = [make_test(0), make_test(1)]
     from engine.results.journal import Journal
@@ -107,13 +108,12 @@ async def test_crashing_evaluator_is_an_error_row(tmp_path: Path, fake_openai: F
     journal = Journal(tmp_path / "_journal.sqlite")
     writer = ResultsWriter(tmp_path, journal)
     model = make_model(fake_openai.base_url)
-    runner = Runner(RunConfig(run_id="r"), journal, writer, boom, lambda spec: False)
+    runner = Runner(RunConfig(run_id="r"), journal, writer)
     await runner.run({"m": (model, iter_jobs(model, tests, None))}, 2, {"m": None})
     journal.close()
     df = read(tmp_path)
     assert list(df["error_kind"]) == ["evaluator", "evaluator"]
     assert "kaboom" in df["error_message"].iloc[0]
-    assert runner_module is not None
 
 
 async def test_budget_stops_dispatch(tmp_path: Path, fake_openai: FakeOpenAI) -> None:
@@ -163,14 +163,12 @@ def test_jobs_are_lazy_and_attempt_major() -> None:
     jobs = iter_jobs(model, [make_test(i) for i in range(100_000)], 3)
     first = [next(jobs) for _ in range(3)]
     assert [(j.test.id, j.attempt) for j in first] == [("t0", 0), ("t1", 0), ("t2", 0)]
-    assert evaluate is not None
 
 
 async def test_workers_are_no_more_than_jobs(tmp_path: Path, fake_openai: FakeOpenAI) -> None:
     """A concurrency of 10,000 for two tests starts two workers, not 10,000 (issue #11, item 12)."""
     import asyncio
 
-    from engine.evaluators import uses_exec
     from engine.results.journal import Journal
     from engine.results.writer import ResultsWriter
     from engine.run.jobs import count_jobs
@@ -182,7 +180,7 @@ async def test_workers_are_no_more_than_jobs(tmp_path: Path, fake_openai: FakeOp
     tasks_seen: list[int] = []
     journal = Journal(tmp_path / "_journal.sqlite")
     runner = Runner(RunConfig(run_id="r", concurrency=10_000, commit_interval_s=0.01), journal,
-                    ResultsWriter(tmp_path, journal), evaluate, uses_exec,
+                    ResultsWriter(tmp_path, journal),
                     on_progress=lambda stats: tasks_seen.append(len(asyncio.all_tasks())))
     spy = asyncio.create_task(_count_tasks_while(tasks_seen))
     try:

@@ -12,7 +12,6 @@ import pandas as pd
 import pytest
 
 from engine.errors import StorageError
-from engine.evaluators import evaluate, uses_exec
 from engine.results.journal import Journal
 from engine.results.writer import ResultsWriter
 from engine.run.jobs import count_jobs, iter_jobs
@@ -42,7 +41,7 @@ async def test_a_journal_that_cannot_grow_stops_spending_at_once(tmp_path: Path,
     pages = journal._db.execute("PRAGMA page_count").fetchone()[0]
     journal._db.execute(f"PRAGMA max_page_count = {pages + 12}")   # room for a few rows, then "disk full"
     writer = ResultsWriter(tmp_path, journal)
-    runner = Runner(RunConfig(run_id="run-1", concurrency=CONCURRENCY), journal, writer, evaluate, uses_exec)
+    runner = Runner(RunConfig(run_id="run-1", concurrency=CONCURRENCY), journal, writer)
     jobs = {model.name: (model, iter_jobs(model, tests, None, skip=set()))}
     with pytest.raises(StorageError) as raised:
         await runner.run(jobs, count_jobs([model], tests, None), {model.name: None})

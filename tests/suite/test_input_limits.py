@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from engine.base.render import render, render_value
+from engine.base.template_budget import MAX_STEPS, TemplateBudgetError
 from engine.suite import load_suites
-from engine.suite.render import render, render_value
-from engine.template_budget import MAX_STEPS, TemplateBudgetError
 
 HOSTILE = {
     "huge power": ("{{ 3 ** 300000000 }}", "bits"),

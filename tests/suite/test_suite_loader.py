@@ -128,8 +128,24 @@ def test_tests_are_frozen(capitals) -> None:
 
 
 def test_harness_file_inside_the_suite_folder_is_accepted(tmp_path: Path) -> None:
-    write(tmp_path, "h.yaml", "name: h\n")
+    write(tmp_path, "h.yaml", "language: python\nrun: [python, main.py]\nscore: exit_code\nfiles: {main.py: x}\n")
     path = write(tmp_path, "s.yaml", "suite: s\ntests:\n  - id: a\n    prompt: p\n    eval:\n"
                  "      exec: {harness: ./h.yaml}\n")
     [suite], diagnostics = load_suites([path])
     assert diagnostics == [] and suite.tests[0].eval["exec"]["harness"] == "./h.yaml"
+
+
+@pytest.mark.parametrize(("harness", "problem"), [
+    ("python", "unknown harness 'python'; built-in harnesses: bash, humaneval"),
+    ("./missing.yaml", "the harness file './missing.yaml' does not exist next to this suite"),
+    ("./broken.yaml", "the harness './broken.yaml' is not a valid harness file"),
+])
+@pytest.mark.parametrize("golden_check", [True, False])
+def test_a_harness_that_does_not_resolve_fails_validation_without_a_golden(
+        tmp_path: Path, harness: str, problem: str, golden_check: bool) -> None:
+    write(tmp_path, "broken.yaml", "language: python\nrun: [python, main.py]\n")
+    path = write(tmp_path, "s.yaml", "suite: s\ntests:\n  - id: a\n    prompt: p\n    eval:\n"
+                 f"      exec: {{harness: '{harness}'}}\n")
+    suites, diagnostics = load_suites([path], golden_check=golden_check)
+    assert suites == []
+    assert [d.line for d in diagnostics] == [6] and problem in diagnostics[0].message, diagnostics

@@ -1,4 +1,5 @@
-"""The one Jinja2 environment: sandboxed, StrictUndefined, on a size and time budget.
+"""The one Jinja2 environment, for suites and harness files alike: sandboxed, StrictUndefined, on a size and time
+budget.
 
 Suite strings are templates (`What is {{ a }} + {{ b }}?`). A string that is exactly one expression
 (`"{{ golden }}"`) renders to the expression's native value, so `equals: "{{ golden }}"` compares
@@ -7,6 +8,7 @@ against the number 5, not the text "5", and `json_field: {equals: "{{ golden.age
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping
 from functools import lru_cache
@@ -14,7 +16,7 @@ from typing import Any
 
 from jinja2 import StrictUndefined, TemplateSyntaxError, UndefinedError
 
-from engine.template_budget import BudgetedEnvironment, budget, render_bounded
+from engine.base.template_budget import BudgetedEnvironment, budget, render_bounded
 
 __all__ = [
     "ENV",
@@ -26,8 +28,12 @@ __all__ = [
     "undeclared_variables",
 ]
 
-# Sandboxed, and refusing huge powers, repetitions, paddings, loops and outputs (engine/template_budget.py).
+# Sandboxed, and refusing huge powers, repetitions, paddings, loops and outputs (engine/base/template_budget.py).
 ENV = BudgetedEnvironment(undefined=StrictUndefined, autoescape=False, keep_trailing_newline=True)
+# Filters that turn YAML values into code, for harness files (docs/harnesses.md): `{{ x | py }}` is a Python
+# literal (repr of str/int/float/bool/None/list/dict is valid Python), `{{ x | json }}` JSON text.
+ENV.filters["py"] = repr
+ENV.filters["json"] = lambda value: json.dumps(value, ensure_ascii=False)
 
 _SINGLE_EXPR = re.compile(r"^\s*\{\{(?P<expr>(?:(?!\}\}).)*)\}\}\s*$", re.DOTALL)
 
@@ -51,6 +57,7 @@ def _expression(expr: str) -> Any:
 # as Jinja (str() of the value; StrictUndefined's error when missing) without compiling a template.
 # A 10,000-test table-driven suite has thousands of distinct prompts like "What is {{ a }} + {{ b }}?".
 _SIMPLE_VAR = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
+_PLAIN_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _NOT_SIMPLE_NAMES = frozenset({"true", "false", "none", "True", "False", "None"}) | frozenset(ENV.globals)
 
 
@@ -95,8 +102,11 @@ def render_value(value: Any, variables: Mapping[str, Any]) -> Any:
             return value
         single = _SINGLE_EXPR.match(value)
         if single and "{{" not in single.group("expr"):
+            expr = single.group("expr").strip()
+            if expr in variables and _PLAIN_NAME.fullmatch(expr) and expr not in _NOT_SIMPLE_NAMES:
+                return variables[expr]   # `{{ golden }}`: the value itself, as Jinja returns it, without a context
             with budget():
-                result = _expression(single.group("expr").strip())(**variables)
+                result = _expression(expr)(**variables)
             if isinstance(result, StrictUndefined):
                 str(result)  # raises UndefinedError with Jinja's own message
             return result

@@ -1,0 +1,179 @@
+"""The compiled evaluator tree: an immutable `Node` per spec node, built once when the suite loads.
+
+    compile_spec({"all": [{"contains": "Paris"}, {"equals": "{{ golden }}", "must": True}]}, variables)
+      -> Node(kind="all", children=(Node(kind="contains", scorer=<bound>), Node(kind="equals", must=True, ...)))
+
+Compiling reads the common options (weight, threshold, name, must), renders the templates with the test's
+variables (so no node renders anything per answer), and has the kind's registry entry build the scorer with
+its options bound and checked. A problem never raises here: the node keeps it in `problem`, the loader
+reports it as FILE:LINE:COL, and scoring such a node gives an *error* verdict with the same words (a tree
+built by hand, as in the evaluator tests, behaves as it always did).
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from engine.base.render import TemplateSyntaxError, UndefinedError, is_template, render_value
+from engine.base.words import short
+from engine.errors import EvaluatorConfigError
+from engine.evaluators.base import COMMON_KEYS, Kind, Scorer
+from engine.evaluators.registry import COMPOSITIONS, KINDS
+
+__all__ = ["Node", "compile_spec", "has_template", "node_kind"]
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    """One compiled evaluator node.
+
+    Args:
+        kind: The evaluator key (`contains`, `all`, ...); "" when the spec names no known kind.
+        weight: Weight inside the parent (0 = reported, not counted).
+        threshold: The score this node needs to pass, or None (leaves: a full score; root: the test's).
+        name: The label the author gave, or None.
+        must: The parent fails whenever this node fails.
+        children: Child nodes (`all`, `any`: several; `not`: one).
+        scorer: The leaf's scorer, options bound (None for compositions and for nodes with a problem).
+        problem: Why this node cannot score (an unknown kind, a bad option), or None.
+        is_async: This node or a descendant has an `async` scorer (a model-graded judge).
+        blocking: This node or a descendant blocks while it scores (exec): score the tree off the event loop.
+    """
+
+    kind: str
+    weight: float = 1.0
+    threshold: float | None = None
+    name: str | None = None
+    must: bool = False
+    children: tuple[Node, ...] = ()
+    scorer: Scorer | None = field(default=None, compare=False, repr=False)
+    problem: str | None = None
+    is_async: bool = False
+    blocking: bool = False
+
+    def walk(self, path: tuple[Any, ...] = ()) -> Iterator[tuple[tuple[Any, ...], Node]]:
+        """Yield (path, node) for this node and every descendant, depth first.
+
+        A path is the place in the spec as written: `()` for the root, `("all", 1, "not")` for the child
+        of the second item of an `all` - the path the loader points diagnostics at.
+        """
+        yield path, self
+        if self.kind == "not" and self.children:
+            yield from self.children[0].walk((*path, "not"))
+            return
+        for index, child in enumerate(self.children):
+            yield from child.walk((*path, self.kind, index))
+
+    def kinds(self) -> list[str]:
+        """The kinds in the tree, each once, in the order they appear (the `list` command's column)."""
+        return list(dict.fromkeys(node.kind for _, node in self.walk() if node.kind))
+
+
+def has_template(value: Any) -> bool:
+    """True when `render_value` would render something inside `value` (it walks dicts and lists alike)."""
+    if isinstance(value, str):
+        return is_template(value)
+    if isinstance(value, Mapping):
+        return any(has_template(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return any(has_template(v) for v in value)
+    return False
+
+
+def node_kind(spec: Mapping[str, Any]) -> str:
+    """The evaluator key of a node: the one key that names a registry entry.
+
+    Raises:
+        EvaluatorConfigError: when the node names no known evaluator, or several.
+    """
+    kinds = [k for k in spec if k in KINDS]
+    if len(kinds) == 1:
+        return str(kinds[0])
+    if not kinds:
+        unknown = [k for k in spec if k not in COMMON_KEYS]
+        raise EvaluatorConfigError(f"unknown evaluator {', '.join(map(repr, unknown)) or '(empty mapping)'}; "
+                                   f"known: {', '.join(sorted(KINDS))}")
+    raise EvaluatorConfigError(f"one evaluator per mapping, found {', '.join(map(repr, kinds))}; "
+                               "wrap several in `all: [...]`")
+
+
+def _common(spec: Mapping[str, Any], variables: Mapping[str, Any]) -> tuple[float, float | None, str | None, bool]:
+    """Weight, threshold, name and must, checked (they may be templates too)."""
+    weight = float(render_value(spec.get("weight", 1), variables))
+    raw_threshold = spec.get("threshold")
+    threshold = None if raw_threshold is None else float(render_value(raw_threshold, variables))
+    name = spec.get("name")
+    must = bool(render_value(spec.get("must", False), variables))
+    if weight < 0:
+        raise EvaluatorConfigError(f"weight must be >= 0, got {weight:g}; use 0 to report a check without "
+                                   "counting it", option="weight")
+    if threshold is not None and not 0 <= threshold <= 1:
+        raise EvaluatorConfigError(f"threshold must be between 0 and 1, got {threshold:g}", option="threshold")
+    return weight, threshold, None if name is None else str(name), must
+
+
+def compile_spec(spec: Any, variables: Mapping[str, Any] | None = None) -> Node:
+    """Compile an evaluator spec (as written, `use` already inlined) into a Node tree. Never raises.
+
+    Args:
+        spec: A one-key mapping plus common options.
+        variables: The test's template variables (`golden` included); templates anywhere in the spec are
+            rendered with them now, once.
+
+    Returns:
+        The tree; a node that cannot score carries its `problem`.
+    """
+    values = variables if variables is not None else {}
+    if not isinstance(spec, Mapping):
+        return Node(kind="", problem=f"an evaluator must be a mapping like {{contains: Paris}}, got {short(spec)}")
+    try:
+        kind = node_kind(spec)
+    except EvaluatorConfigError as exc:
+        return Node(kind="", problem=str(exc))
+    try:
+        weight, threshold, name, must = _common(spec, values)
+    except EvaluatorConfigError as exc:
+        return Node(kind=kind, problem=str(exc))
+    except (UndefinedError, TemplateSyntaxError) as exc:
+        return Node(kind=kind, problem=f"template error in the {kind} evaluator: {exc}")
+    except (TypeError, ValueError) as exc:
+        return Node(kind=kind, problem=f"{kind}: weight and threshold must be numbers ({exc})")
+    common = {"weight": weight, "threshold": threshold, "name": name, "must": must}
+    entry = KINDS[kind]
+    if kind in COMPOSITIONS:
+        return _composite(kind, spec, values, common)
+    return _leaf(kind, entry, spec, values, common)
+
+
+def _composite(kind: str, spec: Mapping[str, Any], variables: Mapping[str, Any], common: dict[str, Any]) -> Node:
+    if kind == "use":
+        # The loader replaces `use: NAME` by the named evaluator; reaching here means it did not.
+        return Node(kind="use", problem=f"named evaluator {short(spec['use'])} was not resolved; define it under "
+                                        "the suite's `evaluators:` and check its spelling", **common)
+    items = [spec[kind]] if kind == "not" else spec[kind]
+    if not isinstance(items, (list, tuple)) or not items:
+        return Node(kind=kind, problem=f"`{kind}` takes a non-empty list of evaluators, got {short(items)}", **common)
+    children = tuple(compile_spec(item, variables) for item in items)
+    return Node(kind=kind, children=children, is_async=any(c.is_async for c in children),
+                blocking=any(c.blocking for c in children), **common)
+
+
+def _leaf(kind: str, entry: Kind, spec: Mapping[str, Any], variables: Mapping[str, Any],
+          common: dict[str, Any]) -> Node:
+    assert entry.build is not None  # every non-composition entry has a builder (test_registry checks it)
+    try:
+        value = render_value(spec[kind], variables)
+        options = {k: render_value(v, variables) for k, v in spec.items() if k != kind and k not in COMMON_KEYS}
+        scorer = entry.build(value, options)
+    except EvaluatorConfigError as exc:
+        return Node(kind=kind, problem=str(exc), **common)
+    except (UndefinedError, TemplateSyntaxError) as exc:
+        return Node(kind=kind, problem=f"template error in the {kind} evaluator: {exc}", **common)
+    except Exception as exc:  # noqa: BLE001 - a builder bug is this node's problem, never a crashed load
+        return Node(kind=kind, problem=f"{kind} evaluator could not be built: {type(exc).__name__}: {exc}",
+                    **common)
+    return Node(kind=kind, scorer=scorer, is_async=inspect.iscoroutinefunction(scorer), blocking=entry.blocking,
+                **common)

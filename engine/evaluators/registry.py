@@ -1,0 +1,47 @@
+"""The evaluator catalogue: one visible dict, one entry per kind (as jsonschema's `validators.py` keeps its
+keywords). Each `Kind` holds the kind's schema fragment (schemas/suite.schema.json is generated from them),
+its load-time check and its scorer builder; see engine/evaluators/base.py.
+
+Adding a kind: write its builder, check and `Kind(...)` entry in a family module, then add one line here;
+`python -m engine.suite.schema_source` regenerates the schema, and docs/evaluators.md documents it (a test
+checks that the registry, the schema and both docs name the same kinds).
+"""
+
+from __future__ import annotations
+
+from engine.evaluators import compose, json_eval, text, tool_call
+from engine.evaluators import exec as exec_family
+from engine.evaluators.base import Kind
+
+__all__ = ["COMPOSITIONS", "KINDS"]
+
+KINDS: dict[str, Kind] = {
+    # composition (compose.py scores these; they have no builder)
+    "all": compose.ALL,
+    "any": compose.ANY,
+    "not": compose.NOT,
+    "use": compose.USE,
+    # text
+    "equals": text.EQUALS,
+    "contains": text.CONTAINS,
+    "not_contains": text.NOT_CONTAINS,
+    "regex": text.REGEX,
+    "starts_with": text.STARTS_WITH,
+    "numeric": text.NUMERIC,
+    "exact_token": text.EXACT_TOKEN,
+    "length": text.LENGTH,
+    # json
+    "is_json": json_eval.IS_JSON,
+    "json_schema": json_eval.JSON_SCHEMA,
+    "json_field": json_eval.JSON_FIELD,
+    # tool calls
+    "tool_call": tool_call.TOOL_CALL,
+    "no_tool_call": tool_call.NO_TOOL_CALL,
+    "tool_sequence": tool_call.TOOL_SEQUENCE,
+    "first_tool": tool_call.FIRST_TOOL,
+    # code
+    "exec": exec_family.EXEC,
+}
+
+#: Kinds whose value is other evaluators (or a name of one): composition, not a scorer.
+COMPOSITIONS: frozenset[str] = frozenset(kind for kind, entry in KINDS.items() if entry.build is None)

@@ -1,0 +1,147 @@
+"""Scoring a compiled tree: one pass rule for the run, the golden self-check and rescore.
+
+`score(test, answer)` is the sync entry (the golden check, rescore, the runner's inline path and its
+worker threads); `score_async(test, answer)` awaits async scorers, the children of a composition
+concurrently. Both give the same Verdict for the same tree, and `Verdict.passed` is the one pass rule:
+the root's own threshold, else the test's; `must` gates; an error is never a pass.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Awaitable
+from typing import Any
+
+from engine.base.render import TemplateSyntaxError, UndefinedError
+from engine.errors import EvaluatorConfigError
+from engine.evaluators.base import ScoringContext, error
+from engine.evaluators.compose import combine, finish
+from engine.evaluators.node import Node, compile_spec
+from engine.model import Answer, Test, Verdict
+
+__all__ = ["NO_EVALUATOR", "context", "evaluator_of", "score", "score_async", "score_node", "score_node_async"]
+
+NO_EVALUATOR = Verdict(score=1.0, passed=True, reason="no evaluator", kind="none")
+
+
+def evaluator_of(test: Test) -> Node | None:
+    """The test's compiled tree. The loader compiles every test; a Test built by hand with only an `eval`
+    spec (tests, scripts) is compiled here, on each call."""
+    if test.evaluator is not None:
+        return test.evaluator
+    if test.eval is None:
+        return None
+    variables = dict(test.variables)
+    variables.setdefault("golden", test.golden)
+    return compile_spec(test.eval, variables)
+
+
+def context(test: Test, *, transcript: Any = None, caller: Any = None) -> ScoringContext:
+    """The context scorers see for `test`."""
+    return ScoringContext(test=test, variables=test.variables, transcript=transcript, caller=caller)
+
+
+def score(test: Test, answer: Answer, ctx: ScoringContext | None = None) -> Verdict:
+    """Score one answer against the test's compiled tree, synchronously. Never raises.
+
+    A tree with async scorers is run to completion on a fresh event loop: call `score_async` from
+    inside a running loop instead.
+
+    Args:
+        test: The test (its `evaluator` tree, threshold, tools, variables).
+        answer: The model's answer (reasoning already split off by the client).
+        ctx: The scoring context; built from `test` when omitted.
+
+    Returns:
+        The root verdict; `passed` uses the root node's own threshold, else `test.threshold`.
+    """
+    try:
+        node = evaluator_of(test)
+        if node is None:
+            return NO_EVALUATOR
+        ctx = ctx or context(test)
+        if node.is_async:
+            return asyncio.run(score_node_async(node, answer, ctx, test.threshold))
+        return score_node(node, answer, ctx, test.threshold)
+    except Exception as exc:  # noqa: BLE001 - scoring never raises: a crash is an error verdict
+        return error(f"could not prepare scoring: {type(exc).__name__}: {exc}")
+
+
+async def score_async(test: Test, answer: Answer, ctx: ScoringContext | None = None) -> Verdict:
+    """`score`, awaiting async scorers (children of a composition concurrently). Never raises."""
+    try:
+        node = evaluator_of(test)
+        if node is None:
+            return NO_EVALUATOR
+        return await score_node_async(node, answer, ctx or context(test), test.threshold)
+    except Exception as exc:  # noqa: BLE001 - scoring never raises: a crash is an error verdict
+        return error(f"could not prepare scoring: {type(exc).__name__}: {exc}")
+
+
+def _failure(node: Node, exc: Exception) -> Verdict:
+    if isinstance(exc, (UndefinedError, TemplateSyntaxError)):
+        return error(f"template error in the {node.kind} evaluator: {exc}", kind=node.kind)
+    if isinstance(exc, EvaluatorConfigError):
+        return error(str(exc), kind=node.kind)
+    return error(f"{node.kind} evaluator could not judge: {type(exc).__name__}: {exc}", kind=node.kind)
+
+
+def _checked(node: Node, verdict: Any) -> Verdict:
+    if not isinstance(verdict, Verdict):
+        return error(f"{node.kind} evaluator returned {type(verdict).__name__}, not a Verdict", kind=node.kind)
+    return verdict
+
+
+def score_node(node: Node, answer: Answer, ctx: ScoringContext, root_threshold: float | None = None) -> Verdict:
+    """Score one node and its subtree, synchronously. Never raises.
+
+    Args:
+        node: The compiled node.
+        answer: The answer.
+        ctx: The scoring context.
+        root_threshold: For the root node only: the test's threshold, used when the node has none.
+    """
+    if node.problem is not None:
+        return error(node.problem, kind=node.kind)
+    try:
+        if node.scorer is not None:
+            result = node.scorer(answer, ctx)
+            if node.is_async and inspect.isawaitable(result):
+                result = asyncio.run(_await(result))
+            if type(result) is not Verdict:
+                result = _checked(node, result)
+        else:
+            result = combine(node, tuple(score_node(child, answer, ctx) for child in node.children))
+    except Exception as exc:  # noqa: BLE001 - a crash becomes an error verdict, never a stopped run
+        return _failure(node, exc)
+    return finish(node, result, root_threshold)
+
+
+async def _await(result: Awaitable[Any]) -> Any:
+    return await result
+
+
+async def score_node_async(node: Node, answer: Answer, ctx: ScoringContext,
+                           root_threshold: float | None = None) -> Verdict:
+    """Score one node and its subtree, awaiting async scorers; the children of a composition are scored
+    concurrently. Blocking scorers (exec) run in a worker thread. Never raises."""
+    if node.problem is not None:
+        return error(node.problem, kind=node.kind)
+    try:
+        if node.scorer is not None:
+            if node.blocking:
+                result = await asyncio.to_thread(node.scorer, answer, ctx)
+            else:
+                result = node.scorer(answer, ctx)
+            if inspect.isawaitable(result):
+                result = await result
+            result = _checked(node, result)
+        elif node.is_async or node.blocking:
+            children = await asyncio.gather(*(score_node_async(child, answer, ctx) for child in node.children))
+            result = combine(node, tuple(children))
+        else:
+            result = combine(node, tuple(score_node(child, answer, ctx) for child in node.children))
+    except Exception as exc:  # noqa: BLE001 - a crash becomes an error verdict, never a stopped run
+        return _failure(node, exc)
+    return finish(node, result, root_threshold)
