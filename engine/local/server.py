@@ -27,7 +27,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -146,9 +146,13 @@ def server_command(model_path: Path, *, alias: str, port: int, n_ctx: int = 2048
     ]
 
 
+def _to_stderr(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
 @contextlib.contextmanager
 def serve_builtin(name: str, *, log_path: Path, alias: str, startup_timeout_s: float = 180.0,
-                  grace_s: float = 5.0) -> Iterator[str]:
+                  grace_s: float = 5.0, notify: Callable[[str], None] | None = _to_stderr) -> Iterator[str]:
     """Serve a builtin model for the duration of a `with` block.
 
     Args:
@@ -157,6 +161,8 @@ def serve_builtin(name: str, *, log_path: Path, alias: str, startup_timeout_s: f
         alias: The model id the server reports; requests must send it as `model`.
         startup_timeout_s: How long to wait for the server to answer before giving up.
         grace_s: Seconds between SIGTERM and SIGKILL when stopping.
+        notify: Receives one line when the server starts and one when it is ready (default: stderr), so
+            the seconds a server takes to load are not silent; None for no lines.
 
     Yields:
         The base URL, `http://127.0.0.1:PORT/v1`.
@@ -170,11 +176,16 @@ def serve_builtin(name: str, *, log_path: Path, alias: str, startup_timeout_s: f
     port = free_port()
     argv = server_command(path, alias=alias, port=port, n_ctx=builtin.n_ctx)
     log_path = Path(log_path)
+    started = time.monotonic()
     server = start_group(argv, log_path=log_path)
     base_url = f"http://127.0.0.1:{port}/v1"
+    if notify:
+        notify(f"starting the embedded model {name} (llama-cpp-python on 127.0.0.1:{port}; log: {log_path})")
     try:
         with _sigterm_unwinds():
             _wait_ready(server, base_url, alias=alias, log_path=log_path, timeout_s=startup_timeout_s)
+            if notify:
+                notify(f"the embedded model is ready ({time.monotonic() - started:.1f} s)")
             yield base_url
     finally:
         server.stop(grace_s=grace_s)

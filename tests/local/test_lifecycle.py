@@ -87,6 +87,19 @@ def test_serve_builtin_yields_a_ready_url_and_stops_on_exception(tmp_path: Path,
         assert sock.connect_ex(("127.0.0.1", port)) != 0, "the port still answers after the block"
 
 
+def test_serve_builtin_says_when_it_starts_and_when_it_is_ready(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    _fake_command(monkeypatch)
+    monkeypatch.setattr(server, "check_dependencies", lambda name: None)
+    log = tmp_path / "server.log"
+    lines: list[str] = []
+    with server.serve_builtin("gemma-3-270m", log_path=log, alias="a", notify=lines.append) as url:
+        port = url.rsplit(":", 1)[1].split("/")[0]
+        assert len(lines) == 2
+    assert lines[0] == f"starting the embedded model gemma-3-270m (llama-cpp-python on 127.0.0.1:{port}; log: {log})"
+    assert lines[1].startswith("the embedded model is ready (") and lines[1].endswith(" s)")
+
+
 def test_server_that_exits_early_points_to_its_log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     _fake_command(monkeypatch, "--exit-now")
     monkeypatch.setattr(server, "check_dependencies", lambda name: None)
