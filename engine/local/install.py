@@ -136,7 +136,7 @@ class Reporter:
                 self.say(f"  {self.building}: compiled {done}/{total} ({100 * done // total}%)")
             return
         building = _BUILDING.match(text)
-        if building:
+        if building and ": finished" not in text:   # pip -v says both "...: started" and "...: finished"
             self.building = building.group(1)
             self.phase = f"building {self.building}"
             if self.building.lower().replace("_", "-") == "llama-cpp-python":

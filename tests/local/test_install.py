@@ -34,6 +34,7 @@ for k in range(1, 4):
 deadline = time.monotonic() + 60
 while "... building llama-cpp-python" not in open(out).read() and time.monotonic() < deadline:
     time.sleep(0.02)
+say("Building wheel for llama-cpp-python (pyproject.toml): finished with status 'done'")
 say("Created wheel for llama-cpp-python: filename=llama_cpp_python-0.3.36-py3-none-linux_x86_64.whl size=1")
 say("Installing collected packages: pandas, llama-cpp-python")
 if code:
@@ -59,7 +60,9 @@ def test_a_build_is_announced_shown_as_progress_and_never_silent(tmp_path: Path)
     rc, shown, env, log = _run(tmp_path)
     assert rc == 0
     lines = shown.splitlines()
-    banner = next(i for i, line in enumerate(lines) if "building llama.cpp for this machine" in line)
+    banners = [i for i, line in enumerate(lines) if "building llama.cpp for this machine" in line]
+    assert len(banners) == 1, shown                            # said once, not again when pip says "finished"
+    banner = banners[0]
     assert "minutes on" in lines[banner] and "once; pip caches it" in lines[banner]
     progress = [line for line in lines if "compiled" in line]
     assert progress[0].endswith("llama-cpp-python: compiled 1/3 (33%)")

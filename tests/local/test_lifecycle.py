@@ -195,3 +195,15 @@ def test_server_command_pins_alias_loopback_and_no_interrupts() -> None:
     joined = " ".join(argv)
     assert "--model_alias gem" in joined and "--host 127.0.0.1" in joined and "--port 1234" in joined
     assert "--interrupt_requests False" in joined and "--chat_format gemma" in joined
+
+
+def test_llama_threads_leave_a_core_free_unless_configured(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("LLM_EVAL_LLAMA_THREADS", raising=False)
+    cores = len(os.sched_getaffinity(0))
+    assert server.default_threads() == max(1, cores - 1)
+    argv = server.server_command(Path("/m.gguf"), alias="gem", port=1234)
+    assert argv[argv.index("--n_threads") + 1] == argv[argv.index("--n_threads_batch") + 1] == str(max(1, cores - 1))
+    monkeypatch.setenv("LLM_EVAL_LLAMA_THREADS", "3")
+    assert server.default_threads() == 3
+    monkeypatch.setenv("LLM_EVAL_LLAMA_THREADS", "zero")       # not a count: ignored
+    assert server.default_threads() == max(1, cores - 1)
