@@ -30,8 +30,8 @@ run: $(VENV)/.local
 	$(ENGINE) run suites/ --out $(RESULTS)
 	$(ENGINE) analyze $(RESULTS)/latest
 	$(ENGINE) report $(RESULTS)/latest -o $(RESULTS)/report.html >/dev/null
-	@t=$$(( $$(date +%s) - $(START) )); \
-	 echo "make run took $$((t / 60)) min $$((t % 60)) s, set-up included; the report: $(RESULTS)/report.html"
+	@t=$$(( $$(date +%s) - $(START) )); d="$$t s"; [ $$t -lt 60 ] || d="$$((t / 60)) min $$((t % 60)) s"; \
+	 echo "make run took $$d, set-up included; the report: $(RESULTS)/report.html"
 
 test: $(VENV)/.dev lint
 	$(BIN)/python -m pytest -q -p no:cacheprovider
