@@ -87,8 +87,8 @@ def default_models() -> dict[str, ModelConfig]:
     configuration stops at the end of its first line: given Gemma's chat template, the base model (never
     trained on the turn markers) does not end its turn but echoes the prompt's pattern line after line.
     Measured on the example suites: with no stop, 100% of chat answers ran to `max_tokens`; stopping at a
-    blank line, still 84%; at a newline, see docs/quickstart.md. The chat configuration fails these tests
-    either way; the stop only keeps it from spending most of a first run's time on rambling.
+    blank line, still 84%; at a newline, none. The chat configuration fails the same tests either way; the
+    stop keeps it from spending much of a first run's time rambling.
 
     Each sets `max_tokens: 8` as its floor, so the tests' own limits apply (the engine's default floor,
     1024, would let the chat configuration ramble for many minutes); a suite without limits gets 8 tokens.

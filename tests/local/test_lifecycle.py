@@ -188,6 +188,10 @@ def test_default_models_share_one_alias_and_differ_in_settings() -> None:
     settings = {(m.api, tuple(sorted((k, str(v)) for k, v in m.params.items()))) for m in models.values()}
     assert len(settings) == len(models), "two default models would measure the same thing"
     assert any(m.params.get("temperature", 0) > 0 for m in models.values()), "no config shows flakiness"
+    # Every config stops by itself (a base model never ends its turn) and leaves max_tokens to the tests.
+    assert all(m.params.get("stop") for m in models.values())
+    assert models["gemma-chat"].params["stop"] == ["\n"]
+    assert {m.params["max_tokens"] for m in models.values()} == {8}
 
 
 def test_server_command_pins_alias_loopback_and_no_interrupts() -> None:
