@@ -4,6 +4,8 @@ VENV    := .venv
 BIN     := $(VENV)/bin
 ENGINE  := $(BIN)/engine
 RESULTS ?= results
+# When make started (seconds since the epoch): `make run` prints its whole time, set-up included.
+START   := $(shell date +%s)
 
 .PHONY: run test test-local lint bench clean
 
@@ -16,21 +18,26 @@ $(VENV)/.dev: pyproject.toml | $(BIN)/python
 	$(BIN)/pip install -q -e '.[dev]'
 	touch $@
 
+# The [local] extra compiles llama.cpp once (pip caches the wheel): install.py shows the compile's progress
+# instead of minutes of silence, and builds only what the embedded model's server loads. `make run` needs
+# no [dev] tools, so a first run does not wait for them.
 $(VENV)/.local: pyproject.toml | $(BIN)/python
-	$(BIN)/pip install -q -e '.[dev,local]'
+	$(BIN)/python engine/local/install.py --log $(VENV)/install-local.log $(BIN)/pip install -e '.[local]'
 	touch $@
 
 run: $(VENV)/.local
 	$(ENGINE) validate suites/
 	$(ENGINE) run suites/ --out $(RESULTS)
 	$(ENGINE) analyze $(RESULTS)/latest
-	$(ENGINE) report $(RESULTS)/latest -o $(RESULTS)/report.html
+	$(ENGINE) report $(RESULTS)/latest -o $(RESULTS)/report.html >/dev/null
+	@t=$$(( $$(date +%s) - $(START) )); d="$$t s"; [ $$t -lt 60 ] || d="$$((t / 60)) min $$((t % 60)) s"; \
+	 echo "make run took $$d, set-up included; the report: $(RESULTS)/report.html"
 
 test: $(VENV)/.dev lint
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 
 # The tests that start the real embedded model (gemma-3-270m under llama-cpp-python).
-test-local: $(VENV)/.local
+test-local: $(VENV)/.dev $(VENV)/.local
 	$(BIN)/python -m pytest -q -p no:cacheprovider -m local_model
 
 lint: $(VENV)/.dev

@@ -48,6 +48,10 @@ DEFAULT_ALIAS = "gemma-3-270m"
 
 # Where the completions configurations stop (see default_models).
 STOP = ("\n\n", "\nif __name__", "\nprint(")
+# Where the chat configuration stops: the end of its first line (see default_models).
+CHAT_STOP = ("\n",)
+# Every configuration's max_tokens floor: tests ask for their own (the example suites: 6 to 64).
+MAX_TOKENS_FLOOR = 8
 
 
 def get_builtin(name: str) -> BuiltinModel:
@@ -79,10 +83,15 @@ def default_models() -> dict[str, ModelConfig]:
       hard prompts (the example suites ask for `repeat: 5` on a few tests to show flakiness).
 
     The completions configurations stop at a blank line: a base model continues a few-shot pattern
-    forever, and the examples separate their shots (and their functions) with blank lines.
+    forever, and the examples separate their shots (and their functions) with blank lines. The chat
+    configuration stops at the end of its first line: given Gemma's chat template, the base model (never
+    trained on the turn markers) does not end its turn but echoes the prompt's pattern line after line.
+    Measured on the example suites: with no stop, 100% of chat answers ran to `max_tokens`; stopping at a
+    blank line, still 84%; at a newline, none. The chat configuration fails the same tests either way; the
+    stop keeps it from spending much of a first run's time rambling.
 
-    Each sets `max_tokens: 16` as its floor (a test may raise it): the chat configuration of a
-    base model rambles, and the engine's default floor (1024) would make a run take many minutes.
+    Each sets `max_tokens: 8` as its floor, so the tests' own limits apply (the engine's default floor,
+    1024, would let the chat configuration ramble for many minutes); a suite without limits gets 8 tokens.
 
     Concurrency is 1: llama.cpp's server computes one request at a time (a second request only
     waits in its queue), so more in flight would only add queueing to the measured latency.
@@ -96,8 +105,9 @@ def default_models() -> dict[str, ModelConfig]:
 
     return {
         "gemma-complete": config("gemma-complete", "completions",
-                                 {"temperature": 0.0, "max_tokens": 16, "stop": list(STOP)}),
-        "gemma-chat": config("gemma-chat", "chat", {"temperature": 0.0, "max_tokens": 16}),
+                                 {"temperature": 0.0, "max_tokens": MAX_TOKENS_FLOOR, "stop": list(STOP)}),
+        "gemma-chat": config("gemma-chat", "chat",
+                             {"temperature": 0.0, "max_tokens": MAX_TOKENS_FLOOR, "stop": list(CHAT_STOP)}),
         "gemma-complete-warm": config("gemma-complete-warm", "completions",
-                                      {"temperature": 0.9, "max_tokens": 16, "stop": list(STOP)}),
+                                      {"temperature": 0.9, "max_tokens": MAX_TOKENS_FLOOR, "stop": list(STOP)}),
     }

@@ -27,7 +27,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +35,7 @@ from engine.errors import LocalModelError
 from engine.local.process import ManagedProcess, start_group
 from engine.local.registry import INSTALL_HINT, get_builtin
 
-__all__ = ["cache_dir", "check_dependencies", "model_file", "serve_builtin", "server_command"]
+__all__ = ["cache_dir", "check_dependencies", "default_threads", "model_file", "serve_builtin", "server_command"]
 
 # Modules the server needs at run time: llama_cpp itself and the [server] extra's web stack.
 _SERVER_MODULES = ("llama_cpp", "uvicorn", "fastapi", "sse_starlette", "starlette_context", "pydantic_settings")
@@ -117,6 +117,22 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def default_threads() -> int:
+    """llama.cpp's thread count: `$LLM_EVAL_LLAMA_THREADS`, else one core fewer than this process may use.
+
+    llama.cpp's threads meet at a spinning barrier after every operation, so one preempted thread stalls
+    them all. The engine itself (streaming, scoring) and the exec sandboxes need a core during a run;
+    with every core given to llama.cpp, a 2-core machine saw calls stall for ~19 s while HumanEval
+    checks ran. Measured on the 2-core machine, the whole example run (87 calls), alternating: 2 threads
+    44.4 s and 46.5 s, 1 thread 40.0 s and 42.4 s.
+    """
+    configured = os.environ.get("LLM_EVAL_LLAMA_THREADS", "").strip()
+    if configured.isdigit() and int(configured) > 0:
+        return int(configured)
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, cores - 1)
+
+
 def server_command(model_path: Path, *, alias: str, port: int, n_ctx: int = 2048,
                    threads: int | None = None, chat_format: str = "gemma") -> list[str]:
     """The command line that serves `model_path` under `alias` on 127.0.0.1:`port`.
@@ -126,12 +142,12 @@ def server_command(model_path: Path, *, alias: str, port: int, n_ctx: int = 2048
         alias: The model id the server reports (requests must send it as `model`).
         port: The loopback port.
         n_ctx: The context window.
-        threads: CPU threads for generation (default: every core the process may use).
+        threads: CPU threads for generation (default: `$LLM_EVAL_LLAMA_THREADS`, else one fewer than
+            the cores this process may use, at least 1 -- see default_threads).
         chat_format: llama-cpp-python's chat template name (the GGUF carries none, and its fallback,
             llama-2, is not Gemma's format).
     """
-    threads = threads or max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
-                             else (os.cpu_count() or 1))
+    threads = threads or default_threads()
     return [
         sys.executable, "-m", "engine.local.launcher",  # llama_cpp.server, minus the AMX crash
         "--model", str(model_path),
@@ -146,9 +162,13 @@ def server_command(model_path: Path, *, alias: str, port: int, n_ctx: int = 2048
     ]
 
 
+def _to_stderr(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
 @contextlib.contextmanager
 def serve_builtin(name: str, *, log_path: Path, alias: str, startup_timeout_s: float = 180.0,
-                  grace_s: float = 5.0) -> Iterator[str]:
+                  grace_s: float = 5.0, notify: Callable[[str], None] | None = _to_stderr) -> Iterator[str]:
     """Serve a builtin model for the duration of a `with` block.
 
     Args:
@@ -157,6 +177,8 @@ def serve_builtin(name: str, *, log_path: Path, alias: str, startup_timeout_s: f
         alias: The model id the server reports; requests must send it as `model`.
         startup_timeout_s: How long to wait for the server to answer before giving up.
         grace_s: Seconds between SIGTERM and SIGKILL when stopping.
+        notify: Receives one line when the server starts and one when it is ready (default: stderr), so
+            the seconds a server takes to load are not silent; None for no lines.
 
     Yields:
         The base URL, `http://127.0.0.1:PORT/v1`.
@@ -170,11 +192,16 @@ def serve_builtin(name: str, *, log_path: Path, alias: str, startup_timeout_s: f
     port = free_port()
     argv = server_command(path, alias=alias, port=port, n_ctx=builtin.n_ctx)
     log_path = Path(log_path)
+    started = time.monotonic()
     server = start_group(argv, log_path=log_path)
     base_url = f"http://127.0.0.1:{port}/v1"
+    if notify:
+        notify(f"starting the embedded model {name} (llama-cpp-python on 127.0.0.1:{port}; log: {log_path})")
     try:
         with _sigterm_unwinds():
             _wait_ready(server, base_url, alias=alias, log_path=log_path, timeout_s=startup_timeout_s)
+            if notify:
+                notify(f"the embedded model is ready ({time.monotonic() - started:.1f} s)")
             yield base_url
     finally:
         server.stop(grace_s=grace_s)

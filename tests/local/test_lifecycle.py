@@ -87,6 +87,19 @@ def test_serve_builtin_yields_a_ready_url_and_stops_on_exception(tmp_path: Path,
         assert sock.connect_ex(("127.0.0.1", port)) != 0, "the port still answers after the block"
 
 
+def test_serve_builtin_says_when_it_starts_and_when_it_is_ready(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    _fake_command(monkeypatch)
+    monkeypatch.setattr(server, "check_dependencies", lambda name: None)
+    log = tmp_path / "server.log"
+    lines: list[str] = []
+    with server.serve_builtin("gemma-3-270m", log_path=log, alias="a", notify=lines.append) as url:
+        port = url.rsplit(":", 1)[1].split("/")[0]
+        assert len(lines) == 2
+    assert lines[0] == f"starting the embedded model gemma-3-270m (llama-cpp-python on 127.0.0.1:{port}; log: {log})"
+    assert lines[1].startswith("the embedded model is ready (") and lines[1].endswith(" s)")
+
+
 def test_server_that_exits_early_points_to_its_log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     _fake_command(monkeypatch, "--exit-now")
     monkeypatch.setattr(server, "check_dependencies", lambda name: None)
@@ -175,6 +188,10 @@ def test_default_models_share_one_alias_and_differ_in_settings() -> None:
     settings = {(m.api, tuple(sorted((k, str(v)) for k, v in m.params.items()))) for m in models.values()}
     assert len(settings) == len(models), "two default models would measure the same thing"
     assert any(m.params.get("temperature", 0) > 0 for m in models.values()), "no config shows flakiness"
+    # Every config stops by itself (a base model never ends its turn) and leaves max_tokens to the tests.
+    assert all(m.params.get("stop") for m in models.values())
+    assert models["gemma-chat"].params["stop"] == ["\n"]
+    assert {m.params["max_tokens"] for m in models.values()} == {8}
 
 
 def test_server_command_pins_alias_loopback_and_no_interrupts() -> None:
@@ -182,3 +199,15 @@ def test_server_command_pins_alias_loopback_and_no_interrupts() -> None:
     joined = " ".join(argv)
     assert "--model_alias gem" in joined and "--host 127.0.0.1" in joined and "--port 1234" in joined
     assert "--interrupt_requests False" in joined and "--chat_format gemma" in joined
+
+
+def test_llama_threads_leave_a_core_free_unless_configured(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("LLM_EVAL_LLAMA_THREADS", raising=False)
+    cores = len(os.sched_getaffinity(0))
+    assert server.default_threads() == max(1, cores - 1)
+    argv = server.server_command(Path("/m.gguf"), alias="gem", port=1234)
+    assert argv[argv.index("--n_threads") + 1] == argv[argv.index("--n_threads_batch") + 1] == str(max(1, cores - 1))
+    monkeypatch.setenv("LLM_EVAL_LLAMA_THREADS", "3")
+    assert server.default_threads() == 3
+    monkeypatch.setenv("LLM_EVAL_LLAMA_THREADS", "zero")       # not a count: ignored
+    assert server.default_threads() == max(1, cores - 1)
