@@ -33,24 +33,15 @@ ALL_SUITES = "(all)"
 def pass_at_k(n: np.ndarray, c: np.ndarray, k: int) -> np.ndarray:
     """Unbiased pass@k per cell; NaN where n < k or n is 0.
 
-    Computed as 1 − Π_{i=n−c+1..n} (1 − k / i), the numerically stable product form of Chen et al.
+    Computed as 1 − C(n−c, k) / C(n, k) (Chen et al. 2021), the ratios tabulated once per attempt count.
 
     Args:
         n: Scored attempts per cell.
         c: Passed attempts per cell.
         k: Attempts drawn, at least 1.
     """
-    n = np.asarray(n, dtype="int64")
-    c = np.asarray(c, dtype="int64")
-    out = np.full(n.shape, np.nan)
-    ok = (n >= k) & (n > 0)
-    for size in np.unique(n[ok]):
-        size = int(size)
-        # fail_ratio[f] = C(f, k) / C(size, k) for f failures: 0 when f < k.
-        fail_ratio = np.array([comb(f, k) / comb(size, k) for f in range(size + 1)])
-        mask = ok & (n == size)
-        out[mask] = 1.0 - fail_ratio[size - c[mask]]
-    return out
+    # C(f, k) / C(n, k) for f = n - c failures is the chance that all k drawn attempts fail (0 when f < k).
+    return 1.0 - _draw_ratio(n, np.asarray(n, dtype="int64") - np.asarray(c, dtype="int64"), k)
 
 
 def pass_hat_k(n: np.ndarray, c: np.ndarray, k: int) -> np.ndarray:
@@ -61,15 +52,23 @@ def pass_hat_k(n: np.ndarray, c: np.ndarray, k: int) -> np.ndarray:
         c: Passed attempts per cell.
         k: Attempts drawn, at least 1.
     """
+    return _draw_ratio(n, c, k)
+
+
+def _draw_ratio(n: np.ndarray, m: np.ndarray, k: int) -> np.ndarray:
+    """C(m, k) / C(n, k) per cell: the chance that k attempts drawn from n all come from m marked ones.
+
+    NaN where n < k or n is 0. The ratios of one attempt count are tabulated once for every m.
+    """
     n = np.asarray(n, dtype="int64")
-    c = np.asarray(c, dtype="int64")
+    m = np.asarray(m, dtype="int64")
     out = np.full(n.shape, np.nan)
     ok = (n >= k) & (n > 0)
     for size in np.unique(n[ok]):
         size = int(size)
-        ratio = np.array([comb(p, k) / comb(size, k) for p in range(size + 1)])
+        ratio = np.array([comb(j, k) / comb(size, k) for j in range(size + 1)])
         mask = ok & (n == size)
-        out[mask] = ratio[c[mask]]
+        out[mask] = ratio[m[mask]]
     return out
 
 

@@ -23,8 +23,9 @@ from __future__ import annotations
 import functools
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from engine.results.journal import Journal, storage_error
 from engine.results.rows import key_of_row
@@ -49,17 +50,24 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def write_atomic(path: Path, data: bytes) -> None:
-    """Write `data` to `path` via a fsynced temporary file and a rename.
+def write_atomic(path: Path, data: bytes | Callable[[BinaryIO], object], *, hidden_tmp: bool = False) -> None:
+    """Write `path` via a fsynced temporary file and a rename, so a reader sees the old file or the new, whole.
 
     Args:
         path: The final path.
-        data: The bytes to write.
+        data: The bytes to write, or a function that writes them to the open file.
+        hidden_tmp: Name the temporary file `.NAME.tmp`, which readers of the folder skip (Parquet parts).
+
+    Raises:
+        StorageError: the write, the fsync or the rename failed (the temporary file is removed).
     """
-    tmp = path.with_name(path.name + ".tmp")
+    tmp = path.with_name(f".{path.name}.tmp" if hidden_tmp else path.name + ".tmp")
     try:
         with open(tmp, "wb") as fh:
-            fh.write(data)
+            if isinstance(data, bytes):
+                fh.write(data)
+            else:
+                data(fh)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
@@ -256,17 +264,7 @@ class ResultsWriter:
         else:
             table = table_from_json_lines(count, lines)
             del lines
-            tmp = path.with_name(f".{path.name}.tmp")   # hidden: readers of the folder skip it
-            try:
-                with open(tmp, "wb") as fh:
-                    pq.write_table(table, fh, compression="zstd")
-                    fh.flush()
-                    os.fsync(fh.fileno())
-                os.replace(tmp, path)
-            except OSError as exc:
-                tmp.unlink(missing_ok=True)
-                raise storage_error(exc, str(path)) from exc
-            _fsync_dir(self.run_dir)
+            write_atomic(path, lambda fh: pq.write_table(table, fh, compression="zstd"), hidden_tmp=True)
         self.journal.clear_stale(part)
 
     def write_manifest(self, manifest: dict[str, Any]) -> None:
