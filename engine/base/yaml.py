@@ -22,7 +22,7 @@ from typing import Any
 
 import yaml as pyyaml
 
-from engine.errors import Diagnostic
+from engine.base.diagnostic import Diagnostic
 
 __all__ = ["MAX_BYTES", "LoadedYaml", "Positions", "load_yaml_file", "load_yaml_text", "yaml_hint"]
 

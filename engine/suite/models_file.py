@@ -10,11 +10,11 @@ import os
 from pathlib import Path
 from typing import Any
 
+from engine.base.yaml import load_yaml_file
 from engine.errors import Diagnostic
 from engine.model import ModelConfig
 from engine.redact import looks_like_key
 from engine.suite.schema import validate
-from engine.suite.yaml import load_yaml_file
 
 __all__ = ["load_models"]
 

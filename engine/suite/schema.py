@@ -16,11 +16,11 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError
 
 from engine.base.words import did_you_mean
+from engine.base.yaml import Positions
 from engine.errors import Diagnostic
 from engine.evaluators.base import COMMON_KEYS
 from engine.paths import data_dir
 from engine.suite import fastcheck
-from engine.suite.yaml import Positions
 
 __all__ = ["SCHEMA_DIR", "describe_value", "did_you_mean", "load_schema", "validate", "validator"]
 
