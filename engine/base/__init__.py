@@ -1,2 +1,3 @@
-"""Helpers every layer may import and that import nothing of the engine: the one Jinja2 environment
-(`render`) and JSON text as `json.dumps` writes it (`jsontext`). See docs/architecture.md."""
+"""Helpers every layer may import and that import nothing of the engine outside this package: the one YAML
+loader (`yaml`) and the `Diagnostic` it reports, the one Jinja2 environment (`render`), JSON text as
+`json.dumps` writes it (`jsontext`), message words (`words`). See docs/architecture.md."""

@@ -1,28 +1,29 @@
 """Harness templates: load and validate `harnesses/*.yaml` (or a suite's own), render the files to run.
 
 A harness names a language, the files to write (Jinja2 templates rendered in a sandboxed environment
-with StrictUndefined), the command to run and how to score. See docs/harnesses.md.
+with StrictUndefined), the command to run and how to score. See docs/harnesses.md. The file is read by the
+one YAML loader (`engine.base.yaml`: libyaml, positions, the safety rules suites get) and checked by
+`engine.harness.schema`, so its problems read as FILE:LINE:COL: error: ... like a suite's.
 """
 
 from __future__ import annotations
 
-import json
 import re
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from functools import cache
 from pathlib import Path
 from typing import Any
 
 from jinja2 import TemplateError
-from jsonschema import Draft202012Validator
 
 from engine.base.render import ENV
+from engine.base.yaml import FileKind, load_yaml_file
 from engine.errors import Diagnostic, HarnessError, SuiteError
+from engine.harness.schema import validate
 from engine.paths import data_dir
 
-__all__ = ["TEMPLATE_ENV", "Harness", "builtin_dir", "builtin_names", "load_harness", "render_files"]
+__all__ = ["HARNESS_FILE", "TEMPLATE_ENV", "Harness", "builtin_dir", "builtin_names", "load_harness", "render_files"]
 
 _BUILTIN_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
 
@@ -30,6 +31,11 @@ _BUILTIN_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
 # Harness files render in the one Jinja2 environment (engine.base.render), which has the `py` and `json`
 # filters that turn YAML values into code.
 TEMPLATE_ENV = ENV
+
+# How the YAML loader's messages name a harness file.
+HARNESS_FILE = FileKind("harness", "a harness needs at least `language:`, `files:`, `run:` and `score:` "
+                                   "(see docs/harnesses.md)",
+                        "a harness holds a few templates; keep large data in the suite (`vars:` or `cases:`)")
 
 
 @dataclass(frozen=True)
@@ -73,17 +79,6 @@ def builtin_names() -> list[str]:
     return sorted(p.stem for p in builtin_dir().glob("*.yaml"))
 
 
-@cache
-def _validator() -> Draft202012Validator:
-    """The compiled validator of schemas/harness.schema.json (the harness layer reads it itself: the suite
-    layer sits above this one)."""
-    try:
-        schema = json.loads((data_dir("schemas") / "harness.schema.json").read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise HarnessError("schemas/harness.schema.json was not found; reinstall the engine") from None
-    return Draft202012Validator(schema)
-
-
 def resolve(name: str, suite_dir: str | Path) -> Path:
     """The file a `harness:` value names.
 
@@ -113,59 +108,25 @@ def resolve(name: str, suite_dir: str | Path) -> Path:
     return target
 
 
-def _line_of(node: Any, path: list[Any]) -> tuple[int, int]:
-    """1-based line and column of a path in a ruamel round-trip tree, best effort."""
-    line, col = 0, 0
-    for key in path:
-        try:
-            if isinstance(key, int):
-                line, col = node.lc.item(key)
-            else:
-                line, col = node.lc.key(key)
-            line, col = line + 1, col + 1
-            node = node[key]
-        except (AttributeError, KeyError, IndexError, TypeError):
-            break
-    return line, col
-
-
 def _parse(path: Path) -> Harness:
-    from ruamel.yaml import YAML
-    from ruamel.yaml.error import YAMLError
-
     shown = str(path)
-    try:
-        tree = YAML(typ="rt").load(path.read_text(encoding="utf-8"))
-    except (OSError, YAMLError) as exc:
-        mark = getattr(exc, "problem_mark", None)
-        raise SuiteError([Diagnostic(shown, mark.line + 1 if mark else 0, mark.column + 1 if mark else 0,
-                                     f"cannot read the harness: {str(exc).splitlines()[0]}")]) from None
-    data = json.loads(json.dumps(tree))  # plain dicts for jsonschema
-    problems: list[Diagnostic] = []
-    for err in sorted(_validator().iter_errors(data), key=lambda e: list(map(str, e.absolute_path))):
-        where = "/".join(str(p) for p in err.absolute_path) or "the top level"
-        path_to = list(err.absolute_path)
-        message = err.message
-        if err.validator == "additionalProperties" and isinstance(err.instance, dict):
-            extra = sorted(set(err.instance) - set(err.schema.get("properties", {})))
-            if extra:
-                path_to.append(extra[0])
-                message = f"unknown key {extra[0]!r}; allowed: {', '.join(err.schema.get('properties', {}))}"
-        line, col = _line_of(tree, path_to)
-        problems.append(Diagnostic(shown, line, col, f"at {where}: {message} (see schemas/harness.schema.json)"))
+    loaded = load_yaml_file(path, shown, kind=HARNESS_FILE)
+    problems = loaded.diagnostics or validate(loaded.data, loaded.positions, shown)
     if problems:
         raise SuiteError(problems)
+    data = loaded.data
     compiled: dict[str, Any] = {}
-    for key, text in [*(("files/" + k, v) for k, v in data["files"].items()),
-                      *((f"run/{i}", v) for i, v in enumerate(data["run"]))]:
+    for key, where in [*((f"files/{k}", ("files", k)) for k in data["files"]),
+                       *((f"run/{i}", ("run", i)) for i in range(len(data["run"])))]:
         try:
-            compiled[key] = TEMPLATE_ENV.from_string(text)
+            compiled[key] = TEMPLATE_ENV.from_string(data[where[0]][where[1]])
         except TemplateError as exc:
-            section, _, item = key.partition("/")
-            line, col = _line_of(tree, [section, int(item) if section == "run" else item])
-            problems.append(Diagnostic(shown, line, col, f"template {key} does not compile: {exc}"))
+            line, col = loaded.positions.of(where, key=where[0] == "files")
+            problems.append(Diagnostic(shown, line, col, f"template {key} does not compile: {str(exc).rstrip('.')}; "
+                                                         "check that "
+                                                         "every {{ ... }} and {% ... %} is closed"))
     if problems:
-        raise SuiteError(problems)
+        raise SuiteError(sorted(problems, key=lambda d: (d.line, d.col)))
     return Harness(name=data.get("name", path.stem), file=shown, language=data["language"],
                    files=dict(data["files"]), run=tuple(data["run"]), score=data["score"],
                    timeout_s=data.get("timeout_s"), memory_mb=data.get("memory_mb"),

@@ -17,9 +17,9 @@ from typing import Any
 
 from engine.base.render import ENV, TemplateSyntaxError, is_template, simple_names
 from engine.base.words import did_you_mean
+from engine.base.yaml import Positions
 from engine.errors import Diagnostic
 from engine.evaluators import COMMON_KEYS, COMPOSITIONS, KINDS, CheckSite
-from engine.suite.yaml import Positions
 
 __all__ = [
     "RESERVED_VARIABLES",

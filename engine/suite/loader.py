@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from engine.base.yaml import MAX_BYTES, load_yaml_file
 from engine.errors import Diagnostic
 from engine.evaluators import score
 from engine.model import Suite
@@ -16,7 +17,6 @@ from engine.suite.checks import Report
 from engine.suite.expand import Expander
 from engine.suite.golden import check_goldens
 from engine.suite.schema import validate
-from engine.suite.yaml import MAX_BYTES, load_yaml_file
 
 __all__ = ["expand_paths", "load_suite_file", "load_suites"]
 

@@ -10,13 +10,16 @@ import os
 from pathlib import Path
 from typing import Any
 
+from engine.base.yaml import FileKind, load_yaml_file
 from engine.errors import Diagnostic
 from engine.model import ModelConfig
 from engine.redact import looks_like_key
 from engine.suite.schema import validate
-from engine.suite.yaml import load_yaml_file
 
 __all__ = ["load_models"]
+
+_MODELS_FILE = FileKind("models", "a models file needs `models:` with one entry per model (see models.example.yaml)",
+                        "a models file holds a few entries; check that this is the right file")
 
 
 def load_models(path: str | Path) -> tuple[dict[str, ModelConfig], list[Diagnostic]]:
@@ -33,7 +36,7 @@ def load_models(path: str | Path) -> tuple[dict[str, ModelConfig], list[Diagnost
     if not file.is_file():
         return {}, [Diagnostic(name, 0, 0, "no such models file; check the path, "
                                             "or copy models.example.yaml to start one")]
-    loaded = load_yaml_file(file, name)
+    loaded = load_yaml_file(file, name, kind=_MODELS_FILE)
     if loaded.diagnostics:
         return {}, loaded.diagnostics
     data = loaded.data

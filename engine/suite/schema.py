@@ -15,19 +15,17 @@ from typing import Any
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError
 
-from engine.base.words import did_you_mean
+from engine.base.words import TYPE_WORDS, describe_value, did_you_mean
+from engine.base.yaml import Positions
 from engine.errors import Diagnostic
 from engine.evaluators.base import COMMON_KEYS
 from engine.paths import data_dir
 from engine.suite import fastcheck
-from engine.suite.yaml import Positions
 
 __all__ = ["SCHEMA_DIR", "describe_value", "did_you_mean", "load_schema", "validate", "validator"]
 
 SCHEMA_DIR = data_dir("schemas")
 _YES_NO = {"yes", "no", "on", "off", "y", "n"}
-_TYPE_WORDS = {"string": "text", "integer": "a whole number", "number": "a number", "boolean": "true or false",
-               "array": "a list", "object": "a mapping (key: value lines)", "null": "empty"}
 
 
 @cache
@@ -54,24 +52,6 @@ def evaluator_kinds() -> tuple[str, ...]:
     """Every evaluator kind the suite schema knows, in catalogue order."""
     defs = load_schema("suite")["$defs"]
     return tuple(key[len("eval_"):] for key in defs if key.startswith("eval_"))
-
-
-def describe_value(value: Any) -> str:
-    """A short description of a YAML value for messages: "the text 'abc'", "the number 3", "a list"."""
-    if value is None:
-        return "empty"
-    if isinstance(value, bool):
-        return f"{str(value).lower()}"
-    if isinstance(value, (int, float)):
-        return f"the number {value}"
-    if isinstance(value, str):
-        shown = value if len(value) <= 40 else value[:37] + "..."
-        return f"the text '{shown}'"
-    if isinstance(value, list):
-        return "a list"
-    if isinstance(value, dict):
-        return "a mapping"
-    return type(value).__name__
 
 
 def _field(path: tuple[Any, ...]) -> str:
@@ -115,7 +95,7 @@ def _expected(schema: Any) -> str:
         if t == "array" and isinstance(schema.get("items"), dict) and schema["items"].get("type") == "string":
             words.append("a list of texts")
         else:
-            words.append(_TYPE_WORDS.get(t, t))
+            words.append(TYPE_WORDS.get(t, t))
     return " or ".join(words)
 
 

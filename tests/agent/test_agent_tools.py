@@ -192,7 +192,7 @@ def test_a_lone_expression_returns_the_argument_with_its_type(value: Any) -> Non
 
 
 def test_problem_paths_point_at_the_line_and_column_with_the_suite_loaders_positions() -> None:
-    from engine.suite.yaml import load_yaml_text
+    from engine.base.yaml import load_yaml_text
 
     source = """\
 tools:

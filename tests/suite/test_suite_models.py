@@ -68,3 +68,12 @@ def test_a_pasted_key_is_not_repeated(tmp_path: Path) -> None:
 def test_missing_models_file(tmp_path: Path) -> None:
     models, [diag] = load_models(tmp_path / "nope.yaml")
     assert models == {} and "no such" in diag.message
+
+
+def test_an_empty_or_tagged_models_file_is_named_as_a_models_file(tmp_path: Path) -> None:
+    _, [empty] = load_models(write(tmp_path, "# nothing yet\n"))
+    assert str(empty) == (f"{tmp_path / 'models.yaml'}:1:1: error: the file is empty; a models file needs `models:` "
+                          "with one entry per model (see models.example.yaml)")
+    _, [tagged] = load_models(write(tmp_path, "models: !include more.yaml\n"))
+    assert str(tagged) == (f"{tmp_path / 'models.yaml'}:1:9: error: the tag '!include' is not allowed in models files "
+                           "(only plain YAML values are); remove it")

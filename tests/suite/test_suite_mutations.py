@@ -19,9 +19,9 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
+from engine.base.yaml import load_yaml_file
 from engine.cli import app
 from engine.suite.schema import load_schema
-from engine.suite.yaml import load_yaml_file
 
 VALID = Path(__file__).resolve().parent / "fixtures" / "valid" / "capitals.yaml"
 BASE: dict[str, Any] = load_yaml_file(VALID).data

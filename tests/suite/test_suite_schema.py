@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 from jsonschema import Draft202012Validator
 
+from engine.base.yaml import load_yaml_text
 from engine.suite import schema_source
 from engine.suite.schema import load_schema, validate
-from engine.suite.yaml import load_yaml_text
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from engine.suite import yaml as suite_yaml
-from engine.suite.yaml import load_yaml_file, load_yaml_text
+from engine.base import yaml as suite_yaml
+from engine.base.yaml import load_yaml_file, load_yaml_text
 
 
 def test_positions_of_values_and_keys_are_one_based() -> None:

@@ -1,4 +1,5 @@
-"""Safe YAML loading that keeps the line and column of every node.
+"""Safe YAML loading that keeps the line and column of every node: the one loader for suites, models files
+and harness files (it sits in `engine.base` so the harness layer, below the suite layer, can use it too).
 
 Why libyaml (PyYAML's C parser) and not ruamel.yaml: ruamel's composer is pure Python and took 3.2 s to
 compose a 10,000-test suite on the reference machine, against 0.35 s for libyaml; `engine validate` must
@@ -11,6 +12,9 @@ here, which is where the safety rules live:
 - the file size is capped (`MAX_BYTES`) and aliases are counted while building values, so a
   billion-laughs file is refused long before it is expanded;
 - every value's position is recorded in `Positions`, keyed by its path (`("tests", 3, "eval")`).
+
+The loader knows no file format: a `FileKind` passed in names the file in its messages ("not allowed in
+harness files"), and the default keeps the suite's words.
 """
 
 from __future__ import annotations
@@ -22,9 +26,10 @@ from typing import Any
 
 import yaml as pyyaml
 
-from engine.errors import Diagnostic
+from engine.base.diagnostic import Diagnostic
 
-__all__ = ["MAX_BYTES", "LoadedYaml", "Positions", "load_yaml_file", "load_yaml_text", "yaml_hint"]
+__all__ = ["MAX_BYTES", "SUITE_FILE", "FileKind", "LoadedYaml", "Positions", "load_yaml_file", "load_yaml_text",
+           "yaml_hint"]
 
 MAX_BYTES = 5 * 1024 * 1024
 # Values built per composed node before we call it alias abuse: generous for honest reuse of anchors.
@@ -46,6 +51,23 @@ _FLOAT_RE = re.compile(
     r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"
 )
 
+
+@dataclass(frozen=True)
+class FileKind:
+    """How the loader's messages name the file it reads.
+
+    Args:
+        noun: What the file is, as in "not allowed in {noun} files" (`suite`, `harness`, `models`).
+        empty: What an empty file should hold: "a suite needs at least `suite:` and `tests:`".
+        too_big: The fix for a file over `MAX_BYTES`: "split it into several suites".
+    """
+
+    noun: str
+    empty: str
+    too_big: str
+
+
+SUITE_FILE = FileKind("suite", "a suite needs at least `suite:` and `tests:`", "split it into several suites")
 
 _MAY_BE_SPECIAL = frozenset("0123456789+-.~nNtTfF")
 
@@ -134,8 +156,9 @@ def _float(text: str) -> float:
 class _Builder:
     """Turns composed nodes into plain dict/list/scalars, recording positions and enforcing limits."""
 
-    def __init__(self, budget: int) -> None:
+    def __init__(self, budget: int, noun: str) -> None:
         self.positions = Positions()
+        self.noun = noun
         self.budget = budget
         self.built = 0
         self.open: set[int] = set()
@@ -151,8 +174,8 @@ class _Builder:
         tag = node.tag
         if tag not in _ALLOWED_TAGS:
             shown = tag.replace(_CORE, "!!")
-            raise _Refused(*pos, f"the tag '{shown}' is not allowed in suite files (only plain YAML values "
-                                 "are); remove it")
+            raise _Refused(*pos, f"the tag '{shown}' is not allowed in {self.noun} files (only plain YAML "
+                                 "values are); remove it")
         if isinstance(node, pyyaml.ScalarNode):
             return self._scalar(node, tag, path)
         if id(node) in self.open:
@@ -242,12 +265,13 @@ def yaml_hint(source: str, line: int, problem: str) -> str:
     return "check the indentation and quoting here"
 
 
-def load_yaml_text(source: str, file: str) -> LoadedYaml:
+def load_yaml_text(source: str, file: str, *, kind: FileKind = SUITE_FILE) -> LoadedYaml:
     """Parse one YAML document from text.
 
     Args:
         source: The file's text.
         file: The path to name in diagnostics.
+        kind: How the messages name the file (default: a suite file).
 
     Returns:
         The loaded value (None on error), positions, and diagnostics (empty when fine).
@@ -275,9 +299,8 @@ def load_yaml_text(source: str, file: str) -> LoadedYaml:
     except pyyaml.YAMLError as exc:  # e.g. a reader error on control characters
         return LoadedYaml(None, positions, [Diagnostic(file, 1, 1, f"not valid YAML: {exc}")])
     if node is None:
-        return LoadedYaml(None, positions, [Diagnostic(file, 1, 1, "the file is empty; a suite needs at least "
-                                                                 "`suite:` and `tests:`")])
-    builder = _Builder(budget=_EXPANSION_FLOOR + _EXPANSION_FACTOR * max(1, source.count("\n")))
+        return LoadedYaml(None, positions, [Diagnostic(file, 1, 1, f"the file is empty; {kind.empty}")])
+    builder = _Builder(budget=_EXPANSION_FLOOR + _EXPANSION_FACTOR * max(1, source.count("\n")), noun=kind.noun)
     try:
         data = builder.build(node, ())
     except _Refused as exc:
@@ -297,20 +320,21 @@ def _first_tab(source: str, line: int, col: int) -> tuple[int, int]:
     return line, col
 
 
-def load_yaml_file(path: Path, file: str | None = None) -> LoadedYaml:
+def load_yaml_file(path: Path, file: str | None = None, *, kind: FileKind = SUITE_FILE) -> LoadedYaml:
     """Read and parse a YAML file, refusing files over `MAX_BYTES` and text that is not UTF-8.
 
     Args:
         path: The file to read.
         file: The name to use in diagnostics (default: `str(path)`).
+        kind: How the messages name the file (default: a suite file).
     """
     name = file if file is not None else str(path)
     try:
         size = path.stat().st_size
         if size > MAX_BYTES:
             return LoadedYaml(None, Positions(), [Diagnostic(
-                name, 1, 1, f"the file is {size / 1e6:.1f} MB; suite files are limited to "
-                            f"{MAX_BYTES // (1024 * 1024)} MB: split it into several suites")])
+                name, 1, 1, f"the file is {size / 1e6:.1f} MB; {kind.noun} files are limited to "
+                            f"{MAX_BYTES // (1024 * 1024)} MB: {kind.too_big}")])
         raw = path.read_bytes()
     except OSError as exc:
         return LoadedYaml(None, Positions(), [Diagnostic(name, 0, 0, f"cannot read the file: {exc.strerror}")])
@@ -320,4 +344,4 @@ def load_yaml_file(path: Path, file: str | None = None) -> LoadedYaml:
         line = raw[: exc.start].count(b"\n") + 1
         return LoadedYaml(None, Positions(), [Diagnostic(
             name, line, 1, "the file is not UTF-8 text; save it as UTF-8")])
-    return load_yaml_text(text, name)
+    return load_yaml_text(text, name, kind=kind)
