@@ -24,10 +24,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from engine.evaluators.base import EvalContext  # noqa: E402
-from engine.evaluators.exec import exec_  # noqa: E402
+from engine.evaluators import score  # noqa: E402
 from engine.harness import sandbox  # noqa: E402
-from engine.model import Answer, Test  # noqa: E402
+from engine.model import Answer  # noqa: E402
+from engine.suite import load_suites  # noqa: E402
 
 RUNS = 40
 
@@ -79,18 +79,15 @@ def humaneval() -> None:
     if not data.exists():
         print(f"HumanEval: skipped ({data} not found)")
         return
-    from ruamel.yaml import YAML
-
     from engine.importers.humaneval import import_humaneval
 
     with tempfile.TemporaryDirectory() as tmp:
         path = import_humaneval(data, Path(tmp) / "humaneval.yaml")
-        tests = YAML(typ="safe").load(path.read_text())["tests"]
+        suites, _ = load_suites([path])
+        tests = [test for suite in suites for test in suite.tests]
 
-        def one(test: dict) -> bool:  # type: ignore[type-arg]
-            ctx = EvalContext(test=Test(suite="humaneval", id=test["id"], file=str(path), line=1, messages=(),
-                                        prompt=test["prompt"], eval=test["eval"], suite_dir=tmp))
-            return exec_(test["eval"]["exec"], {}, Answer.from_golden(test["golden"]), ctx).passed
+        def one(test: object) -> bool:
+            return score(test, Answer.from_golden(test.golden)).passed  # type: ignore[attr-defined,arg-type]
 
         workers = os.cpu_count() or 2
         start = time.perf_counter()
