@@ -20,6 +20,7 @@ from typing import Any
 from engine.base.render import TemplateSyntaxError, UndefinedError, is_template, render_value
 from engine.base.words import short
 from engine.errors import EvaluatorConfigError
+from engine.evaluators import subtree
 from engine.evaluators.base import COMMON_KEYS, Kind, Scorer
 from engine.evaluators.registry import COMPOSITIONS, KINDS
 
@@ -177,3 +178,6 @@ def _leaf(kind: str, entry: Kind, spec: Mapping[str, Any], variables: Mapping[st
                     **common)
     return Node(kind=kind, scorer=scorer, is_async=inspect.iscoroutinefunction(scorer), blocking=entry.blocking,
                 **common)
+
+
+subtree.install(compile_spec=compile_spec)   # final_answer compiles its child through it
