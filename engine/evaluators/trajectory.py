@@ -237,7 +237,7 @@ def max_calls(value: Any, options: Mapping[str, Any]) -> Scorer:
         made = [call.name for _, call in _calls(answer, ctx)]
         if len(made) <= limit:
             return verdict(1.0, f"{len(made)} tool call(s), at most {limit} allowed", "max_calls")
-        return verdict(0.0, f"{len(made)} tool calls, at most {limit} allowed: {_names(made)}", "max_calls")
+        return verdict(0.0, f"{len(made)} tool call(s), at most {limit} allowed: {_names(made)}", "max_calls")
 
     return score
 
