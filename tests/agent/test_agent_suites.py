@@ -11,6 +11,8 @@ naming what failed: a check that passes every transcript would pass these too.
 from __future__ import annotations
 
 import asyncio
+import re
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -129,3 +131,19 @@ def test_inventing_a_cancel_tool_fails_the_gate() -> None:
 def test_a_golden_turn_list_is_what_compile_golden_reads() -> None:
     turns, problems = compile_golden(_booking("lookup-then-book")[1]["golden"])
     assert problems == [] and isinstance(turns[0], GoldenTurn) and turns[-1].content.startswith("Done")
+
+
+def test_the_examples_of_docs_agents_md_work_together() -> None:
+    """docs/agents.md's tools, checks and golden conversation: they compile, and the golden passes the checks."""
+    text = (ROOT / "docs" / "agents.md").read_text(encoding="utf-8")
+    fences = [textwrap.dedent(block) for block in re.findall(r"```yaml\n(.*?)```", text, re.DOTALL)]
+    yaml = YAML(typ="safe", pure=True)
+    tools_block = yaml.load(fences[0])
+    eval_block = yaml.load(fences[2])
+    golden_block = yaml.load(fences[3])
+    test = {"id": "doc", "prompt": "Book Friday 7pm.", "tools": list(tools_block["tools"]),
+            "agent": {"state": {"booked": False}}, "golden": golden_block["golden"], "eval": eval_block["eval"]}
+    built, transcript = _play({"tools": tools_block["tools"]}, test)
+    verdict = _judge(built, transcript)
+    assert verdict.passed and len(verdict.children) == 3, verdict.reason
+    assert transcript.state == {"booked": True, "booked_time": "19:00"}
