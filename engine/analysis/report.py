@@ -85,8 +85,9 @@ def _transcript(messages: Any) -> list[dict[str, Any]]:
 
 
 def _agent_counts(record: Any) -> dict[str, Any] | None:
-    """The conversation's counts and outcome, or None for a single-turn row."""
+    """The conversation's counts, outcome and final state (JSON text), or None for a single-turn row."""
     values = {name: _clean(record.get(name)) for name in AGENT_COUNTS}
+    values["state"] = _clip(record.get("state"))
     return values if values["turns"] is not None else None
 
 

@@ -275,7 +275,8 @@ JS = r"""
       if (a.agent) {
         div.appendChild(el("p", { "class": "hint" }, "conversation " + a.agent.outcome + " · " + a.agent.turns + " turns (" +
             a.agent.prose_turns + " without a tool call) · " + a.agent.tool_calls_made + " tool calls · " +
-            a.agent.invented_tools + " invented · " + a.agent.bad_tool_args + " bad arguments"));
+            a.agent.invented_tools + " invented · " + a.agent.bad_tool_args + " bad arguments" +
+            (a.agent.state ? " · final state " + a.agent.state : "")));
       }
       if (a.transcript && a.transcript.length) { div.appendChild(transcriptView(a.transcript)); }
       div.appendChild(el("pre", { "class": "answer" }, a.answer === null ? "(no answer)" : a.answer));

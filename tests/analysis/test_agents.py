@@ -113,7 +113,7 @@ def test_the_report_drill_down_carries_the_transcript(agent_run: Path) -> None:
     attempts = {a["model"]: a for a in payload["drill"][str(index)]}
     bad = attempts["b"]
     assert bad["agent"] == {"outcome": "completed", "turns": 2, "prose_turns": 1, "tool_calls_made": 2,
-                            "invented_tools": 1, "bad_tool_args": 1}
+                            "invented_tools": 1, "bad_tool_args": 1, "state": '{"booked": false}'}
     assert [(m["role"], m["tool_name"], m["tool_status"]) for m in bad["transcript"]] == [
         ("user", None, None), ("assistant", None, None), ("tool", "cancel_all", "invented"),
         ("tool", "book", "bad_args"), ("assistant", None, None)]
@@ -184,6 +184,7 @@ def test_the_report_script_draws_the_agent_table_and_folds_tool_results(agent_ru
     drill = second["drill"]
     assert "conversation completed · 3 turns (1 without a tool call) · 2 tool calls · 0 invented" in drill  # a
     drill = drill[drill.index("b · attempt"):]
+    assert '1 bad arguments · final state {"booked": false}' in drill
     assert "conversation completed · 2 turns (1 without a tool call) · 2 tool calls · 1 invented" in drill
     # Each tool result is folded: a <details> whose summary names the tool and its status, the text inside.
     folds = re.findall(r"<details[^>]*><summary>(.*?)</summary><pre>(.*?)</pre></details>", drill)
