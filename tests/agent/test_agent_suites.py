@@ -147,3 +147,18 @@ def test_the_examples_of_docs_agents_md_work_together() -> None:
     verdict = _judge(built, transcript)
     assert verdict.passed and len(verdict.children) == 3, verdict.reason
     assert transcript.state == {"booked": True, "booked_time": "19:00"}
+
+
+@pytest.mark.parametrize(("path", "test"), _tests())
+def test_every_evaluator_fits_the_generated_schema(path: Path, test: dict[str, Any]) -> None:
+    """The evaluator fragments in schemas/suite.schema.json accept the example's checks (editors and the
+    loader validate against them), and still reject a misspelt option."""
+    import jsonschema
+
+    from engine.suite.schema import load_schema
+
+    defs = load_schema("suite")["$defs"]
+    validator = jsonschema.Draft202012Validator({"$ref": "#/$defs/evaluator", "$defs": defs})
+    assert [e.message for e in validator.iter_errors(test["eval"])] == []
+    assert list(validator.iter_errors({"tool_call": {"name": "book_table", "at": "final"}}))
+    assert list(validator.iter_errors({"tool_sequence": ["a"], "order": "strict"}))
