@@ -20,7 +20,6 @@ from typing import Any
 from engine.base.render import TemplateSyntaxError, UndefinedError, is_template, render_value
 from engine.base.words import short
 from engine.errors import EvaluatorConfigError
-from engine.evaluators import subtree
 from engine.evaluators.base import COMMON_KEYS, Kind, Scorer
 from engine.evaluators.registry import COMPOSITIONS, KINDS
 
@@ -166,7 +165,8 @@ def _leaf(kind: str, entry: Kind, spec: Mapping[str, Any], variables: Mapping[st
           common: dict[str, Any]) -> Node:
     assert entry.build is not None  # every non-composition entry has a builder (test_registry checks it)
     try:
-        value = render_value(spec[kind], variables)
+        # A child evaluator is compiled (its templates rendered once, here); never rendered twice.
+        value = compile_spec(spec[kind], variables) if entry.child else render_value(spec[kind], variables)
         options = {k: render_value(v, variables) for k, v in spec.items() if k != kind and k not in COMMON_KEYS}
         scorer = entry.build(value, options)
     except EvaluatorConfigError as exc:
@@ -180,4 +180,3 @@ def _leaf(kind: str, entry: Kind, spec: Mapping[str, Any], variables: Mapping[st
                 **common)
 
 
-subtree.install(compile_spec=compile_spec)   # final_answer compiles its child through it

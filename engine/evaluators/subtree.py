@@ -1,18 +1,18 @@
-"""How a leaf whose value is itself an evaluator (`final_answer: {contains: "18"}`) compiles and scores it.
+"""How a leaf whose value is itself an evaluator (`final_answer: {contains: "18"}`) scores it.
 
-node.py and scoring.py import the registry, which imports every kind's family module, so a family may not
-import them back (the acyclic contract in `make lint`). They hand their functions here when they load
-(`install`, called once at the bottom of each), and the family calls them through this module:
+compile_spec compiles such a child (the entry's `Kind.child`), so the builder receives a Node. Scoring it
+needs scoring.py, which imports the registry, which imports every kind's family module: a family may not
+import scoring back (the acyclic contract in `make lint`). scoring.py hands its functions here when it
+loads (`install`, at its bottom), and the family calls them through this module:
 
-    registry ──► trajectory ──► subtree ◄── node (installs compile_spec)
-                                        ◄── scoring (installs score_node, score_node_async)
+    registry ──► trajectory ──► subtree ◄── scoring (installs score_node, score_node_async)
 
-The package's `__init__` imports both, so the functions are installed before any suite compiles.
+The package's `__init__` imports scoring, so the functions are installed before anything is scored.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -20,13 +20,13 @@ if TYPE_CHECKING:
     from engine.evaluators.node import Node
     from engine.model import Answer, Verdict
 
-__all__ = ["compile_child", "install", "score_child", "score_child_async"]
+__all__ = ["install", "score_child", "score_child_async"]
 
 _HOOKS: dict[str, Callable[..., Any]] = {}
 
 
 def install(**functions: Callable[..., Any]) -> None:
-    """Called by node.py (`compile_spec`) and scoring.py (`score_node`, `score_node_async`)."""
+    """Called by scoring.py with `score_node` and `score_node_async`."""
     _HOOKS.update(functions)
 
 
@@ -35,13 +35,7 @@ def _hook(name: str) -> Callable[..., Any]:
         return _HOOKS[name]
     except KeyError:
         raise RuntimeError(f"engine.evaluators.subtree: {name} is not installed; import engine.evaluators "
-                           "(its __init__ loads node and scoring)") from None
-
-
-def compile_child(spec: Any, variables: Mapping[str, Any] | None = None) -> Node:
-    """`compile_spec` for a child evaluator."""
-    node: Node = _hook("compile_spec")(spec, variables)
-    return node
+                           "(its __init__ loads scoring)") from None
 
 
 def score_child(node: Node, answer: Answer, ctx: ScoringContext) -> Verdict:

@@ -311,11 +311,12 @@ def parallel(value: Any, options: Mapping[str, Any]) -> Scorer:
 def final_answer(value: Any, options: Mapping[str, Any]) -> Scorer:
     """Score the conversation's final answer with any answer evaluator, its verdict kept as the child.
 
-    The child is compiled here, once, from the value (already rendered with the test's variables).
+    The child arrives compiled (the entry's `child=True`: compile_spec compiled it with the test's variables).
     """
-    child = subtree.compile_child(value, {})
-    if child.problem is not None:
-        raise EvaluatorConfigError(f"final_answer: {child.problem}", kind="final_answer")
+    child: Node = value
+    problem = next((n.problem for _, n in child.walk() if n.problem is not None), None)
+    if problem is not None:
+        raise EvaluatorConfigError(f"final_answer: {problem}", kind="final_answer")
     if child.is_async or child.blocking:
         async def score_async(answer: Answer, ctx: ScoringContext) -> Verdict:
             transcript = _transcript(ctx)
@@ -412,7 +413,8 @@ PARALLEL = Kind("These functions were called together, in one model reply.",
                 {"type": "array", "items": {"type": "string", "minLength": 1}, "minItems": 2}, {},
                 ({"parallel": ["get_weather", "get_time"]},), build=parallel)
 FINAL_ANSWER = Kind("Any answer evaluator, scoring the conversation's final answer (agent tests only).",
-                    {"$ref": "#/$defs/evaluator"}, {}, ({"final_answer": {"contains": "18"}},), build=final_answer)
+                    {"$ref": "#/$defs/evaluator"}, {}, ({"final_answer": {"contains": "18"}},), build=final_answer,
+                    child=True)
 STATE = Kind("The final state variables, matched like tool_call args (agent tests only).",
              {"type": "object", "minProperties": 1, "description": "Variable -> accepted values (a single value "
               "is a list of one; \"\" = may be unset)."}, {}, ({"state": {"booked": [True]}},), build=state)

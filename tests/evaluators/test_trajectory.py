@@ -57,3 +57,11 @@ def test_the_loader_can_name_every_transcript_only_node() -> None:
                                            (("all", 3), "final_answer")]
     assert transcript_only_paths(compile_spec({"tool_sequence": ["a"], "order": "any"})) == []
     assert {"max_turns", "final_answer", "state"} == TRANSCRIPT_ONLY
+
+
+def test_the_child_of_final_answer_is_rendered_once_with_the_tests_variables() -> None:
+    turns, _ = compile_golden(["Say {{ braces }} literally."])
+    transcript = asyncio.run(replay_golden(turns, [{"role": "user", "content": "q"}], TOOLS))
+    test = make_test(eval={"final_answer": {"contains": "{{ word }}"}}, variables={"word": "{{ braces }}"})
+    verdict = score(test, transcript.answer(), ScoringContext(test, test.variables, transcript=transcript))
+    assert verdict.passed and not verdict.error, verdict.reason
