@@ -20,10 +20,13 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
 # The columns the statistics need; text columns (prompt, answer, evaluators) are only for drill-down.
+# The last six are the agent counts (engine/analysis/agents.py); a single-turn run has none of them,
+# and a column absent from every file is simply not read.
 ANALYSIS_COLUMNS: tuple[str, ...] = (
     "run_id", "model", "fallback", "suite", "test_id", "test_hash", "case_index", "attempt", "tags",
     "prompt_tokens", "completion_tokens", "latency_s", "ttft_visible_s", "truncated", "cost",
     "score", "passed", "threshold", "error_kind", "temperature",
+    "turns", "prose_turns", "tool_calls_made", "invented_tools", "bad_tool_args", "outcome",
 )
 
 

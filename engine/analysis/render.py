@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
 FORMATS = ("table", "markdown", "json", "csv")
-TABLES = ("models", "tests", "suites", "tags", "passk", "comparisons")
+TABLES = ("models", "tests", "suites", "tags", "passk", "comparisons", "agents")
 TOP_N = 10
 
 
@@ -54,6 +54,16 @@ def sections(analysis: Analysis) -> list[Section]:
                   _ci(r.pass_rate, r.pass_lo, r.pass_hi), _pct(r.error_rate), _pct(r.truncation_rate),
                   _num(r.latency_p50, 2), _num(r.completion_tokens, 1), str(r.notes)]
                  for r in models.itertuples()]))
+    agents = analysis.agents
+    if agents is not None and len(agents):
+        out.append(("Agents (multi-turn conversations: means per conversation, counts over all; no interval)",
+                    ["model", "conversations", "turns", "prose turns", "tool calls", "invented tools",
+                     "bad args", "completed", "capped", "stuck", "error"],
+                    [[str(r.model), str(r.conversations), _num(r.mean_turns, 2), _num(r.mean_prose_turns, 2),
+                      _num(r.mean_tool_calls, 2), f"{r.invented_tools} ({_pct(r.invented_rate)})",
+                      f"{r.bad_tool_args} ({_pct(r.bad_args_rate)})", str(r.completed), str(r.capped),
+                      str(r.stuck), str(r.error) + (f" (+{r.other_outcome} other)" if r.other_outcome else "")]
+                     for r in agents.itertuples()]))
     passk = analysis.passk
     if passk is not None and len(passk) and int(passk["k"].max()) > 1:
         out.append((f"pass@k (at least one of k attempts passes; Chen et al. 2021) and pass^k (all k pass; "
@@ -188,6 +198,8 @@ def render_csv(analysis: Analysis, table: str = "tests") -> str:
         frame = pd.DataFrame([c.to_dict() for c in analysis.comparisons])
     elif table == "passk":
         frame = analysis.passk if analysis.passk is not None else pd.DataFrame()
+    elif table == "agents":
+        frame = analysis.agents if analysis.agents is not None else pd.DataFrame()
     else:
         frame = getattr(analysis, table).copy()
         if "tags" in frame.columns:

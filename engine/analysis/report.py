@@ -58,6 +58,39 @@ def _evaluator_nodes(nodes: Any) -> list[dict[str, Any]]:
             for node in list(nodes)]
 
 
+AGENT_COUNTS = ("outcome", "turns", "prose_turns", "tool_calls_made", "invented_tools", "bad_tool_args")
+
+
+def _listed(value: Any) -> list[Any]:
+    """A list column's cell as a Python list (Arrow gives numpy arrays; a null cell is [])."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return []
+    return list(value)
+
+
+def _transcript(messages: Any) -> list[dict[str, Any]]:
+    """The `transcript` column of one row, trimmed for the drill-down: each message's role, turn, text,
+    the calls an assistant turn made, and for a `tool` message the tool, its status and the result text
+    (the page folds tool results so the conversation reads as the model's turns)."""
+    out = []
+    for message in _listed(messages):
+        out.append({
+            "turn": _clean(message.get("turn")), "role": _clean(message.get("role")),
+            "content": _clip(message.get("content")),
+            "tool_calls": [{"name": _clean(call.get("name")), "arguments": _clip(call.get("arguments"))}
+                           for call in _listed(message.get("tool_calls"))],
+            "tool_name": _clean(message.get("tool_name")), "tool_status": _clean(message.get("tool_status")),
+        })
+    return out
+
+
+def _agent_counts(record: Any) -> dict[str, Any] | None:
+    """The conversation's counts, outcome and final state (JSON text), or None for a single-turn row."""
+    values = {name: _clean(record.get(name)) for name in AGENT_COUNTS}
+    values["state"] = _clip(record.get("state"))
+    return values if values["turns"] is not None else None
+
+
 def _shown_tests(tests: pd.DataFrame, limit: int) -> np.ndarray:
     """Indices of the tests to draw: all when few, else evenly spaced over difficulty plus every flagged one."""
     order = np.argsort(tests["difficulty"].fillna(-1).to_numpy(), kind="stable")
@@ -100,6 +133,8 @@ def _drilldown(df: pd.DataFrame, item_code: np.ndarray, model_code: np.ndarray, 
             "error": _clip(" ".join(str(x) for x in (record.get("error_kind"), record.get("error_message"))
                                     if x is not None and not pd.isna(x))) or None,
             "evaluators": _evaluator_nodes(record.get("evaluators")),
+            "agent": _agent_counts(record),
+            "transcript": _transcript(record.get("transcript")),
         })
     return out
 
@@ -142,6 +177,7 @@ def build_payload(df: pd.DataFrame, *, alpha: float = DEFAULT_ALPHA, cluster_by:
         "model_names": [cells.models[j] for j in ranked],
         "models": as_dict["models"],
         "comparisons": as_dict["comparisons"],
+        "agents": as_dict["agents"],
         "passk": as_dict["passk"],
         "suites": as_dict["suites"],
         "tests": test_records,
@@ -169,6 +205,7 @@ def render_html(payload: dict[str, Any]) -> str:
 <main>
 <section><h2>Models</h2><p class="hint" id="interval"></p>
 <div id="models"></div><div id="comparisons"></div>
+<div id="agents"></div>
 <h3>pass@k and pass^k</h3><p class="hint">pass@k: chance at least one of k attempts passes (Chen et al. 2021);
 pass^k: chance all k pass (τ-bench). Unbiased from the n attempts of each test, k ≤ n.</p>
 <div id="passk"></div></section>

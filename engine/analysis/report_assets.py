@@ -31,6 +31,9 @@ pre { white-space: pre-wrap; word-break: break-word; background: #f6f8fa; border
 .attempt { border: 1px solid var(--line); border-radius: 6px; padding: 8px 12px; margin: 8px 0; }
 .attempt h4 { margin: 0 0 6px; }
 .pass { color: #1b7a34; font-weight: 600; } .fail { color: #b3261e; font-weight: 600; }
+.transcript .msg { margin: 4px 0; } .transcript .role { font-weight: 600; color: var(--muted); margin-right: 6px; }
+.transcript .call { font-family: ui-monospace, monospace; font-size: 12px; margin-left: 18px; }
+.transcript details { margin-left: 18px; } .transcript summary { cursor: pointer; color: var(--muted); }
 .lists { display: grid; grid-template-columns: repeat(auto-fit, minmax(320px, 1fr)); gap: 16px; }
 .lists ul { padding-left: 18px; margin: 4px 0; } .lists li { margin: 2px 0; }
 """
@@ -111,6 +114,40 @@ JS = r"""
       return [c.model_a, c.model_b, c.tests + " (" + c.clusters + ")", c.wins + " / " + c.ties + " / " + c.losses, c.only_a + " / " + c.only_b,
               fmt(c.mcnemar_p, 4), c.verdict];
     })));
+  }
+
+  if (data.agents && data.agents.length) {
+    var agents = document.getElementById("agents");
+    agents.appendChild(el("h3", null, "Agents"));
+    agents.appendChild(el("p", { "class": "hint" }, "Multi-turn conversations: means per conversation, counts over all " +
+        "(no interval). Invented tools: calls to a tool the test did not offer; bad args: arguments that were not " +
+        "JSON or did not fit the tool."));
+    agents.appendChild(table(["model", "conversations", "turns", "prose turns", "tool calls", "invented tools",
+        "bad args", "completed", "capped", "stuck", "error"], data.agents.map(function (r) {
+      return [r.model, r.conversations, fmt(r.mean_turns, 2), fmt(r.mean_prose_turns, 2), fmt(r.mean_tool_calls, 2),
+              r.invented_tools + " (" + pct(r.invented_rate) + ")", r.bad_tool_args + " (" + pct(r.bad_args_rate) + ")",
+              r.completed, r.capped, r.stuck, r.error + (r.other_outcome ? " (+" + r.other_outcome + " other)" : "")];
+    })));
+  }
+
+  // One conversation: the model's turns in order, each tool result folded under its call.
+  function transcriptView(messages) {
+    var box = el("div", { "class": "transcript" });
+    messages.forEach(function (m) {
+      if (m.role === "tool") {
+        var fold = el("details", { "class": "tool-result" });
+        fold.appendChild(el("summary", null, "result of " + (m.tool_name || "?") + " · " + (m.tool_status || "?")));
+        fold.appendChild(el("pre", null, m.content === null ? "" : m.content));
+        box.appendChild(fold);
+        return;
+      }
+      var line = el("div", { "class": "msg" });
+      line.appendChild(el("span", { "class": "role" }, m.role + (m.turn ? " · turn " + m.turn : "")));
+      if (m.content) { line.appendChild(document.createTextNode(m.content)); }
+      box.appendChild(line);
+      m.tool_calls.forEach(function (c) { box.appendChild(el("div", { "class": "call" }, "→ " + c.name + "(" + (c.arguments || "") + ")")); });
+    });
+    return box;
   }
 
   if (data.passk.length) {
@@ -235,6 +272,13 @@ JS = r"""
       h.appendChild(el("span", { "class": a.passed ? "pass" : "fail" }, a.passed === null ? "error" : (a.passed ? "pass" : "fail")));
       div.appendChild(h);
       if (a.error) { div.appendChild(el("p", { "class": "fail" }, a.error)); }
+      if (a.agent) {
+        div.appendChild(el("p", { "class": "hint" }, "conversation " + a.agent.outcome + " · " + a.agent.turns + " turns (" +
+            a.agent.prose_turns + " without a tool call) · " + a.agent.tool_calls_made + " tool calls · " +
+            a.agent.invented_tools + " invented · " + a.agent.bad_tool_args + " bad arguments" +
+            (a.agent.state ? " · final state " + a.agent.state : "")));
+      }
+      if (a.transcript && a.transcript.length) { div.appendChild(transcriptView(a.transcript)); }
       div.appendChild(el("pre", { "class": "answer" }, a.answer === null ? "(no answer)" : a.answer));
       if (a.evaluators.length) {
         div.appendChild(table(["evaluator", "score", "weight", "verdict", "reason"], a.evaluators.map(function (e) {

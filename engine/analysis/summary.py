@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from engine.analysis.agents import per_model_agents
 from engine.analysis.cells import CLUSTER_KEYS, DEFAULT_CLUSTER, Cells, build_cells, row_scores
 from engine.analysis.compare import Comparison, compare_to_best
 from engine.analysis.items import DEFAULT_ALPHA, DEFAULT_CORRECTION, per_test, suite_health
@@ -30,6 +31,8 @@ class Analysis:
         tags: `suite_health(tests, "tag")`.
         passk: `pass_k_table` output (pass@k and pass^k per model, per suite and overall).
         comparisons: The best model against each other model.
+        agents: `per_model_agents` output (turns, tool calls, invented tools, outcomes), or None when the
+            results hold no multi-turn conversation (a single-turn run shows nothing of it).
         notes: Sentences about the data as a whole (one model, rows left out, ...).
         cluster_by: "test" (intervals over clusters of (suite, test_id)) or "case".
         level: Interval coverage.
@@ -43,6 +46,7 @@ class Analysis:
     tags: pd.DataFrame
     passk: pd.DataFrame | None = None
     comparisons: list[Comparison] = field(default_factory=list)
+    agents: pd.DataFrame | None = None
     notes: list[str] = field(default_factory=list)
     cluster_by: str = DEFAULT_CLUSTER
     level: float = DEFAULT_LEVEL
@@ -69,6 +73,7 @@ class Analysis:
             "tags": _records(self.tags),
             "passk": _records(self.passk) if self.passk is not None else [],
             "comparisons": [c.to_dict() for c in self.comparisons],
+            "agents": _records(self.agents) if self.agents is not None else [],
             "notes": list(self.notes),
         }
 
@@ -122,7 +127,8 @@ def analyze(df: pd.DataFrame, *, alpha: float = DEFAULT_ALPHA, level: float = DE
     comparisons = compare_to_best(df, cells=cells, order=order, level=level)
     return Analysis(models=models, tests=tests, suites=suite_health(tests, "suite"),
                     tags=suite_health(tests, "tag"), passk=pass_k_table(df, ks=ks, level=level, cells=cells),
-                    comparisons=comparisons, notes=notes, cluster_by=cluster_by, level=level, alpha=alpha,
+                    comparisons=comparisons, agents=per_model_agents(df),
+                    notes=notes, cluster_by=cluster_by, level=level, alpha=alpha,
                     correction=correction)
 
 

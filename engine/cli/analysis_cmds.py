@@ -71,7 +71,8 @@ def analyze(
     results: Annotated[list[Path], typer.Argument(help="Run folders, a results folder, or Parquet files.")],
     fmt: Annotated[str, typer.Option("--format", "-f", help="table | markdown | json | csv")] = "table",
     table: Annotated[
-        str | None, typer.Option("--table", help="For csv: models | tests | suites | tags | passk | comparisons")
+        str | None,
+        typer.Option("--table", help="For csv: models | tests | suites | tags | passk | comparisons | agents"),
     ] = None,
     fail_under: Annotated[
         float | None,

@@ -114,6 +114,8 @@ class Kind:
         build: (value, options) -> scorer; None for compositions (compose.py scores them).
         check: Load-time checks beyond the schema, or None.
         blocking: The scorer blocks (runs programs): score the tree in a worker thread.
+        child: The value is one evaluator (`final_answer`): compile_spec compiles it with the test's
+            variables and `build` receives the compiled child Node instead of the rendered value.
     """
 
     description: str
@@ -123,6 +125,7 @@ class Kind:
     build: Build | None = None
     check: Check | None = None
     blocking: bool = False
+    child: bool = False
 
 
 def verdict(score: float, reason: str, kind: str = "", **details: Any) -> Verdict:

@@ -165,7 +165,8 @@ def _leaf(kind: str, entry: Kind, spec: Mapping[str, Any], variables: Mapping[st
           common: dict[str, Any]) -> Node:
     assert entry.build is not None  # every non-composition entry has a builder (test_registry checks it)
     try:
-        value = render_value(spec[kind], variables)
+        # A child evaluator is compiled (its templates rendered once, here); never rendered twice.
+        value = compile_spec(spec[kind], variables) if entry.child else render_value(spec[kind], variables)
         options = {k: render_value(v, variables) for k, v in spec.items() if k != kind and k not in COMMON_KEYS}
         scorer = entry.build(value, options)
     except EvaluatorConfigError as exc:
@@ -177,3 +178,5 @@ def _leaf(kind: str, entry: Kind, spec: Mapping[str, Any], variables: Mapping[st
                     **common)
     return Node(kind=kind, scorer=scorer, is_async=inspect.iscoroutinefunction(scorer), blocking=entry.blocking,
                 **common)
+
+

@@ -9,7 +9,7 @@ checks that the registry, the schema and both docs name the same kinds).
 
 from __future__ import annotations
 
-from engine.evaluators import compose, json_eval, text, tool_call
+from engine.evaluators import compose, json_eval, text, tool_call, trajectory
 from engine.evaluators import exec as exec_family
 from engine.evaluators.base import Kind
 
@@ -35,10 +35,17 @@ KINDS: dict[str, Kind] = {
     "json_schema": json_eval.JSON_SCHEMA,
     "json_field": json_eval.JSON_FIELD,
     # tool calls
-    "tool_call": tool_call.TOOL_CALL,
+    "tool_call": trajectory.TOOL_CALL,
     "no_tool_call": tool_call.NO_TOOL_CALL,
-    "tool_sequence": tool_call.TOOL_SEQUENCE,
+    "tool_sequence": trajectory.TOOL_SEQUENCE,
     "first_tool": tool_call.FIRST_TOOL,
+    # trajectories (agent tests: read the conversation from the scoring context)
+    "max_calls": trajectory.MAX_CALLS,
+    "max_turns": trajectory.MAX_TURNS,
+    "no_invented_tools": trajectory.NO_INVENTED_TOOLS,
+    "parallel": trajectory.PARALLEL,
+    "final_answer": trajectory.FINAL_ANSWER,
+    "state": trajectory.STATE,
     # code
     "exec": exec_family.EXEC,
 }

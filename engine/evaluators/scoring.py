@@ -15,6 +15,7 @@ from typing import Any
 
 from engine.base.render import TemplateSyntaxError, UndefinedError
 from engine.errors import EvaluatorConfigError
+from engine.evaluators import subtree
 from engine.evaluators.base import ScoringContext, error
 from engine.evaluators.compose import combine, finish
 from engine.evaluators.node import Node, compile_spec
@@ -145,3 +146,6 @@ async def score_node_async(node: Node, answer: Answer, ctx: ScoringContext,
     except Exception as exc:  # noqa: BLE001 - a crash becomes an error verdict, never a stopped run
         return _failure(node, exc)
     return finish(node, result, root_threshold)
+
+
+subtree.install(score_node=score_node, score_node_async=score_node_async)   # final_answer scores its child

@@ -1,4 +1,6 @@
-"""Tool-call evaluators: tool_call, no_tool_call, tool_sequence, first_tool.
+"""Tool-call evaluators of one answer: tool_call, no_tool_call, first_tool.
+
+(`tool_sequence`, and `tool_call`'s `at` over a conversation, are in trajectory.py.)
 
 `tool_call` scores the list of calls the model made against one expected call (`name` + `args`)
 or several (`calls`). Several calls are matched in any order by maximum bipartite matching (so a
@@ -177,40 +179,6 @@ def no_tool_call(value: Any, options: Mapping[str, Any]) -> Scorer:
     return score
 
 
-def tool_sequence(value: Any, options: Mapping[str, Any]) -> Scorer:
-    """The calls' names follow the list in order; `exact: false` allows other calls in between.
-
-    Partial credit: the share of the expected names found in order (exact: the matching prefix,
-    over the longer of the two lists).
-    """
-    kind = "tool_sequence"
-    if not isinstance(value, list) or not value:
-        raise EvaluatorConfigError("tool_sequence takes a non-empty list of function names", kind=kind)
-    want = [str(v) for v in value]
-    exact = bool(options.get("exact", True))
-
-    def score(answer: Answer, ctx: ScoringContext) -> Verdict:
-        got = [c.name for c in answer.tool_calls]
-        if exact:
-            prefix = 0
-            while prefix < min(len(want), len(got)) and want[prefix] == got[prefix]:
-                prefix += 1
-            if want == got:
-                return verdict(1.0, f"called {' -> '.join(got)}", kind)
-            return verdict(prefix / max(len(want), len(got)),
-                           f"expected {' -> '.join(want)}, got {' -> '.join(got) or 'no calls'}", kind)
-        found = 0
-        for name in got:
-            if found < len(want) and name == want[found]:
-                found += 1
-        if found == len(want):
-            return verdict(1.0, f"called {' -> '.join(want)} in order", kind)
-        return verdict(found / len(want), f"expected {' -> '.join(want)} in order; {want[found]!r} not found "
-                                          f"after {found} step(s) in {' -> '.join(got) or 'no calls'}", kind)
-
-    return score
-
-
 def first_tool(value: Any, options: Mapping[str, Any]) -> Scorer:
     """The first call the model made is to this function."""
     name_wanted = str(value)
@@ -270,9 +238,5 @@ TOOL_CALL = Kind("The model called a function with accepted arguments.", {
     check=_check_tool_call)
 NO_TOOL_CALL = Kind("The model called no function.", {"const": True}, {}, ({"no_tool_call": True},),
                     build=no_tool_call)
-TOOL_SEQUENCE = Kind("The model called these functions, in this order.",
-                     {"type": "array", "items": {"type": "string"}, "minItems": 1}, {
-                         "exact": {"type": "boolean", "description": "No other calls in between (default true)."}},
-                     ({"tool_sequence": ["search", "book"]},), build=tool_sequence)
 FIRST_TOOL = Kind("The first function the model called.", {"type": "string"}, {}, ({"first_tool": "search"},),
                   build=first_tool)

@@ -3,6 +3,9 @@
     grid = {"m1": {"t1": [1, 1], "t2": [0, None]}, "m2": {...}}   # model -> test -> attempt scores
     rows = grid_rows(grid, threshold=1.0)                          # None = an error row
     write_run(tmp_path / "run1", rows)
+
+Agent runs (issue #12) add the columns of `AGENT_FIELDS` (named as the design note in engine/agent/__init__.py
+plans them); `agent_row(transcript, ...)` fills them from a real `Transcript`, and `AGENT_SCHEMA` writes them.
 """
 
 from __future__ import annotations
@@ -20,10 +23,33 @@ from engine.results.schema import COLUMN_NAMES, SCHEMA
 
 T0 = dt.datetime(2025, 1, 1, tzinfo=dt.UTC)
 
+# The agent columns, typed from the record keys of engine/agent/transcript.py (`Transcript.records()`,
+# `counts()`); declared here until engine/results/schema.py declares them (then those win).
+_CALL = pa.struct([("id", pa.string()), ("name", pa.string()), ("arguments", pa.string())])
+_MESSAGE = pa.struct([
+    ("turn", pa.int64()), ("role", pa.string()), ("content", pa.string()), ("reasoning", pa.string()),
+    ("tool_calls", pa.list_(_CALL)), ("tool_call_id", pa.string()), ("tool_name", pa.string()),
+    ("tool_status", pa.string()), ("tool_rule", pa.int64()), ("tool_latency_s", pa.float64()),
+    ("latency_s", pa.float64()), ("ttft_provider_s", pa.float64()), ("ttft_visible_s", pa.float64()),
+    ("prompt_tokens", pa.int64()), ("completion_tokens", pa.int64()), ("retries", pa.int64()),
+    ("truncated", pa.bool_()), ("served_model", pa.string()), ("fallback", pa.bool_())])
+AGENT_FIELDS = [pa.field("transcript", pa.list_(_MESSAGE)), pa.field("turns", pa.int64()),
+                pa.field("prose_turns", pa.int64()), pa.field("tool_calls_made", pa.int64()),
+                pa.field("invented_tools", pa.int64()), pa.field("bad_tool_args", pa.int64()),
+                pa.field("outcome", pa.string()), pa.field("state", pa.string())]
+AGENT_SCHEMA = pa.schema([*SCHEMA, *(f for f in AGENT_FIELDS if f.name not in SCHEMA.names)])
+
+
+def agent_row(transcript: Any, **values: Any) -> dict[str, Any]:
+    """One results row of an agent test, its agent columns from a real `engine.agent.Transcript`."""
+    return row(**{"transcript": transcript.records(), **transcript.counts(),
+                  "state": json.dumps(dict(transcript.state), sort_keys=True), "answer": transcript.final_answer,
+                  **values})
+
 
 def row(**values: Any) -> dict[str, Any]:
     """One results row: every schema column, with plain defaults overridden by `values`."""
-    base: dict[str, Any] = {name: None for name in COLUMN_NAMES}
+    base: dict[str, Any] = {name: None for name in COLUMN_NAMES}   # agent columns only when given
     base.update({
         "schema_version": 1, "run_id": "run-1", "model": "m1", "model_id": "m1", "served_model": "m1",
         "fallback": False, "api": "chat", "suite": "s", "test_id": "t1", "test_hash": "h-t1", "case_index": None,
@@ -33,7 +59,7 @@ def row(**values: Any) -> dict[str, Any]:
         "rate_limit_wait_s": 0.0, "truncated": False, "threshold": 1.0, "evaluators": [],
         "started_at": T0, "ended_at": T0,
     })
-    unknown = set(values) - set(COLUMN_NAMES)
+    unknown = set(values) - set(AGENT_SCHEMA.names)
     if unknown:
         raise KeyError(f"not schema columns: {sorted(unknown)}")
     base.update(values)

@@ -3,18 +3,28 @@
 Each case gives an answer, an evaluator, and the expected score, pass/fail and reason (exactly as
 printed), plus optional `variables`, `tools`, `threshold` and `error: true` for error verdicts.
 An answer is text, or a mapping {text, tool_calls: [{name, arguments} | {name, raw_arguments}]}.
+
+A trajectory case gives `conversation` instead of `answer`: the model's turns as a golden conversation
+is written (engine/agent/golden.py), replayed through the real agent loop with `agent_tools` (a suite's
+`tools:` mapping, `returns` included, compiled by engine/agent/tools.py), optional `state` (the initial
+state) and `max_turns`; the transcript is scored with its final answer, as the runner scores agent tests.
 """
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
 import pytest
 from ruamel.yaml import YAML
 
-from engine.evaluators import score
-from engine.model import Answer, Test, ToolCall
+from engine.agent.golden import compile_golden, replay_golden
+from engine.agent.loop import AgentSettings
+from engine.agent.tools import compile_tools
+from engine.agent.transcript import Transcript
+from engine.evaluators import ScoringContext, score
+from engine.model import Answer, Test, ToolCall, Verdict
 from tests.factories import make_test as build_test
 
 CASES_DIR = Path(__file__).parent / "cases"
@@ -42,17 +52,36 @@ def make_answer(raw: Any) -> Answer:
 
 
 def make_test(case: dict[str, Any]) -> Test:
+    schemas = dict(case.get("tools") or {})
+    schemas.update({name: spec.get("parameters", {}) for name, spec in (case.get("agent_tools") or {}).items()})
     tools = tuple({"type": "function", "function": {"name": name, "parameters": params}}
-                  for name, params in (case.get("tools") or {}).items())
+                  for name, params in schemas.items())
     return build_test(suite="cases", id=case.get("name", "case"), file="cases.yaml", line=0, messages=(), prompt="",
                       eval=case["eval"], golden=case.get("golden"), variables=case.get("variables") or {}, tools=tools,
                       threshold=case.get("threshold", 1.0))
 
 
+def replay(case: dict[str, Any]) -> Transcript:
+    """The case's conversation played through the agent loop with its declared tools."""
+    tools, problems = compile_tools(case.get("agent_tools") or {})
+    turns, golden_problems = compile_golden(case["conversation"])
+    assert not problems and not golden_problems, problems + golden_problems
+    settings = AgentSettings(max_turns=case.get("max_turns", 8))
+    return asyncio.run(replay_golden(turns, [{"role": "user", "content": "q"}], tools, settings,
+                                     state=case.get("state")))
+
+
+def score_case(case: dict[str, Any]) -> Verdict:
+    test = make_test(case)
+    if "conversation" in case:
+        transcript = replay(case)
+        return score(test, transcript.answer(), ScoringContext(test, test.variables, transcript=transcript))
+    return score(test, make_answer(case["answer"]))
+
+
 @pytest.mark.parametrize("case", _load())
 def test_case(case: dict[str, Any]) -> None:
-    test = make_test(case)
-    verdict = score(test, make_answer(case["answer"]))
+    verdict = score_case(case)
     got = {"score": round(verdict.score, 4), "passed": verdict.passed, "reason": verdict.reason,
            "error": verdict.error}
     want = {"score": round(float(case["score"]), 4), "passed": case.get("passed", case["score"] >= 1),
