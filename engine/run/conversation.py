@@ -11,7 +11,8 @@ What the run's machinery sees of it::
                   runs it again from its first turn (a conversation is never half-stored)
 
 The model of the row is either a real endpoint (`OpenAICaller`: the client's streaming, retries,
-per-try timeouts) or, for `builtin: golden`, the test's golden conversation (`GoldenCaller`).
+per-try timeouts) or, for `builtin: golden`, the test's golden conversation (`GoldenCaller`), played
+in-process: no server, no HTTP, no port (`golden_reply` does the same for a single-turn test).
 """
 
 from __future__ import annotations
@@ -30,14 +31,14 @@ from engine.client.openai import CallResult, OpenAIClient, RequestSettings, prep
 from engine.errors import ClientError, ConfigError
 from engine.evaluators import score_async
 from engine.evaluators.scoring import context
-from engine.model import ModelConfig, Test, Verdict
+from engine.local.registry import GOLDEN
+from engine.model import Answer, ModelConfig, Test, Verdict
 from engine.results.rows import build_agent_row, cost_of
 
-__all__ = ["GOLDEN_BUILTIN", "run_agent_job"]
+__all__ = ["golden_reply", "run_agent_job"]
 
 _Caller = Callable[[list[dict[str, Any]]], Awaitable[CallResult]]   # OpenAICaller, GoldenCaller
 
-GOLDEN_BUILTIN = "golden"   # `builtin: golden` in models.yaml: the scripted model that plays each golden
 
 
 class _Recorder:
@@ -87,8 +88,9 @@ async def run_agent_job(*, client: OpenAIClient, model: ModelConfig, test: Test,
     started_us = time.time_ns() // 1000
     request = prepare(model, test, settings)
     inner: _Caller
-    if model.builtin == GOLDEN_BUILTIN:
-        inner = GoldenCaller(test.golden_turns, served_model=model.model)
+    if model.builtin == GOLDEN:
+        inner = (GoldenCaller(test.golden_turns, served_model=model.model) if test.golden_turns
+                 else _failing(_no_golden(test)))
     else:
         try:
             inner = OpenAICaller(client, model, test, settings, tools=list(test.agent_tools.values()),
@@ -122,6 +124,24 @@ async def _score(test: Test, transcript: Transcript, score_blocking: Callable[..
     except Exception as exc:  # noqa: BLE001 - score_async promises never to raise; a bug becomes an error row
         return None, f"the evaluator crashed: {type(exc).__name__}: {exc}"[:500]
     return verdict, (verdict.reason if verdict.error else None)
+
+
+def golden_reply(model: ModelConfig, test: Test) -> CallResult:
+    """`builtin: golden` on a single-turn test: its golden as the model's reply (`Answer.from_golden`).
+
+    In-process, no HTTP: the reply goes through the same scoring, row and journal as a served one. Token
+    counts stay null (nothing was counted), latency 0; a test without a golden is an error row.
+    """
+    if test.golden is None:
+        return CallResult(served_model=model.model, latency_s=0.0, error=_no_golden(test))
+    answer = Answer.from_golden(test.golden)
+    return CallResult(text=answer.text, tool_calls=answer.tool_calls, finish_reason=answer.finish_reason,
+                      served_model=model.model, latency_s=0.0)
+
+
+def _no_golden(test: Test) -> ClientError:
+    return ClientError(f"test '{test.id}' has no golden, so `builtin: golden` has nothing to answer; add "
+                       "`golden:` to the test (an agent test: the model's turns)", kind="no_golden")
 
 
 def _failing(error: ClientError) -> _Caller:

@@ -30,9 +30,10 @@ from engine.client.openai import OpenAIClient, RequestSettings, prepare
 from engine.errors import StorageError
 from engine.evaluators import score, score_async
 from engine.evaluators.base import ScoringContext
+from engine.local.registry import GOLDEN
 from engine.model import Answer, ModelConfig, Test, Verdict
 from engine.results.rows import build_row
-from engine.run.conversation import run_agent_job
+from engine.run.conversation import golden_reply, run_agent_job
 from engine.run.jobs import Job
 
 if TYPE_CHECKING:
@@ -226,7 +227,10 @@ class Runner:
                 started_us = time.time_ns() // 1000
                 self.stats.in_flight += 1
                 try:
-                    result = await client.call(model, request, deadline)
+                    if model.builtin == GOLDEN:   # the scripted model: its golden, in-process
+                        result = golden_reply(model, job.test)
+                    else:
+                        result = await client.call(model, request, deadline)
                 finally:
                     self.stats.in_flight -= 1
             verdict = None

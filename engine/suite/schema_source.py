@@ -204,7 +204,8 @@ _MODEL = {
         "base_url": {"type": "string", "pattern": "^https?://", "description": "OpenAI-compatible base URL, "
                      "usually ending in /v1.", "examples": ["http://127.0.0.1:8000/v1"]},
         "builtin": {"type": "string", "description": "An embedded model the engine starts itself (instead of "
-                    "base_url).", "examples": ["gemma-3-270m"]},
+                    "base_url); `golden` answers every test with its golden, with no model at all.",
+                    "examples": ["gemma-3-270m", "golden"]},
         "model": {"type": "string", "description": "The model id sent to the server (default: the builtin name).",
                   "examples": ["gpt-4o-mini"]},
         "api_key_env": {"type": "string", "pattern": "^[A-Za-z_][A-Za-z0-9_]*$", "description": "Name of the "
