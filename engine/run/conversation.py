@@ -93,8 +93,9 @@ async def run_agent_job(*, client: OpenAIClient, model: ModelConfig, test: Test,
                  else _failing(_no_golden(test)))
     else:
         try:
-            inner = OpenAICaller(client, model, test, settings, tools=list(test.agent_tools.values()),
-                                 slots=global_slots, deadline=deadline)
+            # test.tools are already the offered definitions, in the test's order: the first request is
+            # byte for byte the one a single-turn run of this test would send
+            inner = OpenAICaller(client, model, test, settings, slots=global_slots, deadline=deadline)
         except ConfigError as exc:
             inner = _failing(ClientError(str(exc), kind="config"))
     recorder = _Recorder(inner, model, on_cost, in_flight)

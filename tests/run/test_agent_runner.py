@@ -64,3 +64,15 @@ async def test_max_cost_counts_each_reply_and_never_cuts_a_conversation(tmp_path
     assert len(df) == 1 and df["turns"].tolist() == [2] and df["outcome"].tolist() == ["completed"]
     assert requests == 2
     assert stats.spend == 2 * 32 / 1e6 == df["cost"].iloc[0]   # counted once, reply by reply
+
+
+async def test_an_agent_test_on_a_completions_model_is_an_error_row_naming_the_fix(tmp_path: Path) -> None:
+    async with ScriptedServer(_script) as server:
+        model = make_model(server.base_url, api="completions")
+        stats = await run_jobs(tmp_path / "run", [model], _tests(tmp_path)[:1])
+        assert server.requests == []
+    df = pd.read_parquet(tmp_path / "run")
+    assert stats.errors == 1
+    assert df["error_kind"].tolist() == ["config"] and df["outcome"].tolist() == ["error"]
+    assert "agent tests need `api: chat`" in df["error_message"].iloc[0]
+    assert df["turns"].tolist() == [1] and df["passed"].isna().all()

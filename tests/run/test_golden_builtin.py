@@ -120,3 +120,16 @@ def test_a_test_without_a_golden_is_an_error_row_naming_the_fix(tmp_path: Path) 
     df = pd.read_parquet(run_dir).set_index("test_id")
     assert df.loc["bare", "error_kind"] == "no_golden" and "add `golden:`" in df.loc["bare", "error_message"]
     assert df.drop(index="bare")["passed"].all()
+
+
+def test_rescore_scores_an_agent_rows_final_answer_from_its_stored_transcript(tmp_path: Path) -> None:
+    _run(tmp_path, AGENT_SUITE)
+    (run_dir,) = [p for p in (tmp_path / "results").iterdir() if p.is_dir() and p.name != "latest"]
+    (tmp_path / "new").mkdir()
+    (tmp_path / "new" / "s.yaml").write_text(AGENT_SUITE.replace('eval: {contains: "18"}', "eval: {contains: booked}"))
+    done = engine("rescore", str(run_dir), "--suites", str(tmp_path / "new"), "--out", str(tmp_path / "rescored"))
+    assert done.returncode == 0, done.stderr
+    (new_dir,) = list((tmp_path / "rescored").iterdir())
+    df = pd.read_parquet(new_dir).set_index("test_id")
+    assert df["passed"].to_dict() == {"complete": False, "parallel": True, "answer-only": False}
+    assert df.loc["parallel", "turns"] == 2 and len(df.loc["parallel", "transcript"]) == 5   # kept as stored
