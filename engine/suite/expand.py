@@ -23,6 +23,9 @@ from engine.suite.tools import Problem, Tool, compile_tools
 
 __all__ = ["Expander"]
 
+# An agent test's settings: limits, initial state, the merged `agent:` block (hashed), offered tools compiled.
+_Agent = tuple[AgentSettings, dict[str, Any], dict[str, Any], dict[str, Tool]]
+
 
 class Expander:
     """Turns one schema-valid suite mapping into Tests, checking meaning on the way."""
@@ -186,8 +189,9 @@ class Expander:
         return out
 
     def _agent(self, raw: Mapping[str, Any], path: tuple[Any, ...],
-               tool_names: list[str]) -> tuple[AgentSettings, dict[str, Any], dict[str, Any]] | None:
-        """(limits, initial state, the `agent` block as merged) of an agent test, or None for a single-turn one."""
+               tool_names: list[str]) -> _Agent | None:
+        """(limits, initial state, the `agent` block as merged, the offered tools compiled) of an agent test,
+        or None for a single-turn one; built once per test, shared by its case rows."""
         block = merge_agent(self.defaults.get("agent"), raw.get("agent"))
         if block is None:
             return None
@@ -198,7 +202,8 @@ class Expander:
                 where = path + ("tools", i) if "tools" in raw else ("defaults", "tools", i)
                 self.report.warning(where, f"tool '{name}' has no `returns:`, so in this agent test every call "
                                     "of it is answered with an error; declare what it returns")
-        return settings, dict(block.get("state") or {}), block
+        offered = {name: self.agent_tools[name] for name in tool_names if name in self.agent_tools}
+        return settings, dict(block.get("state") or {}), block, offered
 
     def _golden_turns(self, golden: Any, where: tuple[Any, ...], row: str) -> tuple[GoldenTurn, ...] | None:
         """An agent test's golden conversation, compiled; None when it has problems (reported)."""
@@ -299,7 +304,7 @@ class Expander:
     def _one(self, raw: Mapping[str, Any], path: tuple[Any, ...], row: Mapping[str, Any] | None,
              row_index: int | None, spec: Any, node: Node | None, eval_path: tuple[Any, ...], tools: tuple[Any, ...],
              system: Any, line: int,
-             agent: tuple[AgentSettings, dict[str, Any], dict[str, Any]] | None = None) -> Test | None:
+             agent: _Agent | None = None) -> Test | None:
         variables: dict[str, Any] = dict(row or {})
         variables["suite"] = self.suite_id
         where = f" (case row {row_index + 1})" if row_index is not None else ""
@@ -349,9 +354,8 @@ class Expander:
                                     for t in tools} if agent is not None else None)
         agent_fields: dict[str, Any] = {}
         if agent is not None:
-            offered = {t["function"]["name"] for t in tools}
             agent_fields = {"agent": agent[0], "initial_state": agent[1], "golden_turns": golden_turns,
-                            "agent_tools": {n: t for n, t in self.agent_tools.items() if n in offered}}
+                            "agent_tools": agent[3]}
         return Test(suite=self.suite_id, id=test_id, file=self.report.file, line=line, messages=tuple(messages),
                     prompt=prompt, eval=spec, golden=golden, variables=variables, tools=tools, tags=tuple(tags),
                     max_tokens=settings["max_tokens"], temperature=settings["temperature"], threshold=threshold,
