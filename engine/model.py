@@ -16,6 +16,8 @@ from engine.base.jsontext import dumps_unicode
 
 if TYPE_CHECKING:
     from engine.evaluators.node import Node
+    from engine.suite.agent import AgentSettings, GoldenTurn
+    from engine.suite.tools import Tool
 
 
 @dataclass(frozen=True)
@@ -153,6 +155,11 @@ class Test:
         suite_dir: The folder of the suite file (harness and data files resolve inside it).
         evaluator: The compiled evaluator tree (`engine.evaluators.Node`), or None: no check, or a Test
             built by hand, which `engine.evaluators.score` compiles from `eval` when it scores.
+        agent: The loop's limits when the test has `agent:` (it then runs as a conversation), else None.
+        initial_state: The state variables at the start of the conversation (`agent.state`).
+        agent_tools: The offered tools compiled with their `returns` rules, by name (agent tests only);
+            shared by every test of the suite (compiled once per suite).
+        golden_turns: An agent test's golden conversation, compiled (the model's turns), or () when none.
     """
 
     __test__ = False  # not a pytest test class, despite the name
@@ -176,6 +183,10 @@ class Test:
     hash: str = ""
     suite_dir: str = "."
     evaluator: Node | None = field(default=None, compare=False, repr=False)
+    agent: AgentSettings | None = None
+    initial_state: Mapping[str, Any] = field(default_factory=dict)
+    agent_tools: Mapping[str, Tool] = field(default_factory=dict, compare=False, repr=False)
+    golden_turns: tuple[GoldenTurn, ...] = field(default=(), compare=False, repr=False)
 
     @cached_property
     def messages_json(self) -> str:

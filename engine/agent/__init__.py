@@ -1,19 +1,24 @@
 """Agents: multi-turn tool use with tool results declared in YAML (issue #12).
 
-What is here (the foundations; nothing outside this package calls it yet)::
+What is here (the suite loader compiles tools and the agent block, engine/run/conversation.py runs
+each agent job through `run_conversation`, engine/results/rows.py stores the transcript)::
 
-    tools.py          a tool's `returns` rules compiled once -> Tool.answer(arguments, state) -> ToolAnswer
+    tools.py          (re-exports engine.suite.tools) a tool's `returns` rules compiled once ->
+                      Tool.answer(arguments, state) -> ToolAnswer
     transcript.py     Transcript: messages, model-call ledger, tool events, counts, outcome, state, records()
     loop.py           run_conversation(call_model, messages, tools, AgentSettings) -> Transcript
     openai_caller.py  OpenAICaller: the loop's model on a real endpoint via engine.client.openai
-    golden.py         compile_golden / GoldenCaller / replay_golden: a reference conversation played back
-    _core.py          the one place that imports helpers the evaluator-core rewrite may move
+    golden.py         GoldenCaller / replay_golden: a reference conversation played back
+    stored.py         transcript_of_row: a stored results row back into a Transcript (`engine rescore`)
+                      (its compile_golden / GoldenTurn, and AgentSettings, live in engine.suite.agent)
 
-Layering: agent imports client, results.rows (is_fallback), model, errors, and (through `_core`)
-base.render and evaluators.tool_match; run will import agent. Nothing here imports run or cli.
+Layering: agent imports client, results.rows (is_fallback), model, errors and suite; run imports
+agent. The load-time halves (tool rules, the `agent:` block, golden turns) live in engine.suite,
+below, because the suite loader compiles them once per suite and reports problems at FILE:LINE:COL;
+nothing here imports run or cli.
 Public names load lazily (below), so evaluators may import `engine.agent.transcript` without a cycle.
 
-The plan for the next step (after the evaluator core lands):
+The plan (items 1-3 and `builtin: golden` of item 5 are done; see engine/run/conversation.py):
 
 1. YAML schema. `tools.<name>.returns` joins `$defs/tool` in schemas/suite.schema.json (a list of
    `{when, result | error, delay_s, set}`), and a test (or `defaults`) gains

@@ -24,7 +24,7 @@ import json
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any, Protocol
 
 from engine.agent.tools import Tool, ToolAnswer, error_text
@@ -32,6 +32,7 @@ from engine.agent.transcript import CallKind, LedgerEntry, Message, Outcome, Too
 from engine.errors import ClientError
 from engine.model import ToolCall
 from engine.results.rows import is_fallback
+from engine.suite.agent import AgentSettings
 
 __all__ = ["AgentSettings", "ModelCaller", "ModelReply", "run_conversation"]
 
@@ -72,26 +73,6 @@ class ModelReply(Protocol):
 #: The model: the conversation so far, as chat messages -> its reply. Never raises for a failed call
 #: (the reply's `error` says so); raising is reserved for cancellation and bugs.
 ModelCaller = Callable[[list[dict[str, Any]]], Awaitable[ModelReply]]
-
-
-@dataclass(frozen=True, slots=True)
-class AgentSettings:
-    """How long a conversation may go on (a test's `agent:` block).
-
-    Args:
-        max_turns: Model calls at most; a model still calling tools after that is `capped`.
-        max_repeats: How often the same call (name and arguments) may be repeated after its first
-            time; one more repeat ends the conversation as `stuck`.
-    """
-
-    max_turns: int = 8
-    max_repeats: int = 2
-
-    def __post_init__(self) -> None:
-        if self.max_turns < 1:
-            raise ValueError(f"max_turns must be at least 1, got {self.max_turns}")
-        if self.max_repeats < 0:
-            raise ValueError(f"max_repeats must be 0 or more, got {self.max_repeats}")
 
 
 async def run_conversation(call_model: ModelCaller, messages: Sequence[Mapping[str, Any]],

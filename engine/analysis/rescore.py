@@ -56,10 +56,16 @@ def _answer_of(row: dict[str, Any]) -> Answer:
 
 
 def _rescore_row(row: dict[str, Any], test: Test, run_id: str) -> dict[str, Any]:
+    from engine.agent.stored import transcript_of_row
     from engine.evaluators import score
+    from engine.evaluators.scoring import context
     from engine.results.rows import evaluator_nodes
 
-    verdict = score(test, _answer_of(row))
+    transcript = transcript_of_row(row)
+    if transcript is None:
+        verdict = score(test, _answer_of(row))
+    else:   # an agent row: the final answer, with the stored conversation for trajectory evaluators
+        verdict = score(test, transcript.answer(), context(test, transcript=transcript))
     nodes, isolation = evaluator_nodes(verdict)
     out = dict(row)
     out.update(run_id=run_id, test_hash=test.hash, threshold=test.threshold, evaluators=nodes, isolation=isolation,

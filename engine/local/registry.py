@@ -11,7 +11,8 @@ from dataclasses import dataclass
 
 from engine.model import ModelConfig
 
-__all__ = ["BUILTINS", "DEFAULT_ALIAS", "INSTALL_HINT", "BuiltinModel", "default_models", "get_builtin"]
+__all__ = ["BUILTINS", "DEFAULT_ALIAS", "GOLDEN", "INSTALL_HINT", "SCRIPTED", "BuiltinModel", "default_models",
+           "get_builtin", "is_scripted"]
 
 # The exact command a user runs to get the optional dependencies; quoted in every error about them.
 INSTALL_HINT = "pip install -e '.[local]'   (or simply: make run)"
@@ -42,6 +43,20 @@ BUILTINS: dict[str, BuiltinModel] = {
     ),
 }
 
+# Scripted builtins: no model file and no server. The runner answers for them in-process (engine/run),
+# so `builtin: golden` runs a suite end to end with no model at all (CI smoke runs, demos, checking an
+# evaluator change): each test is answered with its golden, single-turn and agent tests alike.
+GOLDEN = "golden"
+SCRIPTED: dict[str, str] = {
+    GOLDEN: "answers every test with its golden (an agent test with its golden conversation), in-process",
+}
+
+
+def is_scripted(name: str | None) -> bool:
+    """Whether `builtin: name` is answered in-process by the runner (no server is started for it)."""
+    return name in SCRIPTED
+
+
 # llama.cpp's server serves one model under one alias, so every default configuration sends this id
 # and they differ only by API and sampling parameters.
 DEFAULT_ALIAS = "gemma-3-270m"
@@ -66,7 +81,7 @@ def get_builtin(name: str) -> BuiltinModel:
     try:
         return BUILTINS[name]
     except KeyError:
-        known = ", ".join(sorted(BUILTINS))
+        known = ", ".join(sorted([*BUILTINS, *SCRIPTED]))
         raise KeyError(f"unknown builtin model {name!r}; known builtin models: {known}") from None
 
 

@@ -7,14 +7,22 @@ the journal can store them as JSON text and the writer can hand a batch straight
 
 from __future__ import annotations
 
+import json
 import re
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from engine.model import ModelConfig, Test, Verdict
 from engine.results.schema import SCHEMA_VERSION
 
 if TYPE_CHECKING:
+    from engine.agent.transcript import Transcript
     from engine.client.openai import CallResult, PreparedRequest
+
+#: The agent columns: null on a single-turn row.
+AGENT_COLUMNS = ("transcript", "ledger", "tool_events", "turns", "prose_turns", "tool_calls_made", "invented_tools",
+                 "bad_tool_args", "outcome", "state")
+_NO_AGENT: dict[str, Any] = dict.fromkeys(AGENT_COLUMNS)
 
 _DATE_SUFFIX = re.compile(r"-(\d{4}-\d{2}-\d{2}|\d{8}|\d{4})$")
 
@@ -153,6 +161,75 @@ def build_row(*, run_id: str, model: ModelConfig, test: Test, attempt: int, requ
         "evaluators": evaluators,
         "isolation": isolation,
         "notes": "; ".join(result.notes) if result.notes else None,
+        **_NO_AGENT,
         "started_at": started_us,
         "ended_at": ended_us,
     }
+
+
+def build_agent_row(*, run_id: str, model: ModelConfig, test: Test, attempt: int, request: PreparedRequest,
+                    transcript: Transcript, replies: Sequence[CallResult], verdict: Verdict | None,
+                    evaluator_error: str | None, started_us: int, ended_us: int) -> dict[str, Any]:
+    """One row for a whole conversation (a test with `agent:`).
+
+    The single-turn columns describe the conversation: `answer`, `reasoning`, `tool_calls` and
+    `finish_reason` are the last model turn's; tokens, cost, retries and 429 waits are totals over every
+    model call, null when any call's count is unknown (never a partial sum); `latency_s` is the
+    conversation's length, the TTFTs the first call's; `fallback` is true when any call was answered by
+    another model; `error_kind` is the failing call's when `outcome` is `error`.
+
+    Args:
+        replies: Every model call's result, in order (the ledger's source; its extra counts and notes).
+        Others: as `build_row`.
+    """
+    last = replies[-1] if replies else None
+    failed = next((r for r in replies if r.error is not None), None)
+    final = transcript.answer()
+    summary = _Summary(final.text, final.reasoning, final.tool_calls, final.finish_reason,
+                       last.served_model if last else None, failed.error if failed else None, replies)
+    row = build_row(run_id=run_id, model=model, test=test, attempt=attempt, request=request,
+                    result=summary, verdict=verdict,  # type: ignore[arg-type]  # the fields build_row reads
+                    evaluator_error=evaluator_error, started_us=started_us, ended_us=ended_us)
+    fallbacks = [entry.fallback for entry in transcript.ledger]
+    row.update({
+        "fallback": True if any(fallbacks) else (None if None in fallbacks or not fallbacks else False),
+        "latency_s": transcript.elapsed_s,
+        "cost": transcript.cost(model.price_in, model.price_out),
+        "transcript": transcript.records(),
+        "ledger": transcript.ledger_records(),
+        "tool_events": transcript.tool_event_records(),
+        **transcript.counts(),
+        "state": json.dumps(dict(transcript.state), ensure_ascii=False, sort_keys=True, default=str),
+    })
+    return row
+
+
+class _Summary:
+    """A conversation seen as one `CallResult` by `build_row`: the last turn's text, the calls' totals."""
+
+    def __init__(self, text: str, reasoning: str | None, tool_calls: Any, finish_reason: str | None,
+                 served_model: str | None, error: Any, replies: Sequence[CallResult]) -> None:
+        self.text, self.reasoning, self.tool_calls, self.finish_reason = text, reasoning, tool_calls, finish_reason
+        self.served_model, self.error = served_model, error
+        self.system_fingerprint = replies[-1].system_fingerprint if replies else None
+        self.prompt_tokens = _total(r.prompt_tokens for r in replies)
+        self.completion_tokens = _total(r.completion_tokens for r in replies)
+        self.cached_tokens = _total(r.cached_tokens for r in replies)
+        self.reasoning_tokens = _total(r.reasoning_tokens for r in replies)
+        self.ttft_provider_s = replies[0].ttft_provider_s if replies else None
+        self.ttft_visible_s = replies[0].ttft_visible_s if replies else None
+        self.latency_s = None   # replaced by the conversation's elapsed time
+        self.retries = sum(r.retries for r in replies)
+        self.rate_limit_wait_s = sum(r.rate_limit_wait_s for r in replies)
+        self.truncated = any(r.truncated for r in replies)
+        self.notes = [f"turn {i}: {note}" for i, r in enumerate(replies, 1) for note in r.notes]
+
+
+def _total(values: Iterable[int | None]) -> int | None:
+    """The sum, or None when any value is unknown (never a partial sum); None for no values."""
+    total, seen = 0, False
+    for value in values:
+        if value is None:
+            return None
+        total, seen = total + value, True
+    return total if seen else None

@@ -29,6 +29,70 @@ TOOL_CALL = pa.struct([
     ("valid_json", pa.bool_()),
 ])
 
+# Agent rows (tests with `agent:`): the conversation, declared field by field from the records
+# `engine.agent.Transcript` builds (inferring them would type a column of empty lists as null).
+# tests/results check these fields against the record keys.
+TRANSCRIPT_CALL = pa.struct([
+    ("id", pa.string()),
+    ("name", pa.string()),
+    ("arguments", pa.string()),   # raw JSON text as received
+])
+
+TRANSCRIPT_MESSAGE = pa.struct([
+    ("turn", pa.int32()),               # the model call it came from or answers; 0 for the opening messages
+    ("role", pa.string()),              # system | user | assistant | tool
+    ("content", pa.string()),
+    ("reasoning", pa.string()),
+    ("tool_calls", pa.list_(TRANSCRIPT_CALL)),
+    ("tool_call_id", pa.string()),      # a tool message: the call it answers
+    ("tool_name", pa.string()),         # a tool message: its tool event's name, status, rule, latency
+    ("tool_status", pa.string()),       # ok | error | invented | bad_args
+    ("tool_rule", pa.int32()),
+    ("tool_latency_s", pa.float64()),
+    ("latency_s", pa.float64()),        # an assistant message: its model call's figures
+    ("ttft_provider_s", pa.float64()),
+    ("ttft_visible_s", pa.float64()),
+    ("prompt_tokens", pa.int64()),
+    ("completion_tokens", pa.int64()),
+    ("retries", pa.int32()),
+    ("truncated", pa.bool_()),
+    ("served_model", pa.string()),
+    ("fallback", pa.bool_()),
+])
+
+LEDGER_ENTRY = pa.struct([
+    ("turn", pa.int32()),
+    ("kind", pa.string()),              # tool_calls | answer | error
+    ("started_s", pa.float64()),        # seconds from the start of the conversation
+    ("latency_s", pa.float64()),
+    ("ttft_provider_s", pa.float64()),
+    ("ttft_visible_s", pa.float64()),
+    ("prompt_tokens", pa.int64()),
+    ("completion_tokens", pa.int64()),
+    ("retries", pa.int32()),
+    ("rate_limit_wait_s", pa.float64()),
+    ("truncated", pa.bool_()),
+    ("served_model", pa.string()),
+    ("fallback", pa.bool_()),
+    ("finish_reason", pa.string()),
+    ("error_kind", pa.string()),
+    ("error", pa.string()),
+])
+
+TOOL_EVENT = pa.struct([
+    ("turn", pa.int32()),
+    ("index", pa.int32()),              # its position among the turn's calls
+    ("call_id", pa.string()),
+    ("name", pa.string()),
+    ("raw_arguments", pa.string()),
+    ("status", pa.string()),            # ok | error | invented | bad_args
+    ("content", pa.string()),           # the tool message the model read
+    ("rule", pa.int32()),               # the `returns` rule that answered, or null
+    ("started_s", pa.float64()),
+    ("ended_s", pa.float64()),
+    ("latency_s", pa.float64()),
+])
+
 TS = pa.timestamp("us", tz="UTC")
 
 COLUMNS: list[tuple[str, pa.DataType]] = [
@@ -78,6 +142,18 @@ COLUMNS: list[tuple[str, pa.DataType]] = [
     ("evaluators", pa.list_(EVALUATOR_NODE)),
     ("isolation", pa.string()),         # exec sandbox level that ran, null when no exec
     ("notes", pa.string()),             # what was refused from a reply that was otherwise read, or null
+    # agent tests only (null on single-turn rows); the token, cost, retry and latency columns above
+    # then hold the whole conversation's totals
+    ("transcript", pa.list_(TRANSCRIPT_MESSAGE)),
+    ("ledger", pa.list_(LEDGER_ENTRY)),
+    ("tool_events", pa.list_(TOOL_EVENT)),
+    ("turns", pa.int32()),              # model calls made
+    ("prose_turns", pa.int32()),        # model calls answered without a tool call
+    ("tool_calls_made", pa.int32()),
+    ("invented_tools", pa.int32()),     # calls to a tool that was not offered
+    ("bad_tool_args", pa.int32()),      # calls whose arguments were not JSON or did not fit the parameters
+    ("outcome", pa.string()),           # completed | capped | stuck | error
+    ("state", pa.string()),             # the final state variables, JSON text
     ("started_at", TS),
     ("ended_at", TS),
 ]

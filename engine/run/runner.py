@@ -1,9 +1,11 @@
 """The runner: per-model worker pools under a global cap, scoring, and durable rows.
 
 Each model gets `min(model.concurrency, --concurrency, its job count)` workers pulling from its own lazy job
-iterator; a worker already holds its model's slot when it waits for one of the global slots (a
-semaphore), so a slow model never holds global slots it cannot use, and no coroutine exists per job
-(100k jobs start at once and memory stays flat). Finished rows go to the journal, which a committer
+iterator (`min(model.concurrency, its job count)` when its first jobs are agent conversations: a
+conversation holds a global slot only for each model call, not across its tool delays); a worker
+already holds its model's slot when it waits for one of the global slots (a semaphore), so a slow
+model never holds global slots it cannot use, and no coroutine exists per job (100k jobs start at once
+and memory stays flat). Finished rows go to the journal, which a committer
 task makes durable every `commit_interval_s` or `commit_rows` rows; a row counts as done (progress,
 summary) only once committed. Parquet parts are flushed every `rows_per_part` committed rows.
 
@@ -22,13 +24,16 @@ import os
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from engine.client.openai import OpenAIClient, RequestSettings, prepare
 from engine.errors import StorageError
 from engine.evaluators import score, score_async
+from engine.evaluators.base import ScoringContext
+from engine.local.registry import GOLDEN
 from engine.model import Answer, ModelConfig, Test, Verdict
 from engine.results.rows import build_row
+from engine.run.conversation import golden_reply, run_agent_job
 from engine.run.jobs import Job
 
 if TYPE_CHECKING:
@@ -48,10 +53,10 @@ def _outcome(verdict: Verdict) -> tuple[Verdict, str | None]:
     return verdict, (verdict.reason if verdict.error else None)
 
 
-def _score(test: Test, answer: Answer) -> tuple[Verdict | None, str | None]:
+def _score(test: Test, answer: Answer, ctx: ScoringContext | None = None) -> tuple[Verdict | None, str | None]:
     """`score`, guarded: it promises never to raise; if it ever does, the row says so and the run goes on."""
     try:
-        return _outcome(score(test, answer))
+        return _outcome(score(test, answer) if ctx is None else score(test, answer, ctx))
     except Exception as exc:  # noqa: BLE001 - a bug in scoring becomes an error row, never a stopped run
         return None, _crashed(exc)
 
@@ -173,8 +178,12 @@ class Runner:
                 client = self._client = OpenAIClient(session, api_keys)
                 for model, jobs in jobs_by_model.values():
                     # No more workers than jobs: `--concurrency 1000000` for one test starts one.
-                    cap = max(1, min(model.concurrency, self.config.concurrency))
-                    first = list(itertools.islice(jobs, cap))
+                    first = list(itertools.islice(jobs, max(1, model.concurrency)))
+                    if not any(job.test.agent is not None for job in first):
+                        cap = max(1, min(model.concurrency, self.config.concurrency))
+                        first, jobs = first[:cap], itertools.chain(first[cap:], jobs)
+                    # else: a worker holds a conversation, the global slot only its model calls, so up to
+                    # `model.concurrency` conversations go on while their tools answer
                     queue = itertools.chain(first, jobs)
                     for _ in range(len(first)):
                         self._workers.append(asyncio.create_task(
@@ -203,6 +212,14 @@ class Runner:
         for job in jobs:
             if self._stopping:
                 return
+            if job.test.agent is not None:
+                row = await run_agent_job(
+                    client=client, model=model, test=job.test, attempt=job.attempt, run_id=self.config.run_id,
+                    settings=settings, global_slots=global_slots, deadline=deadline, on_cost=self._spend,
+                    in_flight=self._count_in_flight,
+                    score_blocking=lambda test, answer, ctx: self._score_in_thread(answer, test, exec_slots, ctx))
+                self._record(model, job, row, spent=True)
+                continue
             request = prepare(model, job.test, settings)
             async with global_slots:
                 if self._stopping:
@@ -210,7 +227,10 @@ class Runner:
                 started_us = time.time_ns() // 1000
                 self.stats.in_flight += 1
                 try:
-                    result = await client.call(model, request, deadline)
+                    if model.builtin == GOLDEN:   # the scripted model: its golden, in-process
+                        result = golden_reply(model, job.test)
+                    else:
+                        result = await client.call(model, request, deadline)
                 finally:
                     self.stats.in_flight -= 1
             verdict = None
@@ -228,25 +248,38 @@ class Runner:
             row = build_row(run_id=self.config.run_id, model=model, test=job.test, attempt=job.attempt,
                             request=request, result=result, verdict=verdict, evaluator_error=evaluator_error,
                             started_us=started_us, ended_us=time.time_ns() // 1000)
-            self.journal.add(job.key, row)
-            # Only what the counters need waits for the commit: the row itself is freed right away.
-            cost = row["cost"]
-            self._summaries.append((model.name, row["retries"], row["completion_tokens"], cost, row["latency_s"],
-                                    row["fallback"], row["error_kind"], row["passed"]))
-            del row
-            if cost is not None and self.config.max_cost is not None:
-                self.stats.spend += cost
-                if self.stats.spend > self.config.max_cost:
-                    self.stop("budget")
-            if self.journal.pending >= self.config.commit_rows:
-                self._wake.set()
+            self._record(model, job, row)
 
-    async def _score_in_thread(self, answer: Answer, test: Test,
-                               exec_slots: asyncio.Semaphore) -> tuple[Verdict | None, str | None]:
+    def _record(self, model: ModelConfig, job: Job, row: dict[str, Any], *, spent: bool = False) -> None:
+        """Journal a finished row; count its cost (unless `spent`: an agent job counted each reply as it came)."""
+        self.journal.add(job.key, row)
+        # Only what the counters need waits for the commit: the row itself is freed right away.
+        cost = row["cost"]
+        self._summaries.append((model.name, row["retries"], row["completion_tokens"], cost, row["latency_s"],
+                                row["fallback"], row["error_kind"], row["passed"]))
+        del row
+        if cost is not None and not spent:
+            self._spend(cost)
+        if self.journal.pending >= self.config.commit_rows:
+            self._wake.set()
+
+    def _spend(self, cost: float) -> None:
+        """Add to the priced spend; passing `--max-cost` ends dispatch (calls in flight finish)."""
+        if self.config.max_cost is None:
+            return
+        self.stats.spend += cost
+        if self.stats.spend > self.config.max_cost:
+            self.stop("budget")
+
+    def _count_in_flight(self, delta: int) -> None:
+        self.stats.in_flight += delta
+
+    async def _score_in_thread(self, answer: Answer, test: Test, exec_slots: asyncio.Semaphore,
+                               ctx: ScoringContext | None = None) -> tuple[Verdict | None, str | None]:
         """`score` in a worker thread, at most one per CPU (exec evaluators run programs)."""
         try:
             async with exec_slots:
-                return await asyncio.to_thread(_score, test, answer)
+                return await asyncio.to_thread(_score, test, answer, ctx)
         except Exception as exc:  # noqa: BLE001 - the thread could not run it: an evaluator error too
             return None, _crashed(exc)
 

@@ -347,7 +347,10 @@ def _start_builtins(models: list[ModelConfig], run_dir: Path, stack: contextlib.
     A server answers under one alias (its served model), so two entries of one builtin with different
     `model:` ids each get their own server; otherwise every row of the second would look like a fallback.
     """
-    needed = {(m.builtin, m.model) for m in models if m.builtin and not m.base_url}
+    from engine.local.registry import is_scripted
+
+    # `builtin: golden` needs no server: the runner answers for it in-process
+    needed = {(m.builtin, m.model) for m in models if m.builtin and not m.base_url and not is_scripted(m.builtin)}
     if not needed:
         return models
     from engine.local import serve_builtin

@@ -16,10 +16,15 @@ from engine.evaluators import COMMON_KEYS, Node, compile_spec
 from engine.evaluators.json_eval import check_json_schema
 from engine.evaluators.node import has_template
 from engine.model import Test
+from engine.suite.agent import AgentSettings, GoldenTurn, compile_golden, merge_agent
 from engine.suite.checks import RESERVED_VARIABLES, EvaluatorResolver, Report, template_names, walk_strings
 from engine.suite.hashing import test_hash
+from engine.suite.tools import Problem, Tool, compile_tools
 
 __all__ = ["Expander"]
+
+# An agent test's settings: limits, initial state, the merged `agent:` block (hashed), offered tools compiled.
+_Agent = tuple[AgentSettings, dict[str, Any], dict[str, Any], dict[str, Tool]]
 
 
 class Expander:
@@ -35,9 +40,11 @@ class Expander:
         self.resolver = EvaluatorResolver(data.get("evaluators") or {}, report, suite_dir)
         self._named_vars: dict[str, frozenset[str]] = {}
         self._default_node: Node | None = None
+        self.agent_tools: dict[str, Tool] = {}
 
     def expand(self, skip: set[int]) -> list[Test]:
         self._check_tools()
+        self._compile_tools()
         self.resolver.check_definitions()
         default_eval = None
         if "eval" in self.defaults:
@@ -84,6 +91,17 @@ class Expander:
             elif isinstance(params, dict) and params.get("type") != "object":
                 self.report.error(("tools", name, "parameters"), f"the parameters of tool '{name}' must be a "
                                   "JSON Schema with `type: object` (function arguments are always an object)")
+
+    def _compile_tools(self) -> None:
+        """Compile every tool with its `returns` rules once for the suite (agent tests use them)."""
+        self.agent_tools, problems = compile_tools(self.tools)
+        for problem in problems:
+            if len(problem.path) > 2 and problem.path[2] == "parameters":
+                continue   # `_check_tools` reports a bad parameters schema, in the words single-turn tests get
+            self._problem(problem)
+
+    def _problem(self, problem: Problem) -> None:
+        self.report.error(problem.path, problem.message, key=problem.key)
 
     def _check_tool_names(self, names: Any, path: tuple[Any, ...]) -> bool:
         ok = True
@@ -151,6 +169,7 @@ class Expander:
                     missing.setdefault(name, []).append((src_path, what))
             for name, uses in missing.items():
                 self._undefined(name, uses, path, row_index if row is not None else None, available)
+        agent = self._agent(raw, path, tool_names)
         if not tools_ok or any(d.severity == "error" for d in report.diagnostics[errors_before:]):
             return []
         tools = tuple(self._openai_tool(n) for n in tool_names)
@@ -164,10 +183,36 @@ class Expander:
         out: list[Test] = []
         for row_index, row in enumerate(cases):
             test = self._one(raw, path, row, row_index if row is not None else None, spec, node, eval_path, tools,
-                             system, line)
+                             system, line, agent)
             if test is not None:
                 out.append(test)
         return out
+
+    def _agent(self, raw: Mapping[str, Any], path: tuple[Any, ...],
+               tool_names: list[str]) -> _Agent | None:
+        """(limits, initial state, the `agent` block as merged, the offered tools compiled) of an agent test,
+        or None for a single-turn one; built once per test, shared by its case rows."""
+        block = merge_agent(self.defaults.get("agent"), raw.get("agent"))
+        if block is None:
+            return None
+        settings = AgentSettings(max_turns=int(block.get("max_turns", 8)), max_repeats=int(block.get("max_repeats", 2)))
+        for i, name in enumerate(tool_names):
+            tool = self.tools.get(name)
+            if isinstance(tool, Mapping) and "returns" not in tool:
+                where = path + ("tools", i) if "tools" in raw else ("defaults", "tools", i)
+                self.report.warning(where, f"tool '{name}' has no `returns:`, so in this agent test every call "
+                                    "of it is answered with an error; declare what it returns")
+        offered = {name: self.agent_tools[name] for name in tool_names if name in self.agent_tools}
+        return settings, dict(block.get("state") or {}), block, offered
+
+    def _golden_turns(self, golden: Any, where: tuple[Any, ...], row: str) -> tuple[GoldenTurn, ...] | None:
+        """An agent test's golden conversation, compiled; None when it has problems (reported)."""
+        if isinstance(golden, str):
+            golden = [golden]   # the answer alone: a conversation of one turn, without tool calls
+        turns, problems = compile_golden(golden, where)
+        for problem in problems:
+            self.report.error(problem.path, problem.message + row, key=problem.key)
+        return None if problems else turns
 
     def _eval_templates(self, spec: Any, path: tuple[Any, ...]) -> list[tuple[tuple[Any, ...], str, frozenset[str]]]:
         """(where, what, variables) for each template in an evaluator spec; named ones at their `use:`."""
@@ -258,7 +303,8 @@ class Expander:
 
     def _one(self, raw: Mapping[str, Any], path: tuple[Any, ...], row: Mapping[str, Any] | None,
              row_index: int | None, spec: Any, node: Node | None, eval_path: tuple[Any, ...], tools: tuple[Any, ...],
-             system: Any, line: int) -> Test | None:
+             system: Any, line: int,
+             agent: _Agent | None = None) -> Test | None:
         variables: dict[str, Any] = dict(row or {})
         variables["suite"] = self.suite_id
         where = f" (case row {row_index + 1})" if row_index is not None else ""
@@ -289,17 +335,32 @@ class Expander:
             node = self._compile(spec, eval_path, {**variables, "golden": variables.get("golden")}, where)
             if node is None:
                 return None
+        golden_turns: tuple[GoldenTurn, ...] = ()
+        if agent is not None and golden is not None:
+            in_row = row is not None and "golden" in row
+            golden_path = path + (("cases", row_index, "golden") if in_row else ("golden",))
+            compiled = self._golden_turns(golden, golden_path, where)
+            if compiled is None:
+                return None
+            golden_turns = compiled
         settings = {k: self._setting(raw, k) for k in ("max_tokens", "temperature")}
         threshold = float(self._setting(raw, "threshold", 1.0))
         tags = _unique([*self.data.get("tags", ()), *self.defaults.get("tags", ()), *raw.get("tags", ())])
         hashed_vars = {k: v for k, v in variables.items() if k not in ("test_id", "suite")}
         digest = test_hash(messages=messages, prompt=prompt, tools=tools, eval_spec=spec, variables=hashed_vars,
-                           max_tokens=settings["max_tokens"], temperature=settings["temperature"], threshold=threshold)
+                           max_tokens=settings["max_tokens"], temperature=settings["temperature"], threshold=threshold,
+                           agent=agent[2] if agent is not None else None,
+                           returns={t["function"]["name"]: self.tools[t["function"]["name"]].get("returns")
+                                    for t in tools} if agent is not None else None)
+        agent_fields: dict[str, Any] = {}
+        if agent is not None:
+            agent_fields = {"agent": agent[0], "initial_state": agent[1], "golden_turns": golden_turns,
+                            "agent_tools": agent[3]}
         return Test(suite=self.suite_id, id=test_id, file=self.report.file, line=line, messages=tuple(messages),
                     prompt=prompt, eval=spec, golden=golden, variables=variables, tools=tools, tags=tuple(tags),
                     max_tokens=settings["max_tokens"], temperature=settings["temperature"], threshold=threshold,
                     repeat=int(self._setting(raw, "repeat", 1)), case_index=row_index, hash=digest,
-                    suite_dir=str(self.suite_dir), evaluator=node)
+                    suite_dir=str(self.suite_dir), evaluator=node, **agent_fields)
 
 
 def _describe(path: tuple[Any, ...]) -> str:

@@ -54,6 +54,10 @@ def check_goldens(suites: list[Suite], score: Callable[[Test, Answer], Verdict])
         for test in suite.tests:
             if test.golden is None or test.eval is None:
                 continue
+            if test.agent is not None:
+                # An agent test's golden is a conversation: it is checked by replaying it through the loop
+                # with the declared tool results (engine.agent.replay_golden), not as one answer.
+                continue
             try:
                 verdict = score(test, Answer.from_golden(test.golden))
             except Exception as exc:  # noqa: BLE001 - score() promises not to raise; a bug must not hide the others

@@ -22,7 +22,8 @@ def canonical_json(value: Any) -> str:
 
 def test_hash(*, messages: Sequence[Mapping[str, Any]], prompt: str, tools: Sequence[Mapping[str, Any]],
               eval_spec: Any, variables: Mapping[str, Any], max_tokens: int | None, temperature: float | None,
-              threshold: float) -> str:
+              threshold: float, agent: Mapping[str, Any] | None = None,
+              returns: Mapping[str, Any] | None = None) -> str:
     """The first 16 hex digits of sha256 over the canonical JSON of the test's content.
 
     Args:
@@ -34,8 +35,14 @@ def test_hash(*, messages: Sequence[Mapping[str, Any]], prompt: str, tools: Sequ
         max_tokens: The test's max_tokens.
         temperature: The test's temperature.
         threshold: The score needed to pass.
+        agent: The test's `agent:` block (defaults merged), or None for a single-turn test.
+        returns: Tool name -> its `returns` rules as written, for the offered tools (agent tests only).
     """
     content = {"messages": list(messages), "prompt": prompt, "tools": list(tools), "eval": eval_spec,
                "variables": dict(variables), "max_tokens": max_tokens, "temperature": temperature,
                "threshold": threshold}
+    # Only agent tests carry the new keys, so every single-turn test keeps the hash it had.
+    if agent is not None:
+        content["agent"] = dict(agent)
+        content["returns"] = dict(returns or {})
     return hashlib.sha256(canonical_json(content).encode("utf-8")).hexdigest()[:16]

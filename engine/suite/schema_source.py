@@ -89,6 +89,23 @@ _RUN_SETTINGS = {
     "repeat": {"type": "integer", "minimum": 1, "maximum": MAX_REPEAT,
                "description": "How many times to ask each model (default 1)."},
     "eval": {"$ref": "#/$defs/evaluator", "description": "How the answer is scored."},
+    "agent": {"$ref": "#/$defs/agent"},
+}
+MAX_TURNS = 1000
+_AGENT = {
+    "type": "object", "title": "agent block", "additionalProperties": False,
+    "description": "Run this test as a conversation: the model calls tools, reads their declared `returns`, "
+                   "and calls again until it answers. In `defaults`, each key is a default for the tests' own.",
+    "properties": {
+        "max_turns": {"type": "integer", "minimum": 1, "maximum": MAX_TURNS,
+                      "description": "Model calls at most (default 8); still calling tools after that is `capped`."},
+        "max_repeats": {"type": "integer", "minimum": 0, "maximum": MAX_TURNS,
+                        "description": "How often the same call (name and arguments) may repeat (default 2); one "
+                                       "more ends the conversation as `stuck`."},
+        "state": {"type": "object", "description": "The state variables at the start; tools' `set:` changes "
+                  "them, the `state` evaluator checks them at the end.", "examples": [{"booked": False}]},
+    },
+    "examples": [{"max_turns": 4}, {"max_turns": 6, "state": {"booked": False}}],
 }
 _TAGS = {"type": "array", "items": {"type": "string"}, "description": "Labels for filtering and reports.",
          "examples": [["knowledge", "geography"]]}
@@ -108,7 +125,8 @@ _TEST = {
         "messages": _MESSAGES,
         "tools": _TOOL_NAMES,
         "golden": {"description": "The reference answer as the model would give it: text, a JSON value, or "
-                   "{tool_calls: [{name, arguments}], content} for tool tests. Checked against `eval` by "
+                   "{tool_calls: [{name, arguments}], content} for tool tests; for an `agent:` test, the model's "
+                   "turns (a list of {tool_calls: [...]} ending with the answer text). Checked against `eval` by "
                    "`engine validate`.", "examples": ["Paris", {"name": "Alice", "age": 30}]},
         "tags": _TAGS,
         "cases": {"type": "array", "minItems": 1, "description": "Table-driven test: one test per row; a row's "
@@ -127,7 +145,28 @@ _TOOL = {
         "parameters": {"type": "object", "description": "JSON Schema of the arguments.",
                        "examples": [{"type": "object", "properties": {"city": {"type": "string"}},
                                      "required": ["city"]}]},
+        "returns": {"type": "array", "minItems": 1, "items": {"$ref": "#/$defs/tool_rule"},
+                    "description": "What the tool answers in `agent:` tests: rules tried in order, the first whose "
+                                   "`when` accepts the call answers; a rule without `when` is the default."},
     },
+}
+
+_TOOL_RULE = {
+    "title": "tool result rule", "type": "object", "additionalProperties": False,
+    "description": "One answer of a tool: `result` (it succeeds) or `error` (it fails), for the calls `when` "
+                   "accepts.",
+    "properties": {
+        "when": {"$ref": "#/$defs/tool_args", "description": "Argument -> accepted values (as `tool_call` args); "
+                 "leave out for the default rule."},
+        "result": {"description": "What the tool returns: any value, or text with {{ argument }} templates."},
+        "error": {"type": "string", "minLength": 1, "description": "The error message of a failing call (may use "
+                  "{{ argument }} templates)."},
+        "delay_s": {"type": "number", "minimum": 0, "maximum": 300,
+                    "description": "Seconds the tool takes to answer (a slow tool)."},
+        "set": {"type": "object", "minProperties": 1, "description": "State variables this call changes.",
+                "examples": [{"booked": True}]},
+    },
+    "examples": [{"when": {"city": ["Paris"]}, "result": {"temp_c": 18}}, {"error": "unknown city"}],
 }
 
 NAME_PATTERN = "^[A-Za-z_][A-Za-z0-9_.-]*$"
@@ -154,7 +193,7 @@ SUITE_SCHEMA: dict[str, Any] = {
         "tests": {"type": "array", "minItems": 1, "items": {"$ref": "#/$defs/test"},
                   "description": "The tests, in order."},
     },
-    "$defs": {"test": _TEST, "tool": _TOOL, **_evaluator_defs()},
+    "$defs": {"test": _TEST, "tool": _TOOL, "tool_rule": _TOOL_RULE, "agent": _AGENT, **_evaluator_defs()},
 }
 
 _MODEL = {
@@ -165,7 +204,8 @@ _MODEL = {
         "base_url": {"type": "string", "pattern": "^https?://", "description": "OpenAI-compatible base URL, "
                      "usually ending in /v1.", "examples": ["http://127.0.0.1:8000/v1"]},
         "builtin": {"type": "string", "description": "An embedded model the engine starts itself (instead of "
-                    "base_url).", "examples": ["gemma-3-270m"]},
+                    "base_url); `golden` answers every test with its golden, with no model at all.",
+                    "examples": ["gemma-3-270m", "golden"]},
         "model": {"type": "string", "description": "The model id sent to the server (default: the builtin name).",
                   "examples": ["gpt-4o-mini"]},
         "api_key_env": {"type": "string", "pattern": "^[A-Za-z_][A-Za-z0-9_]*$", "description": "Name of the "

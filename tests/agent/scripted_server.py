@@ -72,11 +72,15 @@ class ScriptedServer:
     Args:
         script: The model.
         faults: Request number (1 = the first request) -> HTTP status to answer instead of the script.
+        fault: A request body -> an HTTP status to answer instead, or None; for faults that must hit one
+            conversation whatever the order requests arrive in (concurrent runs).
     """
 
-    def __init__(self, script: Script, faults: dict[int, int] | None = None) -> None:
+    def __init__(self, script: Script, faults: dict[int, int] | None = None,
+                 fault: Callable[[dict[str, Any]], int | None] | None = None) -> None:
         self.script = script
         self.faults = dict(faults or {})
+        self.fault = fault
         self.requests: list[dict[str, Any]] = []
         self._runner: web.AppRunner | None = None
         self.port = 0
@@ -103,6 +107,8 @@ class ScriptedServer:
         body = await request.json()
         self.requests.append(body)
         status = self.faults.get(len(self.requests))
+        if status is None and self.fault is not None:
+            status = self.fault(body)
         if status is not None:
             return web.json_response({"error": {"message": f"scripted {status}", "code": status}}, status=status,
                                      headers={"retry-after-ms": "10"})   # a quick retry

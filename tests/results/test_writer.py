@@ -116,3 +116,20 @@ def test_parts_flush_every_n_rows(tmp_path: Path) -> None:
     assert len(list(tmp_path.glob("part-*.parquet"))) == 2
     writer.flush()
     assert len(pd.read_parquet(tmp_path)) == 10
+
+
+def test_the_agent_struct_columns_declare_exactly_the_transcript_record_keys() -> None:
+    import asyncio
+
+    from engine.agent import AgentSettings, GoldenCaller, compile_golden, compile_tools, run_conversation
+    from engine.results.schema import LEDGER_ENTRY, TOOL_EVENT, TRANSCRIPT_MESSAGE
+
+    tools, _ = compile_tools({"t": {"parameters": {"type": "object"}, "returns": [{"result": 1}]}})
+    turns, _ = compile_golden([{"tool_calls": [{"name": "t", "arguments": {}}]}, "done"])
+    transcript = asyncio.run(run_conversation(GoldenCaller(turns), [{"role": "user", "content": "q"}], tools,
+                                              AgentSettings()))
+    assert list(transcript.records()[1]) == TRANSCRIPT_MESSAGE.names
+    assert list(transcript.ledger_records()[0]) == LEDGER_ENTRY.names
+    assert list(transcript.tool_event_records()[0]) == TOOL_EVENT.names
+    call_struct = TRANSCRIPT_MESSAGE.field("tool_calls").type.value_type
+    assert list(transcript.records()[1]["tool_calls"][0]) == call_struct.names

@@ -1,0 +1,152 @@
+"""One agent job: a whole conversation (`engine.agent.run_conversation`) scored and made into one row.
+
+The runner's worker calls `run_agent_job` instead of one `client.call` when the test has `agent:`.
+What the run's machinery sees of it::
+
+    global slot   held for each model call only (`OpenAICaller(slots=...)`), never across tool delays
+    in_flight     counts model calls, as for single-turn jobs
+    --max-cost    each reply's cost is added to the spend as it comes (`on_cost`); passing the budget
+                  ends dispatch, it never cuts a conversation mid-way
+    journal       the row is the whole conversation: one cut by kill -9 has no row, so `--resume`
+                  runs it again from its first turn (a conversation is never half-stored)
+
+The model of the row is either a real endpoint (`OpenAICaller`: the client's streaming, retries,
+per-try timeouts) or, for `builtin: golden`, the test's golden conversation (`GoldenCaller`), played
+in-process: no server, no HTTP, no port (`golden_reply` does the same for a single-turn test).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from engine.agent.golden import GoldenCaller
+from engine.agent.loop import run_conversation
+from engine.agent.openai_caller import OpenAICaller
+from engine.agent.transcript import Transcript
+from engine.client.deadline import TaskDeadline
+from engine.client.openai import CallResult, OpenAIClient, RequestSettings, prepare
+from engine.errors import ClientError, ConfigError
+from engine.evaluators import score_async
+from engine.evaluators.scoring import context
+from engine.local.registry import GOLDEN
+from engine.model import Answer, ModelConfig, Test, Verdict
+from engine.results.rows import build_agent_row, cost_of
+
+__all__ = ["golden_reply", "run_agent_job"]
+
+_Caller = Callable[[list[dict[str, Any]]], Awaitable[CallResult]]   # OpenAICaller, GoldenCaller
+
+
+
+class _Recorder:
+    """Wraps the loop's model: keeps every reply (for the row), counts calls in flight, reports each cost."""
+
+    def __init__(self, inner: _Caller, model: ModelConfig, on_cost: Callable[[float], None],
+                 in_flight: Callable[[int], None]) -> None:
+        self._inner = inner
+        self._model = model
+        self._on_cost = on_cost
+        self._in_flight = in_flight
+        self.replies: list[CallResult] = []
+
+    async def __call__(self, messages: list[dict[str, Any]]) -> CallResult:
+        self._in_flight(1)
+        try:
+            reply = await self._inner(messages)
+        finally:
+            self._in_flight(-1)
+        self.replies.append(reply)
+        cost = cost_of(self._model, reply.prompt_tokens, reply.completion_tokens)
+        if cost is not None:
+            self._on_cost(cost)
+        return reply
+
+
+async def run_agent_job(*, client: OpenAIClient, model: ModelConfig, test: Test, attempt: int, run_id: str,
+                        settings: RequestSettings, global_slots: asyncio.Semaphore, deadline: TaskDeadline | None,
+                        on_cost: Callable[[float], None], in_flight: Callable[[int], None],
+                        score_blocking: Callable[[Test, Any, Any], Awaitable[tuple[Verdict | None, str | None]]],
+                        ) -> dict[str, Any]:
+    """Run one conversation and return its row.
+
+    Args:
+        client: The run's client.
+        model: The model (a real endpoint, or `builtin: golden`).
+        test: An agent test (`test.agent` set).
+        attempt: The repeat index.
+        run_id: The run's id.
+        settings: The run's request settings.
+        global_slots: The run's cap on model calls in flight; held per model call.
+        deadline: The worker task's deadline handle.
+        on_cost: Called with each priced reply's cost as it comes.
+        in_flight: Called with +1 / -1 around each model call.
+        score_blocking: Scores a tree that runs programs (exec) in a worker thread: (test, answer, ctx).
+    """
+    started_us = time.time_ns() // 1000
+    request = prepare(model, test, settings)
+    inner: _Caller
+    if model.builtin == GOLDEN:
+        inner = (GoldenCaller(test.golden_turns, served_model=model.model) if test.golden_turns
+                 else _failing(_no_golden(test)))
+    else:
+        try:
+            # test.tools are already the offered definitions, in the test's order: the first request is
+            # byte for byte the one a single-turn run of this test would send
+            inner = OpenAICaller(client, model, test, settings, slots=global_slots, deadline=deadline)
+        except ConfigError as exc:
+            inner = _failing(ClientError(str(exc), kind="config"))
+    recorder = _Recorder(inner, model, on_cost, in_flight)
+    transcript = await run_conversation(recorder, test.messages, test.agent_tools, test.agent,
+                                        state=test.initial_state, asked_model=model.model)
+    if isinstance(inner, OpenAICaller) and inner.last_request is not None:
+        request = inner.last_request
+    verdict, evaluator_error = None, None
+    if transcript.outcome != "error":
+        verdict, evaluator_error = await _score(test, transcript, score_blocking)
+    return build_agent_row(run_id=run_id, model=model, test=test, attempt=attempt, request=request,
+                           transcript=transcript, replies=recorder.replies, verdict=verdict,
+                           evaluator_error=evaluator_error, started_us=started_us, ended_us=time.time_ns() // 1000)
+
+
+async def _score(test: Test, transcript: Transcript, score_blocking: Callable[..., Any]
+                 ) -> tuple[Verdict | None, str | None]:
+    """The final answer scored with the transcript in the context (trajectory evaluators read it)."""
+    answer = transcript.answer()
+    ctx = context(test, transcript=transcript)
+    node = test.evaluator
+    if node is not None and node.blocking:
+        result: tuple[Verdict | None, str | None] = await score_blocking(test, answer, ctx)
+        return result
+    try:
+        verdict = await score_async(test, answer, ctx)
+    except Exception as exc:  # noqa: BLE001 - score_async promises never to raise; a bug becomes an error row
+        return None, f"the evaluator crashed: {type(exc).__name__}: {exc}"[:500]
+    return verdict, (verdict.reason if verdict.error else None)
+
+
+def golden_reply(model: ModelConfig, test: Test) -> CallResult:
+    """`builtin: golden` on a single-turn test: its golden as the model's reply (`Answer.from_golden`).
+
+    In-process, no HTTP: the reply goes through the same scoring, row and journal as a served one. Token
+    counts stay null (nothing was counted), latency 0; a test without a golden is an error row.
+    """
+    if test.golden is None:
+        return CallResult(served_model=model.model, latency_s=0.0, error=_no_golden(test))
+    answer = Answer.from_golden(test.golden)
+    return CallResult(text=answer.text, tool_calls=answer.tool_calls, finish_reason=answer.finish_reason,
+                      served_model=model.model, latency_s=0.0)
+
+
+def _no_golden(test: Test) -> ClientError:
+    return ClientError(f"test '{test.id}' has no golden, so `builtin: golden` has nothing to answer; add "
+                       "`golden:` to the test (an agent test: the model's turns)", kind="no_golden")
+
+
+def _failing(error: ClientError) -> _Caller:
+    """A model whose every call fails with `error` (e.g. an agent test on a completions-API model)."""
+    async def call(messages: list[dict[str, Any]]) -> CallResult:
+        return CallResult(error=error)
+    return call

@@ -1,0 +1,140 @@
+"""A test's `agent:` block and its golden conversation, compiled when the suite loads.
+
+    agent: {max_turns: 8, max_repeats: 2, state: {booked: false}}
+
+`max_turns` and `max_repeats` become `AgentSettings` (the loop's limits); `state` is the initial state
+variables the tools' `set:` rules change. A test takes its `agent:` from `defaults` key by key, so
+`defaults: {agent: {max_turns: 6}}` with a test's `agent: {state: {...}}` gives both.
+
+These live in the suite layer (the loader builds them); the agent loop (engine.agent) imports them.
+Compiling never raises: problems come back as `Problem`s with a path for FILE:LINE:COL.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from engine.evaluators.tool_match import plain
+from engine.model import ToolCall
+from engine.suite.tools import Path, Problem
+
+__all__ = ["AGENT_KEYS", "AgentSettings", "GoldenTurn", "compile_golden", "merge_agent"]
+
+AGENT_KEYS = ("max_turns", "max_repeats", "state")
+
+
+@dataclass(frozen=True, slots=True)
+class AgentSettings:
+    """How long a conversation may go on (a test's `agent:` block).
+
+    Args:
+        max_turns: Model calls at most; a model still calling tools after that is `capped`.
+        max_repeats: How often the same call (name and arguments) may be repeated after its first
+            time; one more repeat ends the conversation as `stuck`.
+    """
+
+    max_turns: int = 8
+    max_repeats: int = 2
+
+    def __post_init__(self) -> None:
+        if self.max_turns < 1:
+            raise ValueError(f"max_turns must be at least 1, got {self.max_turns}")
+        if self.max_repeats < 0:
+            raise ValueError(f"max_repeats must be 0 or more, got {self.max_repeats}")
+
+
+
+
+def merge_agent(default: Any, own: Any) -> dict[str, Any] | None:
+    """A test's `agent:` block over the suite default's, key by key; None when neither has one.
+
+    A test whose `agent` is `null` or absent while the defaults have one is an agent test with the defaults.
+    """
+    if not isinstance(default, Mapping) and not isinstance(own, Mapping):
+        return None
+    merged = dict(default) if isinstance(default, Mapping) else {}
+    if isinstance(own, Mapping):
+        merged.update(own)
+    return merged
+
+
+@dataclass(frozen=True, slots=True)
+class GoldenTurn:
+    """One model turn of a golden conversation.
+
+    Args:
+        content: The text of the turn (the answer, on the last turn).
+        tool_calls: The calls of the turn; arguments given as a string are sent as that raw text
+            (to script malformed arguments).
+    """
+
+    content: str = ""
+    tool_calls: tuple[ToolCall, ...] = ()
+
+
+def compile_golden(value: Any, path: Path = ("golden",)) -> tuple[tuple[GoldenTurn, ...], list[Problem]]:
+    """Compile a golden conversation.
+
+    Args:
+        value: A list of turns; each a string (an answer) or `{content, tool_calls: [{name, arguments}]}`.
+        path: Where the golden sits (prefixed to every problem's path).
+
+    Returns:
+        The turns (empty when there are problems) and the problems.
+    """
+    if not isinstance(value, list) or not value:
+        return (), [Problem(path, "an agent test's golden is the model's turns: a list whose items are "
+                            "`{tool_calls: [{name, arguments}]}` or the final answer text")]
+    turns: list[GoldenTurn] = []
+    problems: list[Problem] = []
+    for n, item in enumerate(value):
+        turn = _turn(item, path + (n,), n, problems)
+        if turn is not None:
+            turns.append(turn)
+    for n, turn in enumerate(turns[:-1]):
+        if not turn.tool_calls:
+            problems.append(Problem(path + (n,), f"turn {n} calls no tool, so the conversation ends there and "
+                                    f"the {len(value) - n - 1} turn(s) after it are never played"))
+    if turns and turns[-1].tool_calls and not problems:
+        problems.append(Problem(path + (len(value) - 1,), "the golden conversation must end with the answer: "
+                                "a last turn without tool calls"))
+    return (tuple(turns) if not problems else ()), problems
+
+
+def _turn(item: Any, path: Path, n: int, problems: list[Problem]) -> GoldenTurn | None:
+    if isinstance(item, str):
+        return GoldenTurn(content=item)
+    if not isinstance(item, Mapping):
+        problems.append(Problem(path, f"turn {n} must be the answer text or `{{content, tool_calls}}`"))
+        return None
+    for key in item:
+        if key not in ("content", "tool_calls"):
+            problems.append(Problem(path + (str(key),), f"unknown key '{key}' in a golden turn; the keys are "
+                                    "content and tool_calls", key=True))
+    content = item.get("content")
+    if content is not None and not isinstance(content, str):
+        problems.append(Problem(path + ("content",), "`content` must be text"))
+    raw_calls = item.get("tool_calls") or []
+    if not isinstance(raw_calls, list):
+        problems.append(Problem(path + ("tool_calls",), "`tool_calls` must be a list of {name, arguments}"))
+        return None
+    calls = []
+    for i, call in enumerate(raw_calls):
+        here = path + ("tool_calls", i)
+        if not isinstance(call, Mapping) or not isinstance(call.get("name"), str) or not call["name"]:
+            problems.append(Problem(here, "a golden tool call needs a `name` (and `arguments`)"))
+            continue
+        unknown = [key for key in call if key not in ("name", "arguments")]
+        for key in unknown:
+            problems.append(Problem(here + (str(key),), f"unknown key '{key}' in a golden tool call; the keys are "
+                                    "name and arguments", key=True))
+        arguments = plain(call.get("arguments", {}))
+        call_id = f"golden_{n + 1}_{i}"   # turns count from 1, as in the ledger
+        if isinstance(arguments, str):
+            calls.append(ToolCall.from_raw(call["name"], arguments, id=call_id))
+        else:
+            calls.append(ToolCall(call["name"], arguments, json.dumps(arguments, ensure_ascii=False), True, call_id))
+    return GoldenTurn(content=str(content or ""), tool_calls=tuple(calls))
