@@ -51,7 +51,7 @@ The plan (items 1-3 and `builtin: golden` of item 5 are done; see engine/run/con
    `calls()`; the tool events' start/end show the overlap), `final_answer: <answer evaluator>`
    (scores `Transcript.answer()`) and `state: {...}` (the final state, matched
    like `tool_call` args). Each names every expectation that failed, not only the first.
-5. Golden: `engine validate` replays each agent golden with `replay_golden` and scores the
+5. Golden (done): `engine validate` replays each agent golden with `replay_golden` and scores the
    transcript with the test's evaluator; `builtin: golden` in models.yaml runs `GoldenCaller`
    (single-turn tests answer with `Answer.from_golden` as today).
 """

@@ -13,6 +13,7 @@ on it (the golden self-check) and lets `builtin: golden` run a suite with no mod
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -21,6 +22,9 @@ from engine.agent.tools import Tool
 from engine.agent.transcript import Transcript
 from engine.client.openai import CallResult
 from engine.errors import ClientError
+from engine.evaluators import score
+from engine.evaluators.scoring import context
+from engine.model import Test, Verdict
 from engine.suite.agent import AgentSettings, GoldenTurn, compile_golden
 
 __all__ = ["GOLDEN_MODEL", "GoldenCaller", "GoldenTurn", "compile_golden", "replay_golden"]
@@ -62,3 +66,18 @@ async def replay_golden(turns: Sequence[GoldenTurn], messages: Sequence[Mapping[
     """
     return await run_conversation(GoldenCaller(turns), messages, tools, settings, state=state,
                                   asked_model=GOLDEN_MODEL)
+
+
+def score_golden_conversation(test: Test) -> Verdict:
+    """The golden self-check of an agent test: replay its golden conversation, score it as the run would.
+
+    The turns are played through the same loop with the suite's declared tool results, state and limits,
+    and the transcript is scored by `engine.evaluators.score` with the same context the run builds, so
+    a golden that passes here passes the run (`engine validate` hands this to the suite loader).
+
+    Args:
+        test: An agent test (`test.agent` set) with golden turns.
+    """
+    transcript = asyncio.run(replay_golden(test.golden_turns, test.messages, test.agent_tools, test.agent,
+                                           state=test.initial_state))
+    return score(test, transcript.answer(), context(test, transcript=transcript))

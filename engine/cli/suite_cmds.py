@@ -43,6 +43,7 @@ def validate(
 ) -> None:
     """Check suites before any model is called: YAML, schema, references, templates, goldens."""
     from engine._gc import tuned_gc
+    from engine.agent.golden import score_golden_conversation
     from engine.suite import load_models, load_suites
     from engine.suite.loader import expand_paths
 
@@ -53,7 +54,8 @@ def validate(
         raise typer.Exit(EXIT_USAGE)
     files, _ = expand_paths(list(paths))
     with tuned_gc(collect=False):
-        suites, diagnostics = load_suites(list(paths), golden_check=not no_golden_check)
+        suites, diagnostics = load_suites(list(paths), golden_check=not no_golden_check,
+                                          conversation_check=score_golden_conversation)
     checked = len(files)
     if models:
         _, model_problems = load_models(models)

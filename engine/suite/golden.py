@@ -38,12 +38,20 @@ def _column(file: str, line: int) -> int:
     return col + 2 if stripped.startswith("- ") else col
 
 
-def check_goldens(suites: list[Suite], score: Callable[[Test, Answer], Verdict]) -> list[Diagnostic]:
+# Scores an agent test's golden conversation: replays it through the agent loop with the declared tool
+# results and scores the transcript as the run would (engine.agent.golden.score_golden_conversation).
+# The agent loop sits above the suite layer, so the caller hands it in.
+ConversationCheck = Callable[[Test], Verdict]
+
+
+def check_goldens(suites: list[Suite], score: Callable[[Test, Answer], Verdict],
+                  conversation: ConversationCheck | None = None) -> list[Diagnostic]:
     """Score `Answer.from_golden(test.golden)` for every test that has a golden and an evaluator.
 
     Args:
         suites: Loaded suites.
         score: The run's scoring function (`engine.evaluators.score`), handed in by the loader.
+        conversation: Scores an agent test's golden conversation; None leaves agent goldens unchecked.
 
     Returns:
         An error per test whose golden does not pass (`Verdict.passed`: the root's own threshold, else the
@@ -54,12 +62,14 @@ def check_goldens(suites: list[Suite], score: Callable[[Test, Answer], Verdict])
         for test in suite.tests:
             if test.golden is None or test.eval is None:
                 continue
-            if test.agent is not None:
-                # An agent test's golden is a conversation: it is checked by replaying it through the loop
-                # with the declared tool results (engine.agent.replay_golden), not as one answer.
+            if test.agent is not None and conversation is None:
                 continue
             try:
-                verdict = score(test, Answer.from_golden(test.golden))
+                if test.agent is not None and conversation is not None:
+                    # An agent test's golden is a conversation: replayed through the loop, not one answer.
+                    verdict = conversation(test)
+                else:
+                    verdict = score(test, Answer.from_golden(test.golden))
             except Exception as exc:  # noqa: BLE001 - score() promises not to raise; a bug must not hide the others
                 out.append(_problem(test, f"the golden check crashed: {type(exc).__name__}: {exc}"))
                 continue

@@ -15,7 +15,7 @@ from engine.evaluators import score
 from engine.model import Suite
 from engine.suite.checks import Report
 from engine.suite.expand import Expander
-from engine.suite.golden import check_goldens
+from engine.suite.golden import ConversationCheck, check_goldens
 from engine.suite.schema import validate
 
 __all__ = ["expand_paths", "load_suite_file", "load_suites"]
@@ -69,12 +69,15 @@ def _looks_like_suite(path: Path) -> bool:
     return False
 
 
-def load_suites(paths: list[str | Path], *, golden_check: bool = False) -> tuple[list[Suite], list[Diagnostic]]:
+def load_suites(paths: list[str | Path], *, golden_check: bool = False,
+                conversation_check: ConversationCheck | None = None) -> tuple[list[Suite], list[Diagnostic]]:
     """Load, check and expand suites.
 
     Args:
         paths: Suite files or folders (searched recursively for *.yaml / *.yml, sorted).
         golden_check: Also score each test's golden answer with its own evaluator.
+        conversation_check: With `golden_check`, how an agent test's golden conversation is replayed and
+            scored (`engine.agent.golden.score_golden_conversation`; the agent loop sits above this layer).
 
     Returns:
         The suites without errors, and every diagnostic found in every file.
@@ -83,7 +86,8 @@ def load_suites(paths: list[str | Path], *, golden_check: bool = False) -> tuple
     suites: list[Suite] = []
     first_file: dict[str, tuple[str, int]] = {}
     for path in files:
-        suite, found, suite_line = load_suite_file(path, golden_check=golden_check)
+        suite, found, suite_line = load_suite_file(path, golden_check=golden_check,
+                                                   conversation_check=conversation_check)
         diagnostics.extend(found)
         if suite is None:
             continue
@@ -95,15 +99,15 @@ def load_suites(paths: list[str | Path], *, golden_check: bool = False) -> tuple
         first_file[suite.id] = (suite.file, suite_line)
         suites.append(suite)
     if golden_check and suites:
-        golden_problems = check_goldens(suites, score)
+        golden_problems = check_goldens(suites, score, conversation_check)
         diagnostics.extend(golden_problems)
         bad_files = {d.file for d in golden_problems if d.severity == "error"}
         suites = [s for s in suites if s.file not in bad_files]
     return suites, diagnostics
 
 
-def load_suite_file(path: Path, file: str | None = None, *,
-                    golden_check: bool = False) -> tuple[Suite | None, list[Diagnostic], int]:
+def load_suite_file(path: Path, file: str | None = None, *, golden_check: bool = False,
+                    conversation_check: ConversationCheck | None = None) -> tuple[Suite | None, list[Diagnostic], int]:
     """Load one suite file.
 
     Args:
@@ -143,7 +147,7 @@ def load_suite_file(path: Path, file: str | None = None, *,
                   tags=tuple(data.get("tags", ())), tests=tuple(tests))
     if report.failed:
         if golden_check and tests:
-            report.diagnostics.extend(check_goldens([suite], score))
+            report.diagnostics.extend(check_goldens([suite], score, conversation_check))
         return None, _dedupe(report.diagnostics), suite_line
     report.diagnostics = _dedupe(report.diagnostics)
     return suite, report.diagnostics, suite_line
