@@ -52,6 +52,15 @@ def attempts(test: Test, repeat: int | None) -> int:
     return max(1, repeat if repeat is not None else test.repeat)
 
 
+def runs_on(model: ModelConfig, test: Test) -> bool:
+    """Whether `test` can run on `model`: an agent test needs tools, which `/completions` cannot send.
+
+    Such pairs get no job (and no row): the suite is not wrong and the model is not at fault, so an error
+    row would count against neither honestly. `engine run` says how many pairs it left out.
+    """
+    return test.agent is None or model.api != "completions"
+
+
 def iter_jobs(model: ModelConfig, tests: list[Test], repeat: int | None, *,
               skip: set[str] | frozenset[str] = frozenset(), only: set[str] | None = None) -> Iterator[Job]:
     """The jobs of one model, attempt-major (attempt 0 of every test first), lazily.
@@ -63,6 +72,7 @@ def iter_jobs(model: ModelConfig, tests: list[Test], repeat: int | None, *,
         skip: Keys already done (resume).
         only: When given, only these keys run (`--retry-errors`).
     """
+    tests = [t for t in tests if runs_on(model, t)]
     most = max((attempts(t, repeat) for t in tests), default=0)
     for attempt in range(most):
         for test in tests:

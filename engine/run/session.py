@@ -299,7 +299,7 @@ def _point_latest(run_dir: Path) -> None:
 def _execute(invocation: Invocation, run_id: str, run_dir: Path, journal: Any, models: list[ModelConfig],
              tests: list[Test], api_keys: dict[str, str | None], *, retry_errors: bool, quiet: bool) -> int:
     from engine.results.writer import ResultsWriter
-    from engine.run.jobs import count_jobs, iter_jobs
+    from engine.run.jobs import count_jobs, iter_jobs, runs_on
     from engine.run.progress import Progress, print_summary
     from engine.run.runner import RunConfig, Runner
 
@@ -315,6 +315,11 @@ def _execute(invocation: Invocation, run_id: str, run_dir: Path, journal: Any, m
         try:
             models = _start_builtins(models, run_dir, servers)
             total = count_jobs(models, tests, invocation.repeat, skip=skip, only=only)
+            left_out = [(m.name, t.id) for m in models for t in tests if not runs_on(m, t)]
+            if left_out:
+                names = sorted({name for name, _ in left_out})
+                _err(f"note: {len(left_out)} agent test(s) left out on completions-API models "
+                     f"({', '.join(names)}): an agent test needs tools, which /completions cannot send")
             progress = Progress(quiet=quiet)
             config = RunConfig(run_id=run_id, concurrency=invocation.concurrency or DEFAULT_CONCURRENCY,
                                settings=_settings(invocation), max_cost=invocation.max_cost)

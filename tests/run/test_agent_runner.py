@@ -66,13 +66,16 @@ async def test_max_cost_counts_each_reply_and_never_cuts_a_conversation(tmp_path
     assert stats.spend == 2 * 32 / 1e6 == df["cost"].iloc[0]   # counted once, reply by reply
 
 
-async def test_an_agent_test_on_a_completions_model_is_an_error_row_naming_the_fix(tmp_path: Path) -> None:
+async def test_an_agent_test_on_a_completions_model_gets_no_job_no_call_and_no_row(tmp_path: Path) -> None:
+    """/completions cannot send tools: the pair is left out (engine run says so), not paid for or scored."""
+    from engine.run.jobs import iter_jobs, runs_on
+
     async with ScriptedServer(_script) as server:
-        model = make_model(server.base_url, api="completions")
-        stats = await run_jobs(tmp_path / "run", [model], _tests(tmp_path)[:1])
+        completions = make_model(server.base_url, api="completions")
+        chat = make_model(server.base_url)
+        tests = _tests(tmp_path)[:1]
+        assert not runs_on(completions, tests[0]) and runs_on(chat, tests[0])
+        assert list(iter_jobs(completions, tests, None)) == []
+        stats = await run_jobs(tmp_path / "run", [completions], tests)
         assert server.requests == []
-    df = pd.read_parquet(tmp_path / "run")
-    assert stats.errors == 1
-    assert df["error_kind"].tolist() == ["config"] and df["outcome"].tolist() == ["error"]
-    assert "agent tests need `api: chat`" in df["error_message"].iloc[0]
-    assert df["turns"].tolist() == [1] and df["passed"].isna().all()
+    assert stats.done == 0 and stats.errors == 0
