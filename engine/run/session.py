@@ -318,8 +318,9 @@ def _execute(invocation: Invocation, run_id: str, run_dir: Path, journal: Any, m
             left_out = [(m.name, t.id) for m in models for t in tests if not runs_on(m, t)]
             if left_out:
                 names = sorted({name for name, _ in left_out})
-                _err(f"note: {len(left_out)} agent test(s) left out on completions-API models "
-                     f"({', '.join(names)}): an agent test needs tools, which /completions cannot send")
+                agent_tests = len({test_id for _, test_id in left_out})
+                _err(f"note: {agent_tests} agent test(s) left out on the completions-API model(s) "
+                     f"{', '.join(names)}: an agent test needs tools, which /completions cannot send")
             progress = Progress(quiet=quiet)
             config = RunConfig(run_id=run_id, concurrency=invocation.concurrency or DEFAULT_CONCURRENCY,
                                settings=_settings(invocation), max_cost=invocation.max_cost)
