@@ -51,6 +51,10 @@ def run_command(
     max_response_mb: float | None = typer.Option(None, "--max-response-mb", min=0.001, max=MAX_RESPONSE_MB,
                                                  help="The most one reply may take, MiB (default: the model's "
                                                       "max_response_mb, else 32)."),
+    run_id: str | None = typer.Option(None, "--run-id", help="Name the run folder OUT/RUN_ID (default: the start "
+                                                             "time and a random suffix)."),
+    shard: str | None = typer.Option(None, "--shard", help="Run only shard I of N (I/N, 1-based, by row key) "
+                                                           "into OUT/RUN_ID/shard-I-of-N; needs --run-id."),
 ) -> None:
     """Run suites against models; results go to OUT/<run-id>/ (Parquet + _manifest.json)."""
     from engine.run.session import Invocation, run_session
@@ -60,6 +64,6 @@ def run_command(
         model_names=list(model), out=None if out is None else str(out), concurrency=concurrency, repeat=repeat,
         seed=seed, temperature=temperature, max_tokens=max_tokens, filters=list(filters),
         stream=None if not no_stream else False, max_retries=max_retries, max_cost=max_cost,
-        max_response_mb=max_response_mb)
+        max_response_mb=max_response_mb, run_id=run_id, shard=shard)
     code = run_session(invocation, dry_run=dry_run, resume=resume, retry_errors=retry_errors, quiet=quiet)
     raise typer.Exit(code)

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from engine.model import ModelConfig, Test
 from engine.results.rows import row_key
+from engine.run.shards import Shard
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,7 +63,8 @@ def runs_on(model: ModelConfig, test: Test) -> bool:
 
 
 def iter_jobs(model: ModelConfig, tests: list[Test], repeat: int | None, *,
-              skip: set[str] | frozenset[str] = frozenset(), only: set[str] | None = None) -> Iterator[Job]:
+              skip: set[str] | frozenset[str] = frozenset(), only: set[str] | None = None,
+              shard: Shard | None = None) -> Iterator[Job]:
     """The jobs of one model, attempt-major (attempt 0 of every test first), lazily.
 
     Args:
@@ -71,6 +73,7 @@ def iter_jobs(model: ModelConfig, tests: list[Test], repeat: int | None, *,
         repeat: `--repeat`, or None for each test's own.
         skip: Keys already done (resume).
         only: When given, only these keys run (`--retry-errors`).
+        shard: When given, only the jobs this shard owns (`--shard I/N`, by row key).
     """
     tests = [t for t in tests if runs_on(model, t)]
     most = max((attempts(t, repeat) for t in tests), default=0)
@@ -79,12 +82,13 @@ def iter_jobs(model: ModelConfig, tests: list[Test], repeat: int | None, *,
             if attempt >= attempts(test, repeat):
                 continue
             key = row_key(model.name, test, attempt)
-            if key in skip or (only is not None and key not in only):
+            if key in skip or (only is not None and key not in only) or (shard is not None and not shard.owns(key)):
                 continue
             yield Job(model, test, attempt, key)
 
 
 def count_jobs(models: list[ModelConfig], tests: list[Test], repeat: int | None, *,
-               skip: set[str] | frozenset[str] = frozenset(), only: set[str] | None = None) -> int:
+               skip: set[str] | frozenset[str] = frozenset(), only: set[str] | None = None,
+               shard: Shard | None = None) -> int:
     """How many jobs `iter_jobs` yields over all models (for the progress total)."""
-    return sum(1 for model in models for _ in iter_jobs(model, tests, repeat, skip=skip, only=only))
+    return sum(1 for model in models for _ in iter_jobs(model, tests, repeat, skip=skip, only=only, shard=shard))

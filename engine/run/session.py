@@ -53,6 +53,8 @@ class Invocation:
     max_retries: int | None = None
     max_cost: float | None = None
     max_response_mb: float | None = None
+    run_id: str | None = None
+    shard: str | None = None   # "I/N" (engine.run.shards)
 
     def over(self, stored: dict[str, Any]) -> Invocation:
         """These settings, with anything not given taken from `stored`."""
@@ -95,13 +97,18 @@ def run_session(invocation: Invocation, *, dry_run: bool = False, resume: Path |
 def _run(invocation: Invocation, *, dry_run: bool, resume: Path | None, retry_errors: bool, quiet: bool) -> int:
     from engine.results import folder
     from engine.results.journal import Journal
+    from engine.run.shards import Shard, check_run_id, new_shard_folder, resume_folder
 
     journal = None
     held = None   # the run folder's lock, released when this process ends
     invocation = _absolute(invocation)
+    shard = Shard.parse(invocation.shard) if invocation.shard is not None else None
+    if invocation.run_id is not None:
+        check_run_id(invocation.run_id)
     if retry_errors and resume is None:
         raise UsageError("--retry-errors needs --resume RUN_DIR (the run whose error rows to re-run)")
     if resume is not None:
+        resume = resume_folder(resume, shard)
         if not folder.is_run_folder(resume):
             raise UsageError(f"--resume {resume}: not a run folder (no _journal.sqlite, _manifest.json or "
                              f"part-*.parquet there); give a run folder such as results/<run-id>")
@@ -117,6 +124,14 @@ def _run(invocation: Invocation, *, dry_run: bool, resume: Path | None, retry_er
                              f"_manifest.json; give them again: engine run --resume {resume} SUITES "
                              f"--models FILE --model NAME ...")
         invocation = invocation.over(stored or {})
+        if shard is not None and stored is not None and stored.get("shard") != shard.label:
+            journal.close()
+            raise UsageError(f"--resume {resume} --shard {shard.label}: that folder holds "
+                             f"{'shard ' + str(stored.get('shard')) if stored.get('shard') else 'an unsharded run'}")
+        shard = Shard.parse(invocation.shard) if invocation.shard is not None else None
+    elif shard is not None and invocation.run_id is None:
+        raise UsageError(f"--shard {shard.label} needs --run-id NAME, the same for every shard, so they all write "
+                         f"into OUT/NAME/ (e.g. --run-id sweep-2026-12-02)")
     if not invocation.paths:
         raise UsageError("no suites given: engine run SUITE_PATH... (a file or a folder of *.yaml)")
 
@@ -127,14 +142,20 @@ def _run(invocation: Invocation, *, dry_run: bool, resume: Path | None, retry_er
     api_keys = _api_keys(models)
 
     if dry_run:
-        _dry_run(models, tests, invocation)
+        _dry_run(models, tests, invocation, shard)
         return 0
 
     if journal is None:
-        run_id = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-" + secrets.token_hex(3)
+        run_id = invocation.run_id or time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-" + secrets.token_hex(3)
         run_dir = Path(invocation.out or DEFAULT_OUT) / run_id
         try:
-            run_dir.mkdir(parents=True, exist_ok=False)
+            if shard is not None:
+                run_dir = new_shard_folder(run_dir, shard)
+            else:
+                run_dir.mkdir(parents=True, exist_ok=False)
+        except FileExistsError:
+            raise UsageError(f"--run-id {run_id}: {run_dir} already exists; continue it with "
+                             f"engine run --resume {run_dir}, or give another --run-id") from None
         except OSError as exc:
             raise StorageError(f"could not create the run folder {run_dir}: {exc}",
                                disk_full=exc.errno == errno.ENOSPC) from exc
@@ -147,7 +168,7 @@ def _run(invocation: Invocation, *, dry_run: bool, resume: Path | None, retry_er
         assert resume is not None
         run_dir = resume
         run_id = journal.get_meta("run_id") or run_dir.name
-    _point_latest(run_dir)
+    _point_latest(run_dir.parent if shard is not None else run_dir)
     try:
         return _execute(invocation, run_id, run_dir, journal, models, tests, api_keys,
                         retry_errors=retry_errors, quiet=quiet)
@@ -260,8 +281,9 @@ def _settings(invocation: Invocation) -> Any:
                            seed=invocation.seed, stream=invocation.stream is not False)
 
 
-def _dry_run(models: list[ModelConfig], tests: list[Test], invocation: Invocation) -> None:
+def _dry_run(models: list[ModelConfig], tests: list[Test], invocation: Invocation, shard: Any) -> None:
     from engine.client.openai import prepare
+    from engine.results.rows import row_key
     from engine.run.jobs import attempts
 
     settings = _settings(invocation)
@@ -271,7 +293,10 @@ def _dry_run(models: list[ModelConfig], tests: list[Test], invocation: Invocatio
             model = dataclasses.replace(model, base_url=f"http://127.0.0.1:<{model.builtin}>/v1")
         for test in tests:
             request = prepare(model, test, settings)
-            n = attempts(test, invocation.repeat)
+            n = sum(1 for a in range(attempts(test, invocation.repeat))
+                    if shard is None or shard.owns(row_key(model.name, test, a)))
+            if not n:
+                continue
             calls += n
             body = public_params(request.body, keep_keys=True)   # what is sent, minus credentials
             print(json.dumps({"model": model.name, "suite": test.suite, "test": test.id, "attempts": n,
@@ -302,7 +327,9 @@ def _execute(invocation: Invocation, run_id: str, run_dir: Path, journal: Any, m
     from engine.run.jobs import count_jobs, iter_jobs, runs_on
     from engine.run.progress import Progress, print_summary
     from engine.run.runner import RunConfig, Runner
+    from engine.run.shards import Shard, combine
 
+    shard = Shard.parse(invocation.shard) if invocation.shard is not None else None
     writer = ResultsWriter(run_dir, journal)
     for note in writer.recover():
         _err(f"note: {note}")
@@ -314,7 +341,7 @@ def _execute(invocation: Invocation, run_id: str, run_dir: Path, journal: Any, m
     with contextlib.ExitStack() as servers:
         try:
             models = _start_builtins(models, run_dir, servers)
-            total = count_jobs(models, tests, invocation.repeat, skip=skip, only=only)
+            total = count_jobs(models, tests, invocation.repeat, skip=skip, only=only, shard=shard)
             left_out = [(m.name, t.id) for m in models for t in tests if not runs_on(m, t)]
             if left_out:
                 names = sorted({name for name, _ in left_out})
@@ -325,7 +352,8 @@ def _execute(invocation: Invocation, run_id: str, run_dir: Path, journal: Any, m
             config = RunConfig(run_id=run_id, concurrency=invocation.concurrency or DEFAULT_CONCURRENCY,
                                settings=_settings(invocation), max_cost=invocation.max_cost)
             runner = Runner(config, journal, writer, on_progress=progress.update)
-            jobs = {m.name: (m, iter_jobs(m, tests, invocation.repeat, skip=skip, only=only)) for m in models}
+            jobs = {m.name: (m, iter_jobs(m, tests, invocation.repeat, skip=skip, only=only, shard=shard))
+                    for m in models}
             try:
                 stats = asyncio.run(_run_with_signals(runner, jobs, total, api_keys))
             finally:
@@ -338,6 +366,11 @@ def _execute(invocation: Invocation, run_id: str, run_dir: Path, journal: Any, m
     manifest = _manifest(invocation, run_id, journal, models, tests, rows, errors, stopped,
                          time.monotonic() - started)
     writer.write_manifest(manifest)
+    if shard is not None:   # the run's combined view, after this shard's own manifest (engine.run.shards)
+        combined = combine(run_dir.parent, shard.count)
+        done = sum(1 for s in combined["shards"] if s["complete"])
+        print(f"shard {shard.label}: run {run_dir.parent} has {done} of {shard.count} shards complete"
+              + ("" if not combined["problems"] else f"; problems: {'; '.join(combined['problems'])}"))
     if stats is not None and not quiet:
         print_summary(stats)
     print(f"results: {run_dir} ({rows} rows, {errors} errors)" + (f"; stopped: {stopped}" if stopped else ""))
@@ -419,6 +452,7 @@ def _manifest(invocation: Invocation, run_id: str, journal: Any, models: list[Mo
         "models": [_public_model(m) for m in models],
         "invocation": dataclasses.asdict(invocation),
         "argv": sys.argv[1:],
+        "shard": invocation.shard,
         "counts": {"rows": rows, "errors": errors, "parts": len(journal.parts())},
     }
 
