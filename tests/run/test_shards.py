@@ -139,6 +139,11 @@ def test_a_shard_with_no_jobs_still_writes_a_complete_manifest(tmp_path: Path, f
     assert len(fake_openai.requests) == 1
     assert len(pd.read_parquet(run)) == 1
     assert json.loads((run / "_manifest.json").read_text())["complete"]
+    # shard folders gathered from machines without a shared filesystem: resuming any one rewrites the view
+    (run / "_manifest.json").unlink()
+    again = engine("run", "--resume", str(run), "--shard", "3/4", "--quiet")
+    assert again.returncode == 0, again.stderr
+    assert json.loads((run / "_manifest.json").read_text())["complete"] and len(fake_openai.requests) == 1
 
 
 def test_the_slice_is_the_same_in_every_process_and_balanced(tmp_path: Path, fake_openai: FakeOpenAI) -> None:
