@@ -22,11 +22,14 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from engine.errors import EngineError, StorageError, UsageError
 from engine.model import ModelConfig, Suite, Test
 from engine.redact import looks_like_key, mask_url, public_params
+
+if TYPE_CHECKING:
+    from engine.run.shards import Shard
 
 DEFAULT_OUT = "results"
 DEFAULT_CONCURRENCY = 32
@@ -281,7 +284,7 @@ def _settings(invocation: Invocation) -> Any:
                            seed=invocation.seed, stream=invocation.stream is not False)
 
 
-def _dry_run(models: list[ModelConfig], tests: list[Test], invocation: Invocation, shard: Any) -> None:
+def _dry_run(models: list[ModelConfig], tests: list[Test], invocation: Invocation, shard: Shard | None) -> None:
     from engine.client.openai import prepare
     from engine.results.rows import row_key
     from engine.run.jobs import attempts

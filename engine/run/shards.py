@@ -140,6 +140,10 @@ def resume_folder(resume: Path, shard: Shard | None) -> Path:
         return resume
     if resume.name == shard.folder:
         return resume
+    named = _SHARD_DIR.fullmatch(resume.name)
+    if named:
+        raise UsageError(f"--resume {resume} --shard {shard.label}: that folder is shard {named[1]}/{named[2]}; "
+                         f"give the run's folder: engine run --resume {resume.parent} --shard {shard.label}")
     if shard in shards:
         return shards[shard]
     raise UsageError(f"--resume {resume} --shard {shard.label}: no folder {resume / shard.folder}; that shard "

@@ -192,6 +192,8 @@ def test_shard_usage_errors_name_the_fix(tmp_path: Path, fake_openai: FakeOpenAI
     never = engine("run", "--resume", str(tmp_path / "r" / "s"), "--shard", "2/2")
     assert never.returncode == 2 and "never started" in never.stderr
     wrong = engine("run", "--resume", str(tmp_path / "r" / "s" / "shard-1-of-2"), "--shard", "2/2")
-    assert wrong.returncode == 2
+    assert wrong.returncode == 2 and "shard 1/2" in wrong.stderr
+    taken = engine(*base, "--run-id", "s")
+    assert taken.returncode == 2 and "already exists" in taken.stderr
     assert not json.loads((tmp_path / "r" / "s" / "_manifest.json").read_text())["complete"]
-    assert "Traceback" not in no_id.stderr + bad_id.stderr + other_n.stderr + whole.stderr + never.stderr
+    assert "Traceback" not in no_id.stderr + bad_id.stderr + other_n.stderr + whole.stderr + never.stderr + taken.stderr
