@@ -287,7 +287,7 @@ def _settings(invocation: Invocation) -> Any:
 def _dry_run(models: list[ModelConfig], tests: list[Test], invocation: Invocation, shard: Shard | None) -> None:
     from engine.client.openai import prepare
     from engine.results.rows import row_key
-    from engine.run.jobs import attempts
+    from engine.run.jobs import attempts, runs_on
 
     settings = _settings(invocation)
     calls = 0
@@ -295,6 +295,8 @@ def _dry_run(models: list[ModelConfig], tests: list[Test], invocation: Invocatio
         if model.base_url is None:
             model = dataclasses.replace(model, base_url=f"http://127.0.0.1:<{model.builtin}>/v1")
         for test in tests:
+            if not runs_on(model, test):
+                continue   # an agent test on a completions-API model: the run leaves it out too
             request = prepare(model, test, settings)
             n = sum(1 for a in range(attempts(test, invocation.repeat))
                     if shard is None or shard.owns(row_key(model.name, test, a)))
