@@ -248,6 +248,22 @@ def test_rescore_of_judges_needs_the_models_file(project: dict[str, Any]) -> Non
     assert done.returncode == 2 and "--models FILE" in done.stderr
 
 
+def test_judge_spend_counts_toward_max_cost(project: dict[str, Any]) -> None:
+    # The answering model is unpriced here: only judge calls can pass the budget.
+    models = project["models"]
+    models.write_text(models.read_text().replace("    price: {input: 0.5, output: 0.5}\n", ""))
+    done = engine("run", str(project["suites"]), "--models", str(models), "--model", "shop", "--concurrency", "1",
+                  "--max-cost", str(PER_CALL / 2), "--out", str(project["tmp"] / "r"), env=project["env"])
+    assert done.returncode == 1 and "stopped: budget" in done.stdout, done.stdout + done.stderr
+    assert len([b for b in project["server"].requests if b["model"] == "shop-1"]) < 8
+
+
+def test_validate_leaves_judged_goldens_unchecked_and_calls_nothing(project: dict[str, Any]) -> None:
+    done = engine("validate", str(project["suites"]), "--models", str(project["models"]), env=project["env"])
+    assert done.returncode == 0, done.stderr
+    assert project["server"].requests == []
+
+
 def test_an_unknown_judge_model_stops_the_run_before_any_call(project: dict[str, Any]) -> None:
     (project["suites"] / "shop.yaml").write_text(SHOP.replace("model: grader}", "model: gradr}"))
     done = engine("run", str(project["suites"]), "--models", str(project["models"]), "--model", "shop",
