@@ -248,6 +248,37 @@ def test_rescore_of_judges_needs_the_models_file(project: dict[str, Any]) -> Non
     assert done.returncode == 2 and "--models FILE" in done.stderr
 
 
+AGENT = """\
+suite: agentjudge
+tools:
+  policy:
+    description: The refund policy.
+    parameters: {type: object, properties: {}}
+    returns:
+      - result: "30 days"
+tests:
+  - id: agent
+    prompt: "What is the refund policy? (polite)"
+    tools: [policy]
+    agent: {max_turns: 2}
+    eval:
+      all:
+        - {max_turns: 2}
+        - {judge: {rubric: "The answer must mention the 30-day limit."}}
+"""
+
+
+def test_an_agent_test_is_judged_on_its_final_answer(project: dict[str, Any]) -> None:
+    (project["tmp"] / "agent.yaml").write_text(AGENT)
+    df = run(project, "r1", project["tmp"] / "agent.yaml")
+    row = df.loc["agent"]
+    assert row["outcome"] == "completed" and bool(row["passed"]) and row["score"] == 1.0
+    assert row["judge_calls"] == 1 and row["judge_cost"] == pytest.approx(PER_CALL)
+    assert row["cost"] == pytest.approx(ANSWER_COST)      # one answering turn; the judge apart
+    (judged,) = judge_requests(project["server"], "grader-1")
+    assert graded_answer(judged) == "You can return it within 30 days."
+
+
 def test_judge_spend_counts_toward_max_cost(project: dict[str, Any]) -> None:
     # The answering model is unpriced here: only judge calls can pass the budget.
     models = project["models"]
