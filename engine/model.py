@@ -238,6 +238,8 @@ class ModelConfig:
         price_out: Price per 1M output tokens, or None.
         builtin: The name of an embedded model the engine starts itself (e.g. "gemma-3-270m").
         max_response_mb: The most bytes one reply may take (MiB); a larger one is an error row.
+        structured_output: The server accepts `response_format: {type: json_schema}`: judge calls to
+            this model send their reply schema that way (default off: a strict parse and one re-ask).
     """
 
     name: str
@@ -254,3 +256,4 @@ class ModelConfig:
     price_out: float | None = None
     builtin: str | None = None
     max_response_mb: float = 32.0
+    structured_output: bool = False

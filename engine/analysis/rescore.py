@@ -7,6 +7,10 @@ Rows without an answer (a failed call) are copied unchanged; rows whose test is 
 suites are copied unchanged and counted. The new folder is written with pyarrow and the results
 schema (part file via temporary file + rename, `_manifest.json` last, as `engine.results.writer` does),
 without a journal: nothing in it can be resumed. `results/latest` is left alone.
+
+`judge` evaluators are graded from the judge cache (engine.client.judge_cache), never by a new call: the
+judge models' entries key the cache, so suites with judges need `--models FILE`. A judgement not in the
+cache (a changed rubric, another judge model) is an error verdict saying so; `engine run` pays for it.
 """
 
 from __future__ import annotations
@@ -55,21 +59,21 @@ def _answer_of(row: dict[str, Any]) -> Answer:
                   reasoning=row.get("reasoning"))
 
 
-def _rescore_row(row: dict[str, Any], test: Test, run_id: str) -> dict[str, Any]:
+def _rescore_row(row: dict[str, Any], test: Test, run_id: str, caller: Any = None) -> dict[str, Any]:
     from engine.agent.stored import transcript_of_row
     from engine.evaluators import score
     from engine.evaluators.scoring import context
-    from engine.results.rows import evaluator_nodes
+    from engine.results.rows import evaluator_nodes, judge_columns
 
     transcript = transcript_of_row(row)
     if transcript is None:
-        verdict = score(test, _answer_of(row))
+        verdict = score(test, _answer_of(row), context(test, caller=caller))
     else:   # an agent row: the final answer, with the stored conversation for trajectory evaluators
-        verdict = score(test, transcript.answer(), context(test, transcript=transcript))
+        verdict = score(test, transcript.answer(), context(test, transcript=transcript, caller=caller))
     nodes, isolation = evaluator_nodes(verdict)
     out = dict(row)
     out.update(run_id=run_id, test_hash=test.hash, threshold=test.threshold, evaluators=nodes, isolation=isolation,
-               golden=test.golden_json)
+               golden=test.golden_json, **judge_columns(verdict))
     if verdict.error:
         out.update(score=None, passed=None, error_kind="evaluator", error_message=verdict.reason)
     else:
@@ -77,13 +81,41 @@ def _rescore_row(row: dict[str, Any], test: Test, run_id: str) -> dict[str, Any]
     return out
 
 
-def rescore_run(results: Path, suites: Sequence[Path], *, out_parent: Path | None = None) -> RescoreOutcome:
+def _judge_caller(tests: list[Test], models_file: Path | None, judge_cache: Path | None) -> tuple[Any, Any]:
+    """A cache-only judge caller when the tests have judges (and the open cache, to close), else (None, None).
+
+    Raises:
+        EngineError: judges without `--models`, or a models file with errors or without a judge's model.
+    """
+    from engine.client.judge import ModelJudgeCaller, judge_model_names, resolve_judges
+    from engine.client.judge_cache import JudgeCache, default_path
+    from engine.suite.models_file import load_models_file
+
+    if not judge_model_names(tests):
+        return None, None
+    if models_file is None:
+        raise EngineError("the suites have `judge` evaluators: give the run's models file with --models FILE "
+                          "(the judge models' entries key the judge cache; rescore calls no model)")
+    configs, defaults, diagnostics = load_models_file(models_file)
+    if any(d.severity == "error" for d in diagnostics):
+        raise EngineError(f"{models_file} has errors:\n" + "\n".join(str(d) for d in diagnostics))
+    judges = resolve_judges(tests, configs, defaults.get("judge"), str(models_file))
+    assert judges is not None
+    cache = JudgeCache(judge_cache or default_path())
+    return ModelJudgeCaller(judges, cache, None, miss_hint="rescore calls no model: `engine run` pays for new "
+                            "judgements"), cache
+
+
+def rescore_run(results: Path, suites: Sequence[Path], *, out_parent: Path | None = None,
+                models_file: Path | None = None, judge_cache: Path | None = None) -> RescoreOutcome:
     """Re-score one run's stored answers into a new run folder.
 
     Args:
         results: The run folder (or Parquet files' folder) to read.
         suites: Suite files or folders holding the current tests and evaluators.
         out_parent: Where the new run folder goes; default the parent of `results`.
+        models_file: The models file naming the judge models (needed when the suites have `judge`).
+        judge_cache: The judge cache file; default `engine.client.judge_cache.default_path()`.
 
     Raises:
         EngineError: No results, or suites with errors (their diagnostics in the message).
@@ -102,6 +134,7 @@ def rescore_run(results: Path, suites: Sequence[Path], *, out_parent: Path | Non
     if errors:
         raise EngineError("the suites have errors; fix them before rescoring:\n" + "\n".join(str(d) for d in errors))
     tests = {(t.suite, t.id, -1 if t.case_index is None else int(t.case_index)): t for s in loaded for t in s.tests}
+    caller, cache = _judge_caller(list(tests.values()), models_file, judge_cache)
 
     run_id = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ") + "-rescore-" + secrets.token_hex(3)
     parent = out_parent if out_parent is not None else results.resolve().parent
@@ -119,10 +152,12 @@ def rescore_run(results: Path, suites: Sequence[Path], *, out_parent: Path | Non
             rows.append(dict(row, run_id=run_id))
             outcome.unchanged += 1
             continue
-        new = _rescore_row(row, test, run_id)
+        new = _rescore_row(row, test, run_id, caller)
         outcome.rescored += 1
         outcome.flipped += int(new["passed"] != row.get("passed"))
         rows.append(new)
+    if cache is not None:
+        cache.close()
     if missing:
         shown = ", ".join(f"{s}/{t}" + (f"#{c}" if c >= 0 else "") for s, t, c in sorted(missing)[:10])
         outcome.messages.append(f"warning: {len(missing)} tests of {results} are not in the suites and were copied "

@@ -302,12 +302,17 @@ def rescore(
         Path | None,
         typer.Option("--out", help="Parent folder for the new run (default: the parent of RESULTS)."),
     ] = None,
+    models: Annotated[
+        Path | None,
+        typer.Option("--models", help="The models file naming the judge models (suites with `judge` need it: "
+                                      "judgements come from the judge cache)."),
+    ] = None,
 ) -> None:
     """Re-score stored answers with the current evaluators, calling no model, into a new run folder."""
     from engine.analysis.rescore import rescore_run
 
     try:
-        outcome = rescore_run(results, suites, out_parent=out)
+        outcome = rescore_run(results, suites, out_parent=out, models_file=models)
     except EngineError as exc:
         raise _fail_usage(str(exc)) from None
     for line in outcome.messages:

@@ -24,7 +24,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 from engine.base.words import short
 from engine.errors import EvaluatorConfigError
@@ -35,6 +35,8 @@ __all__ = [
     "COMMON_OPTIONS",
     "REGEX_FLAGS",
     "CheckSite",
+    "JudgeCaller",
+    "JudgeReply",
     "Kind",
     "Scorer",
     "ScoringContext",
@@ -70,14 +72,53 @@ class ScoringContext(NamedTuple):
         variables: The test's template variables (case values, golden, test_id, suite); the tree's
             templates were rendered with them when it was compiled.
         transcript: Reserved for trajectory evaluators: the turns of a multi-turn run (None today).
-        caller: Reserved for model-graded evaluators: an object that awaits a model call through the
-            run's client, caps, retries and budget (None today; the golden check has none).
+        caller: For model-graded evaluators (`judge`): a `JudgeCaller` that awaits a model call through
+            the run's client, caps, retries, budget and judge cache (None where no model may be called:
+            the golden check).
     """
 
     test: Test
     variables: Mapping[str, Any]
     transcript: Any = None
     caller: Any = None
+
+
+class JudgeReply(NamedTuple):
+    """One judge model reply, as the caller hands it to a judge scorer.
+
+    Args:
+        text: The reply's text ("" when the call failed).
+        error: Why the call failed for good (after retries), or None.
+        prompt_tokens: Prompt tokens the server reported (None: unknown).
+        completion_tokens: Completion tokens the server reported (None: unknown).
+        cost: The call's priced cost (None: unpriced or tokens unknown); 0 is never a stand-in.
+        cached: The reply came from the judge cache: nothing was paid for it now.
+    """
+
+    text: str
+    error: str | None = None
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    cost: float | None = None
+    cached: bool = False
+
+
+class JudgeCaller(Protocol):
+    """What a judge scorer awaits (the run layer implements it over the client; evaluators never import it)."""
+
+    async def judge(self, model: str | None, messages: list[dict[str, Any]], *, schema: Mapping[str, Any],
+                    temperature: float, max_tokens: int, sample: int) -> JudgeReply:
+        """Ask judge `model` (None: the models file's `defaults.judge`); never raises for a failed call.
+
+        Args:
+            model: The models file entry, or None for the default judge.
+            messages: The chat messages to send.
+            schema: The reply's JSON Schema (sent as `response_format` when the model allows it).
+            temperature: The judge's temperature.
+            max_tokens: The reply's max tokens.
+            sample: The sample index (0..n-1): part of the cache key, so n samples are n judgements.
+        """
+        ...
 
 
 Scorer = Callable[[Answer, ScoringContext], "Verdict | Awaitable[Verdict]"]

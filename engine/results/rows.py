@@ -85,6 +85,30 @@ def evaluator_nodes(verdict: Verdict) -> tuple[list[dict[str, Any]], str | None]
     return nodes, isolation
 
 
+_JUDGE_SUMS = ("judge_calls", "judge_prompt_tokens", "judge_completion_tokens")
+
+
+def judge_columns(verdict: Verdict | None) -> dict[str, Any]:
+    """The row's judge columns: the `judge` nodes' paid calls, tokens and cost summed (all null without judges).
+
+    `judge_cost` is null when no judge call was priced; cache hits count nowhere (nothing was paid).
+    """
+    out: dict[str, Any] = {"judge_calls": None, "judge_cost": None, "judge_prompt_tokens": None,
+                           "judge_completion_tokens": None}
+    if verdict is None:
+        return out
+    for _, node in (((verdict.kind, verdict),) if not verdict.children else verdict.walk()):
+        details = node.details
+        if node.kind != "judge" or not details or "judge_calls" not in details:
+            continue
+        for name in _JUDGE_SUMS:
+            if details.get(name) is not None:
+                out[name] = (out[name] or 0) + int(details[name])
+        if details.get("judge_cost") is not None:
+            out["judge_cost"] = (out["judge_cost"] or 0.0) + float(details["judge_cost"])
+    return out
+
+
 def build_row(*, run_id: str, model: ModelConfig, test: Test, attempt: int, request: PreparedRequest,
               result: CallResult, verdict: Verdict | None, evaluator_error: str | None,
               started_us: int, ended_us: int) -> dict[str, Any]:
@@ -161,6 +185,7 @@ def build_row(*, run_id: str, model: ModelConfig, test: Test, attempt: int, requ
         "evaluators": evaluators,
         "isolation": isolation,
         "notes": "; ".join(result.notes) if result.notes else None,
+        **judge_columns(verdict),
         **_NO_AGENT,
         "started_at": started_us,
         "ended_at": ended_us,

@@ -142,6 +142,12 @@ COLUMNS: list[tuple[str, pa.DataType]] = [
     ("evaluators", pa.list_(EVALUATOR_NODE)),
     ("isolation", pa.string()),         # exec sandbox level that ran, null when no exec
     ("notes", pa.string()),             # what was refused from a reply that was otherwise read, or null
+    # model-graded evaluators (`judge`): paid judge calls of the row, apart from the answering model's
+    # columns above; null on rows without a judge (a cache hit is no call: 0 calls, no cost)
+    ("judge_calls", pa.int32()),
+    ("judge_cost", pa.float64()),
+    ("judge_prompt_tokens", pa.int64()),
+    ("judge_completion_tokens", pa.int64()),
     # agent tests only (null on single-turn rows); the token, cost, retry and latency columns above
     # then hold the whole conversation's totals
     ("transcript", pa.list_(TRANSCRIPT_MESSAGE)),

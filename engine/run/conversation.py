@@ -69,7 +69,7 @@ async def run_agent_job(*, client: OpenAIClient, model: ModelConfig, test: Test,
                         settings: RequestSettings, global_slots: asyncio.Semaphore, deadline: TaskDeadline | None,
                         on_cost: Callable[[float], None], in_flight: Callable[[int], None],
                         score_blocking: Callable[[Test, Any, Any], Awaitable[tuple[Verdict | None, str | None]]],
-                        ) -> dict[str, Any]:
+                        caller: Any = None) -> dict[str, Any]:
     """Run one conversation and return its row.
 
     Args:
@@ -84,6 +84,7 @@ async def run_agent_job(*, client: OpenAIClient, model: ModelConfig, test: Test,
         on_cost: Called with each priced reply's cost as it comes.
         in_flight: Called with +1 / -1 around each model call.
         score_blocking: Scores a tree that runs programs (exec) in a worker thread: (test, answer, ctx).
+        caller: The run's judge caller (`judge` evaluators await it), or None.
     """
     started_us = time.time_ns() // 1000
     request = prepare(model, test, settings)
@@ -105,19 +106,19 @@ async def run_agent_job(*, client: OpenAIClient, model: ModelConfig, test: Test,
         request = inner.last_request
     verdict, evaluator_error = None, None
     if transcript.outcome != "error":
-        verdict, evaluator_error = await _score(test, transcript, score_blocking)
+        verdict, evaluator_error = await _score(test, transcript, score_blocking, caller)
     return build_agent_row(run_id=run_id, model=model, test=test, attempt=attempt, request=request,
                            transcript=transcript, replies=recorder.replies, verdict=verdict,
                            evaluator_error=evaluator_error, started_us=started_us, ended_us=time.time_ns() // 1000)
 
 
-async def _score(test: Test, transcript: Transcript, score_blocking: Callable[..., Any]
+async def _score(test: Test, transcript: Transcript, score_blocking: Callable[..., Any], caller: Any = None
                  ) -> tuple[Verdict | None, str | None]:
     """The final answer scored with the transcript in the context (trajectory evaluators read it)."""
     answer = transcript.answer()
-    ctx = context(test, transcript=transcript)
+    ctx = context(test, transcript=transcript, caller=caller)
     node = test.evaluator
-    if node is not None and node.blocking:
+    if node is not None and node.blocking and not node.is_async:
         result: tuple[Verdict | None, str | None] = await score_blocking(test, answer, ctx)
         return result
     try:

@@ -24,12 +24,16 @@ import os
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from engine.client.judge import JudgeModels, ModelJudgeCaller
+from engine.client.judge_cache import JudgeCache, default_path
 from engine.client.openai import OpenAIClient, RequestSettings, prepare
 from engine.errors import StorageError
 from engine.evaluators import score, score_async
 from engine.evaluators.base import ScoringContext
+from engine.evaluators.scoring import context
 from engine.local.registry import GOLDEN
 from engine.model import Answer, ModelConfig, Test, Verdict
 from engine.results.rows import build_row
@@ -109,6 +113,8 @@ class RunConfig:
         max_cost: Stop dispatch once priced spend passes this, or None.
         commit_interval_s: The longest a finished row waits to be committed.
         commit_rows: Commit as soon as this many rows wait.
+        judges: The judge models the suites' `judge` evaluators may call (resolved before the run), or None.
+        judge_cache: Where judge replies are kept (opened by the runner), or None for the default path.
     """
 
     run_id: str
@@ -117,6 +123,8 @@ class RunConfig:
     max_cost: float | None = None
     commit_interval_s: float = 0.05
     commit_rows: int = 512
+    judges: JudgeModels | None = None
+    judge_cache: Path | None = None
 
 
 class Runner:
@@ -142,6 +150,7 @@ class Runner:
         self._wake = asyncio.Event()
         self._client: OpenAIClient | None = None
         self._storage_error: StorageError | None = None
+        self._judge: ModelJudgeCaller | None = None
 
     def stop(self, reason: str = "interrupted") -> None:
         """Stop dispatching; calls in flight finish and are recorded."""
@@ -176,6 +185,11 @@ class Runner:
         try:
             async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
                 client = self._client = OpenAIClient(session, api_keys)
+                cache = None
+                if self.config.judges is not None:
+                    cache = JudgeCache(self.config.judge_cache or default_path())
+                    self._judge = ModelJudgeCaller(self.config.judges, cache, client, global_slots=global_slots,
+                                                   on_cost=self._spend, in_flight=self._count_in_flight)
                 for model, jobs in jobs_by_model.values():
                     # No more workers than jobs: `--concurrency 1000000` for one test starts one.
                     first = list(itertools.islice(jobs, max(1, model.concurrency)))
@@ -188,7 +202,11 @@ class Runner:
                     for _ in range(len(first)):
                         self._workers.append(asyncio.create_task(
                             self._worker(client, model, queue, global_slots, exec_slots)))
-                results = await asyncio.gather(*self._workers, return_exceptions=True)
+                try:
+                    results = await asyncio.gather(*self._workers, return_exceptions=True)
+                finally:
+                    if cache is not None:
+                        cache.close()
                 for outcome in results:
                     if isinstance(outcome, BaseException) and not isinstance(outcome, asyncio.CancelledError):
                         raise outcome
@@ -216,7 +234,7 @@ class Runner:
                 row = await run_agent_job(
                     client=client, model=model, test=job.test, attempt=job.attempt, run_id=self.config.run_id,
                     settings=settings, global_slots=global_slots, deadline=deadline, on_cost=self._spend,
-                    in_flight=self._count_in_flight,
+                    in_flight=self._count_in_flight, caller=self._judge,
                     score_blocking=lambda test, answer, ctx: self._score_in_thread(answer, test, exec_slots, ctx))
                 self._record(model, job, row, spent=True)
                 continue
@@ -239,10 +257,12 @@ class Runner:
                 answer = Answer(text=result.text, tool_calls=result.tool_calls,
                                 finish_reason=result.finish_reason, reasoning=result.reasoning)
                 node = job.test.evaluator
-                if node is not None and node.blocking:   # exec runs programs: in a thread, at most one per CPU
+                if node is not None and node.is_async:
+                    # a scorer awaits (a judge's model call); an exec beside it runs in a thread all the same
+                    verdict, evaluator_error = _outcome(await score_async(
+                        job.test, answer, context(job.test, caller=self._judge)))
+                elif node is not None and node.blocking:   # exec runs programs: in a thread, at most one per CPU
                     verdict, evaluator_error = await self._score_in_thread(answer, job.test, exec_slots)
-                elif node is not None and node.is_async:   # a scorer awaits (a judge's model call)
-                    verdict, evaluator_error = _outcome(await score_async(job.test, answer))
                 else:   # the usual tree: scored inline, no coroutine
                     verdict, evaluator_error = _score(job.test, answer)
             row = build_row(run_id=self.config.run_id, model=model, test=job.test, attempt=job.attempt,

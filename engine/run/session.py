@@ -141,8 +141,9 @@ def _run(invocation: Invocation, *, dry_run: bool, resume: Path | None, retry_er
     tests = _load_tests(invocation)
     if tests is None:
         return 1
-    models = _load_models(invocation)
-    api_keys = _api_keys(models)
+    models, every_model, model_defaults = _load_models(invocation)
+    judges = _judges(invocation, tests, every_model, model_defaults)
+    api_keys = _api_keys(models + [m for m in judges.models.values() if m not in models] if judges else models)
 
     if dry_run:
         _dry_run(models, tests, invocation, shard)
@@ -174,7 +175,7 @@ def _run(invocation: Invocation, *, dry_run: bool, resume: Path | None, retry_er
     _point_latest(run_dir.parent if shard is not None else run_dir)
     try:
         return _execute(invocation, run_id, run_dir, journal, models, tests, api_keys,
-                        retry_errors=retry_errors, quiet=quiet)
+                        retry_errors=retry_errors, quiet=quiet, judges=judges)
     except StorageError as exc:
         return _storage_failed(exc, run_dir, journal)
     finally:
@@ -226,11 +227,13 @@ def _load_tests(invocation: Invocation) -> list[Test] | None:
     return selected
 
 
-def _load_models(invocation: Invocation) -> list[ModelConfig]:
+def _load_models(invocation: Invocation) -> tuple[list[ModelConfig], dict[str, ModelConfig], dict[str, Any]]:
+    """(the models to run, every entry of the models file, its `defaults:`)."""
+    defaults: dict[str, Any] = {}
     if invocation.models_file:
-        from engine.suite import load_models
+        from engine.suite.models_file import load_models_file
 
-        configs, diagnostics = load_models(Path(invocation.models_file))
+        configs, defaults, diagnostics = load_models_file(Path(invocation.models_file))
         for diagnostic in diagnostics:
             _err(str(diagnostic))
         if any(d.severity == "error" for d in diagnostics):
@@ -253,7 +256,20 @@ def _load_models(invocation: Invocation) -> list[ModelConfig]:
         chosen = [dataclasses.replace(m, max_response_mb=invocation.max_response_mb) for m in chosen]
     if not chosen:
         raise UsageError("no models to run: add some to the models file")
-    return chosen
+    return chosen, configs, defaults
+
+
+def _judges(invocation: Invocation, tests: list[Test], configs: dict[str, ModelConfig],
+            defaults: dict[str, Any]) -> Any:
+    """The judge models of the selected tests, resolved now: before any call is paid (UsageError, exit 2)."""
+    from engine.client.judge import resolve_judges
+
+    judges = resolve_judges(tests, configs, defaults.get("judge"),
+                            invocation.models_file or "the default models (no --models file)")
+    if judges is not None and invocation.max_retries is not None:
+        judges = dataclasses.replace(judges, models={
+            name: dataclasses.replace(m, max_retries=invocation.max_retries) for name, m in judges.models.items()})
+    return judges
 
 
 def _api_keys(models: list[ModelConfig]) -> dict[str, str | None]:
@@ -327,7 +343,8 @@ def _point_latest(run_dir: Path) -> None:
 
 
 def _execute(invocation: Invocation, run_id: str, run_dir: Path, journal: Any, models: list[ModelConfig],
-             tests: list[Test], api_keys: dict[str, str | None], *, retry_errors: bool, quiet: bool) -> int:
+             tests: list[Test], api_keys: dict[str, str | None], *, retry_errors: bool, quiet: bool,
+             judges: Any = None) -> int:
     from engine.results.writer import ResultsWriter
     from engine.run.jobs import count_jobs, iter_jobs, runs_on
     from engine.run.progress import Progress, print_summary
@@ -345,7 +362,14 @@ def _execute(invocation: Invocation, run_id: str, run_dir: Path, journal: Any, m
     stats = None
     with contextlib.ExitStack() as servers:
         try:
-            models = _start_builtins(models, run_dir, servers)
+            if judges is not None:   # an embedded judge model is started like an answering one
+                extra = [m for m in judges.models.values() if m not in models]
+                everyone = _start_builtins(models + extra, run_dir, servers)
+                models = everyone[:len(models)]
+                by_name = {m.name: m for m in everyone}
+                judges = dataclasses.replace(judges, models={n: by_name[n] for n in judges.models})
+            else:
+                models = _start_builtins(models, run_dir, servers)
             total = count_jobs(models, tests, invocation.repeat, skip=skip, only=only, shard=shard)
             left_out = [(m.name, t.id) for m in models for t in tests if not runs_on(m, t)]
             if left_out:
@@ -355,7 +379,7 @@ def _execute(invocation: Invocation, run_id: str, run_dir: Path, journal: Any, m
                      f"{', '.join(names)}: an agent test needs tools, which /completions cannot send")
             progress = Progress(quiet=quiet)
             config = RunConfig(run_id=run_id, concurrency=invocation.concurrency or DEFAULT_CONCURRENCY,
-                               settings=_settings(invocation), max_cost=invocation.max_cost)
+                               settings=_settings(invocation), max_cost=invocation.max_cost, judges=judges)
             runner = Runner(config, journal, writer, on_progress=progress.update)
             jobs = {m.name: (m, iter_jobs(m, tests, invocation.repeat, skip=skip, only=only, shard=shard))
                     for m in models}

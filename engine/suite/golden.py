@@ -53,6 +53,8 @@ def check_goldens(suites: list[Suite], score: Callable[[Test, Answer], Verdict],
         score: The run's scoring function (`engine.evaluators.score`), handed in by the loader.
         conversation: Scores an agent test's golden conversation; None leaves agent goldens unchecked.
 
+    Tests whose tree holds a model-graded evaluator (`judge`) are left out: grading calls a model.
+
     Returns:
         An error per test whose golden does not pass (`Verdict.passed`: the root's own threshold, else the
         test's; `must` gates) or gets an error verdict.
@@ -63,6 +65,10 @@ def check_goldens(suites: list[Suite], score: Callable[[Test, Answer], Verdict],
             if test.golden is None or test.eval is None:
                 continue
             if test.agent is not None and conversation is None:
+                continue
+            if test.evaluator is not None and test.evaluator.is_async:
+                # A model-graded tree (`judge`) cannot grade the golden without calling a model; validate
+                # calls none (checking judges against labels is an opt-in command of its own).
                 continue
             try:
                 if test.agent is not None and conversation is not None:

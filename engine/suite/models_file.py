@@ -16,7 +16,7 @@ from engine.model import ModelConfig
 from engine.redact import looks_like_key
 from engine.suite.schema import validate
 
-__all__ = ["load_models"]
+__all__ = ["load_models", "load_models_file"]
 
 _MODELS_FILE = FileKind("models", "a models file needs `models:` with one entry per model (see models.example.yaml)",
                         "a models file holds a few entries; check that this is the right file")
@@ -31,21 +31,39 @@ def load_models(path: str | Path) -> tuple[dict[str, ModelConfig], list[Diagnost
     Returns:
         (name -> ModelConfig, diagnostics). The mapping is empty when the file has any error.
     """
+    configs, _, diagnostics = load_models_file(path)
+    return configs, diagnostics
+
+
+def load_models_file(path: str | Path) -> tuple[dict[str, ModelConfig], dict[str, Any], list[Diagnostic]]:
+    """Load a models file with its `defaults:` (e.g. `{judge: NAME}`, the default judge model).
+
+    Returns:
+        (name -> ModelConfig, defaults, diagnostics); empty mappings when the file has any error. A
+        `defaults.judge` naming no entry is an error at its line.
+    """
     name = str(path)
     file = Path(path)
     if not file.is_file():
-        return {}, [Diagnostic(name, 0, 0, "no such models file; check the path, "
+        return {}, {}, [Diagnostic(name, 0, 0, "no such models file; check the path, "
                                             "or copy models.example.yaml to start one")]
     loaded = load_yaml_file(file, name, kind=_MODELS_FILE)
     if loaded.diagnostics:
-        return {}, loaded.diagnostics
+        return {}, {}, loaded.diagnostics
     data = loaded.data
     if not isinstance(data, dict):
-        return {}, [Diagnostic(name, 1, 1, "a models file must be a mapping with a `models:` key")]
+        return {}, {}, [Diagnostic(name, 1, 1, "a models file must be a mapping with a `models:` key")]
     problems = validate(data, loaded.positions, name, "models") or _pasted_keys(data, loaded.positions, name)
+    defaults = dict(data.get("defaults") or {})
+    judge = defaults.get("judge")
+    if not problems and judge is not None and judge not in data["models"]:
+        line, col = loaded.positions.of(("defaults", "judge"))
+        problems = [Diagnostic(name, line, col, f"defaults.judge names {judge!r}, which is not under `models:`; "
+                                                f"add it there or name one of: {', '.join(sorted(data['models']))}")]
     if problems:
-        return {}, problems
-    return {model_name: _config(model_name, spec) for model_name, spec in data["models"].items()}, []
+        return {}, {}, problems
+    configs = {model_name: _config(model_name, spec) for model_name, spec in data["models"].items()}
+    return configs, defaults, []
 
 
 def _pasted_keys(data: dict[str, Any], positions: Any, file: str) -> list[Diagnostic]:
@@ -79,6 +97,7 @@ def _config(name: str, spec: dict[str, Any]) -> ModelConfig:
         price_out=_float_or_none(price.get("output")),
         builtin=builtin,
         max_response_mb=float(spec.get("max_response_mb", 32.0)),
+        structured_output=bool(spec.get("structured_output", False)),
     )
 
 

@@ -224,6 +224,9 @@ _MODEL = {
                             "examples": [64]},
         "api": {"enum": ["chat", "completions"], "description": "Which endpoint to call (default chat)."},
         "stream": {"type": "boolean", "description": "Stream the answer with server-sent events (default true)."},
+        "structured_output": {"type": "boolean", "description": "The server accepts `response_format` with a "
+                              "`json_schema`: judge calls to this model send their reply schema that way "
+                              "(default false: a strict parse and one re-ask)."},
         "params": {"type": "object", "description": "Extra request fields passed through (seed, top_p, ...).",
                    # Open on purpose (anything else passes through to the server); the fields the
                    # engine itself reads and stores are bounded.
@@ -245,7 +248,12 @@ MODELS_SCHEMA: dict[str, Any] = {
     "type": "object", "additionalProperties": False, "required": ["models"],
     "properties": {"models": {"type": "object", "minProperties": 1, "description": "Model name -> settings.",
                               "propertyNames": {"pattern": NAME_PATTERN},
-                              "additionalProperties": {"$ref": "#/$defs/model"}}},
+                              "additionalProperties": {"$ref": "#/$defs/model"}},
+                   "defaults": {"type": "object", "title": "models defaults", "additionalProperties": False,
+                                "description": "Defaults for the suites run with this file.",
+                                "properties": {"judge": {"type": "string", "pattern": NAME_PATTERN,
+                                                         "description": "The model `judge` evaluators use when "
+                                                                        "they name none."}}}},
     "$defs": {"model": _MODEL},
 }
 

@@ -1,0 +1,182 @@
+"""The run's `JudgeCaller`: judge calls through the run's client, retries, the judge model's own concurrency
+cap, the run's global cap, the `--max-cost` budget and the judge cache.
+
+    judge scorer ──awaits──► ModelJudgeCaller.judge ──► JudgeCache (hit: no call)
+                                                   └──► judge slot ─► global slot ─► OpenAIClient.call
+
+Without a client (`engine rescore`) it answers from the cache only; a miss is a failed call that says how
+to pay for it. The evaluators package only knows the `JudgeCaller` protocol (engine.evaluators.base).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterable, Mapping
+from contextlib import AsyncExitStack
+from dataclasses import dataclass
+from typing import Any
+
+from engine.client.judge_cache import JudgeCache, cache_key
+from engine.client.openai import OpenAIClient, endpoint_url
+from engine.errors import UsageError
+from engine.evaluators.base import JudgeReply
+from engine.model import ModelConfig, Test
+
+__all__ = ["JudgeModels", "ModelJudgeCaller", "judge_model_names", "price", "resolve_judges"]
+
+
+@dataclass(frozen=True)
+class JudgeModels:
+    """The judge models a run may call, resolved from the models file before any call is paid.
+
+    Args:
+        models: name -> config of every judge model the suites name (the default included).
+        default: The models file's `defaults.judge`, or None.
+    """
+
+    models: Mapping[str, ModelConfig]
+    default: str | None = None
+
+    def resolve(self, name: str | None) -> ModelConfig | None:
+        """The config of judge `name` (None: the default), or None when it is unknown."""
+        key = name if name is not None else self.default
+        return None if key is None else self.models.get(key)
+
+
+def judge_model_names(tests: Iterable[Test]) -> dict[str | None, str]:
+    """The judge models the tests' `judge` evaluators name (None: the default judge) -> where one is used."""
+    named: dict[str | None, str] = {}
+    for test in tests:
+        if test.evaluator is None:
+            continue
+        for _, node in test.evaluator.walk():
+            if node.kind == "judge" and node.scorer is not None:
+                named.setdefault(getattr(node.scorer, "judge_model", None), f"{test.file}:{test.line} ({test.id})")
+    return named
+
+
+def resolve_judges(tests: Iterable[Test], configs: Mapping[str, ModelConfig], default: str | None,
+                   where: str) -> JudgeModels | None:
+    """The judge models the tests name, checked against the models file (before any call is paid).
+
+    Args:
+        tests: The tests to run or rescore.
+        configs: Every entry of the models file.
+        default: The file's `defaults.judge`, or None.
+        where: The models file's name, for messages.
+
+    Returns:
+        The resolved judges, or None when no test has a judge.
+
+    Raises:
+        UsageError: a judge names a model the file lacks (or none, with no default), or a completions model.
+    """
+    named = judge_model_names(tests)
+    if not named:
+        return None
+    models: dict[str, ModelConfig] = {}
+    for name, site in named.items():
+        if name is None and default is None:
+            raise UsageError(f"the judge evaluator of {site} names no model and {where} has no default judge; "
+                             f"add `model: NAME` to the judge, or `defaults: {{judge: NAME}}` to the models file")
+        key = name if name is not None else default
+        assert key is not None
+        if key not in configs:
+            raise UsageError(f"the judge evaluator of {site} names model {key!r}, which is not in {where}; "
+                             f"add it under `models:` there, or name one of: {', '.join(sorted(configs))}")
+        if configs[key].api != "chat":
+            raise UsageError(f"judge model {key!r} uses the {configs[key].api} API; a judge needs `api: chat` "
+                             f"(its prompt is a chat message)")
+        models[key] = configs[key]
+    return JudgeModels(models=models, default=default)
+
+
+def price(model: ModelConfig, prompt_tokens: int | None, completion_tokens: int | None) -> float | None:
+    """The priced cost of one call, as the results' `cost` column counts it (None when unpriced/unknown)."""
+    if model.price_in is None and model.price_out is None:
+        return None
+    if prompt_tokens is None or completion_tokens is None:
+        return None
+    return (prompt_tokens * (model.price_in or 0.0) + completion_tokens * (model.price_out or 0.0)) / 1e6
+
+
+def request_body(model: ModelConfig, messages: list[dict[str, Any]], schema: Mapping[str, Any],
+                 temperature: float, max_tokens: int) -> dict[str, Any]:
+    """The judge request: the model's params, then the judge's own settings (never streamed: one JSON reply)."""
+    body: dict[str, Any] = {"model": model.model, "messages": messages, **model.params,
+                            "temperature": temperature, "max_tokens": max_tokens, "stream": False}
+    if model.structured_output:
+        body["response_format"] = {"type": "json_schema",
+                                   "json_schema": {"name": "judgement", "strict": True, "schema": dict(schema)}}
+    return body
+
+
+class ModelJudgeCaller:
+    """Judge calls for one run (or one rescore, without a client).
+
+    Args:
+        judges: The resolved judge models.
+        cache: The judge cache.
+        client: The run's client, or None to answer from the cache only.
+        global_slots: The run's global cap on calls in flight, or None.
+        on_cost: Called with each paid call's cost (the `--max-cost` budget).
+        in_flight: Called with +1/-1 around each call (the progress display).
+        miss_hint: What a cache miss says when there is no client.
+    """
+
+    def __init__(self, judges: JudgeModels, cache: JudgeCache, client: OpenAIClient | None = None, *,
+                 global_slots: asyncio.Semaphore | None = None, on_cost: Callable[[float], None] | None = None,
+                 in_flight: Callable[[int], None] | None = None,
+                 miss_hint: str = "run `engine run` again to pay for it") -> None:
+        self._judges = judges
+        self._cache = cache
+        self._client = client
+        self._global = global_slots
+        self._on_cost = on_cost
+        self._in_flight = in_flight
+        self._miss_hint = miss_hint
+        self._slots: dict[str, asyncio.Semaphore] = {}
+        self.calls = 0   # paid calls (the tests count them at the server too)
+
+    async def judge(self, model: str | None, messages: list[dict[str, Any]], *, schema: Mapping[str, Any],
+                    temperature: float, max_tokens: int, sample: int) -> JudgeReply:
+        """Ask the judge; a failed call is a reply with `error` set, never an exception."""
+        config = self._judges.resolve(model)
+        if config is None:
+            which = f"judge model {model!r}" if model else "the default judge (`defaults.judge`)"
+            return JudgeReply("", error=f"{which} is not in the models file; add it under `models:`")
+        body = request_body(config, messages, schema, temperature, max_tokens)
+        key = cache_key(config, body, sample)
+        hit = self._cache.get(key)
+        if hit is not None:
+            return JudgeReply(hit[0], prompt_tokens=hit[1], completion_tokens=hit[2], cached=True)
+        if self._client is None:
+            return JudgeReply("", error=f"judge {config.name}: this judgement is not in the judge cache "
+                                        f"({self._cache.path}) and nothing is called here; {self._miss_hint}")
+        from engine.client.openai import PreparedRequest
+
+        request = PreparedRequest(endpoint_url(config), body, False, temperature, max_tokens, None)
+        slot = self._slots.get(config.name)
+        if slot is None:
+            slot = self._slots[config.name] = asyncio.Semaphore(max(1, config.concurrency))
+        async with AsyncExitStack() as held:
+            await held.enter_async_context(slot)
+            if self._global is not None:
+                await held.enter_async_context(self._global)
+            if self._in_flight is not None:
+                self._in_flight(1)
+            try:
+                result = await self._client.call(config, request)
+            finally:
+                if self._in_flight is not None:
+                    self._in_flight(-1)
+        self.calls += 1
+        cost = price(config, result.prompt_tokens, result.completion_tokens)
+        if cost is not None and self._on_cost is not None:
+            self._on_cost(cost)
+        if result.error is not None:
+            return JudgeReply("", error=f"{config.name}: {result.error}", prompt_tokens=result.prompt_tokens,
+                              completion_tokens=result.completion_tokens, cost=cost)
+        self._cache.put(key, result.text, result.prompt_tokens, result.completion_tokens)
+        return JudgeReply(result.text, prompt_tokens=result.prompt_tokens,
+                          completion_tokens=result.completion_tokens, cost=cost)

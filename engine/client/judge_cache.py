@@ -1,0 +1,100 @@
+"""The judge cache: one SQLite file of judge replies, so a re-run or `engine rescore` never pays twice.
+
+Key: sha256 of (the judge model's identity - base_url, api, model id, params - and the full request body,
+sample index included). The key holds no API key (the config names an environment variable; its value is
+never read here). Where: `$ENGINE_JUDGE_CACHE` when set, else `$XDG_CACHE_HOME/llm-eval-engine/judge/
+judge.sqlite` (default `~/.cache/...`). One user-wide file rather than one per run folder: a re-run goes to
+a new run folder, and rescore writes a new folder too, so a per-run cache would be found by neither.
+
+Only successful replies are stored (a failed call is retried next time). Writes commit at once (WAL), so a
+killed run keeps what it paid for. A cache that cannot be opened or written is not a reason to lose the run:
+`get` then misses and `put` is skipped, and `problem` says why.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sqlite3
+import threading
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from engine.model import ModelConfig
+
+__all__ = ["JudgeCache", "cache_key", "default_path"]
+
+ENV = "ENGINE_JUDGE_CACHE"
+
+
+def default_path() -> Path:
+    """`$ENGINE_JUDGE_CACHE`, else the user's cache folder."""
+    explicit = os.environ.get(ENV)
+    if explicit:
+        return Path(explicit)
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "llm-eval-engine" / "judge" / "judge.sqlite"
+
+
+def cache_key(model: ModelConfig, body: Mapping[str, Any], sample: int) -> str:
+    """The key of one judgement: the judge model's identity and the full request body."""
+    identity = {"base_url": model.base_url, "api": model.api, "model": model.model, "params": dict(model.params),
+                "body": body, "sample": sample}
+    text = json.dumps(identity, sort_keys=True, ensure_ascii=False, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+class JudgeCache:
+    """Judge replies on disk, by `cache_key`.
+
+    Args:
+        path: The SQLite file (its folder is created).
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.problem: str | None = None
+        self._lock = threading.Lock()
+        self._db: sqlite3.Connection | None = None
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            db = sqlite3.connect(path, check_same_thread=False, timeout=30)
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("CREATE TABLE IF NOT EXISTS judge (key TEXT PRIMARY KEY, text TEXT NOT NULL, "
+                       "prompt_tokens INTEGER, completion_tokens INTEGER)")
+            db.commit()
+            self._db = db
+        except (OSError, sqlite3.Error) as exc:
+            self.problem = f"the judge cache {path} could not be opened ({exc}); judgements are not cached"
+
+    def get(self, key: str) -> tuple[str, int | None, int | None] | None:
+        """(text, prompt_tokens, completion_tokens) of a stored reply, or None."""
+        if self._db is None:
+            return None
+        with self._lock:
+            try:
+                row = self._db.execute("SELECT text, prompt_tokens, completion_tokens FROM judge WHERE key = ?",
+                                       (key,)).fetchone()
+            except sqlite3.Error:
+                return None
+        return None if row is None else (str(row[0]), row[1], row[2])
+
+    def put(self, key: str, text: str, prompt_tokens: int | None, completion_tokens: int | None) -> None:
+        """Store one reply (committed at once)."""
+        if self._db is None:
+            return
+        with self._lock:
+            try:
+                self._db.execute("INSERT OR REPLACE INTO judge VALUES (?, ?, ?, ?)",
+                                 (key, text, prompt_tokens, completion_tokens))
+                self._db.commit()
+            except sqlite3.Error as exc:
+                self.problem = f"the judge cache {self.path} could not be written ({exc})"
+
+    def close(self) -> None:
+        """Close the file."""
+        if self._db is not None:
+            self._db.close()
+            self._db = None

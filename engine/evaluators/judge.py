@@ -1,0 +1,311 @@
+"""`judge`: a model grades the answer against a rubric (model-graded evaluation).
+
+    eval:
+      judge:
+        rubric: The answer explains the refund policy correctly and politely.
+        model: grader          # a models.yaml entry; default: the models file's `defaults.judge`
+        scale: pass_fail       # or "1-5", "0-10", or [{label: good, score: 1}, {label: bad, score: 0}]
+        reference: "{{ golden }}"
+        samples: 3
+
+The rubric and the reference are rendered with the test's variables when the suite loads (like every
+evaluator value); the answer and the prompt enter only the judge prompt (`JUDGE_PROMPT`, shipped here and
+quoted verbatim in docs/evaluators.md). The scorer awaits `ctx.caller` (a `JudgeCaller`, provided by the run
+layer over the run's client, caps, retries, budget and judge cache); it never imports the client.
+
+A reply must be one JSON object `{"reasoning": str, "grade": ...}`. A reply that does not parse is re-asked
+once (the bad reply and what was wrong are sent back); a second bad reply, or a failed call, is an *error*
+verdict. With `samples: n` the judge is asked n times: the majority grade wins for pass_fail and labels
+(a tie goes to the lowest-scoring grade among the tied: a judge that cannot decide does not pass the
+answer), the mean score for numeric scales; the spread is in the verdict's details.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import statistics
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from engine.base.render import render
+from engine.errors import EvaluatorConfigError
+from engine.evaluators.base import JudgeReply, Kind, ScoringContext
+from engine.model import Answer, Verdict
+
+__all__ = ["JUDGE", "JUDGE_PROMPT", "Scale", "parse_grade", "parse_scale"]
+
+KIND = "judge"
+DEFAULT_MAX_TOKENS = 512
+
+#: The judge prompt (a Jinja template). Variables: rubric, prompt, answer, reference (or none), scale_text.
+JUDGE_PROMPT = """\
+You are grading an answer given by an AI assistant. Follow the rubric exactly; do not grade anything else.
+
+[Question]
+{{ prompt }}
+
+[Answer to grade]
+{{ answer }}
+{% if reference %}
+[Reference answer]
+{{ reference }}
+{% endif %}
+[Rubric]
+{{ rubric }}
+
+{{ scale_text }}
+
+Reply with one JSON object and nothing else:
+{"reasoning": "<one to three sentences>", "grade": <your grade>}"""
+
+REASK = ("Your reply could not be read: {problem}. Reply again with one JSON object and nothing else: "
+         '{{"reasoning": "<one to three sentences>", "grade": <your grade>}}; {scale_text}')
+
+_FENCE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.DOTALL)
+
+
+@dataclass(frozen=True, slots=True)
+class Scale:
+    """A grading scale: the grades the judge may give and the score in [0, 1] each maps to.
+
+    Args:
+        name: "pass_fail", "1-5", "0-10" or "labels".
+        grades: grade -> score; numeric grades are ints.
+        numeric: Samples are averaged (numeric scales) rather than voted (pass_fail, labels).
+    """
+
+    name: str
+    grades: Mapping[Any, float]
+    numeric: bool
+
+    def text(self) -> str:
+        """The sentence telling the judge which grades it may give."""
+        if self.name == "pass_fail":
+            return 'The grade is "pass" when the answer meets the rubric, else "fail".'
+        if self.numeric:
+            low, high = min(self.grades), max(self.grades)
+            return f"The grade is a whole number from {low} (worst) to {high} (best)."
+        return "The grade is one of: " + ", ".join(json.dumps(g) for g in self.grades) + "."
+
+    def json_schema(self) -> dict[str, Any]:
+        """The reply's JSON Schema (sent as `response_format` where the judge model allows it)."""
+        if self.numeric:
+            grade: dict[str, Any] = {"type": "integer", "minimum": min(self.grades), "maximum": max(self.grades)}
+        else:
+            grade = {"type": "string", "enum": list(self.grades)}
+        return {"type": "object", "additionalProperties": False, "required": ["reasoning", "grade"],
+                "properties": {"reasoning": {"type": "string"}, "grade": grade}}
+
+
+def parse_scale(value: Any) -> Scale:
+    """The `scale:` option as a Scale.
+
+    Raises:
+        EvaluatorConfigError: anything but pass_fail, 1-5, 0-10 or a non-empty list of {label, score}.
+    """
+    if value is None or value == "pass_fail":
+        return Scale("pass_fail", {"pass": 1.0, "fail": 0.0}, numeric=False)
+    if value == "1-5":
+        return Scale("1-5", {g: (g - 1) / 4 for g in range(1, 6)}, numeric=True)
+    if value == "0-10":
+        return Scale("0-10", {g: g / 10 for g in range(11)}, numeric=True)
+    if isinstance(value, (list, tuple)) and value:
+        grades: dict[Any, float] = {}
+        for item in value:
+            if not (isinstance(item, Mapping) and isinstance(item.get("label"), str)
+                    and isinstance(item.get("score"), (int, float)) and 0 <= item["score"] <= 1):
+                raise EvaluatorConfigError("judge: each scale label is {label: TEXT, score: 0..1}, got "
+                                           f"{item!r}", kind=KIND, option="scale")
+            grades[item["label"]] = float(item["score"])
+        return Scale("labels", grades, numeric=False)
+    raise EvaluatorConfigError(f"judge: scale must be pass_fail, 1-5, 0-10 or a list of {{label, score}}, got "
+                               f"{value!r}", kind=KIND, option="scale")
+
+
+def parse_grade(text: str, scale: Scale) -> tuple[Any, str] | str:
+    """(grade, reasoning) from a judge reply, or the problem with it (a string) when it does not fit."""
+    raw = text.strip()
+    fenced = _FENCE.match(raw)
+    if fenced:
+        raw = fenced.group(1)
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        return "it is not a JSON object"
+    if not isinstance(data, dict) or "grade" not in data:
+        return 'it has no "grade"'
+    grade = data["grade"]
+    if scale.numeric and isinstance(grade, str) and grade.strip().isdigit():
+        grade = int(grade.strip())
+    if isinstance(grade, float) and grade.is_integer():
+        grade = int(grade)
+    if isinstance(grade, bool) or grade not in scale.grades:
+        return f"the grade {json.dumps(grade)} is not one of the scale's grades"
+    reasoning = data.get("reasoning")
+    return grade, reasoning.strip() if isinstance(reasoning, str) else ""
+
+
+def _prompt_text(ctx: ScoringContext) -> str:
+    """The question the answer replies to: the test's last user message, else its prompt."""
+    for message in reversed(ctx.test.messages):
+        if message.get("role") == "user":
+            content = message.get("content")
+            return content if isinstance(content, str) else json.dumps(content, ensure_ascii=False)
+    return ctx.test.prompt
+
+
+def _build(value: Any, options: Mapping[str, Any]) -> Any:
+    if isinstance(value, str):
+        value = {"rubric": value}
+    if not isinstance(value, Mapping) or not isinstance(value.get("rubric"), str) or not value["rubric"].strip():
+        raise EvaluatorConfigError("judge: needs a `rubric:` (the text the answer is graded against)", kind=KIND,
+                                   option="rubric")
+    rubric: str = value["rubric"]
+    model = value.get("model")
+    if model is not None and not isinstance(model, str):
+        raise EvaluatorConfigError("judge: model must be the name of a models.yaml entry", kind=KIND, option="model")
+    scale = parse_scale(value.get("scale"))
+    reference = value.get("reference")
+    reference_text = None if reference in (None, "") else (
+        reference if isinstance(reference, str) else json.dumps(reference, ensure_ascii=False, default=str))
+    samples = value.get("samples", 1)
+    if not isinstance(samples, int) or isinstance(samples, bool) or not 1 <= samples <= 25:
+        raise EvaluatorConfigError(f"judge: samples must be a whole number from 1 to 25, got {samples!r}",
+                                   kind=KIND, option="samples")
+    temperature = float(value.get("temperature", 0.0))
+    max_tokens = int(value.get("max_tokens", DEFAULT_MAX_TOKENS))
+    schema = scale.json_schema()
+    scale_text = scale.text()
+
+    async def judge(answer: Answer, ctx: ScoringContext) -> Verdict:
+        if ctx.caller is None:
+            return _error("judge: no model caller here (this context calls no model: validate's golden check "
+                          "does not run judges)", model, {})
+        prompt = render(JUDGE_PROMPT, {"rubric": rubric, "prompt": _prompt_text(ctx), "answer": answer.text,
+                                       "reference": reference_text, "scale_text": scale_text})
+        tally = _Tally()
+        grades: list[Any] = []
+        reasons: list[str] = []
+        for sample in range(samples):
+            outcome = await _ask(ctx, model, prompt, schema, scale, scale_text, temperature, max_tokens, sample,
+                                 tally)
+            if isinstance(outcome, str):
+                return _error(outcome, model, tally.details(grades))
+            grades.append(outcome[0])
+            reasons.append(outcome[1])
+        return _verdict(scale, grades, reasons, model, tally)
+
+    judge.judge_model = model  # type: ignore[attr-defined]  # read by the run layer to resolve the model early
+    return judge
+
+
+async def _ask(ctx: ScoringContext, model: str | None, prompt: str, schema: dict[str, Any], scale: Scale,
+               scale_text: str, temperature: float, max_tokens: int, sample: int,
+               tally: _Tally) -> tuple[Any, str] | str:
+    """One sample: ask, re-ask once when the reply does not parse; (grade, reasoning) or the error text."""
+    messages: list[dict[str, Any]] = [{"role": "user", "content": prompt}]
+    for attempt in range(2):
+        reply: JudgeReply = await ctx.caller.judge(model, messages, schema=schema, temperature=temperature,
+                                                   max_tokens=max_tokens, sample=sample)
+        tally.add(reply)
+        if reply.error is not None:
+            return f"judge call failed: {reply.error}"
+        parsed = parse_grade(reply.text, scale)
+        if not isinstance(parsed, str):
+            return parsed
+        if attempt == 1:
+            return f"judge reply unreadable twice ({parsed}): {reply.text[:200]!r}"
+        messages = [*messages, {"role": "assistant", "content": reply.text},
+                    {"role": "user", "content": REASK.format(problem=parsed, scale_text=scale_text)}]
+    raise AssertionError("unreachable")
+
+
+class _Tally:
+    """Calls, cache hits, tokens and cost of one judge node's calls (paid calls only; a cache hit costs 0)."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.cached = 0
+        self.prompt_tokens: int | None = None      # None until a server reports some: never a made-up 0
+        self.completion_tokens: int | None = None
+        self.cost: float | None = None
+
+    def add(self, reply: JudgeReply) -> None:
+        if reply.cached:
+            self.cached += 1
+            return
+        self.calls += 1
+        if reply.prompt_tokens is not None:
+            self.prompt_tokens = (self.prompt_tokens or 0) + reply.prompt_tokens
+        if reply.completion_tokens is not None:
+            self.completion_tokens = (self.completion_tokens or 0) + reply.completion_tokens
+        if reply.cost is not None:
+            self.cost = (self.cost or 0.0) + reply.cost
+
+    def details(self, grades: Sequence[Any]) -> dict[str, Any]:
+        return {"judge_calls": self.calls, "judge_cached": self.cached, "judge_prompt_tokens": self.prompt_tokens,
+                "judge_completion_tokens": self.completion_tokens, "judge_cost": self.cost, "grades": list(grades)}
+
+
+def _error(reason: str, model: str | None, details: dict[str, Any]) -> Verdict:
+    return Verdict(score=0.0, passed=False, reason=reason, kind=KIND, error=True,
+                   details={"judge_model": model, **details})
+
+
+def _verdict(scale: Scale, grades: list[Any], reasons: list[str], model: str | None, tally: _Tally) -> Verdict:
+    details: dict[str, Any] = {"judge_model": model, **tally.details(grades)}
+    scores = [scale.grades[g] for g in grades]
+    if scale.numeric:
+        score = statistics.fmean(scores)
+        chosen = min(range(len(scores)), key=lambda i: abs(scores[i] - score))   # the reasoning closest to the mean
+        if len(scores) > 1:
+            details["spread"] = {"min": min(scores), "max": max(scores), "stdev": statistics.pstdev(scores)}
+        grade_text = f"{statistics.fmean(grades):g}" if len(grades) > 1 else str(grades[0])
+    else:
+        counts = Counter(grades)
+        top = max(counts.values())
+        winner = min((g for g, c in counts.items() if c == top), key=lambda g: scale.grades[g])
+        score = scale.grades[winner]
+        chosen = grades.index(winner)
+        if len(grades) > 1:
+            details["spread"] = {"agreement": top / len(grades), "counts": dict(counts)}
+        grade_text = str(winner)
+    score = min(1.0, max(0.0, score))
+    reason = f"judge grade {grade_text}" + (f" ({len(grades)} samples)" if len(grades) > 1 else "")
+    if reasons[chosen]:
+        reason += f": {reasons[chosen]}"
+    return Verdict(score=score, passed=score >= 1.0, reason=reason[:1000], kind=KIND, details=details)
+
+
+_LABELS = {"type": "array", "minItems": 1, "items": {
+    "type": "object", "additionalProperties": False, "required": ["label", "score"],
+    "properties": {"label": {"type": "string", "minLength": 1, "description": "The grade the judge may give."},
+                   "score": {"type": "number", "minimum": 0, "maximum": 1,
+                             "description": "The score (0..1) that grade maps to."}}}}
+
+JUDGE = Kind(
+    description="A model grades the answer against a rubric (see docs/evaluators.md for the exact judge prompt).",
+    value={"oneOf": [
+        {"type": "string", "minLength": 1, "description": "The rubric, graded pass/fail by the default judge."},
+        {"type": "object", "additionalProperties": False, "required": ["rubric"], "properties": {
+            "rubric": {"type": "string", "minLength": 1,
+                       "description": "What the answer must do (a template over the test's variables)."},
+            "model": {"type": "string", "description": "A models file entry (default: its `defaults.judge`)."},
+            "scale": {"description": "pass_fail (default), 1-5, 0-10, or a list of {label, score}.",
+                      "oneOf": [{"enum": ["pass_fail", "1-5", "0-10"]}, _LABELS]},
+            "reference": {"description": "Optional reference to grade against, e.g. \"{{ golden }}\"."},
+            "samples": {"type": "integer", "minimum": 1, "maximum": 25,
+                        "description": "Ask n times: majority (pass_fail, labels) or mean (numeric)."},
+            "temperature": {"type": "number", "minimum": 0, "maximum": 2,
+                            "description": "The judge's temperature (default 0)."},
+            "max_tokens": {"type": "integer", "minimum": 16, "maximum": 8192,
+                           "description": f"The judge reply's max tokens (default {DEFAULT_MAX_TOKENS})."},
+        }},
+    ]},
+    examples=({"judge": {"rubric": "The answer mentions the 30-day limit politely.", "model": "grader",
+                         "scale": "pass_fail", "reference": "{{ golden }}"}},),
+    build=_build,
+)
