@@ -257,3 +257,12 @@ class ModelConfig:
     builtin: str | None = None
     max_response_mb: float = 32.0
     structured_output: bool = False
+
+
+def cost_of(model: ModelConfig, prompt_tokens: int | None, completion_tokens: int | None) -> float | None:
+    """Priced spend of one call in the price's currency; None when unpriced or tokens unknown."""
+    if model.price_in is None and model.price_out is None:
+        return None
+    if prompt_tokens is None or completion_tokens is None:
+        return None
+    return (prompt_tokens * (model.price_in or 0.0) + completion_tokens * (model.price_out or 0.0)) / 1e6

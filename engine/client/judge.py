@@ -20,9 +20,9 @@ from engine.client.judge_cache import JudgeCache, cache_key
 from engine.client.openai import OpenAIClient, endpoint_url
 from engine.errors import UsageError
 from engine.evaluators.base import JudgeReply
-from engine.model import ModelConfig, Test
+from engine.model import ModelConfig, Test, cost_of
 
-__all__ = ["JudgeModels", "ModelJudgeCaller", "judge_model_names", "price", "resolve_judges"]
+__all__ = ["JudgeModels", "ModelJudgeCaller", "judge_model_names", "resolve_judges"]
 
 
 @dataclass(frozen=True)
@@ -89,15 +89,6 @@ def resolve_judges(tests: Iterable[Test], configs: Mapping[str, ModelConfig], de
                              f"(its prompt is a chat message)")
         models[key] = configs[key]
     return JudgeModels(models=models, default=default)
-
-
-def price(model: ModelConfig, prompt_tokens: int | None, completion_tokens: int | None) -> float | None:
-    """The priced cost of one call, as the results' `cost` column counts it (None when unpriced/unknown)."""
-    if model.price_in is None and model.price_out is None:
-        return None
-    if prompt_tokens is None or completion_tokens is None:
-        return None
-    return (prompt_tokens * (model.price_in or 0.0) + completion_tokens * (model.price_out or 0.0)) / 1e6
 
 
 def request_body(model: ModelConfig, messages: list[dict[str, Any]], schema: Mapping[str, Any],
@@ -171,7 +162,7 @@ class ModelJudgeCaller:
                 if self._in_flight is not None:
                     self._in_flight(-1)
         self.calls += 1
-        cost = price(config, result.prompt_tokens, result.completion_tokens)
+        cost = cost_of(config, result.prompt_tokens, result.completion_tokens)
         if cost is not None and self._on_cost is not None:
             self._on_cost(cost)
         if result.error is not None:

@@ -12,7 +12,7 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from engine.model import ModelConfig, Test, Verdict
+from engine.model import ModelConfig, Test, Verdict, cost_of
 from engine.results.schema import SCHEMA_VERSION
 
 if TYPE_CHECKING:
@@ -60,15 +60,6 @@ def is_fallback(asked: str, served: str | None) -> bool | None:
     if s == a or s.endswith("/" + a) or a.endswith("/" + s):
         return False
     return not (s.startswith(a) and _DATE_SUFFIX.fullmatch(s[len(a):]) is not None)
-
-
-def cost_of(model: ModelConfig, prompt_tokens: int | None, completion_tokens: int | None) -> float | None:
-    """Priced spend of one call in the price's currency; None when unpriced or tokens unknown."""
-    if model.price_in is None and model.price_out is None:
-        return None
-    if prompt_tokens is None or completion_tokens is None:
-        return None
-    return (prompt_tokens * (model.price_in or 0.0) + completion_tokens * (model.price_out or 0.0)) / 1e6
 
 
 def evaluator_nodes(verdict: Verdict) -> tuple[list[dict[str, Any]], str | None]:

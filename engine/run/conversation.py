@@ -32,8 +32,8 @@ from engine.errors import ClientError, ConfigError
 from engine.evaluators import score_async
 from engine.evaluators.scoring import context
 from engine.local.registry import GOLDEN
-from engine.model import Answer, ModelConfig, Test, Verdict
-from engine.results.rows import build_agent_row, cost_of
+from engine.model import Answer, ModelConfig, Test, Verdict, cost_of
+from engine.results.rows import build_agent_row
 
 __all__ = ["golden_reply", "run_agent_job"]
 
