@@ -8,13 +8,24 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from engine.cli.app import app, import_app  # noqa: F401
 
+if TYPE_CHECKING:
+    from engine.model import Test, Verdict
+
 EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE = 0, 1, 2
+
+
+def _score_golden_conversation(test: Test) -> Verdict:
+    """engine.agent's golden replay, imported on first use: it pulls in the HTTP client, which `engine validate`
+    of a suite without agent tests need not load (about 0.4 s of imports)."""
+    from engine.agent.golden import score_golden_conversation
+
+    return score_golden_conversation(test)
 
 
 def _print_diagnostics(diagnostics: list, files_checked: int, tests: int) -> int:
@@ -43,7 +54,6 @@ def validate(
 ) -> None:
     """Check suites before any model is called: YAML, schema, references, templates, goldens."""
     from engine._gc import tuned_gc
-    from engine.agent.golden import score_golden_conversation
     from engine.suite import load_models, load_suites
     from engine.suite.loader import expand_paths
 
@@ -55,7 +65,7 @@ def validate(
     files, _ = expand_paths(list(paths))
     with tuned_gc(collect=False):
         suites, diagnostics = load_suites(list(paths), golden_check=not no_golden_check,
-                                          conversation_check=score_golden_conversation)
+                                          conversation_check=_score_golden_conversation)
     checked = len(files)
     if models:
         _, model_problems = load_models(models)
