@@ -27,6 +27,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, Protocol
 
+from engine.agent.context import ContextBudget
 from engine.agent.tools import Tool, ToolAnswer, error_text
 from engine.agent.transcript import CallKind, LedgerEntry, Message, Outcome, ToolEvent, ToolStatus, Transcript
 from engine.errors import ClientError
@@ -78,7 +79,8 @@ ModelCaller = Callable[[list[dict[str, Any]]], Awaitable[ModelReply]]
 async def run_conversation(call_model: ModelCaller, messages: Sequence[Mapping[str, Any]],
                            tools: Mapping[str, Tool], settings: AgentSettings | None = None, *,
                            state: Mapping[str, Any] | None = None, asked_model: str | None = None,
-                           clock: Callable[[], float] = time.perf_counter) -> Transcript:
+                           clock: Callable[[], float] = time.perf_counter,
+                           budget: ContextBudget | None = None) -> Transcript:
     """Run one conversation to its end.
 
     Args:
@@ -89,11 +91,14 @@ async def run_conversation(call_model: ModelCaller, messages: Sequence[Mapping[s
         state: The state variables at the start (`set:` rules change them).
         asked_model: The model id asked for, to tell a fallback in the ledger (None: fallback unknown).
         clock: Monotonic seconds (injected so tests can read the recorded times).
+        budget: The model's context budget: each request is fitted by it (`engine.agent.context`); None sends all.
 
     Returns:
         The transcript; its `outcome` says how the conversation ended.
     """
     settings = settings or AgentSettings()
+    if budget is not None:
+        call_model = budget.guard(call_model)
     origin = clock()
     wire = [dict(m) for m in messages]
     history = [Message(role=str(m.get("role")), content=_text(m.get("content"))) for m in messages]

@@ -22,6 +22,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from engine.agent.context import budget_for, trim_counts
 from engine.agent.golden import GoldenCaller
 from engine.agent.loop import run_conversation
 from engine.agent.openai_caller import OpenAICaller
@@ -100,8 +101,9 @@ async def run_agent_job(*, client: OpenAIClient, model: ModelConfig, test: Test,
         except ConfigError as exc:
             inner = _failing(ClientError(str(exc), kind="config"))
     recorder = _Recorder(inner, model, on_cost, in_flight)
+    budget = budget_for(model.context_tokens, request.max_tokens, test.tools)
     transcript = await run_conversation(recorder, test.messages, test.agent_tools, test.agent,
-                                        state=test.initial_state, asked_model=model.model)
+                                        state=test.initial_state, asked_model=model.model, budget=budget)
     if isinstance(inner, OpenAICaller) and inner.last_request is not None:
         request = inner.last_request
     verdict, evaluator_error = None, None
@@ -109,7 +111,8 @@ async def run_agent_job(*, client: OpenAIClient, model: ModelConfig, test: Test,
         verdict, evaluator_error = await _score(test, transcript, score_blocking, caller)
     return build_agent_row(run_id=run_id, model=model, test=test, attempt=attempt, request=request,
                            transcript=transcript, replies=recorder.replies, verdict=verdict,
-                           evaluator_error=evaluator_error, started_us=started_us, ended_us=time.time_ns() // 1000)
+                           evaluator_error=evaluator_error, started_us=started_us, ended_us=time.time_ns() // 1000,
+                           trims=trim_counts(budget))
 
 
 async def _score(test: Test, transcript: Transcript, score_blocking: Callable[..., Any], caller: Any = None
