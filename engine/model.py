@@ -240,6 +240,10 @@ class ModelConfig:
         max_response_mb: The most bytes one reply may take (MiB); a larger one is an error row.
         structured_output: The server accepts `response_format: {type: json_schema}`: judge calls to
             this model send their reply schema that way (default off: a strict parse and one re-ask).
+        context_tokens: The model's context in tokens (prompt and reply), or None: agent conversations that
+            outgrow it are trimmed (`engine.agent.context`).
+        base_urls: Replicas serving this model (`base_urls:` in models.yaml); calls spread over them
+            (`engine.client.replicas`) and `base_url` is the first. Empty for a single endpoint.
     """
 
     name: str
@@ -257,6 +261,8 @@ class ModelConfig:
     builtin: str | None = None
     max_response_mb: float = 32.0
     structured_output: bool = False
+    context_tokens: int | None = None
+    base_urls: tuple[str, ...] = ()
 
 
 def cost_of(model: ModelConfig, prompt_tokens: int | None, completion_tokens: int | None) -> float | None:

@@ -171,6 +171,6 @@ def read_table(
     except (OSError, pa.ArrowException) as exc:
         raise ResultsError(f"{files[0].parent}: cannot read the results ({exc})") from exc
     for field in SCHEMA:
-        if field.name in wanted and field.name not in table.column_names:
+        if (columns is None or field.name in wanted) and field.name not in table.column_names:
             table = table.append_column(field.name, pa.nulls(table.num_rows, field.type))
     return table

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from engine.base.jsontext import dumps_ascii
 from engine.client import retry
 from engine.client.deadline import Deadlines, TaskDeadline
+from engine.client.replicas import ReplicaSet
 from engine.client.response import (
     CallResult,
     ToolCallAccumulator,
@@ -72,9 +73,14 @@ class PreparedRequest:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def endpoint_url(model: ModelConfig) -> str:
-    """The full URL of the model's endpoint (`.../v1/chat/completions` or `.../v1/completions`)."""
-    base = (model.base_url or "").rstrip("/")
+def endpoint_url(model: ModelConfig, base_url: str | None = None) -> str:
+    """The full URL of the model's endpoint (`.../v1/chat/completions` or `.../v1/completions`).
+
+    Args:
+        model: The model (its `base_url` and API).
+        base_url: Another base URL to use (one of the model's replicas).
+    """
+    base = (base_url or model.base_url or "").rstrip("/")
     return base + ("/completions" if model.api == "completions" else "/chat/completions")
 
 
@@ -139,8 +145,11 @@ class OpenAIClient:
             Authorization header and nowhere else (never in results, errors or logs).
     """
 
-    def __init__(self, session: aiohttp.ClientSession, api_keys: Mapping[str, str | None]) -> None:
+    def __init__(self, session: aiohttp.ClientSession, api_keys: Mapping[str, str | None], *,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self._session = session
+        self._clock = clock   # the replicas' cool-downs (injected by tests)
+        self._replicas: dict[str, ReplicaSet] = {}
         self._deadlines = Deadlines()
         self._keys = [key for key in api_keys.values() if key]
         self._redactors: dict[str, Redactor] = {}
@@ -151,6 +160,16 @@ class OpenAIClient:
             if key:
                 headers["Authorization"] = f"Bearer {key}"
             self._headers[name] = headers
+
+    def replicas(self, model: ModelConfig) -> ReplicaSet | None:
+        """The model's replica set (`base_urls`), made on first use; None for a single endpoint."""
+        if not model.base_urls:
+            return None
+        found = self._replicas.get(model.name)
+        if found is None:
+            found = self._replicas[model.name] = ReplicaSet(
+                model.base_urls, lambda base: endpoint_url(model, base), clock=self._clock)
+        return found
 
     def task_deadline(self) -> TaskDeadline:
         """The deadline keeper of the running task, for a task that makes many calls to pass to `call`."""
@@ -173,7 +192,10 @@ class OpenAIClient:
         headers = self._headers.get(model.name) or {"Content-Type": "application/json"}
         redact = self._redactors.get(model.name)
         if redact is None:
-            redact = self._redactors[model.name] = Redactor([*self._keys, *url_secrets(model.base_url)])
+            redact = self._redactors[model.name] = Redactor(
+                [*self._keys, *url_secrets(model.base_url), *(s for u in model.base_urls for s in url_secrets(u))])
+        replicas = self.replicas(model) if model.base_urls else None
+        replica = None
         limit = max(1, int(model.max_response_mb * 2**20))
         result = CallResult()
         retries = 0
@@ -187,11 +209,14 @@ class OpenAIClient:
             # `timeout_s` bounds each try, as openai-python's timeout does; a try that runs out is
             # retried like a connection error, so a call takes at most (max_retries + 1) tries.
             failed: _Failed | None = None
+            if replicas is not None:   # each try picks again: a retry lands on another replica
+                replica = replicas.acquire()
             try:
                 if deadline is not None:
                     deadline.begin(timeout_s)
                 try:
-                    await self._once(request, payload, headers, result, redact, limit)
+                    await self._once(request, payload, headers, result, redact, limit,
+                                     request.url if replica is None else replica.url)
                 finally:
                     if deadline is not None:
                         deadline.end()
@@ -203,6 +228,9 @@ class OpenAIClient:
                 if deadline is None or not deadline.cancelled_by_deadline():
                     raise
                 failed = _Failed(retry.timeout_error(timeout_s), None)
+            finally:
+                if replica is not None and replicas is not None:
+                    replicas.release(replica, failed=failed is not None and retry.replica_at_fault(failed.error))
             if failed is None:
                 break
             if not failed.error.retryable or retries >= model.max_retries:
@@ -222,6 +250,8 @@ class OpenAIClient:
             result = CallResult()   # each try starts afresh
         result.retries = retries
         result.rate_limit_wait_s = waited
+        if replica is not None:
+            result.served_by = replica.shown
         if redact:
             _mask_result(result, redact)
         elif result.error is not None and "@" in str(result.error):
@@ -229,12 +259,12 @@ class OpenAIClient:
         return result
 
     async def _once(self, request: PreparedRequest, payload: bytes, headers: dict[str, str],
-                    result: CallResult, redact: Redactor, limit: int) -> None:
+                    result: CallResult, redact: Redactor, limit: int, url: str) -> None:
         import aiohttp
 
         started = time.perf_counter()
         try:
-            async with self._session.post(request.url, data=payload, headers=headers) as resp:
+            async with self._session.post(url, data=payload, headers=headers) as resp:
                 if resp.status >= 300:
                     # Read past the cut by a key's length, so the key is masked whole before the cut.
                     raw = await resp.content.read(_ERROR_BODY_CHARS + redact.longest)

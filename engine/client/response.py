@@ -61,6 +61,7 @@ class CallResult:
     truncated: bool = False
     error: ClientError | None = None
     notes: list[str] = field(default_factory=list)
+    served_by: str | None = None   # the replica that took the last try (userinfo masked); None: one endpoint
 
 
 __all__ = ["CallResult", "ToolCallAccumulator", "apply_event", "apply_usage", "decode_events", "parse_whole",

@@ -7,6 +7,9 @@ The policy copies openai-python (`_base_client.py`, `_should_retry` / `_calculat
   and every status >= 500; never any other 4xx;
 - never retry a reply that arrived but cannot be read (`stream`, `bad_response`, `response_too_large`):
   the call was served and paid for, and the same server gives the same reply again;
+- a try that failed at the server itself (connection error, timeout, any 5xx) is the replica's fault:
+  `replica_at_fault` puts it in a cool-down when the model has several (`engine.client.replicas`); a
+  4xx (408, 409 and 429 included) is the request's or the account's, and is retried on any replica;
 - the delay comes from the *current* response: `retry-after-ms`, else `retry-after` (seconds or an
   HTTP date) when 0 < delay <= 120 s, else `min(0.5 * 2**n, 8) * (1 - 0.25 * U)` with n the
   retries already taken and U uniform in [0, 1).
@@ -20,7 +23,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from engine.errors import BadResponse, CallTimeout, HTTPStatusError, StreamError, TransportError
+from engine.errors import BadResponse, CallTimeout, ClientError, HTTPStatusError, StreamError, TransportError
 
 INITIAL_DELAY_S = 0.5
 MAX_DELAY_S = 8.0
@@ -68,6 +71,11 @@ def transport_error(exc: BaseException, *, during: str) -> TransportError:
     text = str(exc).split("\n")[0][:200]
     return TransportError(f"connection failed while {during}: {name}" + (f": {text}" if text else ""),
                           kind="connection", retryable=True)
+
+
+def replica_at_fault(error: ClientError) -> bool:
+    """Whether a failed try says its server is unwell (connection, timeout, 5xx): skip it for a while."""
+    return error.kind in ("connection", "timeout") or (error.status is not None and error.status >= 500)
 
 
 def timeout_error(timeout_s: float) -> CallTimeout:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from engine.model import ModelConfig, Test, Verdict, cost_of
@@ -180,22 +180,28 @@ def build_row(*, run_id: str, model: ModelConfig, test: Test, attempt: int, requ
         **_NO_AGENT,
         "started_at": started_us,
         "ended_at": ended_us,
+        "served_by": result.served_by,
+        "trimmed_requests": None,   # agent rows only (build_agent_row)
+        "trimmed_messages": None,
     }
 
 
 def build_agent_row(*, run_id: str, model: ModelConfig, test: Test, attempt: int, request: PreparedRequest,
                     transcript: Transcript, replies: Sequence[CallResult], verdict: Verdict | None,
-                    evaluator_error: str | None, started_us: int, ended_us: int) -> dict[str, Any]:
+                    evaluator_error: str | None, started_us: int, ended_us: int,
+                    trims: Mapping[str, int] | None = None) -> dict[str, Any]:
     """One row for a whole conversation (a test with `agent:`).
 
     The single-turn columns describe the conversation: `answer`, `reasoning`, `tool_calls` and
     `finish_reason` are the last model turn's; tokens, cost, retries and 429 waits are totals over every
     model call, null when any call's count is unknown (never a partial sum); `latency_s` is the
     conversation's length, the TTFTs the first call's; `fallback` is true when any call was answered by
-    another model; `error_kind` is the failing call's when `outcome` is `error`.
+    another model; `error_kind` is the failing call's when `outcome` is `error`; `served_by` is the last
+    call's replica.
 
     Args:
         replies: Every model call's result, in order (the ledger's source; its extra counts and notes).
+        trims: `trimmed_requests` and `trimmed_messages` (`engine.agent.context`); zeros when None.
         Others: as `build_row`.
     """
     last = replies[-1] if replies else None
@@ -216,6 +222,7 @@ def build_agent_row(*, run_id: str, model: ModelConfig, test: Test, attempt: int
         "tool_events": transcript.tool_event_records(),
         **transcript.counts(),
         "state": json.dumps(dict(transcript.state), ensure_ascii=False, sort_keys=True, default=str),
+        "trimmed_requests": 0, "trimmed_messages": 0, **(trims or {}),
     })
     return row
 
@@ -227,6 +234,7 @@ class _Summary:
                  served_model: str | None, error: Any, replies: Sequence[CallResult]) -> None:
         self.text, self.reasoning, self.tool_calls, self.finish_reason = text, reasoning, tool_calls, finish_reason
         self.served_model, self.error = served_model, error
+        self.served_by = replies[-1].served_by if replies else None
         self.system_fingerprint = replies[-1].system_fingerprint if replies else None
         self.prompt_tokens = _total(r.prompt_tokens for r in replies)
         self.completion_tokens = _total(r.completion_tokens for r in replies)

@@ -162,6 +162,9 @@ COLUMNS: list[tuple[str, pa.DataType]] = [
     ("state", pa.string()),             # the final state variables, JSON text
     ("started_at", TS),
     ("ended_at", TS),
+    ("served_by", pa.string()),         # the replica that answered (`base_urls`), userinfo masked; null: one endpoint
+    ("trimmed_requests", pa.int32()),   # agent rows: model calls sent with messages trimmed to fit context_tokens
+    ("trimmed_messages", pa.int32()),   # agent rows: distinct messages trimmed or dropped to fit
 ]
 
 SCHEMA = pa.schema(COLUMNS, metadata={b"schema_version": str(SCHEMA_VERSION).encode()})

@@ -284,7 +284,8 @@ def _api_keys(models: list[ModelConfig]) -> dict[str, str | None]:
             if not value:
                 raise UsageError(f"model {model.name} reads its API key from ${model.api_key_env}, which is not set; "
                                  f"export it, or remove api_key_env for a server without keys")
-            if "@" in (model.base_url or "").partition("//")[2].partition("/")[0]:
+            urls = (model.base_url, *model.base_urls)
+            if any("@" in (url or "").partition("//")[2].partition("/")[0] for url in urls):
                 raise UsageError(f"model {model.name}: base_url carries a user:password and api_key_env is set too; "
                                  f"a request has one Authorization header: keep one of them")
             keys[model.name] = value
@@ -497,6 +498,7 @@ def _public_model(model: ModelConfig) -> dict[str, Any]:
     data = dataclasses.asdict(model)
     data["params"] = public_params(model.params)
     data["base_url"] = mask_url(model.base_url)
+    data["base_urls"] = [mask_url(url) for url in model.base_urls]
     return data
 
 

@@ -82,10 +82,11 @@ def _pasted_keys(data: dict[str, Any], positions: Any, file: str) -> list[Diagno
 def _config(name: str, spec: dict[str, Any]) -> ModelConfig:
     price = spec.get("price") or {}
     builtin = spec.get("builtin")
+    base_urls = tuple(spec.get("base_urls") or ())
     return ModelConfig(
         name=name,
         model=spec.get("model") or builtin or name,
-        base_url=spec.get("base_url"),
+        base_url=spec.get("base_url") or (base_urls[0] if base_urls else None),
         api=spec.get("api", "chat"),
         api_key_env=spec.get("api_key_env"),
         concurrency=int(spec.get("concurrency", 8)),
@@ -98,8 +99,14 @@ def _config(name: str, spec: dict[str, Any]) -> ModelConfig:
         builtin=builtin,
         max_response_mb=float(spec.get("max_response_mb", 32.0)),
         structured_output=bool(spec.get("structured_output", False)),
+        context_tokens=_int_or_none(spec.get("context_tokens")),
+        base_urls=base_urls,
     )
 
 
 def _float_or_none(value: Any) -> float | None:
     return None if value is None else float(value)
+
+
+def _int_or_none(value: Any) -> int | None:
+    return None if value is None else int(value)

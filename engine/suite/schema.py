@@ -304,8 +304,8 @@ class _Mapper:
         if name == "flags":
             return [(path, False, (f"'flags' may only use the letters i, m, s, x, but it is "
                                   f"{describe_value(error.instance)}"))]
-        if name == "base_url":
-            return [(path, False, (f"'base_url' must start with http:// or https://, but it is "
+        if name == "base_url" or name.startswith("base_urls["):
+            return [(path, False, (f"'{name}' must start with http:// or https://, but it is "
                                   f"{describe_value(error.instance)}"))]
         if isinstance(error.instance, str) and error.schema.get("pattern", "").startswith("^[A-Za-z"):
             return [(path, False, (f"'{name}' may only use letters, digits and _ . - (no spaces), but it is "

@@ -199,7 +199,7 @@ SUITE_SCHEMA: dict[str, Any] = {
 _MODEL = {
     "title": "model", "type": "object", "additionalProperties": False,
     "description": "How to reach one model.",
-    "oneOf": [{"required": ["base_url"]}, {"required": ["builtin"]}],
+    "oneOf": [{"required": ["base_url"]}, {"required": ["base_urls"]}, {"required": ["builtin"]}],
     "properties": {
         "base_url": {"type": "string", "pattern": "^https?://", "description": "OpenAI-compatible base URL, "
                      "usually ending in /v1.", "examples": ["http://127.0.0.1:8000/v1"]},
@@ -239,6 +239,15 @@ _MODEL = {
                       "output": {"type": "number", "minimum": 0, "description": "Per 1M output tokens."}},
                   "examples": [{"input": 0.15, "output": 0.6}]},
         "description": {"type": "string", "description": "Notes for people."},
+        "base_urls": {"type": "array", "minItems": 1, "maxItems": 256, "uniqueItems": True,
+                      "items": {"type": "string", "pattern": "^https?://"},
+                      "description": "Replicas serving the same model (instead of base_url): calls go to the one "
+                                     "with the fewest in flight, a failing one is skipped for a cool-down.",
+                      "examples": [["http://10.0.0.1:8000/v1", "http://10.0.0.2:8000/v1"]]},
+        "context_tokens": {"type": "integer", "minimum": 1, "maximum": 2**31 - 1,
+                           "description": "The model's context in tokens, prompt and reply together: agent "
+                                          "conversations that outgrow it are trimmed, oldest tool outputs first.",
+                           "examples": [32768]},
     },
 }
 MODELS_SCHEMA: dict[str, Any] = {

@@ -47,7 +47,8 @@ def test_exactly_one_of_base_url_and_builtin(tmp_path: Path) -> None:
                                           "  b: {builtin: gemma-3-270m, base_url: 'http://127.0.0.1:1/v1'}\n"))
     assert models == {}
     assert [d.message for d in diagnostics] == [
-        "a model needs 'base_url' or 'builtin'", "a model takes only one of 'base_url' or 'builtin'; keep one"]
+        "a model needs 'base_url', 'base_urls' or 'builtin' (only one of them)",
+        "a model takes only one of 'base_url' or 'builtin'; keep one"]
     assert [d.line for d in diagnostics] == [2, 3]
 
 
