@@ -143,12 +143,13 @@ class OpenAIClient:
         session: The run's session (its connector bounds the open connections).
         api_keys: model name -> API key, read from the env by the caller. Keys are put in the
             Authorization header and nowhere else (never in results, errors or logs).
+        clock: Monotonic seconds for the replicas' cool-downs (`engine.client.replicas`; tests inject one).
     """
 
     def __init__(self, session: aiohttp.ClientSession, api_keys: Mapping[str, str | None], *,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self._session = session
-        self._clock = clock   # the replicas' cool-downs (injected by tests)
+        self._clock = clock
         self._replicas: dict[str, ReplicaSet] = {}
         self._deadlines = Deadlines()
         self._keys = [key for key in api_keys.values() if key]

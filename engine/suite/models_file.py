@@ -54,6 +54,7 @@ def load_models_file(path: str | Path) -> tuple[dict[str, ModelConfig], dict[str
     if not isinstance(data, dict):
         return {}, {}, [Diagnostic(name, 1, 1, "a models file must be a mapping with a `models:` key")]
     problems = validate(data, loaded.positions, name, "models") or _pasted_keys(data, loaded.positions, name)
+    problems = problems or _no_room(data, loaded.positions, name)
     defaults = dict(data.get("defaults") or {})
     judge = defaults.get("judge")
     if not problems and judge is not None and judge not in data["models"]:
@@ -76,6 +77,19 @@ def _pasted_keys(data: dict[str, Any], positions: Any, file: str) -> list[Diagno
             out.append(Diagnostic(file, line, col, "'api_key_env' looks like an API key itself; it must be the NAME "
                                                    "of an environment variable that holds the key (e.g. "
                                                    "OPENAI_API_KEY): move the key into such a variable"))
+    return out
+
+
+def _no_room(data: dict[str, Any], positions: Any, file: str) -> list[Diagnostic]:
+    """A `context_tokens` that leaves no room for a prompt beside the model's own `params.max_tokens`."""
+    out = []
+    for model_name, spec in data["models"].items():
+        context, reply = spec.get("context_tokens"), (spec.get("params") or {}).get("max_tokens")
+        if isinstance(context, int) and isinstance(reply, int) and reply >= context:
+            line, col = positions.of(("models", model_name, "context_tokens"))
+            out.append(Diagnostic(file, line, col, f"context_tokens ({context}) leaves no room for a prompt beside "
+                                                   f"params.max_tokens ({reply}), the reply's room; raise "
+                                                   "context_tokens to the server's context or lower max_tokens"))
     return out
 
 

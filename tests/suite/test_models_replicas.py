@@ -39,6 +39,9 @@ def test_neither_is_required(tmp_path: Path) -> None:
     ("    base_urls: []\n", "3:16: error: 'base_urls' must list at least 1 item, but it is empty"),
     ("    base_urls: [http://a/v1]\n    context_tokens: 0\n",
      "4:21: error: 'context_tokens' must be at least 1, but it is 0"),
+    ("    base_url: http://a/v1\n    context_tokens: 512\n    params: {max_tokens: 512}\n",
+     "4:21: error: context_tokens (512) leaves no room for a prompt beside params.max_tokens (512), the reply's "
+     "room; raise context_tokens to the server's context or lower max_tokens"),
 ])
 def test_mistakes_are_named_at_their_place(tmp_path: Path, body: str, message: str) -> None:
     models, problems = load(tmp_path, body)
