@@ -161,24 +161,63 @@ def build_cells(df: pd.DataFrame, *, cluster_by: str = DEFAULT_CLUSTER) -> Cells
     def grid(weights: np.ndarray | None = None) -> np.ndarray:
         return np.bincount(cell, weights=weights, minlength=size).astype("float64").reshape(n_items, n_models)
 
-    n_rows = grid()
-    n_scored = grid(scored.astype("float64"))
-    with np.errstate(invalid="ignore", divide="ignore"):
-        mean = grid(score) / n_scored
-        pass_rate = grid(passed) / n_scored
     lo = np.full(size, np.nan)
     hi = np.full(size, np.nan)
     if scored.any():
         extremes = pd.Series(score[scored]).groupby(cell[scored]).agg(["min", "max"])
         lo[extremes.index.to_numpy()] = extremes["min"].to_numpy()
         hi[extremes.index.to_numpy()] = extremes["max"].to_numpy()
-    keys = list(CLUSTER_KEYS[cluster_by])
-    cluster = items.groupby(keys, sort=True).ngroup().to_numpy() if n_items else np.zeros(0, "int64")
-    n_greedy = grid((scored & greedy_row).astype("float64"))
-    return Cells(
-        items=items, models=[str(m) for m in model_names], n_rows=n_rows, n_scored=n_scored,
-        score=mean, pass_rate=pass_rate, score_min=lo.reshape(n_items, n_models),
+    return assemble_cells(
+        items, [str(m) for m in model_names], n_rows=grid(), n_scored=grid(scored.astype("float64")),
+        score_sum=grid(score), n_passed=grid(passed), score_min=lo.reshape(n_items, n_models),
         score_max=hi.reshape(n_items, n_models), n_truncated=grid(truncated.astype("float64")),
-        item_code=item_code, model_code=model_code, n_passed=grid(passed),
-        greedy=(n_scored > 0) & (n_greedy == n_scored), cluster=cluster.astype("int64"), cluster_by=cluster_by,
+        n_greedy=grid((scored & greedy_row).astype("float64")), item_code=item_code, model_code=model_code,
+        cluster_by=cluster_by,
+    )
+
+
+def assemble_cells(
+    items: pd.DataFrame,
+    models: list[str],
+    *,
+    n_rows: np.ndarray,
+    n_scored: np.ndarray,
+    score_sum: np.ndarray,
+    n_passed: np.ndarray,
+    score_min: np.ndarray,
+    score_max: np.ndarray,
+    n_truncated: np.ndarray,
+    n_greedy: np.ndarray,
+    item_code: np.ndarray | None = None,
+    model_code: np.ndarray | None = None,
+    cluster_by: str = DEFAULT_CLUSTER,
+) -> Cells:
+    """The grid from per-cell sums (n_items × n_models arrays): the one place means, rates and clusters are made.
+
+    `build_cells` sums rows in memory; `engine.analysis.large` sums them in DuckDB and passes no per-row
+    codes (`item_code` and `model_code` are then empty: nothing that needs single rows may use that grid).
+
+    Args:
+        items: One row per test, sorted by (suite, test_id, case_index) (see `item_codes`).
+        models: Model names, sorted.
+        n_rows, n_scored, score_sum, n_passed, score_min, score_max, n_truncated, n_greedy: Per-cell sums,
+            minimum and maximum (NaN where a cell has no scored attempt).
+        item_code: For each input row, its test's row (None: no rows kept).
+        model_code: For each input row, its model's column.
+        cluster_by: "test" or "case".
+    """
+    if cluster_by not in CLUSTER_KEYS:
+        raise ValueError(f"cluster_by={cluster_by!r}: use one of {', '.join(CLUSTER_KEYS)}")
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean = score_sum / n_scored
+        pass_rate = n_passed / n_scored
+    keys = list(CLUSTER_KEYS[cluster_by])
+    cluster = items.groupby(keys, sort=True).ngroup().to_numpy() if len(items) else np.zeros(0, "int64")
+    return Cells(
+        items=items, models=models, n_rows=n_rows, n_scored=n_scored, score=mean, pass_rate=pass_rate,
+        score_min=score_min, score_max=score_max, n_truncated=n_truncated,
+        item_code=item_code if item_code is not None else np.zeros(0, "int64"),
+        model_code=model_code if model_code is not None else np.zeros(0, "int64"),
+        n_passed=n_passed, greedy=(n_scored > 0) & (n_greedy == n_scored), cluster=cluster.astype("int64"),
+        cluster_by=cluster_by,
     )

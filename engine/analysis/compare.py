@@ -202,17 +202,20 @@ def compare(
                             level=level, tie_epsilon=tie_epsilon, min_tests=min_tests)
 
 
-def compare_to_best(df: pd.DataFrame, *, cells: Cells | None = None, order: Sequence[str] | None = None,
+def compare_to_best(df: pd.DataFrame | None, *, cells: Cells | None = None, order: Sequence[str] | None = None,
                     level: float = DEFAULT_LEVEL) -> list[Comparison]:
     """The best model (first of `order`, else the highest mean score) against each other model.
 
     Args:
-        df: Results rows.
+        df: Results rows (None when `cells` is given).
         cells: A grid already built from `df`; None builds it.
         order: Model names best first (e.g. `per_model(df)["model"]`).
         level: Interval coverage.
     """
-    cells = cells if cells is not None else build_cells(df)
+    if cells is None:
+        if df is None:
+            raise ValueError("compare_to_best: give results rows or cells")
+        cells = build_cells(df)
     if order is None:
         with np.errstate(invalid="ignore"), warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN rows: NaN is the answer
@@ -248,11 +251,11 @@ class Diff:
         return [str(m) for m in self.summary.loc[self.summary["verdict"] == "regression", "model"]]
 
 
-def _cell_frame(df: pd.DataFrame) -> pd.DataFrame:
+def _cell_frame(data: pd.DataFrame | Cells) -> pd.DataFrame:
     """Long (model, test) table: score, pass verdict, test_hash."""
     import pandas as pd
 
-    cells = build_cells(df)
+    cells = data if isinstance(data, Cells) else build_cells(data)
     items = cells.items
     present = cells.has_data
     idx_item, idx_model = np.nonzero(present)
@@ -268,8 +271,8 @@ def _cell_frame(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def diff(
-    run_a: pd.DataFrame | str | os.PathLike[str],
-    run_b: pd.DataFrame | str | os.PathLike[str],
+    run_a: pd.DataFrame | Cells | str | os.PathLike[str],
+    run_b: pd.DataFrame | Cells | str | os.PathLike[str],
     *,
     level: float = DEFAULT_LEVEL,
     cluster_by: str = DEFAULT_CLUSTER,
@@ -282,7 +285,8 @@ def diff(
     module docstring, with B − A as the difference and the flips as McNemar's discordant tests.
 
     Args:
-        run_a: The base: a DataFrame from `load`, or a path `load` accepts.
+        run_a: The base: a DataFrame from `load`, a grid (`build_cells`, or the DuckDB path's), or a path
+            `load` accepts.
         run_b: The new run, likewise.
         level: Interval coverage.
         cluster_by: "test" (clusters of (suite, test_id)) or "case".
@@ -292,7 +296,7 @@ def diff(
 
     from engine.analysis.load import ANALYSIS_COLUMNS, load
 
-    frames = [r if isinstance(r, pd.DataFrame) else load(r, columns=ANALYSIS_COLUMNS) for r in (run_a, run_b)]
+    frames = [r if isinstance(r, (pd.DataFrame, Cells)) else load(r, columns=ANALYSIS_COLUMNS) for r in (run_a, run_b)]
     cell_a, cell_b = (_cell_frame(f) for f in frames)
     key = ["model", *ITEM_KEY]
     joined = cell_a.merge(cell_b, on=key, suffixes=("_a", "_b"))

@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
 
-def junit_xml(df: pd.DataFrame, *, cells: Cells | None = None) -> str:
+def junit_xml(df: pd.DataFrame | None, *, cells: Cells | None = None) -> str:
     """JUnit XML text: a test × model that fails (no strict majority of passed attempts) is a <failure>; one whose
     every attempt errored is an <error>.
 
@@ -21,7 +21,10 @@ def junit_xml(df: pd.DataFrame, *, cells: Cells | None = None) -> str:
         df: Results rows.
         cells: A grid already built from `df`; None builds it.
     """
-    cells = cells if cells is not None else build_cells(df)
+    if cells is None:
+        if df is None:
+            raise ValueError("junit_xml: give results rows or cells")
+        cells = build_cells(df)
     root = ET.Element("testsuites", name="engine")
     items = cells.items
     totals = {"tests": 0, "failures": 0, "errors": 0}
@@ -56,7 +59,7 @@ def junit_xml(df: pd.DataFrame, *, cells: Cells | None = None) -> str:
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
 
 
-def write_junit(df: pd.DataFrame, path: str | Path, *, cells: Cells | None = None) -> Path:
+def write_junit(df: pd.DataFrame | None, path: str | Path, *, cells: Cells | None = None) -> Path:
     """Write `junit_xml(df)` to `path` (parent folders created).
 
     Args:

@@ -1,13 +1,15 @@
 """Load results Parquet into one pandas DataFrame.
 
 Accepts run folders (`part-*.parquet` + `manifest.json`), a parent folder of runs (`results/`), single
-Parquet files, or any mix. Files written by different engine versions are read together: the schemas are
+Parquet files, glob patterns of any of these (`results/2026-12-*`), or any mix. Files written by different
+engine versions are read together: the schemas are
 unified, so a column only later runs have is kept (null for older rows), never dropped, and any column of
 `engine.results.schema.SCHEMA` missing from every file is added as nulls so analysis code can rely on it.
 """
 
 from __future__ import annotations
 
+import glob
 import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -65,7 +67,17 @@ def find_parquet_files(paths: str | os.PathLike[str] | Iterable[str | os.PathLik
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
     found: dict[Path, Path] = {}
-    names = [Path(p) for p in paths]
+    names: list[Path] = []
+    for given in paths:
+        # A glob (`results/2026-*`, `sweeps/*/run-*`) names every match; one that matches nothing is an error.
+        text = os.fspath(given)
+        if not Path(text).exists() and any(c in text for c in "*?["):
+            matches = sorted(glob.glob(text))
+            if not matches:
+                raise ResultsError(f"{text}: the pattern matches no file or folder")
+            names.extend(Path(m) for m in matches)
+        else:
+            names.append(Path(text))
     for path in names:
         if not path.exists():
             raise ResultsError(f"{path}: no such file or folder; pass a run folder (results/<run>), "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import warnings
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -17,52 +18,49 @@ if TYPE_CHECKING:
 TOKENS_NOT_REPORTED = "token counts not reported by the server"
 
 
-def per_model(
-    df: pd.DataFrame,
-    *,
-    level: float = DEFAULT_LEVEL,
-    cells: Cells | None = None,
-    cluster_by: str = DEFAULT_CLUSTER,
-) -> pd.DataFrame:
-    """One row per model, best mean score first.
-
-    The mean score is the mean over tests of the model's mean over attempts (each test weighs the
-    same whatever its repeat count); `pass_rate` likewise averages each test's share of passed attempts
-    (it is pass@1). Intervals are cluster-robust t-intervals (`stats.cluster_t_interval`) over clusters of
-    (suite, test_id) by default: attempts at one test, and the cases of one templated test, are not
-    independent. Error rows are not scored (they do not count as 0): read `error_rate` next to the score.
+@dataclass
+class ModelRows:
+    """Row-level figures per model, in the order of `Cells.models` (pandas or DuckDB computes them).
 
     Args:
-        df: Results rows (from `load`).
-        level: Interval coverage.
-        cells: A grid already built from `df`; None builds it.
-        cluster_by: "test" or "case" when `cells` is None (see `build_cells`).
+        rows: Rows per model (attempts, error rows included).
+        errors: Rows without a score.
+        truncated: Rows cut at max_tokens.
+        prompt_tokens: Mean prompt tokens over rows that report them (NaN when none do).
+        completion_tokens: Mean completion tokens likewise.
+        prompt_known: Rows reporting prompt tokens.
+        completion_known: Rows reporting completion tokens.
+        cost: Total cost (NaN when no row is priced).
+        latency: (n_models × 3) latency quantiles 0.5, 0.9, 0.99 (linear interpolation; NaN when none).
+        ttft_p50: Median time to first visible token.
+        top_error: Model index → the most common error_kind among its unscored rows.
+        fallback: What `load` recorded: {"included": bool, "rows": {model: count}}.
+    """
 
-    Returns:
-        Columns: model, tests, clusters, rows, mean_score, score_lo, score_hi, pass_rate, pass_lo, pass_hi,
-        error_rows, fallback_rows, error_rate, truncation_rate, prompt_tokens, completion_tokens (means; NaN
-        when unreported), cost (total; NaN when unpriced), latency_p50, latency_p90, latency_p99, ttft_p50,
-        notes. A model whose every row was served by a fallback (and dropped) still gets a row, with 0 tests
-        and a note.
+    rows: np.ndarray
+    errors: np.ndarray
+    truncated: np.ndarray
+    prompt_tokens: np.ndarray
+    completion_tokens: np.ndarray
+    prompt_known: np.ndarray
+    completion_known: np.ndarray
+    cost: np.ndarray
+    latency: np.ndarray
+    ttft_p50: np.ndarray
+    top_error: dict[int, str]
+    fallback: dict
+
+
+def model_rows(df: pd.DataFrame, cells: Cells) -> ModelRows:
+    """Row-level figures per model from results rows (the in-memory path).
+
+    Args:
+        df: Results rows the grid was built from.
+        cells: `build_cells(df)`.
     """
     import pandas as pd
 
-    cells = cells if cells is not None else build_cells(df, cluster_by=cluster_by)
-    present = cells.has_data
-    score = np.where(present, cells.score, np.nan)
-    rate = np.where(present, cells.pass_rate, np.nan)
     n_models = len(cells.models)
-    in_unit = bool(np.all((score[present] >= 0.0) & (score[present] <= 1.0))) if present.any() else True
-    score_ci = cluster_t_interval(score, cells.cluster, level=level, bounds=(0.0, 1.0) if in_unit else None)
-    pass_ci = cluster_t_interval(rate, cells.cluster, level=level, bounds=(0.0, 1.0))
-    score_lo, score_hi = score_ci.lo, score_ci.hi
-    pass_lo, pass_hi = pass_ci.lo, pass_ci.hi
-    clusters = score_ci.clusters if n_models else np.zeros(0, "int64")
-    with np.errstate(invalid="ignore"), warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN rows: NaN is the answer
-        mean_score = np.nanmean(score, axis=0) if score.size else np.full(n_models, np.nan)
-        pass_rate = np.nanmean(rate, axis=0) if rate.size else np.full(n_models, np.nan)
-
     code = cells.model_code
     rows = np.bincount(code, minlength=n_models).astype("float64")
     scored, _, _ = row_scores(df)
@@ -79,23 +77,86 @@ def per_model(
     })
     grouped = frame.groupby("code", sort=True)
     latency = grouped["latency_s"].quantile([0.5, 0.9, 0.99]).unstack() if len(frame) else None
-    ttft = grouped["ttft"].median()
-    tokens = grouped[["prompt_tokens", "completion_tokens", "cost"]].mean()
-    known = grouped[["prompt_tokens", "completion_tokens", "cost"]].count()
-    cost_sum = grouped["cost"].sum(min_count=1)
-    top_error = _top_error_kind(df, code, scored)
+    tokens = grouped[["prompt_tokens", "completion_tokens"]].mean()
+    known = grouped[["prompt_tokens", "completion_tokens"]].count()
 
-    def col(series: pd.Series | None, key: object = None) -> np.ndarray:
+    def col(series: pd.Series | None) -> np.ndarray:
         if series is None:
             return np.full(n_models, np.nan)
-        s = series if key is None else series.get(key, None)
-        return np.full(n_models, np.nan) if s is None else s.reindex(range(n_models)).to_numpy(dtype="float64")
+        return series.reindex(range(n_models)).to_numpy(dtype="float64")
 
-    fallback = fallback_rows(df)
+    quantiles = np.full((n_models, 3), np.nan)
+    if latency is not None:
+        for j, q in enumerate((0.5, 0.9, 0.99)):
+            if q in latency:
+                quantiles[:, j] = col(latency[q])
+    return ModelRows(
+        rows=rows, errors=errors, truncated=truncated,
+        prompt_tokens=col(tokens["prompt_tokens"]), completion_tokens=col(tokens["completion_tokens"]),
+        prompt_known=np.nan_to_num(col(known["prompt_tokens"])),
+        completion_known=np.nan_to_num(col(known["completion_tokens"])),
+        cost=col(grouped["cost"].sum(min_count=1)), latency=quantiles, ttft_p50=col(grouped["ttft"].median()),
+        top_error=_top_error_kind(df, code, scored), fallback=fallback_rows(df),
+    )
+
+
+def per_model(
+    df: pd.DataFrame | None = None,
+    *,
+    level: float = DEFAULT_LEVEL,
+    cells: Cells | None = None,
+    cluster_by: str = DEFAULT_CLUSTER,
+    rows: ModelRows | None = None,
+) -> pd.DataFrame:
+    """One row per model, best mean score first.
+
+    The mean score is the mean over tests of the model's mean over attempts (each test weighs the
+    same whatever its repeat count); `pass_rate` likewise averages each test's share of passed attempts
+    (it is pass@1). Intervals are cluster-robust t-intervals (`stats.cluster_t_interval`) over clusters of
+    (suite, test_id) by default: attempts at one test, and the cases of one templated test, are not
+    independent. Error rows are not scored (they do not count as 0): read `error_rate` next to the score.
+
+    Args:
+        df: Results rows (from `load`); may be None when both `cells` and `rows` are given (the DuckDB path).
+        level: Interval coverage.
+        cells: A grid already built from `df`; None builds it.
+        cluster_by: "test" or "case" when `cells` is None (see `build_cells`).
+        rows: Row-level figures already computed (`model_rows`, or `engine.analysis.large`); None computes them.
+
+    Returns:
+        Columns: model, tests, clusters, rows, mean_score, score_lo, score_hi, pass_rate, pass_lo, pass_hi,
+        error_rows, fallback_rows, error_rate, truncation_rate, prompt_tokens, completion_tokens (means; NaN
+        when unreported), cost (total; NaN when unpriced), latency_p50, latency_p90, latency_p99, ttft_p50,
+        notes. A model whose every row was served by a fallback (and dropped) still gets a row, with 0 tests
+        and a note.
+    """
+    import pandas as pd
+
+    if cells is None or rows is None:
+        if df is None:
+            raise ValueError("per_model: give results rows, or both cells and rows")
+        cells = cells if cells is not None else build_cells(df, cluster_by=cluster_by)
+        rows = rows if rows is not None else model_rows(df, cells)
+    present = cells.has_data
+    score = np.where(present, cells.score, np.nan)
+    rate = np.where(present, cells.pass_rate, np.nan)
+    n_models = len(cells.models)
+    in_unit = bool(np.all((score[present] >= 0.0) & (score[present] <= 1.0))) if present.any() else True
+    score_ci = cluster_t_interval(score, cells.cluster, level=level, bounds=(0.0, 1.0) if in_unit else None)
+    pass_ci = cluster_t_interval(rate, cells.cluster, level=level, bounds=(0.0, 1.0))
+    score_lo, score_hi = score_ci.lo, score_ci.hi
+    pass_lo, pass_hi = pass_ci.lo, pass_ci.hi
+    clusters = score_ci.clusters if n_models else np.zeros(0, "int64")
+    with np.errstate(invalid="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN rows: NaN is the answer
+        mean_score = np.nanmean(score, axis=0) if score.size else np.full(n_models, np.nan)
+        pass_rate = np.nanmean(rate, axis=0) if rate.size else np.full(n_models, np.nan)
+
+    errors, fallback, top_error = rows.errors, rows.fallback, rows.top_error
     notes = []
     for m in range(n_models):
         parts = []
-        n_rows = int(rows[m])
+        n_rows = int(rows.rows[m])
         if fallback["rows"].get(cells.models[m]):
             parts.append(_fallback_note(fallback["rows"][cells.models[m]], fallback["included"]))
         if not present[:, m].any():
@@ -104,29 +165,30 @@ def per_model(
         elif errors[m]:
             parts.append(f"{int(errors[m])} of {n_rows} rows errored" + (
                 f" (mostly {top_error[m]})" if m in top_error else "") + "; not counted in the score")
-        prompt_known = int(known["prompt_tokens"].get(m, 0)) + int(known["completion_tokens"].get(m, 0))
-        if prompt_known == 0:
+        completion_known = int(rows.completion_known[m])
+        if int(rows.prompt_known[m]) + completion_known == 0:
             parts.append(TOKENS_NOT_REPORTED)
-        elif int(known["completion_tokens"].get(m, 0)) < n_rows:
-            parts.append(f"{TOKENS_NOT_REPORTED} for {n_rows - int(known['completion_tokens'].get(m, 0))} rows")
+        elif completion_known < n_rows:
+            parts.append(f"{TOKENS_NOT_REPORTED} for {n_rows - completion_known} rows")
         notes.append("; ".join(parts))
 
+    total = rows.rows
     out = pd.DataFrame({
         "model": cells.models,
         "tests": present.sum(axis=0),
         "clusters": clusters,
-        "rows": rows.astype("int64"),
+        "rows": total.astype("int64"),
         "mean_score": mean_score, "score_lo": score_lo, "score_hi": score_hi,
         "pass_rate": pass_rate, "pass_lo": pass_lo, "pass_hi": pass_hi,
         "error_rows": errors.astype("int64"),
         "fallback_rows": np.array([int(fallback["rows"].get(m, 0)) for m in cells.models], dtype="int64"),
-        "error_rate": np.divide(errors, rows, out=np.full(n_models, np.nan), where=rows > 0),
-        "truncation_rate": np.divide(truncated, rows, out=np.full(n_models, np.nan), where=rows > 0),
-        "prompt_tokens": col(tokens, "prompt_tokens"),
-        "completion_tokens": col(tokens, "completion_tokens"),
-        "cost": col(cost_sum),
-        "latency_p50": col(latency, 0.5), "latency_p90": col(latency, 0.9), "latency_p99": col(latency, 0.99),
-        "ttft_p50": col(ttft),
+        "error_rate": np.divide(errors, total, out=np.full(n_models, np.nan), where=total > 0),
+        "truncation_rate": np.divide(rows.truncated, total, out=np.full(n_models, np.nan), where=total > 0),
+        "prompt_tokens": rows.prompt_tokens,
+        "completion_tokens": rows.completion_tokens,
+        "cost": rows.cost,
+        "latency_p50": rows.latency[:, 0], "latency_p90": rows.latency[:, 1], "latency_p99": rows.latency[:, 2],
+        "ttft_p50": rows.ttft_p50,
         "notes": notes,
     })
     vanished = sorted(set(fallback["rows"]) - set(cells.models)) if not fallback["included"] else []

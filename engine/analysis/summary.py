@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from engine.analysis.agents import per_model_agents
-from engine.analysis.cells import CLUSTER_KEYS, DEFAULT_CLUSTER, Cells, build_cells, row_scores
+from engine.analysis.cells import CLUSTER_KEYS, DEFAULT_CLUSTER, Cells, build_cells
 from engine.analysis.compare import Comparison, compare_to_best
 from engine.analysis.items import DEFAULT_ALPHA, DEFAULT_CORRECTION, per_test, suite_health
-from engine.analysis.models import fallback_rows, per_model
+from engine.analysis.models import ModelRows, model_rows, per_model
 from engine.analysis.passk import pass_k_table
 from engine.analysis.stats import DEFAULT_LEVEL
 
@@ -120,15 +120,33 @@ def analyze(df: pd.DataFrame, *, alpha: float = DEFAULT_ALPHA, level: float = DE
         correction: "bh" (Benjamini-Hochberg: false-discovery rate alpha) or "holm" (family-wise rate alpha).
     """
     cells = build_cells(df, cluster_by=cluster_by)
-    models = per_model(df, level=level, cells=cells)
-    tests = per_test(df, alpha=alpha, cells=cells, seed=seed, correction=correction)
-    notes = _notes(df, cells)
+    return analyze_grid(cells, model_rows(df, cells), agents=per_model_agents(df), alpha=alpha, level=level,
+                        ks=ks, seed=seed, correction=correction)
+
+
+def analyze_grid(cells: Cells, rows: ModelRows, *, agents: pd.DataFrame | None = None,
+                 alpha: float = DEFAULT_ALPHA, level: float = DEFAULT_LEVEL, ks: list[int] | None = None,
+                 seed: int = 0, correction: str = DEFAULT_CORRECTION) -> Analysis:
+    """`analyze` from aggregates alone: the grid, the per-model row figures and the agent table.
+
+    Every statistic reads only these, which is what lets `engine.analysis.large` compute them in DuckDB
+    over more rows than pandas should hold and still call the same functions.
+
+    Args:
+        cells: The test × model grid.
+        rows: Row-level figures per model (`models.model_rows` or the DuckDB path).
+        agents: `per_model_agents` output or None.
+        alpha, level, ks, seed, correction: As for `analyze`.
+    """
+    models = per_model(level=level, cells=cells, rows=rows)
+    tests = per_test(alpha=alpha, cells=cells, seed=seed, correction=correction)
+    notes = _notes(cells, rows)
     order = [m for m in models["model"] if m in cells.models and cells.has_data[:, cells.models.index(m)].any()]
-    comparisons = compare_to_best(df, cells=cells, order=order, level=level)
+    comparisons = compare_to_best(None, cells=cells, order=order, level=level)
     return Analysis(models=models, tests=tests, suites=suite_health(tests, "suite"),
-                    tags=suite_health(tests, "tag"), passk=pass_k_table(df, ks=ks, level=level, cells=cells),
-                    comparisons=comparisons, agents=per_model_agents(df),
-                    notes=notes, cluster_by=cluster_by, level=level, alpha=alpha,
+                    tags=suite_health(tests, "tag"), passk=pass_k_table(ks=ks, level=level, cells=cells),
+                    comparisons=comparisons, agents=agents,
+                    notes=notes, cluster_by=cells.cluster_by, level=level, alpha=alpha,
                     correction=correction)
 
 
@@ -136,16 +154,17 @@ def _counts(names: list[str], values: np.ndarray) -> str:
     return ", ".join(f"{n}: {int(v)}" for n, v in zip(names, values, strict=True) if v)
 
 
-def _notes(df: pd.DataFrame, cells: Cells) -> list[str]:
+def _notes(cells: Cells, rows: ModelRows) -> list[str]:
     """Sentences about the data as a whole, including a count for every row the statistics leave out."""
     notes = []
-    if not len(df):
+    n_rows = int(rows.rows.sum())
+    if not n_rows:
         notes.append("no results: the runs hold zero rows")
     if len(cells.models) == 1:
         notes.append(f"one model ({cells.models[0]}): discrimination and comparisons need two or more models")
     if cells.n_clusters == 1:
         notes.append("one test cluster: intervals over tests cannot be computed (they need two or more)")
-    fallback = fallback_rows(df)
+    fallback = rows.fallback
     if fallback["rows"]:
         total = sum(fallback["rows"].values())
         shown = ", ".join(f"{m}: {c}" for m, c in sorted(fallback["rows"].items()))
@@ -154,9 +173,8 @@ def _notes(df: pd.DataFrame, cells: Cells) -> list[str]:
         else:
             notes.append(f"{total} rows served by a fallback model were left out ({shown}); "
                          f"--include-fallback keeps them")
-    if len(df):
-        scored, _, _ = row_scores(df)
-        errors = np.bincount(cells.model_code, weights=(~scored).astype("float64"), minlength=len(cells.models))
+    if n_rows:
+        errors = rows.errors
         if errors.sum():
             notes.append(f"{int(errors.sum())} error rows are not scored (they are not zeros) "
                          f"({_counts(cells.models, errors)})")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -103,6 +103,11 @@ def analyze(
         bool,
         typer.Option("--irt", help="Also fit a 2PL IRT model (needs 5+ models): abilities, item a and b."),
     ] = False,
+    engine: Annotated[
+        str,
+        typer.Option("--engine", help="auto: DuckDB past what memory should hold [default]; pandas; duckdb "
+                                      "(the same statistics over sums made out of core; needs the [duckdb] extra)."),
+    ] = "auto",
 ) -> None:
     """Which tests discriminate, which are saturated, floor or flaky, and which model is better."""
     from engine.analysis.render import FORMATS, TABLES, render
@@ -119,13 +124,24 @@ def analyze(
         raise _fail_usage("--irt: use --format table, markdown or json (csv holds one table)")
     from engine.analysis.cells import build_cells
     from engine.analysis.summary import analyze as run_analysis
+    from engine.analysis.summary import analyze_grid
 
-    df = _load(results, include_fallback)
-    base = _load([fail_on_regression], include_fallback) if fail_on_regression is not None else None
-    analysis = run_analysis(df, alpha=alpha, cluster_by=cluster_by, ks=k_values, correction=correction)
+    path = _choose_engine(results, engine)
+    if path == "duckdb":
+        cells = _grid(results, include_fallback, cluster_by)
+        grid, rows, agents = cells
+        df: Any = grid
+        base: Any = _grid([fail_on_regression], include_fallback, cluster_by)[0] \
+            if fail_on_regression is not None else None
+        analysis = analyze_grid(grid, rows, agents=agents, alpha=alpha, ks=k_values, correction=correction)
+    else:
+        df = _load(results, include_fallback)
+        base = _load([fail_on_regression], include_fallback) if fail_on_regression is not None else None
+        analysis = run_analysis(df, alpha=alpha, cluster_by=cluster_by, ks=k_values, correction=correction)
+    grid_of = (lambda: df) if path == "duckdb" else (lambda: build_cells(df))
     text = render(analysis, fmt, table=table)
     if irt:
-        text = _with_irt(text, fmt, build_cells(df))
+        text = _with_irt(text, fmt, grid_of())
     if output is not None:
         output.parent.mkdir(parents=True, exist_ok=True)
         output.write_text(text, encoding="utf-8")
@@ -134,7 +150,7 @@ def analyze(
     if junit is not None:
         from engine.analysis.junit import write_junit
 
-        write_junit(df, junit, cells=build_cells(df))
+        write_junit(None, junit, cells=grid_of())
     code = 0
     if fail_under is not None:
         missed = analysis.models[~(analysis.models["mean_score"] >= fail_under)]
@@ -156,6 +172,34 @@ def analyze(
             typer.echo(f"warning: no model in common with {fail_on_regression}: nothing to compare", err=True)
         code = FAILED if result.regressed else code
     raise typer.Exit(code)
+
+
+def _choose_engine(paths: list[Path], engine: str) -> str:
+    """The analysis path (`engine.analysis.large.choose_engine`); says on stderr when it is not the usual one."""
+    from engine.analysis.large import choose_engine
+    from engine.analysis.load import find_parquet_files
+
+    try:
+        path, why = choose_engine(find_parquet_files(paths), engine)
+    except EngineError as exc:
+        raise _fail_usage(str(exc)) from None
+    if path == "duckdb" or "pip install" in why:
+        typer.echo(f"note: analysed with {why}", err=True)
+    return path
+
+
+def _grid(paths: list[Path], include_fallback: bool, cluster_by: str) -> tuple:
+    """(cells, rows, agents) summed in DuckDB, with the same usage errors as `_load`."""
+    from engine.analysis.large import grid_from_parquet
+
+    try:
+        cells, rows, agents = grid_from_parquet(paths, include_fallback=include_fallback, cluster_by=cluster_by)
+    except EngineError as exc:
+        raise _fail_usage(str(exc)) from None
+    if not rows.rows.sum():
+        shown = ", ".join(str(p) for p in paths)
+        raise _fail_usage(f"{shown}: no results: the Parquet files hold zero rows")
+    return cells, rows, agents
 
 
 def _with_irt(text: str, fmt: str, cells: Cells) -> str:
