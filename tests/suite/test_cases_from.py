@@ -241,3 +241,20 @@ def test_duplicate_ids_from_rows_point_at_the_row(tmp_path: Path) -> None:
     (tmp_path / "c.csv").write_text("id,question,golden\na,q,g\na,q2,g\n", encoding="utf-8")
     _, problems = load(tmp_path, TEST.format(id="q-{{ id }}") + "    cases_from: c.csv\n", golden_check=False)
     assert problems[0].startswith("c.csv:3:1: error: duplicate test id 'q-a' (first used on line 3 of s.yaml); ")
+
+
+def test_a_json_array_keeps_types_and_names_a_bad_row(tmp_path: Path) -> None:
+    (tmp_path / "c.json").write_text('[{"id": "a", "question": "q", "golden": {"x": 1}}, 7]', encoding="utf-8")
+    _, problems = load(tmp_path, TEST.format(id="'{{ id }}'") + "    cases_from: c.json\n", golden_check=False)
+    assert problems == ["c.json: error: row 2: is a JSON int, not an object"]
+    (tmp_path / "c.json").write_text('[{"id": "a", "question": "q", "golden": {"x": 1}}]', encoding="utf-8")
+    tests, problems = load(tmp_path, TEST.format(id="'{{ id }}'") + "    cases_from: c.json\n", golden_check=False)
+    assert problems == [] and tests[0].golden == {"x": 1}
+
+
+def test_every_bad_row_is_reported_up_to_a_cap(tmp_path: Path) -> None:
+    (tmp_path / "c.csv").write_text("id,question,golden\n" + "x\n" * 100, encoding="utf-8")
+    _, problems = load(tmp_path, TEST.format(id="'{{ id }}'") + "    cases_from: c.csv\n", golden_check=False)
+    assert len(problems) == 21 and problems[0] == ("c.csv: error: stopped reading after 20 problems; fix these and "
+                                                   "run again")
+    assert problems[-1].startswith("c.csv:21:2: error: this row has 1 field but")
