@@ -258,3 +258,12 @@ def test_every_bad_row_is_reported_up_to_a_cap(tmp_path: Path) -> None:
     assert len(problems) == 21 and problems[0] == ("c.csv: error: stopped reading after 20 problems; fix these and "
                                                    "run again")
     assert problems[-1].startswith("c.csv:21:2: error: this row has 1 field but")
+
+
+def test_a_bom_is_fine_and_a_non_utf8_file_says_how_to_save_it(tmp_path: Path) -> None:
+    (tmp_path / "c.csv").write_bytes("\ufeffid,question,golden\na,Qué?,sí\n".encode())
+    tests, problems = load(tmp_path, TEST.format(id="'{{ id }}'") + "    cases_from: c.csv\n")
+    assert problems == [] and tests[0].variables["question"] == "Qué?"
+    (tmp_path / "c.csv").write_bytes("id,question,golden\na,Qué?,sí\n".encode("latin-1"))
+    _, problems = load(tmp_path, TEST.format(id="'{{ id }}'") + "    cases_from: c.csv\n")
+    assert len(problems) == 1 and problems[0].startswith("c.csv:") and "save it as UTF-8" in problems[0]
