@@ -17,6 +17,7 @@ from engine.base.jsontext import dumps_unicode
 if TYPE_CHECKING:
     from engine.evaluators.node import Node
     from engine.suite.agent import AgentSettings, GoldenTurn
+    from engine.suite.cases_from import CaseOrigin
     from engine.suite.tools import Tool
 
 
@@ -160,6 +161,8 @@ class Test:
         agent_tools: The offered tools compiled with their `returns` rules, by name (agent tests only);
             shared by every test of the suite (compiled once per suite).
         golden_turns: An agent test's golden conversation, compiled (the model's turns), or () when none.
+        case_origin: The file and row of `cases_from` this test's case came from, for messages; None for
+            inline cases. Not compared: a test is the same test wherever its row is written.
     """
 
     __test__ = False  # not a pytest test class, despite the name
@@ -187,6 +190,7 @@ class Test:
     initial_state: Mapping[str, Any] = field(default_factory=dict)
     agent_tools: Mapping[str, Tool] = field(default_factory=dict, compare=False, repr=False)
     golden_turns: tuple[GoldenTurn, ...] = field(default=(), compare=False, repr=False)
+    case_origin: CaseOrigin | None = field(default=None, compare=False, repr=False)
 
     @cached_property
     def messages_json(self) -> str:

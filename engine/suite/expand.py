@@ -17,6 +17,7 @@ from engine.evaluators.json_eval import check_json_schema
 from engine.evaluators.node import has_template
 from engine.model import Test
 from engine.suite.agent import AgentSettings, GoldenTurn, compile_golden, merge_agent
+from engine.suite.cases_from import CaseOrigin, open_cases
 from engine.suite.checks import RESERVED_VARIABLES, EvaluatorResolver, Report, template_names, walk_strings
 from engine.suite.hashing import test_hash
 from engine.suite.tools import Problem, Tool, compile_tools
@@ -39,6 +40,7 @@ class Expander:
         self.tools: Mapping[str, Any] = data.get("tools") or {}
         self.resolver = EvaluatorResolver(data.get("evaluators") or {}, report, suite_dir)
         self._named_vars: dict[str, frozenset[str]] = {}
+        self._told: set[tuple[tuple[Any, ...], str]] = set()   # (test, variable) missing from a file row, said
         self._default_node: Node | None = None
         self.agent_tools: dict[str, Tool] = {}
 
@@ -60,7 +62,8 @@ class Expander:
                 continue
             expanded = list(self._expand_test(raw, ("tests", index), default_eval))
             raw_id = raw.get("id")
-            if not expanded and isinstance(raw_id, str) and "cases" not in raw and "{" not in raw_id:
+            if (not expanded and isinstance(raw_id, str) and "cases" not in raw and "cases_from" not in raw
+                    and "{" not in raw_id):
                 # A test with its own errors still claims its id, so a clash is reported in the same pass.
                 if raw_id in first_line:
                     self.report.error(("tests", index, "id"), f"duplicate test id '{raw_id}' (first used on "
@@ -72,6 +75,12 @@ class Expander:
                     where = ("tests", index, "id") if test.case_index is None else ("tests", index, "cases",
                                                                                      test.case_index)
                     row = "" if test.case_index is None else f" from case row {test.case_index + 1}"
+                    if test.case_origin is not None:   # a `cases_from` row: point at the row in its file
+                        self.report.diagnostics.append(test.case_origin.diagnostic(
+                            f"duplicate test id '{test.id}' (first used on line {first_line[test.id]} of "
+                            f"{self.report.file}); make the test's id a template of a column whose values are "
+                            "unique, e.g. `id: q-{{ id }}`"))
+                        continue
                     self.report.error(where, f"duplicate test id '{test.id}'{row} (first used on line "
                                       f"{first_line[test.id]}); test ids must be unique within a suite")
                     continue
@@ -140,7 +149,9 @@ class Expander:
         if messages and any(m.get("role") == "system" for m in messages) and "system" in raw:
             report.error(path + ("system",), "this test sets `system:` and also has a system turn in `messages:`; "
                                              "keep one of them")
-        cases = raw.get("cases") or [None]
+        cases: Any = raw.get("cases") or [None]
+        if "cases_from" in raw:
+            cases = self._cases_from(raw, path)
         # Templates and the variables they use, checked once per test against every case row.
         templates: list[tuple[tuple[Any, ...], str, frozenset[str]]] = []
         sources: list[tuple[tuple[Any, ...], Any]] = [(path + ("id",), raw.get("id")),
@@ -168,7 +179,8 @@ class Expander:
                 for name in sorted(names - available):
                     missing.setdefault(name, []).append((src_path, what))
             for name, uses in missing.items():
-                self._undefined(name, uses, path, row_index if row is not None else None, available)
+                self._undefined(name, uses, path, row_index if row is not None else None, available,
+                                getattr(row, "origin", None))
         agent = self._agent(raw, path, tool_names)
         if not tools_ok or any(d.severity == "error" for d in report.diagnostics[errors_before:]):
             return []
@@ -246,10 +258,31 @@ class Expander:
             self._named_vars[name] = frozenset(found)
         return self._named_vars[name]
 
+    def _cases_from(self, raw: Mapping[str, Any], path: tuple[Any, ...]) -> Any:
+        """A test's rows from `cases_from` (engine/suite/cases_from.py), streamed; [] when it has problems."""
+        if "cases" in raw:
+            self.report.error(path + ("cases_from",), "this test has both `cases:` and `cases_from:`; keep one "
+                                                      "(move the inline rows into the file, or the file's rows "
+                                                      "into `cases:`)", key=True)
+            return []
+        return open_cases(raw["cases_from"], path + ("cases_from",), self.report, self.suite_dir) or []
+
     def _undefined(self, name: str, uses: list[tuple[tuple[Any, ...], str]], test_path: tuple[Any, ...],
-                   row_index: int | None, available: set[str]) -> None:
+                   row_index: int | None, available: set[str], origin: CaseOrigin | None = None) -> None:
         src_path = uses[0][0]
         what = " and the ".join(dict.fromkeys(w for _, w in uses))
+        if origin is not None:
+            # A file row: said once per test and variable, not once for each of a million rows.
+            if (test_path, name) not in self._told:
+                self._told.add((test_path, name))
+                verb = "use" if " and " in what else "uses"
+                guess = did_you_mean(name, available - RESERVED_VARIABLES)
+                hint = f" — did you mean '{guess}'?" if guess else ""
+                self.report.diagnostics.append(origin.diagnostic(
+                    f"this row has no '{name}', which the {what} {verb} (test at {self.report.file}:"
+                    f"{self.report.positions.of(test_path)[0]}){hint}; add the column, or map one to it with "
+                    f"`columns: {{{name}: <column>}}`"))
+            return
         if name == "golden":
             verb = "use" if " and " in what else "uses"
             self.report.error(src_path, f"the {what} {verb} {{{{ golden }}}}, but this test has no `golden:`"
@@ -307,7 +340,10 @@ class Expander:
              agent: _Agent | None = None) -> Test | None:
         variables: dict[str, Any] = dict(row or {})
         variables["suite"] = self.suite_id
+        origin: CaseOrigin | None = getattr(row, "origin", None)
         where = f" (case row {row_index + 1})" if row_index is not None else ""
+        if origin is not None:
+            where = f" (case row {origin.row}, {origin.describe()})"
         try:
             test_id = render(raw["id"], variables)
             if row_index is not None and test_id == raw["id"]:
@@ -360,7 +396,7 @@ class Expander:
                     prompt=prompt, eval=spec, golden=golden, variables=variables, tools=tools, tags=tuple(tags),
                     max_tokens=settings["max_tokens"], temperature=settings["temperature"], threshold=threshold,
                     repeat=int(self._setting(raw, "repeat", 1)), case_index=row_index, hash=digest,
-                    suite_dir=str(self.suite_dir), evaluator=node, **agent_fields)
+                    suite_dir=str(self.suite_dir), evaluator=node, case_origin=origin, **agent_fields)
 
 
 def _describe(path: tuple[Any, ...]) -> str:

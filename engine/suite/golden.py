@@ -87,6 +87,9 @@ def check_goldens(suites: list[Suite], score: Callable[[Test, Answer], Verdict],
 
 
 def _problem(test: Test, message: str) -> Diagnostic:
+    if test.case_origin is not None:   # a `cases_from` row: point at its golden cell
+        return test.case_origin.diagnostic(f"test '{test.id}' (defined at {test.file}:{test.line}): {message}",
+                                           test.case_origin.golden_col)
     return Diagnostic(test.file, test.line, _column(test.file, test.line), f"test '{test.id}': {message}")
 
 

@@ -99,10 +99,14 @@ def load_suites(paths: list[str | Path], *, golden_check: bool = False,
         first_file[suite.id] = (suite.file, suite_line)
         suites.append(suite)
     if golden_check and suites:
-        golden_problems = check_goldens(suites, score, conversation_check)
-        diagnostics.extend(golden_problems)
-        bad_files = {d.file for d in golden_problems if d.severity == "error"}
-        suites = [s for s in suites if s.file not in bad_files]
+        # Suite by suite: a `cases_from` row's problem names its data file, not the suite's.
+        sound: list[Suite] = []
+        for suite in suites:
+            golden_problems = check_goldens([suite], score, conversation_check)
+            diagnostics.extend(golden_problems)
+            if not any(d.severity == "error" for d in golden_problems):
+                sound.append(suite)
+        suites = sound
     return suites, diagnostics
 
 

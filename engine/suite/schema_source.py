@@ -112,6 +112,45 @@ _TAGS = {"type": "array", "items": {"type": "string"}, "description": "Labels fo
 _TOOL_NAMES = {"type": "array", "items": {"type": "string"}, "description": "Names of tools from the suite's "
                "`tools:` section offered to the model.", "examples": [["get_weather"]]}
 
+# One closed mapping (not a oneOf per form), so a misspelt key is named as such; cases_from.py checks that
+# exactly one of `file` and `dataset` is given.
+_CASES_FROM = {
+    "title": "cases_from", "description": "Table-driven test from data: one test per row of a CSV, TSV, JSON Lines, "
+    "JSON or Parquet file (or a folder of them) beside the suite, or of a Hugging Face dataset; columns are "
+    "template variables (`golden` sets the row's golden). Text: the file or folder.",
+    "type": ["string", "object"], "minLength": 1, "additionalProperties": False,
+    "properties": {
+        "file": {"type": "string", "minLength": 1, "description": "A file or folder, relative to the suite file."},
+        "format": {"enum": ["csv", "tsv", "jsonl", "json", "parquet"],
+                   "description": "The format, when the file's suffix does not say it."},
+        "dataset": {"type": "string", "minLength": 1, "description": "A Hugging Face dataset (owner/name, from the "
+                    "local cache), or a folder written by Dataset.save_to_disk (instead of `file`). Needs `pip "
+                    "install '.[datasets]'`."},
+        "split": {"type": "string", "description": "The dataset's split (default `test`, or its only one)."},
+        "config": {"type": "string", "description": "The dataset's configuration (subset)."},
+        "revision": {"type": "string", "description": "A branch, tag or commit of the dataset."},
+        "columns": {"type": ["array", "object"], "minItems": 1, "minProperties": 1, "items": {"type": "string"},
+                    "additionalProperties": {"type": "string"},
+                    "description": "Which columns become variables: a list picks them; a mapping variable: column "
+                                   "picks and renames. Default: every column, as named.",
+                    "examples": [["question", "golden"], {"question": "Question", "golden": "Answer"}]},
+        "json": {"type": "array", "items": {"type": "string"}, "description": "Variables whose cells hold JSON "
+                 "text, decoded (CSV/TSV). Default: a `golden` cell that is a JSON object or array is decoded."},
+        "filter": {"type": "string", "minLength": 1, "description": "A Jinja expression over the file's columns; "
+                   "rows where it is false are left out.", "examples": ["level == 'hard'"]},
+        "limit": {"type": "integer", "minimum": 1, "description": "Only the first N rows (after `filter`)."},
+        "sample": {"type": "object", "additionalProperties": False, "required": ["n"],
+                   "description": "N rows at random (reservoir sampling), kept in file order; after `filter` "
+                                  "and `limit`.",
+                   "properties": {"n": {"type": "integer", "minimum": 1, "description": "How many rows."},
+                                  "seed": {"type": "integer", "minimum": 0, "maximum": INT64_MAX,
+                                           "description": "The random seed (default 0): same seed, same rows."}},
+                   "examples": [{"n": 50, "seed": 1}]},
+    },
+    "examples": ["cases.csv", {"file": "cases.jsonl", "filter": "level == 'hard'", "sample": {"n": 20, "seed": 1}},
+                 {"dataset": "openai/gsm8k", "config": "main", "split": "test", "limit": 100}],
+}
+
 _TEST = {
     "title": "test", "type": "object", "additionalProperties": False, "required": ["id"],
     "description": "One test: what to send and how to score the answer.",
@@ -133,6 +172,7 @@ _TEST = {
                   "keys are template variables (`golden` sets that row's golden).",
                   "items": {"type": "object", "title": "case row", "description": "Variable name -> value."},
                   "examples": [[{"a": 2, "b": 3, "golden": 5}]]},
+        "cases_from": _CASES_FROM,
         **_RUN_SETTINGS,
     },
 }
