@@ -184,7 +184,8 @@ def _with_judges(text: str, fmt: str, results: list[Path], include_fallback: boo
     """Append the judges section (engine.analysis.judges) when the run has `judge` evaluators."""
     from engine.analysis.judges import default_calibration_path, judge_report, read_calibration_records, render_judges
 
-    df = _load(results, include_fallback, columns=("suite", "test_id", "test_hash", "evaluators", "judge_calls"))
+    columns = ("model", "suite", "test_id", "test_hash", "evaluators", "judge_calls")
+    df = _load(results, include_fallback, columns=columns)
     if df["judge_calls"].isna().all():
         return text
     report = judge_report(df, read_calibration_records(calibration or default_calibration_path()))

@@ -34,6 +34,7 @@ from engine.base.render import is_template, render
 from engine.errors import EvaluatorConfigError
 from engine.evaluators.base import CheckSite, JudgeReply, Kind, ScoringContext
 from engine.evaluators.judge_calibration import read_calibration
+from engine.evaluators.judge_prompt import PROMPT_KEY, JudgePrompt
 from engine.model import Answer, Verdict
 
 __all__ = ["JUDGE", "JUDGE_PROMPT", "JudgeSpec", "Scale", "final_grade", "parse_grade", "parse_scale",
@@ -217,11 +218,15 @@ def _build(value: Any, options: Mapping[str, Any]) -> Any:
                                    kind=KIND, option="min_agreement")
     schema = scale.json_schema()
     scale_text = scale.text()
+    override = value.get(PROMPT_KEY)
+    template = override if isinstance(override, JudgePrompt) else JudgePrompt(user=JUDGE_PROMPT)
 
     async def grade(answer_text: str, question: str, reference: str | None, caller: Any) -> Verdict:
-        prompt = render(JUDGE_PROMPT, {"rubric": rubric, "prompt": question, "answer": answer_text,
-                                       "reference": reference_text if reference is None else reference,
-                                       "scale_text": scale_text})
+        variables = {"rubric": rubric, "prompt": question, "answer": answer_text,
+                     "reference": reference_text if reference is None else reference, "scale_text": scale_text}
+        prompt: list[dict[str, Any]] = [{"role": "user", "content": render(template.user, variables)}]
+        if template.system is not None:
+            prompt.insert(0, {"role": "system", "content": render(template.system, variables)})
         tally = _Tally()
         grades: list[Any] = []
         reasons: list[str] = []
@@ -246,11 +251,11 @@ def _build(value: Any, options: Mapping[str, Any]) -> Any:
     return judge
 
 
-async def _ask(caller: Any, model: str | None, prompt: str, schema: dict[str, Any], scale: Scale,
+async def _ask(caller: Any, model: str | None, prompt: list[dict[str, Any]], schema: dict[str, Any], scale: Scale,
                scale_text: str, temperature: float, max_tokens: int, sample: int,
                tally: _Tally) -> tuple[Any, str] | str:
     """One sample: ask, re-ask once when the reply does not parse; (grade, reasoning) or the error text."""
-    messages: list[dict[str, Any]] = [{"role": "user", "content": prompt}]
+    messages = list(prompt)
     for attempt in range(2):
         reply: JudgeReply = await caller.judge(model, messages, schema=schema, temperature=temperature,
                                                    max_tokens=max_tokens, sample=sample)
