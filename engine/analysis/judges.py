@@ -277,7 +277,8 @@ def render_judges(report: Mapping[str, Any], fmt: str) -> str:
     for judge in report["judges"]:
         lines.append(f"- {judge['judge_model']} ({judge['scale']}): {judge['rows']} verdicts, "
                      f"{judge['errors']} errors, pass rate {_fmt(judge['pass_rate'])}, "
-                     f"{judge['judge_calls']} paid calls, cost {_fmt(judge['judge_cost'])}")
+                     f"{judge['judge_calls']} paid calls, cost "
+                     + ("-" if judge["judge_cost"] is None else f"{judge['judge_cost']:.6g}"))
         calibration = judge["calibration"]
         if calibration is None:
             lines.append("    calibration: none (run `engine validate --judges` on a suite with calibration:)")

@@ -18,6 +18,11 @@ once (the bad reply and what was wrong are sent back); a second bad reply, or a 
 verdict. With `samples: n` the judge is asked n times: the majority grade wins for pass_fail and labels
 (a tie goes to the lowest-scoring grade among the tied: a judge that cannot decide does not pass the
 answer), the mean score for numeric scales; the spread is in the verdict's details.
+
+`calibration:` (labelled answers, engine.evaluators.judge_calibration) and `min_agreement:` are checked when
+the suite loads and kept on the scorer (`scorer.spec`, a `JudgeSpec`) for `engine validate --judges`, which
+grades them through `JudgeSpec.grade` - the scorer's own path. A suite's `judge_prompt:`
+(engine.evaluators.judge_prompt) replaces `JUDGE_PROMPT` for its judges.
 """
 
 from __future__ import annotations

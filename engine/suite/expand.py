@@ -359,7 +359,9 @@ class Expander:
         threshold = float(self._setting(raw, "threshold", 1.0))
         tags = _unique([*self.data.get("tags", ()), *self.defaults.get("tags", ()), *raw.get("tags", ())])
         hashed_vars = {k: v for k, v in variables.items() if k not in ("test_id", "suite")}
-        digest = test_hash(messages=messages, prompt=prompt, tools=tools, eval_spec=spec, variables=hashed_vars,
+        # a suite's judge_prompt changes how its judges score: it is in the hash (only of tests with a judge)
+        hashed_spec = with_judge_prompt(spec, self.judge_prompt)
+        digest = test_hash(messages=messages, prompt=prompt, tools=tools, eval_spec=hashed_spec, variables=hashed_vars,
                            max_tokens=settings["max_tokens"], temperature=settings["temperature"], threshold=threshold,
                            agent=agent[2] if agent is not None else None,
                            returns={t["function"]["name"]: self.tools[t["function"]["name"]].get("returns")

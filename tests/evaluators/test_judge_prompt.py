@@ -89,3 +89,17 @@ def test_the_suite_prompt_is_sent_and_keys_the_cache(tmp_path: Path, fake_openai
         'Grade Within 30 days. against Mentions 30 days. The grade is "pass" when the answer meets the rubric, '
         'else "fail".', 'Grade No. against Mentions 30 days. The grade is "pass" when the answer meets the '
         'rubric, else "fail".'}
+
+
+def test_the_judge_prompt_is_part_of_the_hash_of_tests_with_a_judge(tmp_path: Path) -> None:
+    plain = "  - id: plain\n    prompt: q\n    eval: {contains: x}\n"
+
+    def hashes(prompt: str) -> dict[str, str]:
+        (tmp_path / "s.yaml").write_text(SUITE.format(prompt=prompt) + plain)
+        suites, found = load_suites([tmp_path / "s.yaml"])
+        assert found == []
+        return {t.id: t.hash for t in suites[0].tests}
+
+    first, second = hashes(INLINE), hashes(INLINE.replace("strictly", "kindly"))
+    assert first["refund"] != second["refund"]       # resume and calibration records see the change
+    assert first["plain"] == second["plain"]         # a test without a judge keeps its hash
