@@ -108,6 +108,10 @@ def analyze(
         typer.Option("--engine", help="auto: DuckDB past what memory should hold [default]; pandas; duckdb "
                                       "(the same statistics over sums made out of core; needs the [duckdb] extra)."),
     ] = "auto",
+    calibration: Annotated[
+        Path | None, typer.Option("--calibration", help="The judges' calibration file `engine validate --judges` "
+                                  "wrote (default: judge-calibration.json beside the judge cache).")
+    ] = None,
 ) -> None:
     """Which tests discriminate, which are saturated, floor or flaky, and which model is better."""
     from engine.analysis.render import FORMATS, TABLES, render
@@ -142,6 +146,12 @@ def analyze(
     text = render(analysis, fmt, table=table)
     if irt:
         text = _with_irt(text, fmt, grid_of())
+    if fmt != "csv" and path == "duckdb":
+        # The judges section reads every row's evaluator list: in memory only.
+        typer.echo("note: the judges section is computed in memory only; run `--engine pandas` on the judged runs",
+                   err=True)
+    elif fmt != "csv":
+        text = _with_judges(text, fmt, results, include_fallback, calibration)
     if output is not None:
         output.parent.mkdir(parents=True, exist_ok=True)
         output.write_text(text, encoding="utf-8")
@@ -216,6 +226,26 @@ def _with_irt(text: str, fmt: str, cells: Cells) -> str:
         payload["irt"] = result.to_dict()
         return dumps_json(payload)
     return text + render_irt(result, fmt)
+
+
+def _with_judges(text: str, fmt: str, results: list[Path], include_fallback: bool, calibration: Path | None) -> str:
+    """Append the judges section (engine.analysis.judges) when the run has `judge` evaluators."""
+    from engine.analysis.judges import default_calibration_path, judge_report, read_calibration_records, render_judges
+
+    columns = ("model", "suite", "test_id", "test_hash", "evaluators", "judge_calls")
+    df = _load(results, include_fallback, columns=columns)
+    if df["judge_calls"].isna().all():
+        return text
+    report = judge_report(df, read_calibration_records(calibration or default_calibration_path()))
+    if fmt == "json":
+        import json
+
+        from engine.analysis.render import dumps_json
+
+        payload = json.loads(text)
+        payload["judges"] = report
+        return dumps_json(payload)
+    return text + render_judges(report, fmt)
 
 
 @app.command()

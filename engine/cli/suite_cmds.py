@@ -51,6 +51,12 @@ def validate(
     no_golden_check: Annotated[bool, typer.Option(
         "--no-golden-check", help="Skip scoring each test's golden answer with its own evaluator.")] = False,
     models: Annotated[Path | None, typer.Option("--models", help="Also check this models.yaml.")] = None,
+    judges: Annotated[bool, typer.Option("--judges", help="Also grade every judge's calibration examples "
+                                         "(calls the judge models; needs --models) and fail under min_agreement.")
+                      ] = False,
+    calibration_out: Annotated[Path | None, typer.Option(
+        "--calibration-out", help="Where --judges writes the calibration `engine analyze` reads (default: "
+        "judge-calibration.json beside the judge cache).")] = None,
 ) -> None:
     """Check suites before any model is called: YAML, schema, references, templates, goldens."""
     from engine._gc import tuned_gc
@@ -72,7 +78,34 @@ def validate(
         diagnostics.extend(model_problems)
         checked += 1
     tests = sum(len(s.tests) for s in suites)
-    raise typer.Exit(_print_diagnostics(diagnostics, checked, tests))
+    code = _print_diagnostics(diagnostics, checked, tests)
+    if judges:
+        code = _validate_judges(suites, models, calibration_out, code)
+    raise typer.Exit(code)
+
+
+def _validate_judges(suites: list, models: Path | None, calibration_out: Path | None, code: int) -> int:
+    """`validate --judges` (engine.analysis.judge_validate): only for suites without errors, nothing is paid
+    for a suite that would not load."""
+    from engine.analysis.judge_validate import validate_judges
+    from engine.analysis.judges import default_calibration_path
+    from engine.errors import EngineError
+
+    if models is None:
+        print("error: --judges calls the judge models: give the models file with --models FILE", file=sys.stderr)
+        return EXIT_USAGE
+    if code != EXIT_OK:
+        print("judges: not graded: fix the errors above first", file=sys.stderr)
+        return code
+    try:
+        found = validate_judges([t for s in suites for t in s.tests], models,
+                                calibration_out or default_calibration_path())
+    except EngineError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    for line in found.lines:
+        print(line)
+    return EXIT_PROBLEMS if found.failed else EXIT_OK
 
 
 @app.command("list")

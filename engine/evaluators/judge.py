@@ -18,6 +18,11 @@ once (the bad reply and what was wrong are sent back); a second bad reply, or a 
 verdict. With `samples: n` the judge is asked n times: the majority grade wins for pass_fail and labels
 (a tie goes to the lowest-scoring grade among the tied: a judge that cannot decide does not pass the
 answer), the mean score for numeric scales; the spread is in the verdict's details.
+
+`calibration:` (labelled answers, engine.evaluators.judge_calibration) and `min_agreement:` are checked when
+the suite loads and kept on the scorer (`scorer.spec`, a `JudgeSpec`) for `engine validate --judges`, which
+grades them through `JudgeSpec.grade` - the scorer's own path. A suite's `judge_prompt:`
+(engine.evaluators.judge_prompt) replaces `JUDGE_PROMPT` for its judges.
 """
 
 from __future__ import annotations
@@ -30,12 +35,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from engine.base.render import render
+from engine.base.render import is_template, render
 from engine.errors import EvaluatorConfigError
-from engine.evaluators.base import JudgeReply, Kind, ScoringContext
+from engine.evaluators.base import CheckSite, JudgeReply, Kind, ScoringContext
+from engine.evaluators.judge_calibration import read_calibration
+from engine.evaluators.judge_prompt import PROMPT_KEY, JudgePrompt
 from engine.model import Answer, Verdict
 
-__all__ = ["JUDGE", "JUDGE_PROMPT", "Scale", "parse_grade", "parse_scale"]
+__all__ = ["JUDGE", "JUDGE_PROMPT", "JudgeSpec", "Scale", "final_grade", "parse_grade", "parse_scale",
+           "question_of"]
 
 KIND = "judge"
 DEFAULT_MAX_TOKENS = 512
@@ -148,13 +156,44 @@ def parse_grade(text: str, scale: Scale) -> tuple[Any, str] | str:
     return grade, reasoning.strip() if isinstance(reasoning, str) else ""
 
 
+@dataclass(frozen=True)
+class JudgeSpec:
+    """What `engine validate --judges` and analysis read from a built judge scorer (`scorer.spec`).
+
+    Args:
+        model: The judge model entry, or None for the default judge.
+        scale: The grading scale.
+        calibration: The `calibration:` value as written (a list, or a file name in the suite's folder), or None.
+        min_agreement: The agreement `validate --judges` requires, or None.
+        grade: `await grade(answer_text, question, reference, caller)`: one graded answer, the exact path
+            the scorer takes (samples, re-ask, cache); `reference` None keeps the judge's own.
+    """
+
+    model: str | None
+    scale: Scale
+    calibration: Any
+    min_agreement: float | None
+    grade: Any
+
+
+def final_grade(verdict: Verdict) -> Any:
+    """The grade a judge verdict settled on (the majority, or the samples' mean rounded half up to a grade),
+    or None for an error verdict."""
+    details = verdict.details or {}
+    return None if verdict.error else details.get("grade")
+
+
 def _prompt_text(ctx: ScoringContext) -> str:
-    """The question the answer replies to: the test's last user message, else its prompt."""
-    for message in reversed(ctx.test.messages):
+    return question_of(ctx.test)
+
+
+def question_of(test: Any) -> str:
+    """The question an answer to `test` replies to: the test's last user message, else its prompt."""
+    for message in reversed(test.messages):
         if message.get("role") == "user":
             content = message.get("content")
             return content if isinstance(content, str) else json.dumps(content, ensure_ascii=False)
-    return ctx.test.prompt
+    return str(test.prompt)
 
 
 def _build(value: Any, options: Mapping[str, Any]) -> Any:
@@ -177,20 +216,27 @@ def _build(value: Any, options: Mapping[str, Any]) -> Any:
                                    kind=KIND, option="samples")
     temperature = float(value.get("temperature", 0.0))
     max_tokens = int(value.get("max_tokens", DEFAULT_MAX_TOKENS))
+    min_agreement = value.get("min_agreement")
+    if min_agreement is not None and (isinstance(min_agreement, bool) or not isinstance(min_agreement, (int, float))
+                                      or not 0 <= min_agreement <= 1):
+        raise EvaluatorConfigError(f"judge: min_agreement must be a number from 0 to 1, got {min_agreement!r}",
+                                   kind=KIND, option="min_agreement")
     schema = scale.json_schema()
     scale_text = scale.text()
+    override = value.get(PROMPT_KEY)
+    template = override if isinstance(override, JudgePrompt) else JudgePrompt(user=JUDGE_PROMPT)
 
-    async def judge(answer: Answer, ctx: ScoringContext) -> Verdict:
-        if ctx.caller is None:
-            return _error("judge: no model caller here (this context calls no model: validate's golden check "
-                          "does not run judges)", model, {})
-        prompt = render(JUDGE_PROMPT, {"rubric": rubric, "prompt": _prompt_text(ctx), "answer": answer.text,
-                                       "reference": reference_text, "scale_text": scale_text})
+    async def grade(answer_text: str, question: str, reference: str | None, caller: Any) -> Verdict:
+        variables = {"rubric": rubric, "prompt": question, "answer": answer_text,
+                     "reference": reference_text if reference is None else reference, "scale_text": scale_text}
+        prompt: list[dict[str, Any]] = [{"role": "user", "content": render(template.user, variables)}]
+        if template.system is not None:
+            prompt.insert(0, {"role": "system", "content": render(template.system, variables)})
         tally = _Tally()
         grades: list[Any] = []
         reasons: list[str] = []
         for sample in range(samples):
-            outcome = await _ask(ctx, model, prompt, schema, scale, scale_text, temperature, max_tokens, sample,
+            outcome = await _ask(caller, model, prompt, schema, scale, scale_text, temperature, max_tokens, sample,
                                  tally)
             if isinstance(outcome, str):
                 return _error(outcome, model, tally.details(grades))
@@ -198,17 +244,25 @@ def _build(value: Any, options: Mapping[str, Any]) -> Any:
             reasons.append(outcome[1])
         return _verdict(scale, grades, reasons, model, tally)
 
+    async def judge(answer: Answer, ctx: ScoringContext) -> Verdict:
+        if ctx.caller is None:
+            return _error("judge: no model caller here (this context calls no model: validate's golden check "
+                          "does not run judges)", model, {})
+        return await grade(answer.text, _prompt_text(ctx), None, ctx.caller)
+
     judge.judge_model = model  # type: ignore[attr-defined]  # read by the run layer to resolve the model early
+    judge.spec = JudgeSpec(model, scale, value.get("calibration"),  # type: ignore[attr-defined]
+                           None if min_agreement is None else float(min_agreement), grade)
     return judge
 
 
-async def _ask(ctx: ScoringContext, model: str | None, prompt: str, schema: dict[str, Any], scale: Scale,
+async def _ask(caller: Any, model: str | None, prompt: list[dict[str, Any]], schema: dict[str, Any], scale: Scale,
                scale_text: str, temperature: float, max_tokens: int, sample: int,
                tally: _Tally) -> tuple[Any, str] | str:
     """One sample: ask, re-ask once when the reply does not parse; (grade, reasoning) or the error text."""
-    messages: list[dict[str, Any]] = [{"role": "user", "content": prompt}]
+    messages = list(prompt)
     for attempt in range(2):
-        reply: JudgeReply = await ctx.caller.judge(model, messages, schema=schema, temperature=temperature,
+        reply: JudgeReply = await caller.judge(model, messages, schema=schema, temperature=temperature,
                                                    max_tokens=max_tokens, sample=sample)
         tally.add(reply)
         if reply.error is not None:
@@ -255,6 +309,11 @@ def _error(reason: str, model: str | None, details: dict[str, Any]) -> Verdict:
                    details={"judge_model": model, **details})
 
 
+def _nearest_grade(scale: Scale, mean: float) -> Any:
+    """The numeric grade nearest the samples' mean, halves rounded up (3.5 -> 4): one grade per verdict."""
+    return min(scale.grades, key=lambda g: (abs(g - mean), -g))
+
+
 def _verdict(scale: Scale, grades: list[Any], reasons: list[str], model: str | None, tally: _Tally) -> Verdict:
     details: dict[str, Any] = {"judge_model": model, **tally.details(grades)}
     scores = [scale.grades[g] for g in grades]
@@ -264,6 +323,7 @@ def _verdict(scale: Scale, grades: list[Any], reasons: list[str], model: str | N
         if len(scores) > 1:
             details["spread"] = {"min": min(scores), "max": max(scores), "stdev": statistics.pstdev(scores)}
         grade_text = f"{statistics.fmean(grades):g}" if len(grades) > 1 else str(grades[0])
+        details["grade"] = _nearest_grade(scale, statistics.fmean(grades))
     else:
         counts = Counter(grades)
         top = max(counts.values())
@@ -273,12 +333,44 @@ def _verdict(scale: Scale, grades: list[Any], reasons: list[str], model: str | N
         if len(grades) > 1:
             details["spread"] = {"agreement": top / len(grades), "counts": dict(counts)}
         grade_text = str(winner)
+        details["grade"] = winner
+    details["scale"] = scale.name
     score = min(1.0, max(0.0, score))
     reason = f"judge grade {grade_text}" + (f" ({len(grades)} samples)" if len(grades) > 1 else "")
     if reasons[chosen]:
         reason += f": {reasons[chosen]}"
     return Verdict(score=score, passed=score >= 1.0, reason=reason[:1000], kind=KIND, details=details)
 
+
+def _check(value: Any, spec: Mapping[str, Any], site: CheckSite) -> None:
+    """Calibration examples when the suite loads: each `expect` on the judge's scale, a file that exists and
+    parses; `min_agreement` only beside a calibration (a threshold on nothing would never be checked)."""
+    if not isinstance(value, Mapping):
+        return
+    calibration = value.get("calibration")
+    if calibration is None:
+        if value.get("min_agreement") is not None:
+            site.error(("judge", "min_agreement"), "min_agreement needs `calibration:` examples to measure "
+                       "agreement on; add them, or remove min_agreement")
+        return
+    try:
+        scale = parse_scale(value.get("scale"))
+    except EvaluatorConfigError:
+        return   # the schema and the builder report a bad scale
+    if isinstance(calibration, str) and is_template(calibration):
+        return
+    _, problems = read_calibration(calibration, scale.grades, scale.numeric, site.suite_dir)
+    for where, message in problems:
+        site.error(("judge", "calibration", *where), message)
+
+
+_EXAMPLE = {"type": "object", "additionalProperties": False, "required": ["answer", "expect"], "properties": {
+    "answer": {"type": "string", "description": "An answer the judge grades."},
+    "expect": {"description": "The grade the judge should give: pass/fail, a whole number, or a label.",
+               "type": ["string", "integer", "number"]},
+    "prompt": {"type": "string", "description": "The question (default: the test's prompt)."},
+    "reference": {"type": "string", "description": "The reference (default: the judge's own)."},
+    "note": {"type": "string", "description": "Why this label (for people)."}}}
 
 _LABELS = {"type": "array", "minItems": 1, "items": {
     "type": "object", "additionalProperties": False, "required": ["label", "score"],
@@ -303,9 +395,17 @@ JUDGE = Kind(
                             "description": "The judge's temperature (default 0)."},
             "max_tokens": {"type": "integer", "minimum": 16, "maximum": 8192,
                            "description": f"The judge reply's max tokens (default {DEFAULT_MAX_TOKENS})."},
+            "calibration": {"description": "Labelled answers `engine validate --judges` grades: a list of "
+                            "{answer, expect}, or a .jsonl/.csv/.yaml file in the suite's folder.",
+                            "oneOf": [{"type": "array", "minItems": 1, "items": _EXAMPLE},
+                                      {"type": "string", "minLength": 1}]},
+            "min_agreement": {"type": "number", "minimum": 0, "maximum": 1,
+                              "description": "`engine validate --judges` fails when the judge agrees with the "
+                              "calibration labels less often than this."},
         }},
     ]},
     examples=({"judge": {"rubric": "The answer mentions the 30-day limit politely.", "model": "grader",
                          "scale": "pass_fail", "reference": "{{ golden }}"}},),
     build=_build,
+    check=_check,
 )

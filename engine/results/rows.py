@@ -70,10 +70,24 @@ def evaluator_nodes(verdict: Verdict) -> tuple[list[dict[str, Any]], str | None]
     for path, node in (((verdict.kind, verdict),) if not verdict.children else verdict.walk()):
         nodes.append({"path": path, "kind": node.kind, "name": node.name, "score": float(node.score),
                       "weight": float(node.weight), "passed": bool(node.passed), "error": bool(node.error),
-                      "reason": node.reason})
+                      "reason": node.reason, **judge_node_fields(node)})
         if isolation is None and node.details and node.details.get("isolation"):
             isolation = str(node.details["isolation"])
     return nodes, isolation
+
+
+def judge_node_fields(node: Verdict) -> dict[str, Any]:
+    """A `judge` node's own fields of the `evaluators` entry (none for other kinds: the columns stay null)."""
+    details = node.details
+    if node.kind != "judge" or not details:
+        return {}
+    grade = details.get("grade")
+    return {"judge_model": details.get("judge_model"), "judge_scale": details.get("scale"),
+            "judge_grade": None if grade is None or node.error else json.dumps(grade),
+            "judge_grades": [json.dumps(g) for g in details.get("grades") or []],
+            "judge_calls": details.get("judge_calls"), "judge_cached": details.get("judge_cached"),
+            "judge_prompt_tokens": details.get("judge_prompt_tokens"),
+            "judge_completion_tokens": details.get("judge_completion_tokens"), "judge_cost": details.get("judge_cost")}
 
 
 _JUDGE_SUMS = ("judge_calls", "judge_prompt_tokens", "judge_completion_tokens")

@@ -20,6 +20,18 @@ EVALUATOR_NODE = pa.struct([
     ("passed", pa.bool_()),
     ("error", pa.bool_()),
     ("reason", pa.string()),
+    # `judge` nodes only (null elsewhere): the judge model, scale, the grade it settled on and each sample's
+    # grade (JSON text), and this node's own paid calls, cache hits, tokens and cost (the row's judge_*
+    # columns are their sums)
+    ("judge_model", pa.string()),
+    ("judge_scale", pa.string()),
+    ("judge_grade", pa.string()),
+    ("judge_grades", pa.list_(pa.string())),
+    ("judge_calls", pa.int32()),
+    ("judge_cached", pa.int32()),
+    ("judge_prompt_tokens", pa.int64()),
+    ("judge_completion_tokens", pa.int64()),
+    ("judge_cost", pa.float64()),
 ])
 
 TOOL_CALL = pa.struct([

@@ -14,6 +14,7 @@ from engine.base.render import render, render_value
 from engine.base.words import did_you_mean
 from engine.evaluators import COMMON_KEYS, Node, compile_spec
 from engine.evaluators.json_eval import check_json_schema
+from engine.evaluators.judge_prompt import JudgePrompt, parse_judge_prompt, with_judge_prompt
 from engine.evaluators.node import has_template
 from engine.model import Test
 from engine.suite.agent import AgentSettings, GoldenTurn, compile_golden, merge_agent
@@ -43,6 +44,7 @@ class Expander:
         self._told: set[tuple[tuple[Any, ...], str]] = set()   # (test, variable) missing from a file row, said
         self._default_node: Node | None = None
         self.agent_tools: dict[str, Tool] = {}
+        self.judge_prompt = self._judge_prompt(data.get("judge_prompt"))
 
     def expand(self, skip: set[int]) -> list[Test]:
         self._check_tools()
@@ -326,13 +328,23 @@ class Expander:
     def _compile(self, spec: Any, eval_path: tuple[Any, ...], variables: Mapping[str, Any],
                  where: str = "") -> Node | None:
         """The compiled tree; each node's problem (a bad option, a failed template) becomes an error at it."""
-        node = compile_spec(spec, variables)
+        node = compile_spec(with_judge_prompt(spec, self.judge_prompt), variables)
         if node.problem is None and not node.children:
             return node   # the usual leaf: nothing to walk
         problems = [(node_path, n.problem) for node_path, n in node.walk() if n.problem is not None]
         for node_path, problem in problems:
             self.report.error(eval_path + node_path, f"{problem}{where}")
         return None if problems else node
+
+    def _judge_prompt(self, value: Any) -> JudgePrompt | None:
+        """The suite's `judge_prompt:` (engine.evaluators.judge_prompt), or None; a problem is an error at it."""
+        if value is None:
+            return None
+        parsed = parse_judge_prompt(value, self.suite_dir)
+        if isinstance(parsed, str):
+            self.report.error(("judge_prompt",), parsed)
+            return None
+        return parsed
 
     def _one(self, raw: Mapping[str, Any], path: tuple[Any, ...], row: Mapping[str, Any] | None,
              row_index: int | None, spec: Any, node: Node | None, eval_path: tuple[Any, ...], tools: tuple[Any, ...],
@@ -383,7 +395,9 @@ class Expander:
         threshold = float(self._setting(raw, "threshold", 1.0))
         tags = _unique([*self.data.get("tags", ()), *self.defaults.get("tags", ()), *raw.get("tags", ())])
         hashed_vars = {k: v for k, v in variables.items() if k not in ("test_id", "suite")}
-        digest = test_hash(messages=messages, prompt=prompt, tools=tools, eval_spec=spec, variables=hashed_vars,
+        # a suite's judge_prompt changes how its judges score: it is in the hash (only of tests with a judge)
+        hashed_spec = with_judge_prompt(spec, self.judge_prompt)
+        digest = test_hash(messages=messages, prompt=prompt, tools=tools, eval_spec=hashed_spec, variables=hashed_vars,
                            max_tokens=settings["max_tokens"], temperature=settings["temperature"], threshold=threshold,
                            agent=agent[2] if agent is not None else None,
                            returns={t["function"]["name"]: self.tools[t["function"]["name"]].get("returns")

@@ -232,6 +232,14 @@ SUITE_SCHEMA: dict[str, Any] = {
                        "additionalProperties": {"$ref": "#/$defs/evaluator"}},
         "tests": {"type": "array", "minItems": 1, "items": {"$ref": "#/$defs/test"},
                   "description": "The tests, in order."},
+        "judge_prompt": {"description": "Replaces the shipped judge prompt for this suite's `judge` evaluators: "
+                         "{system, user} templates over rubric, prompt, answer, reference, scale_text, or a file "
+                         "in the suite's folder (see docs/evaluators.md).",
+                         "oneOf": [{"type": "string", "minLength": 1},
+                                   {"type": "object", "additionalProperties": False, "required": ["user"],
+                                    "properties": {"system": {"type": "string", "description": "The system message."},
+                                                   "user": {"type": "string", "description": "The user "
+                                                            "message (must show {{ answer }})."}}}]},
     },
     "$defs": {"test": _TEST, "tool": _TOOL, "tool_rule": _TOOL_RULE, "agent": _AGENT, **_evaluator_defs()},
 }

@@ -1,0 +1,140 @@
+"""`engine validate --judges`: grade every calibration example, report agreement per judge node, write the
+calibration file `engine analyze` reads, and say whether each judge meets its `min_agreement`.
+
+The only part of `engine validate` that calls a model, hence opt-in. Judge calls go through the run's
+judge caller and cache (engine.client.judge_calibrate), so a judgement paid here is not paid by a run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import os
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from engine.analysis.judges import calibration_summary, write_calibration
+from engine.errors import UsageError
+from engine.model import ModelConfig, Test
+
+__all__ = ["JudgeValidation", "validate_judges"]
+
+
+@dataclasses.dataclass
+class JudgeValidation:
+    """What `validate --judges` found.
+
+    Args:
+        lines: The report, one line per judge node (and its problems).
+        failed: A judge is under its min_agreement, has too few examples for one, or has unreadable examples.
+        records: The calibration records written.
+        calls: Judge calls paid (cache hits are free).
+    """
+
+    lines: list[str]
+    failed: bool
+    records: list[dict[str, Any]]
+    calls: int
+
+
+def validate_judges(tests: Sequence[Test], models_file: Path, calibration_out: Path,
+                    judge_cache: Path | None = None) -> JudgeValidation:
+    """Grade the calibration examples of the tests' judges and compare them with the labels.
+
+    Raises:
+        UsageError: the models file has errors, lacks a judge's model, or a judge's API key is not set.
+    """
+    from engine.client.judge import resolve_judges
+    from engine.client.judge_cache import JudgeCache, default_path
+    from engine.client.judge_calibrate import calibration_targets, grade_calibrations
+    from engine.suite.models_file import load_models_file
+
+    targets = calibration_targets(tests)
+    if not targets:
+        return JudgeValidation(["judges: no judge has `calibration:` examples; nothing to grade"], False, [], 0)
+    configs, defaults, diagnostics = load_models_file(models_file)
+    if any(d.severity == "error" for d in diagnostics):
+        raise UsageError(f"{models_file} has errors:\n" + "\n".join(str(d) for d in diagnostics))
+    judges = resolve_judges([t for t, *_ in targets], configs, defaults.get("judge"), str(models_file))
+    assert judges is not None
+    cache = JudgeCache(judge_cache or default_path())
+    with contextlib.ExitStack() as stack:
+        models = _start_builtins(list(judges.models.values()), stack)
+        judges = dataclasses.replace(judges, models={m.name: m for m in models})
+        keys = _api_keys(models)
+        try:
+            runs, calls = asyncio.run(grade_calibrations(targets, judges, cache, keys))
+        finally:
+            cache.close()
+    lines: list[str] = []
+    failed = False
+    records = []
+    for run in runs:
+        record = dataclasses.asdict(run)
+        summary = calibration_summary(record)
+        records.append({**record, "summary": summary})
+        where = f"{run.site}: {run.suite}/{run.test_id} {run.path} (judge {run.judge_model}, {run.scale})"
+        lines.append(f"{where}: {_figures(summary)} - {summary['verdict']}: {summary['note']}")
+        for problem in run.problems:
+            lines.append(f"{run.site}: error: calibration: {problem}")
+        for item in run.items:
+            if item.grade is None:
+                lines.append(f"    {item.where}: the judge gave no grade ({item.error})")
+        failed = failed or bool(run.problems) or summary["verdict"] == "fail" or (
+            summary["verdict"] == "too few" and run.min_agreement is not None)
+    write_calibration(calibration_out, records)
+    lines.append(f"judges: {len(runs)} judge node(s), {sum(len(r.items) for r in runs)} examples, "
+                 f"{calls} judge calls paid; calibration written to {calibration_out}")
+    return JudgeValidation(lines, failed, records, calls)
+
+
+def _figures(summary: dict[str, Any]) -> str:
+    def fmt(value: Any) -> str:
+        return "-" if value is None else f"{value:.3f}"
+
+    parts = [f"n={summary['n']}", f"agreement {fmt(summary['agreement'])}"]
+    if summary.get("within_one") is not None or summary.get("weighted_kappa") is not None:
+        parts += [f"within one {fmt(summary['within_one'])}", f"weighted κ {fmt(summary['weighted_kappa'])}",
+                  f"α ordinal {fmt(summary['alpha_ordinal'])}"]
+    else:
+        parts.append(f"κ {fmt(summary['kappa'])}")
+    if summary["errors"]:
+        parts.append(f"{summary['errors']} without a grade")
+    return ", ".join(parts)
+
+
+def _api_keys(models: list[ModelConfig]) -> dict[str, str | None]:
+    """Each judge model's API key from its environment variable (the value never reaches a message)."""
+    keys: dict[str, str | None] = {}
+    for model in models:
+        value = os.environ.get(model.api_key_env) if model.api_key_env else None
+        if model.api_key_env and not value:
+            raise UsageError(f"judge model {model.name} reads its API key from ${model.api_key_env}, which is not "
+                             "set; export it, or remove api_key_env for a server without keys")
+        keys[model.name] = value
+    return keys
+
+
+def _start_builtins(models: list[ModelConfig], stack: contextlib.ExitStack) -> list[ModelConfig]:
+    """Start an embedded server for each builtin judge (as `engine run` does); the stack stops them."""
+    from engine.local.registry import is_scripted
+
+    needed = {(m.builtin, m.model) for m in models if m.builtin and not m.base_url and not is_scripted(m.builtin)}
+    scripted = [m.name for m in models if m.builtin and not m.base_url and is_scripted(m.builtin)]
+    if scripted:
+        raise UsageError(f"judge model(s) {', '.join(scripted)} are scripted builtins that answer no judge prompt")
+    if not needed:
+        return models
+    from engine.local import serve_builtin
+
+    logs = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="engine-judges-")))
+    urls: dict[tuple[str | None, str], str] = {}
+    for builtin, alias in sorted(needed, key=str):
+        log = logs / f"{builtin}.{alias}.log"
+        urls[(builtin, alias)] = stack.enter_context(serve_builtin(str(builtin), log_path=log, alias=alias))
+    return [dataclasses.replace(m, base_url=urls[(m.builtin, m.model)]) if (m.builtin, m.model) in urls else m
+            for m in models]
+

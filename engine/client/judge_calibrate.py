@@ -1,0 +1,151 @@
+"""Grade every judge's calibration examples (`engine validate --judges`) through the run's judge caller.
+
+    tests ─► calibration_targets (one per suite/test/judge node) ─► grade_calibrations
+                                                                       └─► JudgeSpec.grade ─► ModelJudgeCaller
+                                                                                               (cache, caps, retries)
+
+Each example is graded exactly as a run grades an answer (the same prompt, samples, re-ask and judge cache),
+so a judgement made here is never paid again by a run, and the reverse. The statistics over the grades live
+in engine.analysis.judges; this module only collects (expected, given) pairs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from engine.client.judge import JudgeModels, ModelJudgeCaller
+from engine.client.judge_cache import JudgeCache
+from engine.client.openai import OpenAIClient
+from engine.evaluators.judge import JudgeSpec, final_grade, question_of
+from engine.evaluators.judge_calibration import read_calibration
+from engine.evaluators.node import Node
+from engine.model import Test
+
+__all__ = ["CalibrationItem", "CalibrationRun", "calibration_targets", "grade_calibrations", "verdict_paths"]
+
+
+@dataclass(frozen=True)
+class CalibrationItem:
+    """One graded example: what the author expected and what the judge gave (None: the judge failed)."""
+
+    where: str
+    expect: Any
+    grade: Any
+    error: str | None = None
+    reason: str = ""
+
+
+@dataclass
+class CalibrationRun:
+    """The calibration of one judge node of one test.
+
+    Args:
+        suite, test_id, test_hash, path: The node (path as in the results' `evaluators` list).
+        site: FILE:LINE of the test, for messages.
+        judge_model: The judge models file entry used.
+        scale: The scale's name; `order` its grades (worst to best for numeric scales).
+        numeric: The scale is numeric.
+        min_agreement: The author's threshold, or None.
+        items: The graded examples.
+        problems: Why examples could not be read (a load problem `engine validate` also reports).
+        members: [test id, test hash] of every case of the test (a table-driven test's cases share the
+            node and its examples: they are graded once, in the first case's context).
+    """
+
+    suite: str
+    test_id: str
+    test_hash: str
+    path: str
+    site: str
+    judge_model: str
+    scale: str
+    order: list[Any]
+    numeric: bool
+    min_agreement: float | None
+    items: list[CalibrationItem] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    members: list[list[str]] = field(default_factory=list)
+
+
+#: (the test whose context grades, the node's path, its spec, every case's [test id, test hash])
+Target = tuple[Test, str, JudgeSpec, list[list[str]]]
+
+
+def verdict_paths(node: Node, here: str = "") -> Iterator[tuple[str, Node]]:
+    """(path, node) with the path a verdict of this node gets in the results ("all/1.judge")."""
+    path = here or node.kind
+    yield path, node
+    for index, child in enumerate(node.children):
+        yield from verdict_paths(child, f"{path}/{index}.{child.kind}")
+
+
+def calibration_targets(tests: Iterable[Test]) -> list[Target]:
+    """Every judge node with `calibration:`, once per node as written (suite, file, line, path): the cases of
+    a table-driven test share its examples, graded once in the first case's context; the last item lists
+    every case's [test id, test hash]."""
+    found: dict[tuple[str, str, int, str], Target] = {}
+    for test in tests:
+        if test.evaluator is None:
+            continue
+        for path, node in verdict_paths(test.evaluator):
+            spec = getattr(node.scorer, "spec", None) if node.kind == "judge" else None
+            if not isinstance(spec, JudgeSpec) or spec.calibration is None:
+                continue
+            key = (test.suite, test.file, test.line, path)
+            if key not in found:
+                found[key] = (test, path, spec, [])
+            found[key][3].append([test.id, test.hash])
+    return list(found.values())
+
+
+async def grade_calibrations(targets: list[Target], judges: JudgeModels, cache: JudgeCache,
+                             api_keys: Mapping[str, str | None], *,
+                             concurrency: int = 8) -> tuple[list[CalibrationRun], int]:
+    """Grade every example of every target (judge calls through caps, retries and the cache).
+
+    Args:
+        targets: From `calibration_targets`.
+        judges: The resolved judge models.
+        cache: The judge cache.
+        api_keys: Model name -> API key (None: none sent).
+        concurrency: Calls in flight at most (each judge model's own cap applies too).
+
+    Returns:
+        (one run per target, judge calls paid).
+    """
+    import aiohttp
+
+    connector = aiohttp.TCPConnector(limit=concurrency, limit_per_host=0)
+    async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=None)) as session:
+        caller = ModelJudgeCaller(judges, cache, OpenAIClient(session, api_keys),
+                                  global_slots=asyncio.Semaphore(concurrency))
+        runs = await asyncio.gather(*(_grade(test, path, spec, members, judges, caller)
+                                      for test, path, spec, members in targets))
+        return list(runs), caller.calls
+
+
+async def _grade(test: Test, path: str, spec: JudgeSpec, members: list[list[str]], judges: JudgeModels,
+                 caller: ModelJudgeCaller) -> CalibrationRun:
+    config = judges.resolve(spec.model)
+    run = CalibrationRun(suite=test.suite, test_id=test.id, test_hash=test.hash, path=path,
+                         site=f"{test.file}:{test.line}", judge_model=config.name if config else str(spec.model),
+                         scale=spec.scale.name, order=sorted(spec.scale.grades, key=spec.scale.grades.__getitem__),
+                         numeric=spec.scale.numeric, min_agreement=spec.min_agreement, members=members)
+    examples, problems = read_calibration(spec.calibration, spec.scale.grades, spec.scale.numeric,
+                                          Path(test.suite_dir or "."))
+    run.problems = [message for _, message in problems]
+    question = question_of(test)
+
+    async def one(example: Any) -> CalibrationItem:
+        verdict = await spec.grade(example.answer, example.prompt or question, example.reference, caller)
+        grade = final_grade(verdict)
+        return CalibrationItem(example.where, example.expect, grade, verdict.reason if grade is None else None,
+                               verdict.reason)
+
+    run.items = list(await asyncio.gather(*(one(e) for e in examples)))
+    return run
+

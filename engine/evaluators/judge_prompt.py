@@ -1,0 +1,104 @@
+"""A suite's own judge prompt: `judge_prompt:` at the top of a suite replaces the shipped template for every
+`judge` of that suite.
+
+    judge_prompt:                      # or a file in the suite's folder: judge_prompt: grader-prompt.yaml
+      system: You are a strict grader of customer-service answers.
+      user: |
+        Question: {{ prompt }}
+        Answer: {{ answer }}
+        {% if reference %}Reference: {{ reference }}{% endif %}
+        Rubric: {{ rubric }}
+        {{ scale_text }}
+        Reply with JSON: {"reasoning": "...", "grade": ...}
+
+Variables: `rubric`, `prompt`, `answer`, `reference` (None when the judge has none) and `scale_text` - the
+same the shipped `JUDGE_PROMPT` uses; any other name is an error when the suite loads. A file is YAML with
+`user` (and optionally `system`), or any other text file used as the user template. The re-ask after an
+unreadable reply stays the shipped one (it must name the JSON shape the parser reads).
+
+The loader hands the parsed `JudgePrompt` to each judge spec of the suite (`with_judge_prompt`) as an object,
+not text, so the test's variables never render it: it is rendered per answer, like the shipped prompt.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from engine.base.render import TemplateSyntaxError, undeclared_variables
+
+__all__ = ["PROMPT_KEY", "VARIABLES", "JudgePrompt", "parse_judge_prompt", "with_judge_prompt"]
+
+#: The key the loader adds to each judge spec (never written by an author: the schema does not allow it).
+PROMPT_KEY = "__judge_prompt__"
+VARIABLES = frozenset({"rubric", "prompt", "answer", "reference", "scale_text"})
+
+
+@dataclass(frozen=True, slots=True)
+class JudgePrompt:
+    """The judge messages' templates: an optional system message, and the user message."""
+
+    user: str
+    system: str | None = None
+
+
+def parse_judge_prompt(value: Any, suite_dir: Path) -> JudgePrompt | str:
+    """The suite's `judge_prompt:` as a JudgePrompt, or the problem with it (a string naming the fix)."""
+    where = "judge_prompt"
+    if isinstance(value, str):
+        path = suite_dir / value
+        if not path.is_file():
+            return f"judge_prompt file {value!r} not found in {suite_dir}; the path is relative to the suite's folder"
+        try:
+            text = path.read_text(encoding="utf-8")
+            value = yaml.safe_load(text) if path.suffix.lower() in (".yaml", ".yml") else {"user": text}
+        except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+            return f"judge_prompt file {value!r} cannot be read: {exc}"
+        where = f"judge_prompt file {path.name}"
+    if not isinstance(value, Mapping) or not isinstance(value.get("user"), str) or not value["user"].strip():
+        return f"{where} needs `user:` (the judge's message template) and may have `system:`"
+    unknown_keys = [k for k in value if k not in ("user", "system")]
+    if unknown_keys:
+        return f"{where}: unknown key {unknown_keys[0]!r}; use user and system"
+    system = value.get("system")
+    if system is not None and not isinstance(system, str):
+        return f"{where}: `system` must be text"
+    templates: list[tuple[str, str]] = [("user", value["user"])] + ([("system", system)] if system else [])
+    for key, text in templates:
+        try:
+            names = undeclared_variables(text)
+        except TemplateSyntaxError as exc:
+            return f"{where}: the {key} template does not compile: {exc.message}"
+        unknown = sorted(names - VARIABLES)
+        if unknown:
+            return (f"{where}: the {key} template uses {', '.join(unknown)}; a judge prompt knows only "
+                    f"{', '.join(sorted(VARIABLES))}")
+    if "answer" not in undeclared_variables(value["user"]):
+        return f"{where}: the user template never shows the answer; add {{{{ answer }}}}"
+    return JudgePrompt(user=value["user"], system=system)
+
+
+def with_judge_prompt(spec: Any, prompt: JudgePrompt | None) -> Any:
+    """`spec` with `prompt` handed to every `judge` inside it (a judge's string form becomes {rubric: ...})."""
+    if prompt is None:
+        return spec
+    if isinstance(spec, list):
+        return [with_judge_prompt(item, prompt) for item in spec]
+    if not isinstance(spec, Mapping):
+        return spec
+    out = dict(spec)
+    for key, item in spec.items():
+        if key == "judge":
+            judge = {"rubric": item} if isinstance(item, str) else item
+            out[key] = {**judge, PROMPT_KEY: prompt} if isinstance(judge, Mapping) else item
+        elif key in _HOLDS_EVALUATORS:
+            out[key] = with_judge_prompt(item, prompt)
+    return out
+
+
+#: The keys whose value is evaluators (compositions and `final_answer`): the only places a judge can be.
+_HOLDS_EVALUATORS = frozenset({"all", "any", "not", "final_answer"})
