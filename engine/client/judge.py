@@ -113,7 +113,11 @@ def request_body(model: ModelConfig, messages: list[dict[str, Any]], schema: Map
     """The judge request: the model's params, then the judge's own settings (never streamed: one JSON reply)."""
     body: dict[str, Any] = {"model": model.model, "messages": messages, **model.params,
                             "temperature": temperature, "max_tokens": max_tokens, "stream": False}
-    if model.structured_output:
+    if model.structured_output and model.builtin:
+        # the embedded server (llama-cpp-python) takes the schema in its own form and turns it into a grammar;
+        # it refuses OpenAI's `json_schema` type
+        body["response_format"] = {"type": "json_object", "schema": dict(schema)}
+    elif model.structured_output:
         body["response_format"] = {"type": "json_schema",
                                    "json_schema": {"name": "judgement", "strict": True, "schema": dict(schema)}}
     return body
