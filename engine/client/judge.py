@@ -148,6 +148,9 @@ class ModelJudgeCaller:
         self._in_flight = in_flight
         self._miss_hint = miss_hint
         self._slots: dict[str, asyncio.Semaphore] = {}
+        # cache key -> the reply (judge) or vector (embed) an identical request now in flight will bring: two
+        # answering models that give the same answer are graded at once, and the second must not pay again
+        self._pending: dict[str, asyncio.Future[Any]] = {}
         self.calls = 0   # paid calls (the tests count them at the server too)
 
     async def judge(self, model: str | None, messages: list[dict[str, Any]], *, schema: Mapping[str, Any],
@@ -162,17 +165,27 @@ class ModelJudgeCaller:
         hit = self._cache.get(key)
         if hit is not None:
             return JudgeReply(hit[0], prompt_tokens=hit[1], completion_tokens=hit[2], cached=True)
+        shared = await self._in_flight_result(key)
+        if shared is not None:   # paid for once, by the identical request (its failure is shared too)
+            return shared._replace(cached=True)
         if self._client is None:
             return JudgeReply("", error=f"judge {config.name}: this judgement is not in the judge cache "
                                         f"({self._cache.path}) and nothing is called here; {self._miss_hint}")
         request = PreparedRequest(endpoint_url(config), body, False, temperature, max_tokens, None)
-        result, cost = await self._send(config, request)
-        if result.error is not None:
-            return JudgeReply("", error=f"{config.name}: {result.error}", prompt_tokens=result.prompt_tokens,
-                              completion_tokens=result.completion_tokens, cost=cost)
-        self._cache.put(key, result.text, result.prompt_tokens, result.completion_tokens)
-        return JudgeReply(result.text, prompt_tokens=result.prompt_tokens,
-                          completion_tokens=result.completion_tokens, cost=cost)
+        claim = self._claim(key)
+        try:
+            result, cost = await self._send(config, request)
+            if result.error is not None:
+                reply = JudgeReply("", error=f"{config.name}: {result.error}", prompt_tokens=result.prompt_tokens,
+                                   completion_tokens=result.completion_tokens, cost=cost)
+            else:
+                self._cache.put(key, result.text, result.prompt_tokens, result.completion_tokens)
+                reply = JudgeReply(result.text, prompt_tokens=result.prompt_tokens,
+                                   completion_tokens=result.completion_tokens, cost=cost)
+            claim.set_result(reply)
+            return reply
+        finally:
+            self._release(key, claim)
 
     async def embed(self, model: str | None, texts: Sequence[str]) -> EmbeddingReply:
         """The texts' vectors: cached ones from the cache, the rest in one /embeddings call; never raises."""
@@ -181,8 +194,13 @@ class ModelJudgeCaller:
             which = f"embedding model {model!r}" if model else "the default embedding model (`defaults.embedding`)"
             return EmbeddingReply(error=f"{which} is not in the models file; add it under `models:`")
         keys = [embeddings.text_key(config, text) for text in texts]
-        found = {key: self._cache.get_vector(key) for key in dict.fromkeys(keys)}
-        missing = [text for text, key in dict(zip(texts, keys, strict=True)).items() if found[key] is None]
+        by_key = dict(zip(keys, texts, strict=True))
+        found: dict[str, tuple[float, ...] | None] = {key: self._cache.get_vector(key) for key in by_key}
+        for key in by_key:
+            if found[key] is None:   # an identical text being embedded now: its vector (awaiting one request
+                # may let another finish: look in the cache again), or None when it failed
+                found[key] = await self._in_flight_result(key) or self._cache.get_vector(key)
+        missing = [key for key in by_key if found[key] is None]
         cached = len(texts) - sum(1 for key in keys if found[key] is None)
         if not missing:
             return EmbeddingReply(tuple(found[key] or () for key in keys), cached=cached)
@@ -191,18 +209,50 @@ class ModelJudgeCaller:
                                                        f"({self._cache.path}) and nothing is called here; "
                                                        f"{self._miss_hint}")
         reader = embeddings.VectorReader(len(missing))
-        request = PreparedRequest(embeddings.embeddings_url(config), embeddings.request_body(config, missing),
+        request = PreparedRequest(embeddings.embeddings_url(config),
+                                  embeddings.request_body(config, [by_key[key] for key in missing]),
                                   False, None, 0, None, reader=reader.read)
-        result, cost = await self._send(config, request)
-        if result.error is not None:
-            return EmbeddingReply(error=f"{config.name}: {result.error}", calls=1, cached=cached,
+        claims = {key: self._claim(key) for key in missing}
+        try:
+            result, cost = await self._send(config, request)
+            if result.error is not None:
+                return EmbeddingReply(error=f"{config.name}: {result.error}", calls=1, cached=cached,
+                                      prompt_tokens=result.prompt_tokens, cost=cost)
+            for key, vector in zip(missing, reader.vectors, strict=True):
+                found[key] = vector
+                self._cache.put_vector(key, vector)
+                claims[key].set_result(vector)
+            return EmbeddingReply(tuple(found[key] or () for key in keys), calls=1, cached=cached,
                                   prompt_tokens=result.prompt_tokens, cost=cost)
-        for text, vector in zip(missing, reader.vectors, strict=True):
-            key = embeddings.text_key(config, text)
-            found[key] = vector
-            self._cache.put_vector(key, vector)
-        return EmbeddingReply(tuple(found[key] or () for key in keys), calls=1, cached=cached,
-                              prompt_tokens=result.prompt_tokens, cost=cost)
+        finally:
+            for key, claim in claims.items():
+                self._release(key, claim)
+
+    async def _in_flight_result(self, key: str) -> Any:
+        """What the identical request in flight now brings, or None (none in flight; it failed or was cancelled
+        without a result: the caller pays itself)."""
+        pending = self._pending.get(key)
+        if pending is None:
+            return None
+        try:
+            return await asyncio.shield(pending)
+        except asyncio.CancelledError:
+            if pending.cancelled():
+                return None
+            raise
+
+    def _claim(self, key: str) -> asyncio.Future[Any]:
+        """Mark `key` as being paid for now: identical requests wait for its result instead of paying."""
+        claim: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._pending[key] = claim
+        return claim
+
+    def _release(self, key: str, claim: asyncio.Future[Any]) -> None:
+        """The claim is settled: waiters without a result (a failure, a cancellation) get None."""
+        if self._pending.get(key) is claim:
+            del self._pending[key]
+        if not claim.done():
+            claim.cancel()
 
     async def _send(self, config: ModelConfig, request: PreparedRequest) -> tuple[CallResult, float | None]:
         """One paid call under the model's own cap and the global cap; (result, its priced cost)."""

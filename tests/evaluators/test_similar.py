@@ -75,6 +75,10 @@ models:
     base_url: {url}
     model: shop-2
     timeout_s: 5
+  twin:
+    base_url: {url}
+    model: twin-1
+    timeout_s: 5
   embedder:
     base_url: {url}
     model: embed-1
@@ -241,6 +245,36 @@ def test_an_unknown_embedding_model_stops_the_run_before_any_call(project: dict[
                   "--out", str(project["tmp"] / "r"), env=project["env"])
     assert done.returncode == 2 and "names model 'embeder', which is not in" in done.stderr
     assert project["server"].requests == []
+
+
+def test_identical_requests_in_flight_are_paid_once(project: dict[str, Any]) -> None:
+    """Two answering models give the same answer, graded at the same moment: one embedding request and one
+    judge request reach the server; the other grading waits for it (it counts as a cache hit, no cost)."""
+    server = project["server"]
+
+    def respond_slowly(body: dict[str, Any]) -> Reply:
+        if "input" in body:
+            return Reply(delay_s=0.5)
+        if body["model"] == "judge-1":
+            return Reply(content='{"reasoning": "ok", "grade": "pass"}', delay_s=0.5)
+        return Reply(content=POLITE)     # shop-1 and twin-1 alike
+
+    server.responder = respond_slowly
+    (project["suites"] / "shop.yaml").write_text(
+        "suite: twins\ntests:\n  - id: t\n    prompt: p\n    eval:\n      all:\n"
+        "        - {similar: \"refunds within 30 days\", threshold: 0.1}\n"
+        "        - {judge: {rubric: \"mentions 30 days\", model: judge}}\n")
+    models = project["models"]
+    models.write_text(models.read_text() + f"  judge:\n    base_url: {server.base_url}\n    model: judge-1\n")
+    done = engine("run", str(project["suites"]), "--models", str(models), "--model", "shop", "--model", "twin",
+                  "--out", str(project["tmp"] / "r"), env=project["env"])
+    assert done.returncode == 0, done.stderr
+    assert len(embedding_requests(server)) == 1
+    assert len([b for b in server.requests if b["model"] == "judge-1"]) == 1
+    df = pd.read_parquet(project["tmp"] / "r" / "latest")
+    assert sorted(df["judge_calls"]) == [0, 2]        # one row paid both calls, the other none
+    c = hand_cosine(POLITE, "refunds within 30 days")
+    assert df["score"].tolist() == pytest.approx([(c + 1) / 2] * 2)     # both rows graded all the same
 
 
 # -- in process ---------------------------------------------------------------------------------------------
