@@ -20,6 +20,10 @@ Fault kinds (`Reply.fault`):
     "no_done"        end the stream without [DONE] and without a finish reason
 A hostile reply: `Reply(raw=b"...")` sends those bytes as the whole body, verbatim (as an SSE stream when
 the request streams, as JSON otherwise), in 64 KB writes.
+Embeddings (`POST /v1/embeddings`): each input's vector is `server.embedder(text)`, by default
+`bag_of_words` (word counts hashed into `EMBEDDING_DIM` buckets), so a test can hand-compute cosines from word
+counts; usage.prompt_tokens = the inputs' word count. Requests are recorded and take scripted replies like
+chat: http_* faults, `delay_s`, `raw` (any other field of the Reply is ignored).
 A different served model: `Reply(model="other-model")`. Tool calls: `Reply(tool_calls=[...])`
 with each call's arguments streamed in `arg_chunks` pieces.
 """
@@ -28,14 +32,26 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import threading
 import time
+import zlib
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
+
+EMBEDDING_DIM = 1024
+
+
+def bag_of_words(text: str) -> list[float]:
+    """The fake's embedding: counts of the text's lower-cased words, each in bucket crc32(word) % EMBEDDING_DIM."""
+    vector = [0.0] * EMBEDDING_DIM
+    for word in re.findall(r"[a-z0-9]+", text.lower()):
+        vector[zlib.crc32(word.encode()) % EMBEDDING_DIM] += 1.0
+    return vector
 
 
 @dataclass
@@ -89,6 +105,7 @@ class FakeOpenAI:
 
     def __init__(self) -> None:
         self.responder: Callable[[dict[str, Any]], Reply] = lambda body: Reply()
+        self.embedder: Callable[[str], list[float]] = bag_of_words
         self.requests: list[dict[str, Any]] = []
         self.authorizations: set[str] = set()   # distinct Authorization headers seen (to prove a key was sent)
         self.in_flight = 0
@@ -132,6 +149,7 @@ class FakeOpenAI:
             app.router.add_post("/v1/chat/completions", self._chat)
             app.router.add_post("/v1/completions", self._completions)
             app.router.add_get("/v1/models", self._models)
+            app.router.add_post("/v1/embeddings", self._embeddings)
             self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.1)
             loop.run_until_complete(self._runner.setup())
             site = web.TCPSite(self._runner, "127.0.0.1", 0)
@@ -165,6 +183,32 @@ class FakeOpenAI:
 
     async def _models(self, request: web.Request) -> web.Response:
         return web.json_response({"object": "list", "data": [{"id": "fake", "object": "model"}]})
+
+    async def _embeddings(self, request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        if "Authorization" in request.headers:
+            self.authorizations.add(request.headers["Authorization"])
+        with self._lock:
+            self.in_flight += 1
+            self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        try:
+            reply = self._next_reply(body)
+            if reply.delay_s:
+                await asyncio.sleep(reply.delay_s)
+            if reply.fault and reply.fault.startswith("http_"):
+                return self._status(reply)
+            if reply.raw is not None:
+                return await self._raw(request, reply.raw, stream=False)
+            texts = body["input"] if isinstance(body["input"], list) else [body["input"]]
+            words = sum(len(re.findall(r"[a-z0-9]+", str(t).lower())) for t in texts)
+            out: dict[str, Any] = {"object": "list", "model": body.get("model"), "data": [
+                {"object": "embedding", "index": i, "embedding": self.embedder(str(t))} for i, t in enumerate(texts)]}
+            if reply.usage is not None:
+                out["usage"] = {"prompt_tokens": words, "total_tokens": words}
+            return web.json_response(out)
+        finally:
+            with self._lock:
+                self.in_flight -= 1
 
     async def _chat(self, request: web.Request) -> web.StreamResponse:
         return await self._serve(request, completions=False)

@@ -87,19 +87,21 @@ def _judge_caller(tests: list[Test], models_file: Path | None, judge_cache: Path
     Raises:
         EngineError: judges without `--models`, or a models file with errors or without a judge's model.
     """
+    from engine.client.embeddings import embedding_model_names
     from engine.client.judge import ModelJudgeCaller, judge_model_names, resolve_judges
     from engine.client.judge_cache import JudgeCache, default_path
     from engine.suite.models_file import load_models_file
 
-    if not judge_model_names(tests):
+    if not judge_model_names(tests) and not embedding_model_names(tests):
         return None, None
     if models_file is None:
-        raise EngineError("the suites have `judge` evaluators: give the run's models file with --models FILE "
-                          "(the judge models' entries key the judge cache; rescore calls no model)")
+        raise EngineError("the suites have `judge` or `similar` evaluators: give the run's models file with "
+                          "--models FILE (the models' entries key the judge cache; rescore calls no model)")
     configs, defaults, diagnostics = load_models_file(models_file)
     if any(d.severity == "error" for d in diagnostics):
         raise EngineError(f"{models_file} has errors:\n" + "\n".join(str(d) for d in diagnostics))
-    judges = resolve_judges(tests, configs, defaults.get("judge"), str(models_file))
+    judges = resolve_judges(tests, configs, defaults.get("judge"), str(models_file),
+                            embedding_default=defaults.get("embedding"))
     assert judges is not None
     cache = JudgeCache(judge_cache or default_path())
     return ModelJudgeCaller(judges, cache, None, miss_hint="rescore calls no model: `engine run` pays for new "

@@ -4,6 +4,9 @@ cap, the run's global cap, the `--max-cost` budget and the judge cache.
     judge scorer ──awaits──► ModelJudgeCaller.judge ──► JudgeCache (hit: no call)
                                                    └──► judge slot ─► global slot ─► OpenAIClient.call
 
+`similar` evaluators' embedding calls (`embed`) take the same path to `{base_url}/embeddings`, their vectors
+cached in the judge cache's `embedding` table (engine.client.embeddings holds what differs).
+
 Without a client (`engine rescore`) it answers from the cache only; a miss is a failed call that says how
 to pay for it. The evaluators package only knows the `JudgeCaller` protocol (engine.evaluators.base).
 """
@@ -11,15 +14,19 @@ to pay for it. The evaluators package only knows the `JudgeCaller` protocol (eng
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from typing import Any
 
+from engine.client import embeddings
+from engine.client.embeddings import resolve_embedders
 from engine.client.judge_cache import JudgeCache, cache_key
-from engine.client.openai import OpenAIClient, endpoint_url
+from engine.client.openai import OpenAIClient, PreparedRequest, endpoint_url
+from engine.client.response import CallResult
 from engine.errors import UsageError
 from engine.evaluators.base import JudgeReply
+from engine.evaluators.similar import EmbeddingReply
 from engine.model import ModelConfig, Test, cost_of
 
 __all__ = ["JudgeModels", "ModelJudgeCaller", "judge_model_names", "resolve_judges"]
@@ -30,12 +37,20 @@ class JudgeModels:
     """The judge models a run may call, resolved from the models file before any call is paid.
 
     Args:
-        models: name -> config of every judge model the suites name (the default included).
+        models: name -> config of every judge model the suites name (the default included), and of every
+            embedding model their `similar` evaluators name (engine.client.embeddings).
         default: The models file's `defaults.judge`, or None.
+        embedding_default: The models file's `defaults.embedding`, or None.
     """
 
     models: Mapping[str, ModelConfig]
     default: str | None = None
+    embedding_default: str | None = None
+
+    def resolve_embedding(self, name: str | None) -> ModelConfig | None:
+        """The config of embedding model `name` (None: `defaults.embedding`), or None when it is unknown."""
+        key = name if name is not None else self.embedding_default
+        return None if key is None else self.models.get(key)
 
     def resolve(self, name: str | None) -> ModelConfig | None:
         """The config of judge `name` (None: the default), or None when it is unknown."""
@@ -56,7 +71,7 @@ def judge_model_names(tests: Iterable[Test]) -> dict[str | None, str]:
 
 
 def resolve_judges(tests: Iterable[Test], configs: Mapping[str, ModelConfig], default: str | None,
-                   where: str) -> JudgeModels | None:
+                   where: str, embedding_default: str | None = None) -> JudgeModels | None:
     """The judge models the tests name, checked against the models file (before any call is paid).
 
     Args:
@@ -64,17 +79,19 @@ def resolve_judges(tests: Iterable[Test], configs: Mapping[str, ModelConfig], de
         configs: Every entry of the models file.
         default: The file's `defaults.judge`, or None.
         where: The models file's name, for messages.
+        embedding_default: The file's `defaults.embedding` (for `similar` evaluators), or None.
 
     Returns:
-        The resolved judges, or None when no test has a judge.
+        The resolved judge and embedding models, or None when no test has a judge or a `similar`.
 
     Raises:
         UsageError: a judge names a model the file lacks (or none, with no default), or a completions model.
     """
+    tests = list(tests)
     named = judge_model_names(tests)
-    if not named:
+    models: dict[str, ModelConfig] = resolve_embedders(tests, configs, embedding_default, where)
+    if not named and not models:
         return None
-    models: dict[str, ModelConfig] = {}
     for name, site in named.items():
         if name is None and default is None:
             raise UsageError(f"the judge evaluator of {site} names no model and {where} has no default judge; "
@@ -88,7 +105,7 @@ def resolve_judges(tests: Iterable[Test], configs: Mapping[str, ModelConfig], de
             raise UsageError(f"judge model {key!r} uses the {configs[key].api} API; a judge needs `api: chat` "
                              f"(its prompt is a chat message)")
         models[key] = configs[key]
-    return JudgeModels(models=models, default=default)
+    return JudgeModels(models=models, default=default, embedding_default=embedding_default)
 
 
 def request_body(model: ModelConfig, messages: list[dict[str, Any]], schema: Mapping[str, Any],
@@ -96,7 +113,11 @@ def request_body(model: ModelConfig, messages: list[dict[str, Any]], schema: Map
     """The judge request: the model's params, then the judge's own settings (never streamed: one JSON reply)."""
     body: dict[str, Any] = {"model": model.model, "messages": messages, **model.params,
                             "temperature": temperature, "max_tokens": max_tokens, "stream": False}
-    if model.structured_output:
+    if model.structured_output and model.builtin:
+        # the embedded server (llama-cpp-python) takes the schema in its own form and turns it into a grammar;
+        # it refuses OpenAI's `json_schema` type
+        body["response_format"] = {"type": "json_object", "schema": dict(schema)}
+    elif model.structured_output:
         body["response_format"] = {"type": "json_schema",
                                    "json_schema": {"name": "judgement", "strict": True, "schema": dict(schema)}}
     return body
@@ -127,6 +148,9 @@ class ModelJudgeCaller:
         self._in_flight = in_flight
         self._miss_hint = miss_hint
         self._slots: dict[str, asyncio.Semaphore] = {}
+        # cache key -> the reply (judge) or vector (embed) an identical request now in flight will bring: two
+        # answering models that give the same answer are graded at once, and the second must not pay again
+        self._pending: dict[str, asyncio.Future[Any]] = {}
         self.calls = 0   # paid calls (the tests count them at the server too)
 
     async def judge(self, model: str | None, messages: list[dict[str, Any]], *, schema: Mapping[str, Any],
@@ -141,12 +165,98 @@ class ModelJudgeCaller:
         hit = self._cache.get(key)
         if hit is not None:
             return JudgeReply(hit[0], prompt_tokens=hit[1], completion_tokens=hit[2], cached=True)
+        shared = await self._in_flight_result(key)
+        if shared is not None:   # paid for once, by the identical request (its failure is shared too)
+            return shared._replace(cached=True)
         if self._client is None:
             return JudgeReply("", error=f"judge {config.name}: this judgement is not in the judge cache "
                                         f"({self._cache.path}) and nothing is called here; {self._miss_hint}")
-        from engine.client.openai import PreparedRequest
-
         request = PreparedRequest(endpoint_url(config), body, False, temperature, max_tokens, None)
+        claim = self._claim(key)
+        try:
+            result, cost = await self._send(config, request)
+            if result.error is not None:
+                reply = JudgeReply("", error=f"{config.name}: {result.error}", prompt_tokens=result.prompt_tokens,
+                                   completion_tokens=result.completion_tokens, cost=cost)
+            else:
+                self._cache.put(key, result.text, result.prompt_tokens, result.completion_tokens)
+                reply = JudgeReply(result.text, prompt_tokens=result.prompt_tokens,
+                                   completion_tokens=result.completion_tokens, cost=cost)
+            claim.set_result(reply)
+            return reply
+        finally:
+            self._release(key, claim)
+
+    async def embed(self, model: str | None, texts: Sequence[str]) -> EmbeddingReply:
+        """The texts' vectors: cached ones from the cache, the rest in one /embeddings call; never raises."""
+        config = self._judges.resolve_embedding(model)
+        if config is None:
+            which = f"embedding model {model!r}" if model else "the default embedding model (`defaults.embedding`)"
+            return EmbeddingReply(error=f"{which} is not in the models file; add it under `models:`")
+        keys = [embeddings.text_key(config, text) for text in texts]
+        by_key = dict(zip(keys, texts, strict=True))
+        found: dict[str, tuple[float, ...] | None] = {key: self._cache.get_vector(key) for key in by_key}
+        for key in by_key:
+            if found[key] is None:   # an identical text being embedded now: its vector (awaiting one request
+                # may let another finish: look in the cache again), or None when it failed
+                found[key] = await self._in_flight_result(key) or self._cache.get_vector(key)
+        missing = [key for key in by_key if found[key] is None]
+        cached = len(texts) - sum(1 for key in keys if found[key] is None)
+        if not missing:
+            return EmbeddingReply(tuple(found[key] or () for key in keys), cached=cached)
+        if self._client is None:
+            return EmbeddingReply(cached=cached, error=f"embedding {config.name}: a text is not in the judge cache "
+                                                       f"({self._cache.path}) and nothing is called here; "
+                                                       f"{self._miss_hint}")
+        reader = embeddings.VectorReader(len(missing))
+        request = PreparedRequest(embeddings.embeddings_url(config),
+                                  embeddings.request_body(config, [by_key[key] for key in missing]),
+                                  False, None, 0, None, reader=reader.read)
+        claims = {key: self._claim(key) for key in missing}
+        try:
+            result, cost = await self._send(config, request)
+            if result.error is not None:
+                return EmbeddingReply(error=f"{config.name}: {result.error}", calls=1, cached=cached,
+                                      prompt_tokens=result.prompt_tokens, cost=cost)
+            for key, vector in zip(missing, reader.vectors, strict=True):
+                found[key] = vector
+                self._cache.put_vector(key, vector)
+                claims[key].set_result(vector)
+            return EmbeddingReply(tuple(found[key] or () for key in keys), calls=1, cached=cached,
+                                  prompt_tokens=result.prompt_tokens, cost=cost)
+        finally:
+            for key, claim in claims.items():
+                self._release(key, claim)
+
+    async def _in_flight_result(self, key: str) -> Any:
+        """What the identical request in flight now brings, or None (none in flight; it failed or was cancelled
+        without a result: the caller pays itself)."""
+        pending = self._pending.get(key)
+        if pending is None:
+            return None
+        try:
+            return await asyncio.shield(pending)
+        except asyncio.CancelledError:
+            if pending.cancelled():
+                return None
+            raise
+
+    def _claim(self, key: str) -> asyncio.Future[Any]:
+        """Mark `key` as being paid for now: identical requests wait for its result instead of paying."""
+        claim: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._pending[key] = claim
+        return claim
+
+    def _release(self, key: str, claim: asyncio.Future[Any]) -> None:
+        """The claim is settled: waiters without a result (a failure, a cancellation) get None."""
+        if self._pending.get(key) is claim:
+            del self._pending[key]
+        if not claim.done():
+            claim.cancel()
+
+    async def _send(self, config: ModelConfig, request: PreparedRequest) -> tuple[CallResult, float | None]:
+        """One paid call under the model's own cap and the global cap; (result, its priced cost)."""
+        assert self._client is not None, "the callers answer from the cache when there is no client"
         slot = self._slots.get(config.name)
         if slot is None:
             slot = self._slots[config.name] = asyncio.Semaphore(max(1, config.concurrency))
@@ -162,12 +272,10 @@ class ModelJudgeCaller:
                 if self._in_flight is not None:
                     self._in_flight(-1)
         self.calls += 1
-        cost = cost_of(config, result.prompt_tokens, result.completion_tokens)
+        # an embedding reply has no completion: its cost is its prompt tokens' (cost_of needs both counts)
+        completion = 0 if request.reader is not None and result.prompt_tokens is not None else None
+        cost = cost_of(config, result.prompt_tokens, result.completion_tokens
+                       if result.completion_tokens is not None else completion)
         if cost is not None and self._on_cost is not None:
             self._on_cost(cost)
-        if result.error is not None:
-            return JudgeReply("", error=f"{config.name}: {result.error}", prompt_tokens=result.prompt_tokens,
-                              completion_tokens=result.completion_tokens, cost=cost)
-        self._cache.put(key, result.text, result.prompt_tokens, result.completion_tokens)
-        return JudgeReply(result.text, prompt_tokens=result.prompt_tokens,
-                          completion_tokens=result.completion_tokens, cost=cost)
+        return result, cost

@@ -6,6 +6,9 @@ never read here). Where: `$ENGINE_JUDGE_CACHE` when set, else `$XDG_CACHE_HOME/l
 judge.sqlite` (default `~/.cache/...`). One user-wide file rather than one per run folder: a re-run goes to
 a new run folder, and rescore writes a new folder too, so a per-run cache would be found by neither.
 
+A sibling table holds `similar` evaluators' embedding vectors, one row per text, keyed the same way (the
+embedding model's identity and a one-text /embeddings request body: engine.client.embeddings).
+
 Only successful replies are stored (a failed call is retried next time). Writes commit at once (WAL), so a
 killed run keeps what it paid for. A cache that cannot be opened or written is not a reason to lose the run:
 `get` then misses and `put` is skipped, and `problem` says why.
@@ -18,6 +21,7 @@ import json
 import os
 import sqlite3
 import threading
+from array import array
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -64,6 +68,8 @@ class JudgeCache:
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("CREATE TABLE IF NOT EXISTS judge (key TEXT PRIMARY KEY, text TEXT NOT NULL, "
                        "prompt_tokens INTEGER, completion_tokens INTEGER)")
+            # `similar` evaluators' vectors (engine.client.embeddings): one row per embedded text, float64 bytes
+            db.execute("CREATE TABLE IF NOT EXISTS embedding (key TEXT PRIMARY KEY, vector BLOB NOT NULL)")
             db.commit()
             self._db = db
         except (OSError, sqlite3.Error) as exc:
@@ -89,6 +95,28 @@ class JudgeCache:
             try:
                 self._db.execute("INSERT OR REPLACE INTO judge VALUES (?, ?, ?, ?)",
                                  (key, text, prompt_tokens, completion_tokens))
+                self._db.commit()
+            except sqlite3.Error as exc:
+                self.problem = f"the judge cache {self.path} could not be written ({exc})"
+
+    def get_vector(self, key: str) -> tuple[float, ...] | None:
+        """A stored embedding vector (the `embedding` table, keyed like a judgement), or None."""
+        if self._db is None:
+            return None
+        with self._lock:
+            try:
+                row = self._db.execute("SELECT vector FROM embedding WHERE key = ?", (key,)).fetchone()
+            except sqlite3.Error:
+                return None
+        return None if row is None else tuple(array("d", bytes(row[0])))
+
+    def put_vector(self, key: str, vector: tuple[float, ...]) -> None:
+        """Store one embedding vector as float64 bytes (exact round trip; committed at once)."""
+        if self._db is None:
+            return
+        with self._lock:
+            try:
+                self._db.execute("INSERT OR REPLACE INTO embedding VALUES (?, ?)", (key, array("d", vector).tobytes()))
                 self._db.commit()
             except sqlite3.Error as exc:
                 self.problem = f"the judge cache {self.path} could not be written ({exc})"

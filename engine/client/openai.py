@@ -71,6 +71,9 @@ class PreparedRequest:
     max_tokens: int
     seed: int | None
     extra: dict[str, Any] = field(default_factory=dict)
+    # Reads a whole (non-streamed) reply into the result; None: a chat or completions reply (`parse_whole`).
+    # Another endpoint (/embeddings, engine.client.embeddings) brings its own reader.
+    reader: Callable[[bytes, CallResult, Redactor], None] | None = None
 
 
 def endpoint_url(model: ModelConfig, base_url: str | None = None) -> str:
@@ -276,7 +279,7 @@ class OpenAIClient:
                 else:
                     raw = await _read_body(resp, limit)
                     result.ttft_provider_s = time.perf_counter() - started
-                    parse_whole(raw, result, redact)
+                    (request.reader or parse_whole)(raw, result, redact)
         except aiohttp.ClientError as exc:
             during = "reading the response" if result.ttft_provider_s is not None else "connecting"
             raise _Failed(retry.transport_error(exc, during=during), None) from None

@@ -9,7 +9,7 @@ checks that the registry, the schema and both docs name the same kinds).
 
 from __future__ import annotations
 
-from engine.evaluators import compose, json_eval, judge, text, tool_call, trajectory
+from engine.evaluators import compose, json_eval, judge, similar, text, tool_call, trajectory
 from engine.evaluators import exec as exec_family
 from engine.evaluators.base import Kind
 
@@ -50,6 +50,7 @@ KINDS: dict[str, Kind] = {
     "exec": exec_family.EXEC,
     # model-graded (await a model call through ScoringContext.caller)
     "judge": judge.JUDGE,
+    "similar": similar.SIMILAR,
 }
 
 #: Kinds whose value is other evaluators (or a name of one): composition, not a scorer.

@@ -111,12 +111,17 @@ def default_models() -> dict[str, ModelConfig]:
     Concurrency is 1: llama.cpp's server computes one request at a time (a second request only
     waits in its queue), so more in flight would only add queueing to the measured latency.
 
+    `gemma-chat` is also the judge of suites/judged.yaml: `structured_output` makes its judge calls carry
+    the reply's JSON Schema, which llama-cpp-python turns into a grammar. Without it the base model echoes
+    the judge prompt and every judgement is an error; with it, every reply parses (and the grades show how
+    little a 270M judge can be trusted). Answering calls never send a schema.
+
     Returns:
         Model name -> ModelConfig, with `base_url=None` and `builtin` set; the runner starts the server.
     """
     def config(name: str, api: str, params: dict[str, object]) -> ModelConfig:
         return ModelConfig(name=name, model=DEFAULT_ALIAS, builtin="gemma-3-270m", api=api, params=params,
-                           concurrency=1, timeout_s=120.0, max_retries=1)
+                           concurrency=1, timeout_s=120.0, max_retries=1, structured_output=api == "chat")
 
     return {
         "gemma-complete": config("gemma-complete", "completions",

@@ -94,7 +94,8 @@ _JUDGE_SUMS = ("judge_calls", "judge_prompt_tokens", "judge_completion_tokens")
 
 
 def judge_columns(verdict: Verdict | None) -> dict[str, Any]:
-    """The row's judge columns: the `judge` nodes' paid calls, tokens and cost summed (all null without judges).
+    """The row's judge columns: the model-graded nodes' (`judge`, `similar`) paid calls, tokens and cost summed
+    (all null without them): any node whose details carry `judge_calls`.
 
     `judge_cost` is null when no judge call was priced; cache hits count nowhere (nothing was paid).
     """
@@ -104,7 +105,7 @@ def judge_columns(verdict: Verdict | None) -> dict[str, Any]:
         return out
     for _, node in (((verdict.kind, verdict),) if not verdict.children else verdict.walk()):
         details = node.details
-        if node.kind != "judge" or not details or "judge_calls" not in details:
+        if not details or "judge_calls" not in details:
             continue
         for name in _JUDGE_SUMS:
             if details.get(name) is not None:

@@ -265,7 +265,8 @@ def _judges(invocation: Invocation, tests: list[Test], configs: dict[str, ModelC
     from engine.client.judge import resolve_judges
 
     judges = resolve_judges(tests, configs, defaults.get("judge"),
-                            invocation.models_file or "the default models (no --models file)")
+                            invocation.models_file or "the default models (no --models file)",
+                            embedding_default=defaults.get("embedding"))
     if judges is not None and invocation.max_retries is not None:
         judges = dataclasses.replace(judges, models={
             name: dataclasses.replace(m, max_retries=invocation.max_retries) for name, m in judges.models.items()})

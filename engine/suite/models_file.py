@@ -56,11 +56,13 @@ def load_models_file(path: str | Path) -> tuple[dict[str, ModelConfig], dict[str
     problems = validate(data, loaded.positions, name, "models") or _pasted_keys(data, loaded.positions, name)
     problems = problems or _no_room(data, loaded.positions, name)
     defaults = dict(data.get("defaults") or {})
-    judge = defaults.get("judge")
-    if not problems and judge is not None and judge not in data["models"]:
-        line, col = loaded.positions.of(("defaults", "judge"))
-        problems = [Diagnostic(name, line, col, f"defaults.judge names {judge!r}, which is not under `models:`; "
-                                                f"add it there or name one of: {', '.join(sorted(data['models']))}")]
+    for role in ("judge", "embedding"):   # defaults.embedding: the model `similar` evaluators use
+        named = defaults.get(role)
+        if not problems and named is not None and named not in data["models"]:
+            line, col = loaded.positions.of(("defaults", role))
+            problems = [Diagnostic(name, line, col, f"defaults.{role} names {named!r}, which is not under "
+                                                    f"`models:`; add it there or name one of: "
+                                                    f"{', '.join(sorted(data['models']))}")]
     if problems:
         return {}, {}, problems
     configs = {model_name: _config(model_name, spec) for model_name, spec in data["models"].items()}

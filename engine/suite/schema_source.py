@@ -310,7 +310,11 @@ MODELS_SCHEMA: dict[str, Any] = {
                                 "description": "Defaults for the suites run with this file.",
                                 "properties": {"judge": {"type": "string", "pattern": NAME_PATTERN,
                                                          "description": "The model `judge` evaluators use when "
-                                                                        "they name none."}}}},
+                                                                        "they name none."},
+                                               "embedding": {"type": "string", "pattern": NAME_PATTERN,
+                                                             "description": "The model (an /embeddings "
+                                                             "endpoint) `similar` evaluators use when they "
+                                                             "name none."}}}},
     "$defs": {"model": _MODEL},
 }
 
