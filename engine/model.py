@@ -160,6 +160,9 @@ class Test:
         agent_tools: The offered tools compiled with their `returns` rules, by name (agent tests only);
             shared by every test of the suite (compiled once per suite).
         golden_turns: An agent test's golden conversation, compiled (the model's turns), or () when none.
+        variant: The suite's `variants:` entry this test runs under, or None when the suite has none.
+        images: (image as written, line, column) of each image part in `messages` (engine.suite.content_parts),
+            for messages that name where an image cannot go; () for a text-only test.
     """
 
     __test__ = False  # not a pytest test class, despite the name
@@ -187,6 +190,8 @@ class Test:
     initial_state: Mapping[str, Any] = field(default_factory=dict)
     agent_tools: Mapping[str, Tool] = field(default_factory=dict, compare=False, repr=False)
     golden_turns: tuple[GoldenTurn, ...] = field(default=(), compare=False, repr=False)
+    variant: str | None = None
+    images: tuple[tuple[str, int, int], ...] = field(default=(), compare=False, repr=False)
 
     @cached_property
     def messages_json(self) -> str:

@@ -27,6 +27,7 @@ ANALYSIS_COLUMNS: tuple[str, ...] = (
     "prompt_tokens", "completion_tokens", "latency_s", "ttft_visible_s", "truncated", "cost",
     "score", "passed", "threshold", "error_kind", "temperature",
     "turns", "prose_turns", "tool_calls_made", "invented_tools", "bad_tool_args", "outcome",
+    "variant",
 )
 
 
@@ -171,6 +172,6 @@ def read_table(
     except (OSError, pa.ArrowException) as exc:
         raise ResultsError(f"{files[0].parent}: cannot read the results ({exc})") from exc
     for field in SCHEMA:
-        if field.name in wanted and field.name not in table.column_names:
+        if (columns is None or field.name in wanted) and field.name not in table.column_names:
             table = table.append_column(field.name, pa.nulls(table.num_rows, field.type))
     return table

@@ -162,6 +162,7 @@ COLUMNS: list[tuple[str, pa.DataType]] = [
     ("state", pa.string()),             # the final state variables, JSON text
     ("started_at", TS),
     ("ended_at", TS),
+    ("variant", pa.string()),           # the suite's `variants:` entry the row ran under; null without variants
 ]
 
 SCHEMA = pa.schema(COLUMNS, metadata={b"schema_version": str(SCHEMA_VERSION).encode()})
