@@ -182,3 +182,25 @@ def test_an_old_run_folder_without_the_variant_column_still_loads_and_analyses(
     assert len(analysis.models) == 2
     done = engine("analyze", str(out / "latest"), "--format", "json")
     assert done.returncode == 0 and json.loads(done.stdout)["variants"] == []
+
+
+def test_rescore_matches_each_row_to_its_own_variant(tmp_path: Path, fake_openai: FakeOpenAI) -> None:
+    from engine.analysis.rescore import rescore_run
+    from engine.suite import load_suites
+
+    fake_openai.responder = answer
+    suite, models = project(tmp_path, fake_openai.base_url)
+    out = tmp_path / "results"
+    assert engine("run", str(suite), "--models", str(models), "--model", "beta", "--out", str(out),
+                  "--run-id", "r1", "--quiet").returncode == 0
+    suite.write_text(SUITE.replace("{contains: ok}", "{contains: \"no\"}"))   # the evaluator flips every verdict
+    outcome = rescore_run(out / "r1", [suite])
+    assert (outcome.rescored, outcome.unchanged, outcome.flipped) == (12, 0, 12)
+    [loaded], _ = load_suites([suite])
+    hashes = {(t.id, t.variant): t.hash for t in loaded.tests}
+    df = load(outcome.folder)
+    assert len(df) == 12
+    assert all(hashes[(r.test_id, r.variant)] == r.test_hash for r in df.itertuples())
+    # beta's good variant passed q-0..q-3 before; with the flipped evaluator it passes q-4 and q-5 only
+    good = df[df["variant"] == "good"].set_index("test_id")["passed"].to_dict()
+    assert good == {"q-0": False, "q-1": False, "q-2": False, "q-3": False, "q-4": True, "q-5": True}
