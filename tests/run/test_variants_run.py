@@ -116,6 +116,13 @@ def test_two_variants_two_models_run_and_compare_as_computed_by_hand(tmp_path: P
     assert "Paired variant comparisons" in markdown
     csv = engine("analyze", str(out / "latest"), "--format", "csv", "--table", "variant_comparisons").stdout
     assert csv.splitlines()[0].startswith("model,") and "variant_a" in csv.splitlines()[0]
+    # a test's variants have their own hashes: neither per_test nor diff may call that an edit, in any row order
+    from engine.analysis import diff
+    loaded = load(out / "latest")
+    assert not analyze(loaded).tests["hash_changed"].any()
+    shuffled = loaded.sample(frac=1.0, random_state=3).reset_index(drop=True)
+    changes = diff(loaded, shuffled).summary
+    assert changes["changed_tests"].eq(0).all() and changes["tests"].eq(6).all()
     page = tmp_path / "report.html"
     assert engine("report", str(out / "latest"), "-o", str(page)).returncode == 0
     embedded = page.read_text().split('id="report-data">', 1)[1].split("</script>", 1)[0]
