@@ -163,6 +163,9 @@ class Test:
         golden_turns: An agent test's golden conversation, compiled (the model's turns), or () when none.
         case_origin: The file and row of `cases_from` this test's case came from, for messages; None for
             inline cases. Not compared: a test is the same test wherever its row is written.
+        variant: The suite's `variants:` entry this test runs under, or None when the suite has none.
+        images: (image as written, line, column) of each image part in `messages` (engine.suite.content_parts),
+            for messages that name where an image cannot go; () for a text-only test.
     """
 
     __test__ = False  # not a pytest test class, despite the name
@@ -191,6 +194,8 @@ class Test:
     agent_tools: Mapping[str, Tool] = field(default_factory=dict, compare=False, repr=False)
     golden_turns: tuple[GoldenTurn, ...] = field(default=(), compare=False, repr=False)
     case_origin: CaseOrigin | None = field(default=None, compare=False, repr=False)
+    variant: str | None = None
+    images: tuple[tuple[str, int, int], ...] = field(default=(), compare=False, repr=False)
 
     @cached_property
     def messages_json(self) -> str:

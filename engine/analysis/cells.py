@@ -127,6 +127,15 @@ def item_codes(df: pd.DataFrame) -> tuple[np.ndarray, pd.DataFrame]:
     items["threshold"] = np.asarray(df["threshold"], dtype="float64")[first]
     items["tags"] = [tuple(t) if t is not None and not isinstance(t, float) else () for t in df["tags"].iloc[first]]
     hashes = df["test_hash"]
+    variant = df["variant"] if "variant" in df.columns else None
+    if variant is not None and bool(variant.notna().any()):
+        # Prompt variants (engine.analysis.variants): each variant of a test has its own hash, so a test's
+        # identity is the set of them and "edited" means two hashes for one (test, variant).
+        frame = pd.DataFrame({"code": codes, "variant": variant.astype(object).fillna("").astype(str).to_numpy(),
+                              "hash": hashes.astype(object).fillna("").astype(str).to_numpy()})
+        items["test_hash"] = frame.groupby("code")["hash"].agg(lambda h: "+".join(sorted(set(h)))).to_numpy()
+        items["hashes"] = frame.groupby(["code", "variant"])["hash"].nunique().groupby(level=0).max().to_numpy()
+        return codes, items
     items["test_hash"] = hashes.iloc[first].to_numpy()
     items["hashes"] = pd.Series(hashes.to_numpy()).groupby(codes).nunique().to_numpy()
     return codes, items

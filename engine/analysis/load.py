@@ -29,6 +29,7 @@ ANALYSIS_COLUMNS: tuple[str, ...] = (
     "prompt_tokens", "completion_tokens", "latency_s", "ttft_visible_s", "truncated", "cost",
     "score", "passed", "threshold", "error_kind", "temperature",
     "turns", "prose_turns", "tool_calls_made", "invented_tools", "bad_tool_args", "outcome",
+    "variant",
 )
 
 

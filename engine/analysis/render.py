@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
 FORMATS = ("table", "markdown", "json", "csv")
-TABLES = ("models", "tests", "suites", "tags", "passk", "comparisons", "agents")
+TABLES = ("models", "tests", "suites", "tags", "passk", "comparisons", "agents", "variants", "variant_comparisons")
 TOP_N = 10
 
 
@@ -79,6 +79,22 @@ def sections(analysis: Analysis) -> list[Section]:
                     ["A", "B", "tests (clusters)", "win/tie/loss", "only A / only B pass", "McNemar p", "verdict"],
                     [[c.model_a, c.model_b, f"{c.tests} ({c.clusters})", f"{c.wins}/{c.ties}/{c.losses}",
                       f"{c.only_a}/{c.only_b}", _num(c.mcnemar_p, 4), c.verdict] for c in analysis.comparisons]))
+    if analysis.variants is not None and len(analysis.variants):
+        out.append((f"Prompt variants per model (mean over tests; {analysis.interval_method})",
+                    ["model", "variant", "tests", "score [CI]", "pass rate [CI]", "errors", "tokens out"],
+                    [[str(r.model), str(r.variant), str(r.tests), _ci(r.mean_score, r.score_lo, r.score_hi),
+                      _ci(r.pass_rate, r.pass_lo, r.pass_hi), _pct(r.error_rate), _num(r.completion_tokens, 1)]
+                     for r in analysis.variants.itertuples()]))
+    if analysis.variant_comparisons:
+        out.append(("Paired variant comparisons (per model: best variant against each other, paired by test; the "
+                    "same rule as models)",
+                    ["model", "A", "B", "tests (clusters)", "mean A−B [CI]", "only A / only B pass", "McNemar p",
+                     "verdict"],
+                    [[v.model, v.comparison.model_a, v.comparison.model_b,
+                      f"{v.comparison.tests} ({v.comparison.clusters})",
+                      _ci(v.comparison.mean_diff, v.comparison.diff_lo, v.comparison.diff_hi),
+                      f"{v.comparison.only_a}/{v.comparison.only_b}", _num(v.comparison.mcnemar_p, 4),
+                      v.comparison.verdict] for v in analysis.variant_comparisons]))
     tests = analysis.tests
     header = ["test", "difficulty", "item-rest r", "exact p", "adjusted q", "pass counts"]
 
@@ -200,6 +216,10 @@ def render_csv(analysis: Analysis, table: str = "tests") -> str:
         frame = analysis.passk if analysis.passk is not None else pd.DataFrame()
     elif table == "agents":
         frame = analysis.agents if analysis.agents is not None else pd.DataFrame()
+    elif table == "variants":
+        frame = analysis.variants if analysis.variants is not None else pd.DataFrame()
+    elif table == "variant_comparisons":
+        frame = pd.DataFrame([c.to_dict() for c in analysis.variant_comparisons])
     else:
         frame = getattr(analysis, table).copy()
         if "tags" in frame.columns:

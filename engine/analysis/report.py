@@ -178,6 +178,8 @@ def build_payload(df: pd.DataFrame, *, alpha: float = DEFAULT_ALPHA, cluster_by:
         "models": as_dict["models"],
         "comparisons": as_dict["comparisons"],
         "agents": as_dict["agents"],
+        "variants": as_dict["variants"],
+        "variant_comparisons": as_dict["variant_comparisons"],
         "passk": as_dict["passk"],
         "suites": as_dict["suites"],
         "tests": test_records,
@@ -206,6 +208,7 @@ def render_html(payload: dict[str, Any]) -> str:
 <section><h2>Models</h2><p class="hint" id="interval"></p>
 <div id="models"></div><div id="comparisons"></div>
 <div id="agents"></div>
+<div id="variants"></div>
 <h3>pass@k and pass^k</h3><p class="hint">pass@k: chance at least one of k attempts passes (Chen et al. 2021);
 pass^k: chance all k pass (τ-bench). Unbiased from the n attempts of each test, k ≤ n.</p>
 <div id="passk"></div></section>

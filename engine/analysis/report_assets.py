@@ -116,6 +116,25 @@ JS = r"""
     })));
   }
 
+  if (data.variants && data.variants.length) {
+    var variants = document.getElementById("variants");
+    variants.appendChild(el("h3", null, "Prompt variants"));
+    variants.appendChild(el("p", { "class": "hint" }, "Per model, each variant scored over the same tests; " +
+        "comparisons pair the variants by test, with the rule used for models."));
+    variants.appendChild(table(["model", "variant", "tests", "score [CI]", "pass rate [CI]", "errors"],
+        data.variants.map(function (v) {
+      return [v.model, v.variant, v.tests, fmt(v.mean_score) + " [" + fmt(v.score_lo) + ", " + fmt(v.score_hi) + "]",
+              fmt(v.pass_rate) + " [" + fmt(v.pass_lo) + ", " + fmt(v.pass_hi) + "]", pct(v.error_rate)];
+    })));
+    if (data.variant_comparisons && data.variant_comparisons.length) {
+      variants.appendChild(table(["model", "A", "B", "tests (clusters)", "mean A−B [CI]", "only A / only B pass",
+          "McNemar p", "verdict"], data.variant_comparisons.map(function (c) {
+        return [c.model, c.variant_a, c.variant_b, c.tests + " (" + c.clusters + ")",
+                fmt(c.mean_diff) + " [" + fmt(c.diff_lo) + ", " + fmt(c.diff_hi) + "]", c.only_a + " / " + c.only_b,
+                fmt(c.mcnemar_p, 4), c.verdict];
+      })));
+    }
+  }
   if (data.agents && data.agents.length) {
     var agents = document.getElementById("agents");
     agents.appendChild(el("h3", null, "Agents"));

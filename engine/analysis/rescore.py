@@ -135,7 +135,8 @@ def rescore_run(results: Path, suites: Sequence[Path], *, out_parent: Path | Non
     errors = [d for d in diagnostics if d.severity == "error"]
     if errors:
         raise EngineError("the suites have errors; fix them before rescoring:\n" + "\n".join(str(d) for d in errors))
-    tests = {(t.suite, t.id, -1 if t.case_index is None else int(t.case_index)): t for s in loaded for t in s.tests}
+    tests = {(t.suite, t.id, -1 if t.case_index is None else int(t.case_index), t.variant or ""): t
+             for s in loaded for t in s.tests}
     caller, cache = _judge_caller(list(tests.values()), models_file, judge_cache)
 
     run_id = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ") + "-rescore-" + secrets.token_hex(3)
@@ -143,10 +144,11 @@ def rescore_run(results: Path, suites: Sequence[Path], *, out_parent: Path | Non
     folder = parent / run_id
     outcome = RescoreOutcome(folder=folder, run_id=run_id,
                              messages=[str(d) for d in diagnostics if d.severity != "error"])
-    missing: set[tuple[str, str, int]] = set()
+    missing: set[tuple[str, str, int, str]] = set()
     rows = []
     for row in table.select([c for c in SCHEMA.names]).to_pylist():
-        key = (str(row["suite"]), str(row["test_id"]), -1 if row["case_index"] is None else int(row["case_index"]))
+        key = (str(row["suite"]), str(row["test_id"]), -1 if row["case_index"] is None else int(row["case_index"]),
+               row.get("variant") or "")
         test = tests.get(key)
         if test is None or row.get("error_kind") not in _SCORABLE_ERRORS:
             if test is None:
@@ -161,7 +163,8 @@ def rescore_run(results: Path, suites: Sequence[Path], *, out_parent: Path | Non
     if cache is not None:
         cache.close()
     if missing:
-        shown = ", ".join(f"{s}/{t}" + (f"#{c}" if c >= 0 else "") for s, t, c in sorted(missing)[:10])
+        shown = ", ".join(f"{s}/{t}" + (f"#{c}" if c >= 0 else "") + (f"@{v}" if v else "")
+                          for s, t, c, v in sorted(missing)[:10])
         outcome.messages.append(f"warning: {len(missing)} tests of {results} are not in the suites and were copied "
                                 f"unchanged: {shown}{' ...' if len(missing) > 10 else ''}")
 

@@ -15,6 +15,7 @@ from engine.analysis.items import DEFAULT_ALPHA, DEFAULT_CORRECTION, per_test, s
 from engine.analysis.models import ModelRows, model_rows, per_model
 from engine.analysis.passk import pass_k_table
 from engine.analysis.stats import DEFAULT_LEVEL
+from engine.analysis.variants import VariantComparison, compare_variants, has_variants, per_variant
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -34,6 +35,8 @@ class Analysis:
         agents: `per_model_agents` output (turns, tool calls, invented tools, outcomes), or None when the
             results hold no multi-turn conversation (a single-turn run shows nothing of it).
         notes: Sentences about the data as a whole (one model, rows left out, ...).
+        variants: `per_variant` output (one row per model and prompt variant), or None without variants.
+        variant_comparisons: Per model, its best variant against each other one (engine.analysis.variants).
         cluster_by: "test" (intervals over clusters of (suite, test_id)) or "case".
         level: Interval coverage.
         alpha: Error rate of the "discriminating" call.
@@ -52,6 +55,8 @@ class Analysis:
     level: float = DEFAULT_LEVEL
     alpha: float = DEFAULT_ALPHA
     correction: str = DEFAULT_CORRECTION
+    variants: pd.DataFrame | None = None
+    variant_comparisons: list[VariantComparison] = field(default_factory=list)
 
     @property
     def interval_method(self) -> str:
@@ -75,6 +80,8 @@ class Analysis:
             "comparisons": [c.to_dict() for c in self.comparisons],
             "agents": _records(self.agents) if self.agents is not None else [],
             "notes": list(self.notes),
+            "variants": _records(self.variants) if self.variants is not None else [],
+            "variant_comparisons": [c.to_dict() for c in self.variant_comparisons],
         }
 
 
@@ -120,8 +127,15 @@ def analyze(df: pd.DataFrame, *, alpha: float = DEFAULT_ALPHA, level: float = DE
         correction: "bh" (Benjamini-Hochberg: false-discovery rate alpha) or "holm" (family-wise rate alpha).
     """
     cells = build_cells(df, cluster_by=cluster_by)
-    return analyze_grid(cells, model_rows(df, cells), agents=per_model_agents(df), alpha=alpha, level=level,
-                        ks=ks, seed=seed, correction=correction)
+    analysis = analyze_grid(cells, model_rows(df, cells), agents=per_model_agents(df), alpha=alpha, level=level,
+                            ks=ks, seed=seed, correction=correction)
+    if has_variants(df):
+        analysis.variants = per_variant(df, level=level, cluster_by=cluster_by)
+        analysis.variant_comparisons = compare_variants(df, level=level, cluster_by=cluster_by,
+                                                        table=analysis.variants)
+        analysis.notes.append("prompt variants: the model tables pool a test's variants (each cell averages every "
+                              "variant's attempts); the variant tables compare them within each model, paired by test")
+    return analysis
 
 
 def analyze_grid(cells: Cells, rows: ModelRows, *, agents: pd.DataFrame | None = None,

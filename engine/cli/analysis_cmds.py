@@ -72,7 +72,8 @@ def analyze(
     fmt: Annotated[str, typer.Option("--format", "-f", help="table | markdown | json | csv")] = "table",
     table: Annotated[
         str | None,
-        typer.Option("--table", help="For csv: models | tests | suites | tags | passk | comparisons | agents"),
+        typer.Option("--table", help="For csv: models | tests | suites | tags | passk | comparisons | agents | "
+                                      "variants | variant_comparisons"),
     ] = None,
     fail_under: Annotated[
         float | None,

@@ -74,9 +74,12 @@ def validate(
                                           conversation_check=_score_golden_conversation)
     checked = len(files)
     if models:
-        _, model_problems = load_models(models)
+        configs, model_problems = load_models(models)
         diagnostics.extend(model_problems)
         checked += 1
+        from engine.suite.content_parts import completions_conflicts
+
+        diagnostics.extend(completions_conflicts((t for s in suites for t in s.tests), configs.values()))
     tests = sum(len(s.tests) for s in suites)
     code = _print_diagnostics(diagnostics, checked, tests)
     if judges:
@@ -128,10 +131,15 @@ def list_tests(
     for suite in suites:
         for test in suite.tests:
             kinds = test.evaluator.kinds() if test.evaluator is not None else []
-            rows.append((suite.id, test.id, ",".join(test.tags) or "-", ",".join(kinds) or "-", test.hash))
+            name = test.id if not test.variant else f"{test.id} @{test.variant}"
+            rows.append((suite.id, name, ",".join(test.tags) or "-", ",".join(kinds) or "-", test.hash))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
     for row in rows:
         print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=False)) + "  " + row[-1])
+    variants = {t.variant for s in suites for t in s.tests if t.variant}
+    if variants:   # the matrix size: each test runs once per variant (and per model and repeat)
+        distinct = len({(t.suite, t.id, t.case_index) for s in suites for t in s.tests})
+        print(f"{len(rows) - 1} tests to run: {distinct} tests x {len(variants)} variants")
     errors = [d for d in diagnostics if d.severity == "error"]
     if diagnostics:
         files, _ = expand_paths(list(paths))

@@ -32,6 +32,7 @@ from engine.client.sse import SSEDecoder
 from engine.errors import ClientError
 from engine.model import ModelConfig, Test
 from engine.redact import Redactor, mask_urls, url_secrets
+from engine.suite.content_parts import wire_messages
 
 if TYPE_CHECKING:
     import aiohttp
@@ -87,7 +88,8 @@ def endpoint_url(model: ModelConfig, base_url: str | None = None) -> str:
     return base + ("/completions" if model.api == "completions" else "/chat/completions")
 
 
-def prepare(model: ModelConfig, test: Test, settings: RequestSettings) -> PreparedRequest:
+def prepare(model: ModelConfig, test: Test, settings: RequestSettings, *, inline_images: bool = True
+            ) -> PreparedRequest:
     """Build the request body for one test.
 
     Precedence: temperature = the test's, else `--temperature`, else the model's params, else 0;
@@ -99,6 +101,10 @@ def prepare(model: ModelConfig, test: Test, settings: RequestSettings) -> Prepar
         model: The model config (its `params` are passed through).
         test: The rendered test.
         settings: The run-wide settings.
+        inline_images: Image files as base64 data URLs (False: a short placeholder, for `--dry-run`).
+
+    Raises:
+        ImageUnavailable: An image file of the test is gone, unreadable or changed since the suite loaded.
     """
     params = model.params   # read, never changed: no copy
     temperature = test.temperature
@@ -114,7 +120,8 @@ def prepare(model: ModelConfig, test: Test, settings: RequestSettings) -> Prepar
     if model.api == "completions":
         body["prompt"] = test.prompt
     else:
-        body["messages"] = list(test.messages)
+        body["messages"] = list(test.messages) if not test.images else \
+            wire_messages(test.messages, test.suite_dir, inline=inline_images)
         if test.tools:
             body["tools"] = list(test.tools)
             body["tool_choice"] = "auto"

@@ -28,18 +28,21 @@ _DATE_SUFFIX = re.compile(r"-(\d{4}-\d{2}-\d{2}|\d{8}|\d{4})$")
 
 
 def row_key(model: str, test: Test, attempt: int) -> str:
-    """The identity of a row: (model, suite, test id, test hash, case, attempt).
+    """The identity of a row: (model, suite, test id, test hash, case, attempt[, variant]).
 
-    Resume skips a key already in the journal; an edited test gets a new hash, so it runs again.
+    Resume skips a key already in the journal; an edited test gets a new hash, so it runs again. The
+    variant is appended only when there is one, so keys of runs without variants are unchanged.
     """
     case = "" if test.case_index is None else str(test.case_index)
-    return "\x1f".join((model, test.suite, test.id, test.hash, case, str(attempt)))
+    key = "\x1f".join((model, test.suite, test.id, test.hash, case, str(attempt)))
+    return key if not test.variant else f"{key}\x1f{test.variant}"
 
 
 def key_of_row(row: dict[str, Any]) -> str:
     """`row_key` of a stored row (read back from a Parquet part when the journal is rebuilt)."""
     case = "" if row["case_index"] is None else str(row["case_index"])
-    return "\x1f".join((row["model"], row["suite"], row["test_id"], row["test_hash"], case, str(row["attempt"])))
+    key = "\x1f".join((row["model"], row["suite"], row["test_id"], row["test_hash"], case, str(row["attempt"])))
+    return key if not row.get("variant") else f"{key}\x1f{row['variant']}"
 
 
 def is_fallback(asked: str, served: str | None) -> bool | None:
@@ -198,6 +201,7 @@ def build_row(*, run_id: str, model: ModelConfig, test: Test, attempt: int, requ
         "served_by": result.served_by,
         "trimmed_requests": None,   # agent rows only (build_agent_row)
         "trimmed_messages": None,
+        "variant": test.variant,
     }
 
 

@@ -177,6 +177,7 @@ COLUMNS: list[tuple[str, pa.DataType]] = [
     ("served_by", pa.string()),         # the replica that answered (`base_urls`), userinfo masked; null: one endpoint
     ("trimmed_requests", pa.int32()),   # agent rows: model calls sent with messages trimmed to fit context_tokens
     ("trimmed_messages", pa.int32()),   # agent rows: distinct messages trimmed or dropped to fit
+    ("variant", pa.string()),           # the suite's `variants:` entry the row ran under; null without variants
 ]
 
 SCHEMA = pa.schema(COLUMNS, metadata={b"schema_version": str(SCHEMA_VERSION).encode()})

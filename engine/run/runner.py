@@ -29,8 +29,8 @@ from typing import TYPE_CHECKING, Any
 
 from engine.client.judge import JudgeModels, ModelJudgeCaller
 from engine.client.judge_cache import JudgeCache, default_path
-from engine.client.openai import OpenAIClient, RequestSettings, prepare
-from engine.errors import StorageError
+from engine.client.openai import CallResult, OpenAIClient, RequestSettings, prepare
+from engine.errors import ClientError, StorageError
 from engine.evaluators import score, score_async
 from engine.evaluators.base import ScoringContext
 from engine.evaluators.scoring import context
@@ -39,6 +39,7 @@ from engine.model import Answer, ModelConfig, Test, Verdict
 from engine.results.rows import build_row
 from engine.run.conversation import golden_reply, run_agent_job
 from engine.run.jobs import Job
+from engine.suite.content_parts import ImageUnavailable
 
 if TYPE_CHECKING:
     from engine.results.journal import Journal
@@ -238,7 +239,15 @@ class Runner:
                     score_blocking=lambda test, answer, ctx: self._score_in_thread(answer, test, exec_slots, ctx))
                 self._record(model, job, row, spent=True)
                 continue
-            request = prepare(model, job.test, settings)
+            try:
+                request = prepare(model, job.test, settings)
+            except ImageUnavailable as exc:   # deleted or edited since load: an error row, nothing sent
+                request = prepare(model, job.test, settings, inline_images=False)
+                self._record(model, job, build_row(
+                    run_id=self.config.run_id, model=model, test=job.test, attempt=job.attempt, request=request,
+                    result=CallResult(error=ClientError(str(exc), kind="image")), verdict=None, evaluator_error=None,
+                    started_us=time.time_ns() // 1000, ended_us=time.time_ns() // 1000))
+                continue
             async with global_slots:
                 if self._stopping:
                     return

@@ -142,6 +142,8 @@ def _run(invocation: Invocation, *, dry_run: bool, resume: Path | None, retry_er
     if tests is None:
         return 1
     models, every_model, model_defaults = _load_models(invocation)
+    if _image_conflicts(tests, models):
+        return 1
     judges = _judges(invocation, tests, every_model, model_defaults)
     api_keys = _api_keys(models + [m for m in judges.models.values() if m not in models] if judges else models)
 
@@ -315,7 +317,7 @@ def _dry_run(models: list[ModelConfig], tests: list[Test], invocation: Invocatio
         for test in tests:
             if not runs_on(model, test):
                 continue   # an agent test on a completions-API model: the run leaves it out too
-            request = prepare(model, test, settings)
+            request = prepare(model, test, settings, inline_images=False)   # a placeholder for image bytes
             n = sum(1 for a in range(attempts(test, invocation.repeat))
                     if shard is None or shard.owns(row_key(model.name, test, a)))
             if not n:
@@ -324,7 +326,29 @@ def _dry_run(models: list[ModelConfig], tests: list[Test], invocation: Invocatio
             body = public_params(request.body, keep_keys=True)   # what is sent, minus credentials
             print(json.dumps({"model": model.name, "suite": test.suite, "test": test.id, "attempts": n,
                               "url": mask_url(request.url), "body": body}, ensure_ascii=False))
-    _err(f"dry run: {calls} call(s) for {len(models)} model(s) x {len(tests)} test(s); nothing was sent")
+    _err(f"dry run: {calls} call(s) for {len(models)} model(s) x {len(tests)} test(s){_matrix(tests)}; "
+         "nothing was sent")
+
+
+def _matrix(tests: list[Test]) -> str:
+    """" (N tests x V variants)" when the suites have variants, else ""."""
+    variants = {t.variant for t in tests if t.variant}
+    if not variants:
+        return ""
+    distinct = len({(t.suite, t.id, t.case_index) for t in tests})
+    return f" ({distinct} tests x {len(variants)} variants)"
+
+
+def _image_conflicts(tests: list[Test], models: list[ModelConfig]) -> bool:
+    """Print an error at each image a completions-API model would be sent; True when there is one."""
+    from engine.suite.content_parts import completions_conflicts
+
+    problems = completions_conflicts(tests, models)
+    for problem in problems:
+        _err(str(problem))
+    if problems:
+        _err(f"{len(problems)} image(s) cannot go to a completions-API model: nothing was run")
+    return bool(problems)
 
 
 def _point_latest(run_dir: Path) -> None:

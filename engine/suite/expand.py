@@ -20,6 +20,7 @@ from engine.model import Test
 from engine.suite.agent import AgentSettings, GoldenTurn, compile_golden, merge_agent
 from engine.suite.cases_from import CaseOrigin, open_cases
 from engine.suite.checks import RESERVED_VARIABLES, EvaluatorResolver, Report, template_names, walk_strings
+from engine.suite.content_parts import content_text, part_sources, render_parts
 from engine.suite.hashing import test_hash
 from engine.suite.tools import Problem, Tool, compile_tools
 
@@ -160,7 +161,9 @@ class Expander:
                                                       (path + ("prompt",), raw.get("prompt")),
                                                       (system_path, system)]
         for i, message in enumerate(messages or ()):
-            sources.append((path + ("messages", i, "content"), message.get("content")))
+            content = message.get("content")
+            where = path + ("messages", i, "content")
+            sources.extend(part_sources(content, where) if isinstance(content, list) else [(where, content)])
         if golden_given:
             sources.extend(walk_strings(raw["golden"], path + ("golden",)))
         for src_path, text in sources:
@@ -353,6 +356,8 @@ class Expander:
         variables: dict[str, Any] = dict(row or {})
         variables["suite"] = self.suite_id
         origin: CaseOrigin | None = getattr(row, "origin", None)
+        images: list[tuple[str, int, int]] = []
+        errors_before = len(self.report.diagnostics)
         where = f" (case row {row_index + 1})" if row_index is not None else ""
         if origin is not None:
             where = f" (case row {origin.row}, {origin.describe()})"
@@ -367,10 +372,13 @@ class Expander:
                 variables["golden"] = golden
             system_text = render(system, variables) if isinstance(system, str) else None
             if "messages" in raw:
-                messages = [{"role": m["role"], "content": render(m["content"], variables)} for m in raw["messages"]]
+                messages = [{"role": m["role"], "content": render(m["content"], variables)
+                             if not isinstance(m["content"], list) else
+                             self._parts(m, path + ("messages", i, "content"), variables, agent, images)}
+                            for i, m in enumerate(raw["messages"])]
                 if system_text and not any(m["role"] == "system" for m in messages):
                     messages.insert(0, {"role": "system", "content": system_text})
-                prompt = "\n\n".join(m["content"] for m in messages)
+                prompt = "\n\n".join(content_text(m["content"]) for m in messages)
             else:
                 user = render(raw["prompt"], variables)
                 messages = ([{"role": "system", "content": system_text}] if system_text else [])
@@ -379,6 +387,8 @@ class Expander:
         except Exception as exc:  # noqa: BLE001 - sandbox refusals, undefined attributes, type errors in expressions
             self.report.error(path, f"cannot fill in this test's templates{where}: {exc}")
             return None
+        if any(d.severity == "error" for d in self.report.diagnostics[errors_before:]):
+            return None   # an image part's problem (reported at the image)
         if spec is not None and node is None:
             node = self._compile(spec, eval_path, {**variables, "golden": variables.get("golden")}, where)
             if node is None:
@@ -410,7 +420,18 @@ class Expander:
                     prompt=prompt, eval=spec, golden=golden, variables=variables, tools=tools, tags=tuple(tags),
                     max_tokens=settings["max_tokens"], temperature=settings["temperature"], threshold=threshold,
                     repeat=int(self._setting(raw, "repeat", 1)), case_index=row_index, hash=digest,
-                    suite_dir=str(self.suite_dir), evaluator=node, case_origin=origin, **agent_fields)
+                    suite_dir=str(self.suite_dir), evaluator=node, case_origin=origin, images=tuple(images),
+                    **agent_fields)
+
+    def _parts(self, message: Mapping[str, Any], where: tuple[Any, ...], variables: Mapping[str, Any],
+               agent: _Agent | None, images: list[tuple[str, int, int]]) -> list[dict[str, Any]]:
+        """A message's content parts rendered and checked (engine.suite.content_parts); problems reported."""
+        parts, found, problems = render_parts(message["content"], lambda text: render(text, variables),
+                                              self.suite_dir, where, message["role"], agent is not None)
+        for problem_path, text in problems:
+            self.report.error(problem_path, text)
+        images.extend((written, *self.report.positions.of(at)) for written, at in found)
+        return parts
 
 
 def _describe(path: tuple[Any, ...]) -> str:

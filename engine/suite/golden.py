@@ -61,9 +61,14 @@ def check_goldens(suites: list[Suite], score: Callable[[Test, Answer], Verdict],
     """
     out: list[Diagnostic] = []
     for suite in suites:
+        checked: set[tuple[str, int | None]] = set()   # a test's variants share its golden and evaluator
         for test in suite.tests:
             if test.golden is None or test.eval is None:
                 continue
+            if test.variant is not None:
+                if (test.id, test.case_index) in checked:
+                    continue
+                checked.add((test.id, test.case_index))
             if test.agent is not None and conversation is None:
                 continue
             if test.evaluator is not None and test.evaluator.is_async:

@@ -17,6 +17,7 @@ from engine.suite.checks import Report
 from engine.suite.expand import Expander
 from engine.suite.golden import ConversationCheck, check_goldens
 from engine.suite.schema import validate
+from engine.suite.variants import apply_variants
 
 __all__ = ["expand_paths", "load_suite_file", "load_suites"]
 
@@ -142,6 +143,7 @@ def load_suite_file(path: Path, file: str | None = None, *, golden_check: bool =
     expander = Expander(data, report, path.parent)
     try:
         tests = expander.expand(skip={i for i in broken_sections if isinstance(i, int)})
+        tests = apply_variants(data, report, tests)
     except Exception as exc:  # noqa: BLE001 - a bug here must still end in a message, never a traceback
         report.error((), f"internal error while checking this file ({type(exc).__name__}: {exc}); "
                          "please report it with this file attached")

@@ -76,7 +76,8 @@ _MESSAGES = {
     "items": {"type": "object", "title": "message", "additionalProperties": False, "required": ["role", "content"],
               "properties": {
                   "role": {"enum": ["system", "user", "assistant"], "description": "Who speaks this turn."},
-                  "content": {"type": "string", "description": f"What is said. {_TEMPLATE}"}}},
+                  "content": {"oneOf": [{"type": "string"}, {"$ref": "#/$defs/content_parts"}],
+                              "description": f"What is said: text, or a list of text and image parts. {_TEMPLATE}"}}},
     "examples": [[{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello!"},
                   {"role": "user", "content": "What did I say?"}]]}
 _RUN_SETTINGS = {
@@ -210,6 +211,29 @@ _TOOL_RULE = {
 }
 
 NAME_PATTERN = "^[A-Za-z_][A-Za-z0-9_.-]*$"
+_CONTENT_PARTS = {
+    "type": "array", "minItems": 1, "title": "content parts",
+    "description": "Text and images in one message (images in user messages; not in `agent:` tests).",
+    "items": {"type": "object", "title": "content part", "additionalProperties": False,
+              "oneOf": [{"required": ["text"], "not": {"required": ["detail"]}}, {"required": ["image"]}],
+              "properties": {
+                  "text": {"type": "string", "description": f"Text. {_TEMPLATE}"},
+                  "image": {"type": "string", "minLength": 1, "description": "An image file, relative to the "
+                            "suite file (PNG, JPEG, GIF or WEBP, at most 20 MB; sent as a base64 data URL), or an "
+                            f"http(s) URL. {_TEMPLATE}", "examples": ["scans/invoice-17.png"]},
+                  "detail": {"enum": ["low", "high", "auto"], "description": "The image detail asked for."}}},
+    "examples": [[{"text": "What is the total?"}, {"image": "scans/invoice-17.png", "detail": "high"}]]}
+_VARIANT = {
+    "title": "variant", "type": "object", "additionalProperties": False, "minProperties": 1,
+    "description": "One way to ask: a system prompt replacing the tests' own, and/or a template around the "
+                   "last user message (`{{ prompt }}` is that message's text; case variables work too).",
+    "properties": {
+        "system": {"type": "string", "description": "System instructions for every test under this variant.",
+                   "examples": ["Answer in one word."]},
+        "prompt": {"type": "string", "description": "The last user message, rewritten: must use {{ prompt }}.",
+                   "examples": ["Think step by step. {{ prompt }}"]},
+    },
+}
 SUITE_SCHEMA: dict[str, Any] = {
     "$schema": DIALECT,
     "$id": "https://llm-eval-engine.local/schemas/suite.schema.json",
@@ -240,8 +264,15 @@ SUITE_SCHEMA: dict[str, Any] = {
                                     "properties": {"system": {"type": "string", "description": "The system message."},
                                                    "user": {"type": "string", "description": "The user "
                                                             "message (must show {{ answer }})."}}}]},
+        "variants": {"type": "object", "minProperties": 1, "propertyNames": {"pattern": NAME_PATTERN},
+                     "additionalProperties": {"$ref": "#/$defs/variant"},
+                     "description": "Named prompt variants: every test runs under each (a matrix with the models); "
+                                    "results carry the name in their `variant` column.",
+                     "examples": [{"terse": {"system": "Answer in one word."},
+                                   "cot": {"prompt": "Think step by step. {{ prompt }}"}}]},
     },
-    "$defs": {"test": _TEST, "tool": _TOOL, "tool_rule": _TOOL_RULE, "agent": _AGENT, **_evaluator_defs()},
+    "$defs": {"test": _TEST, "tool": _TOOL, "tool_rule": _TOOL_RULE, "agent": _AGENT, **_evaluator_defs(),
+              "content_parts": _CONTENT_PARTS, "variant": _VARIANT},
 }
 
 _MODEL = {
