@@ -47,7 +47,7 @@ _COLUMNS: dict[str, str] = {
     "threshold": "NULL::DOUBLE", "truncated": "NULL::BOOLEAN", "temperature": "NULL::DOUBLE",
     "test_hash": "NULL::VARCHAR", "tags": "NULL::VARCHAR[]", "latency_s": "NULL::DOUBLE",
     "ttft_visible_s": "NULL::DOUBLE", "prompt_tokens": "NULL::DOUBLE", "completion_tokens": "NULL::DOUBLE",
-    "cost": "NULL::DOUBLE", "error_kind": "NULL::VARCHAR",
+    "cost": "NULL::DOUBLE", "error_kind": "NULL::VARCHAR", "variant": "NULL::VARCHAR",
 }
 _AGENT_COLUMNS = ("turns", "prose_turns", "tool_calls_made", "invented_tools", "bad_tool_args", "outcome")
 
@@ -178,16 +178,35 @@ def grid_from_parquet(
                     ELSE CAST(score >= CASE WHEN threshold IS NULL OR isnan(threshold) THEN 1.0 ELSE threshold END
                               AS INTEGER) END AS p,
                threshold, truncated, temperature, test_hash, tags, latency_s, ttft_visible_s, prompt_tokens,
-               completion_tokens, cost, error_kind, {{'f': filename, 'r': file_row_number}} AS position
+               completion_tokens, cost, error_kind, variant, {{'f': filename, 'r': file_row_number}} AS position
                {''.join(', ' + c for c in agents)}
         FROM (SELECT *, score IS NOT NULL AND NOT isnan(score) AS scored FROM raw {keep})
     """)
-    item_frame = con.execute("""
-        SELECT suite, test_id, case_index,
-               arg_min_null(threshold, position) AS threshold, arg_min_null(tags, position) AS tags,
-               arg_min_null(test_hash, position) AS test_hash, count(DISTINCT test_hash) AS hashes
-        FROM r GROUP BY suite, test_id, case_index
-    """).df()
+    if con.execute("SELECT count(variant) FROM r").fetchone()[0]:   # type: ignore[index]
+        # As cells.item_codes: with prompt variants a test is the set of its variants' hashes, and "edited"
+        # means two hashes for one (test, variant).
+        item_frame = con.execute("""
+            SELECT suite, test_id, case_index,
+                   array_to_string(list_sort(list_distinct(flatten(list(hashes)))), '+') AS test_hash,
+                   max(n) AS hashes
+            FROM (SELECT suite, test_id, case_index, list(DISTINCT coalesce(test_hash, '')) AS hashes,
+                         count(DISTINCT coalesce(test_hash, '')) AS n
+                  FROM r GROUP BY suite, test_id, case_index, coalesce(variant, ''))
+            GROUP BY suite, test_id, case_index
+        """).df()
+        firsts = con.execute("""
+            SELECT suite, test_id, case_index, arg_min_null(threshold, position) AS threshold,
+                   arg_min_null(tags, position) AS tags
+            FROM r GROUP BY suite, test_id, case_index
+        """).df()
+        item_frame = item_frame.merge(firsts, on=list(ITEM_KEY))
+    else:
+        item_frame = con.execute("""
+            SELECT suite, test_id, case_index,
+                   arg_min_null(threshold, position) AS threshold, arg_min_null(tags, position) AS tags,
+                   arg_min_null(test_hash, position) AS test_hash, count(DISTINCT test_hash) AS hashes
+            FROM r GROUP BY suite, test_id, case_index
+        """).df()
     cell_frame = con.execute("""
         SELECT suite, test_id, case_index, model, count(*) AS n_rows, sum(CAST(scored AS INTEGER)) AS n_scored,
                sum(s) AS score_sum, sum(p) AS n_passed,

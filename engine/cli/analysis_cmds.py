@@ -148,9 +148,9 @@ def analyze(
     if irt:
         text = _with_irt(text, fmt, grid_of())
     if fmt != "csv" and path == "duckdb":
-        # The judges section reads every row's evaluator list: in memory only.
-        typer.echo("note: the judges section is computed in memory only; run `--engine pandas` on the judged runs",
-                   err=True)
+        # The judges section reads every row's evaluator list, the variant tables every row: in memory only.
+        typer.echo("note: the judges section and the prompt-variant tables are computed in memory only; run "
+                   "`--engine pandas` on the runs that have them", err=True)
     elif fmt != "csv":
         text = _with_judges(text, fmt, results, include_fallback, calibration)
     if output is not None:

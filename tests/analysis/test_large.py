@@ -75,6 +75,12 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> list:
                  passed=bool(t % 2), turns=t + 1, prose_turns=t % 2, tool_calls_made=t, invented_tools=int(t % 3 == 0),
                  bad_tool_args=0, outcome=("completed", "capped")[t % 2]) for m in MODELS for t in range(4)]
     folders.append(write_run(base / "run-a", agent, schema=AGENT_SCHEMA))
+    # A run with prompt variants: each variant has its own hash; one test was edited under one variant.
+    varied = [row(run_id=f"run-v{i}", model=m, suite="variants", test_id=f"v{t}", variant=v,
+                  score=float((t + i) % 2), passed=bool((t + i) % 2),
+                  test_hash=f"hv{t}-{v}" + ("-edited" if t == 1 and v == "b" and i else ""))
+              for i in range(2) for m in MODELS for t in range(3) for v in ("a", "b")]
+    folders.append(write_run(base / "run-v", varied))
     return folders
 
 
@@ -97,17 +103,23 @@ def _same(a: pd.DataFrame | None, b: pd.DataFrame | None) -> None:
                                   check_exact=False, rtol=1e-9, atol=1e-12)
 
 
-@pytest.mark.parametrize(("include_fallback", "cluster_by"), [(False, "test"), (True, "case")])
-def test_duckdb_path_equals_in_memory_path(runs: list, include_fallback: bool, cluster_by: str) -> None:
+@pytest.mark.parametrize(("include_fallback", "cluster_by", "variants"),
+                         [(False, "test", True), (True, "case", True), (False, "test", False)])
+def test_duckdb_path_equals_in_memory_path(runs: list, include_fallback: bool, cluster_by: str,
+                                           variants: bool) -> None:
+    runs = runs if variants else runs[:-1]
     memory = analyze(load(runs, include_fallback=include_fallback), cluster_by=cluster_by)
     cells, rows, agents = grid_from_parquet(runs, include_fallback=include_fallback, cluster_by=cluster_by)
     out_of_core = analyze_grid(cells, rows, agents=agents)
     assert len(memory.models) == 3 and memory.tests.shape[0] > 25   # the fixture is not trivially small
     assert memory.models["error_rows"].sum() > 0 and memory.models["fallback_rows"].sum() > 0
+    if variants:   # one test edited under one variant: both paths flag it, and only it
+        assert list(memory.tests.loc[memory.tests["hash_changed"], "test_id"]) == ["v1"]
     for name in ("models", "tests", "suites", "tags", "passk", "agents"):
         _same(getattr(memory, name), getattr(out_of_core, name))
     assert _close([c.to_dict() for c in memory.comparisons], [c.to_dict() for c in out_of_core.comparisons])
-    assert memory.notes == out_of_core.notes
+    # The variant tables are computed in memory only (docs/analysis.md); every other note is the same.
+    assert [n for n in memory.notes if not n.startswith("prompt variants")] == out_of_core.notes
 
 
 def test_duckdb_grid_matches_hand_counts(runs: list) -> None:
