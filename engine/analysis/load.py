@@ -27,6 +27,7 @@ ANALYSIS_COLUMNS: tuple[str, ...] = (
     "prompt_tokens", "completion_tokens", "latency_s", "ttft_visible_s", "truncated", "cost",
     "score", "passed", "threshold", "error_kind", "temperature",
     "turns", "prose_turns", "tool_calls_made", "invented_tools", "bad_tool_args", "outcome",
+    "cached",   # answered from the response cache: left out of latency figures (null in older runs: not cached)
 )
 
 

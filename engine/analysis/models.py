@@ -41,8 +41,9 @@ def per_model(
     Returns:
         Columns: model, tests, clusters, rows, mean_score, score_lo, score_hi, pass_rate, pass_lo, pass_hi,
         error_rows, fallback_rows, error_rate, truncation_rate, prompt_tokens, completion_tokens (means; NaN
-        when unreported), cost (total; NaN when unpriced), latency_p50, latency_p90, latency_p99, ttft_p50,
-        notes. A model whose every row was served by a fallback (and dropped) still gets a row, with 0 tests
+        when unreported), cost (total paid; NaN when unpriced; a row from the response cache costs 0),
+        latency_p50, latency_p90, latency_p99, ttft_p50 (rows from the response cache left out: nothing was
+        timed), notes. A model whose every row was served by a fallback (and dropped) still gets a row, with 0 tests
         and a note.
     """
     import pandas as pd
@@ -69,10 +70,11 @@ def per_model(
     errors = rows - np.bincount(code, weights=scored.astype("float64"), minlength=n_models)
     truncated = np.bincount(code, weights=np.asarray(df["truncated"].fillna(False), dtype="float64"),
                             minlength=n_models)
+    cached = _cached(df)
     frame = pd.DataFrame({
         "code": code,
-        "latency_s": np.asarray(df["latency_s"], dtype="float64"),
-        "ttft": np.asarray(df["ttft_visible_s"], dtype="float64"),
+        "latency_s": np.where(cached, np.nan, np.asarray(df["latency_s"], dtype="float64")),
+        "ttft": np.where(cached, np.nan, np.asarray(df["ttft_visible_s"], dtype="float64")),
         "prompt_tokens": np.asarray(df["prompt_tokens"], dtype="float64"),
         "completion_tokens": np.asarray(df["completion_tokens"], dtype="float64"),
         "cost": np.asarray(df["cost"], dtype="float64"),
@@ -84,6 +86,7 @@ def per_model(
     known = grouped[["prompt_tokens", "completion_tokens", "cost"]].count()
     cost_sum = grouped["cost"].sum(min_count=1)
     top_error = _top_error_kind(df, code, scored)
+    cached_rows = np.bincount(code, weights=cached.astype("float64"), minlength=n_models)
 
     def col(series: pd.Series | None, key: object = None) -> np.ndarray:
         if series is None:
@@ -104,6 +107,9 @@ def per_model(
         elif errors[m]:
             parts.append(f"{int(errors[m])} of {n_rows} rows errored" + (
                 f" (mostly {top_error[m]})" if m in top_error else "") + "; not counted in the score")
+        if cached_rows[m]:
+            parts.append(f"{int(cached_rows[m])} of {n_rows} rows answered from the response cache "
+                         f"(left out of latency; cost 0)")
         prompt_known = int(known["prompt_tokens"].get(m, 0)) + int(known["completion_tokens"].get(m, 0))
         if prompt_known == 0:
             parts.append(TOKENS_NOT_REPORTED)
@@ -138,6 +144,13 @@ def per_model(
             gone.reindex(columns=out.columns)
     return out.sort_values(["mean_score", "model"], ascending=[False, True], na_position="last",
                            kind="stable").reset_index(drop=True)
+
+
+def _cached(df: pd.DataFrame) -> np.ndarray:
+    """Which rows the response cache answered (a run written before the `cached` column: none)."""
+    if "cached" not in df.columns:
+        return np.zeros(len(df), dtype=bool)
+    return df["cached"].astype("boolean").fillna(False).to_numpy(dtype=bool)
 
 
 def _top_error_kind(df: pd.DataFrame, code: np.ndarray, scored: np.ndarray) -> dict[int, str]:

@@ -8,20 +8,19 @@ a new run folder, and rescore writes a new folder too, so a per-run cache would 
 
 Only successful replies are stored (a failed call is retried next time). Writes commit at once (WAL), so a
 killed run keeps what it paid for. A cache that cannot be opened or written is not a reason to lose the run:
-`get` then misses and `put` is skipped, and `problem` says why.
+`get` then misses and `put` is skipped, and `problem` says why. Where the file lives and how it is opened
+is shared with the response cache: `engine.client.cache_file`.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
-import sqlite3
-import threading
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from engine.client.cache_file import CacheFile, user_cache_path
 from engine.model import ModelConfig
 
 __all__ = ["JudgeCache", "cache_key", "default_path"]
@@ -30,12 +29,8 @@ ENV = "ENGINE_JUDGE_CACHE"
 
 
 def default_path() -> Path:
-    """`$ENGINE_JUDGE_CACHE`, else the user's cache folder."""
-    explicit = os.environ.get(ENV)
-    if explicit:
-        return Path(explicit)
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "llm-eval-engine" / "judge" / "judge.sqlite"
+    """`$ENGINE_JUDGE_CACHE`, else the user's cache folder (`engine.client.cache_file`)."""
+    return user_cache_path(ENV, "judge")
 
 
 def cache_key(model: ModelConfig, body: Mapping[str, Any], sample: int) -> str:
@@ -55,46 +50,25 @@ class JudgeCache:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self.problem: str | None = None
-        self._lock = threading.Lock()
-        self._db: sqlite3.Connection | None = None
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            db = sqlite3.connect(path, check_same_thread=False, timeout=30)
-            db.execute("PRAGMA journal_mode=WAL")
-            db.execute("CREATE TABLE IF NOT EXISTS judge (key TEXT PRIMARY KEY, text TEXT NOT NULL, "
-                       "prompt_tokens INTEGER, completion_tokens INTEGER)")
-            db.commit()
-            self._db = db
-        except (OSError, sqlite3.Error) as exc:
-            self.problem = f"the judge cache {path} could not be opened ({exc}); judgements are not cached"
+        self._file = CacheFile(path, ["CREATE TABLE IF NOT EXISTS judge (key TEXT PRIMARY KEY, text TEXT NOT NULL, "
+                                      "prompt_tokens INTEGER, completion_tokens INTEGER)"], "the judge cache")
+
+    @property
+    def problem(self) -> str | None:
+        """Why the cache is not (or no longer) used, or None."""
+        problem = self._file.problem
+        return None if problem is None else problem + "; judgements are not cached"
 
     def get(self, key: str) -> tuple[str, int | None, int | None] | None:
         """(text, prompt_tokens, completion_tokens) of a stored reply, or None."""
-        if self._db is None:
-            return None
-        with self._lock:
-            try:
-                row = self._db.execute("SELECT text, prompt_tokens, completion_tokens FROM judge WHERE key = ?",
-                                       (key,)).fetchone()
-            except sqlite3.Error:
-                return None
-        return None if row is None else (str(row[0]), row[1], row[2])
+        rows = self._file.read("SELECT text, prompt_tokens, completion_tokens FROM judge WHERE key = ?", (key,))
+        return (str(rows[0][0]), rows[0][1], rows[0][2]) if rows else None
 
     def put(self, key: str, text: str, prompt_tokens: int | None, completion_tokens: int | None) -> None:
         """Store one reply (committed at once)."""
-        if self._db is None:
-            return
-        with self._lock:
-            try:
-                self._db.execute("INSERT OR REPLACE INTO judge VALUES (?, ?, ?, ?)",
-                                 (key, text, prompt_tokens, completion_tokens))
-                self._db.commit()
-            except sqlite3.Error as exc:
-                self.problem = f"the judge cache {self.path} could not be written ({exc})"
+        self._file.write("INSERT OR REPLACE INTO judge VALUES (?, ?, ?, ?)", (key, text, prompt_tokens,
+                                                                              completion_tokens))
 
     def close(self) -> None:
         """Close the file."""
-        if self._db is not None:
-            self._db.close()
-            self._db = None
+        self._file.close()

@@ -61,6 +61,7 @@ class CallResult:
     truncated: bool = False
     error: ClientError | None = None
     notes: list[str] = field(default_factory=list)
+    cached: bool = False     # answered from the response cache (engine.client.response_cache): nothing timed or paid
 
 
 __all__ = ["CallResult", "ToolCallAccumulator", "apply_event", "apply_usage", "decode_events", "parse_whole",

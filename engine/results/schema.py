@@ -162,6 +162,7 @@ COLUMNS: list[tuple[str, pa.DataType]] = [
     ("state", pa.string()),             # the final state variables, JSON text
     ("started_at", TS),
     ("ended_at", TS),
+    ("cached", pa.bool_()),             # answered from the response cache: no latency, cost 0 (null in older runs)
 ]
 
 SCHEMA = pa.schema(COLUMNS, metadata={b"schema_version": str(SCHEMA_VERSION).encode()})

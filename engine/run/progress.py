@@ -90,7 +90,7 @@ def summary_rows(stats: RunStats) -> list[dict[str, Any]]:
             "model": name, "done": m.done, "passed": m.passed, "failed": m.failed, "errors": m.errors,
             "pass_rate": (m.passed / scored) if scored else None, "fallbacks": m.fallbacks,
             "retries": m.retries, "cost": m.cost if m.priced else None,
-            "mean_latency_s": (m.latency_sum / m.done) if m.done else None,
+            "mean_latency_s": (m.latency_sum / m.timed) if m.timed else None,   # cached rows are not timed
             "error_kinds": dict(m.error_kinds),
         })
     return out
