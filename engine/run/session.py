@@ -361,6 +361,7 @@ def _execute(invocation: Invocation, run_id: str, run_dir: Path, journal: Any, m
     started = time.monotonic()
     interrupted = False
     stats = None
+    responses = None
     with contextlib.ExitStack() as servers:
         try:
             if judges is not None:   # an embedded judge model is started like an answering one
@@ -406,6 +407,9 @@ def _execute(invocation: Invocation, run_id: str, run_dir: Path, journal: Any, m
     if stats is not None and not quiet:
         print_summary(stats)
     print(f"results: {run_dir} ({rows} rows, {errors} errors)" + (f"; stopped: {stopped}" if stopped else ""))
+    if responses is not None and responses.hits:
+        print(f"response cache: {responses.hits} call(s) answered from {responses.path} (no call made, nothing "
+              f"paid; engine run --no-cache asks again)")
     if stopped:
         _err(f"the run stopped early ({stopped}); continue it with: engine run --resume {run_dir}")
         return 1
@@ -432,9 +436,6 @@ def _response_cache(mode: bool | None) -> Any:
         cache.close()
         if cache.problem:
             _err(f"warning: {cache.problem}; the calls after that were made without the response cache")
-        if cache.hits or cache.stored:
-            _err(f"response cache: {cache.hits} call(s) answered from {cache.path}, {cache.stored} reply(ies) "
-                 f"stored (engine run --no-cache to ask again)")
 
 
 def _start_builtins(models: list[ModelConfig], run_dir: Path, stack: contextlib.ExitStack) -> list[ModelConfig]:

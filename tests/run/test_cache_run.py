@@ -37,7 +37,7 @@ def project(tmp_path: Path, fake_openai: FakeOpenAI) -> dict:
 
 
 def run(project: dict, *options: str, expect: int = 0) -> tuple[pd.DataFrame, str]:
-    """One `engine run` of both models; (its rows sorted by model and test, its stderr)."""
+    """One `engine run` of both models; (its rows sorted by model and test, its stdout and stderr)."""
     project["server"].reset()
     project["server"].responder = answer_capitals
     project["runs"] += 1
@@ -46,7 +46,7 @@ def run(project: dict, *options: str, expect: int = 0) -> tuple[pd.DataFrame, st
                   "--model", "other", "--out", str(out), "-q", *options, env={KEY_ENV: SECRET})
     assert done.returncode == expect, done.stderr
     df = pd.read_parquet(out / "latest").sort_values(["model", "test_id", "attempt"]).reset_index(drop=True)
-    return df, done.stderr
+    return df, done.stdout + done.stderr
 
 
 def cache_file() -> Path:
@@ -98,10 +98,10 @@ def test_a_changed_request_misses(project: dict) -> None:
     assert len(project["server"].requests) == 6
     run(project, "--seed", "3")
     assert len(project["server"].requests) == 6
-    hot, _ = run(project, "--temperature", "0.7")   # not deterministic: not cached by default
+    run(project, "--temperature", "0.7")            # not deterministic: not cached by default
     assert len(project["server"].requests) == 6
-    run(project, "--temperature", "0.7")
-    assert len(project["server"].requests) == 6
+    hot, _ = run(project, "--temperature", "0.7")
+    assert len(project["server"].requests) == 6 and not hot["cached"].any()
 
 
 def test_errors_and_truncated_replies_are_not_stored(project: dict) -> None:
@@ -236,3 +236,34 @@ def test_cached_rows_cost_nothing_against_max_cost(project: dict) -> None:
     assert len(paid) < 6
     cached, _ = run(project, "--max-cost", "0.0001", "--concurrency", "1")
     assert len(cached) == 6 and cached["cached"].all() and project["server"].requests == []
+
+
+def test_a_call_paid_before_kill_9_is_not_paid_again_on_resume(tmp_path: Path, fake_openai: FakeOpenAI) -> None:
+    """The journal loses rows answered but not yet committed at a kill -9; the cache kept their replies."""
+    import signal
+    import sqlite3
+    import time
+
+    fake_openai.responder = lambda body: Reply(content="ok", delay_s=0.02)
+    suites, models = write_project(tmp_path, fake_openai.base_url, tests=300, concurrency=4)
+    out = tmp_path / "results"
+    proc = start_engine("run", str(suites), "--models", str(models), "--model", "fast", "--out", str(out),
+                        "--run-id", "big", "--quiet", "--filter", "q-*", env={KEY_ENV: SECRET})
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and len(fake_openai.requests) < 40:
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(10)
+    with sqlite3.connect(cache_file()) as db:
+        stored = {row[0] for row in db.execute("SELECT key FROM responses")}
+    asked_before = len(fake_openai.requests)
+    assert 0 < len(stored) < 300 and asked_before - len(stored) <= 4   # at most the calls in flight were lost
+    fake_openai.reset()
+    fake_openai.responder = lambda body: Reply(content="ok")
+    resumed = engine("run", "--resume", str(out / "big"), "--quiet", env={KEY_ENV: SECRET})
+    assert resumed.returncode == 0, resumed.stderr
+    df = pd.read_parquet(out / "big")
+    assert len(df) == 300 and not df.duplicated(["test_id"]).any()
+    assert len(fake_openai.requests) == 300 - len(stored)              # every stored reply answered from the cache
+    asked = [body["messages"][-1]["content"] for body in fake_openai.requests]
+    assert len(set(asked)) == len(asked)
