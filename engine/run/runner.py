@@ -243,12 +243,13 @@ class Runner:
                 row = await run_agent_job(
                     client=client, model=model, test=job.test, attempt=job.attempt, run_id=self.config.run_id,
                     settings=settings, global_slots=global_slots, deadline=deadline, on_cost=self._spend,
-                    in_flight=self._count_in_flight, caller=self._judge, cache_as=self._cache_as(model, job, settings),
+                    in_flight=self._count_in_flight, caller=self._judge,
+                    cache_as=self._cache_as(model, job, prepare(model, job.test, settings).temperature),
                     score_blocking=lambda test, answer, ctx: self._score_in_thread(answer, test, exec_slots, ctx))
                 self._record(model, job, row, spent=True)
                 continue
             request = prepare(model, job.test, settings)
-            cache_as = self._cache_as(model, job, settings, request.temperature)
+            cache_as = self._cache_as(model, job, request.temperature)
             async with global_slots:
                 if self._stopping:
                     return
@@ -280,13 +281,10 @@ class Runner:
                             started_us=started_us, ended_us=time.time_ns() // 1000)
             self._record(model, job, row)
 
-    def _cache_as(self, model: ModelConfig, job: Job, settings: RequestSettings,
-                  temperature: float | None = None) -> int | None:
+    def _cache_as(self, model: ModelConfig, job: Job, temperature: float | None) -> int | None:
         """The sample index the job's calls are cached under, or None when the cache is not used for it."""
-        if self.config.response_cache is None or self.config.cache is False:
+        if self.config.response_cache is None:
             return None
-        if temperature is None:
-            temperature = prepare(model, job.test, settings).temperature
         if not use_cache(self.config.cache, model, temperature, attempts(job.test, self.config.repeat)):
             return None
         return job.attempt

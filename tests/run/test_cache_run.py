@@ -65,7 +65,11 @@ def test_a_second_identical_run_makes_no_call_and_marks_its_rows(project: dict) 
     fast = second["model"] == "fast"
     assert (first.loc[fast, "cost"] > 0).all() and (second.loc[fast, "cost"] == 0).all()   # nothing was paid
     assert second["latency_s"].isna().all() and second["ttft_visible_s"].isna().all()       # nothing was timed
-    assert "6 call(s) answered from" in err
+    assert "response cache: 6 call(s) answered from" in err
+    shown = engine("run", str(project["suites"]), "--models", str(project["models"]), "--model", "fast",
+                   "--out", str(project["tmp"] / "shown"), env={KEY_ENV: SECRET})
+    assert shown.returncode == 0, shown.stderr
+    assert "3 (3 cached)" in shown.stdout                     # the summary table: done, of which cached
     # the figures: latency leaves cached rows out, cost counts them as 0, the notes say so
     summary = per_model(load([project["tmp"] / "r1" / "latest", project["tmp"] / "r2" / "latest"]))
     row = summary.set_index("model").loc["fast"]
@@ -267,3 +271,12 @@ def test_a_call_paid_before_kill_9_is_not_paid_again_on_resume(tmp_path: Path, f
     assert len(fake_openai.requests) == 300 - len(stored)              # every stored reply answered from the cache
     asked = [body["messages"][-1]["content"] for body in fake_openai.requests]
     assert len(set(asked)) == len(asked)
+
+
+def test_cache_commands_on_a_corrupt_file_say_so() -> None:
+    cache_file().parent.mkdir(parents=True, exist_ok=True)
+    cache_file().write_bytes(b"garbage, not SQLite " * 100)
+    for command in (("cache", "info"), ("cache", "clear")):
+        done = engine(*command)
+        assert done.returncode == 1 and "could not be opened" in done.stderr and "delete the file" in done.stderr
+        assert "Traceback" not in done.stderr
