@@ -280,3 +280,22 @@ def test_cache_commands_on_a_corrupt_file_say_so() -> None:
         done = engine(*command)
         assert done.returncode == 1 and "could not be opened" in done.stderr and "delete the file" in done.stderr
         assert "Traceback" not in done.stderr
+
+
+def test_a_run_folder_from_before_the_cached_column_still_loads(project: dict, tmp_path: Path) -> None:
+    import pyarrow.parquet as pq
+
+    run(project)
+    old = tmp_path / "old"
+    old.mkdir()
+    for part in (project["tmp"] / "r1" / "latest").glob("part-*.parquet"):
+        table = pq.read_table(part)
+        pq.write_table(table.drop_columns(["cached"]), old / part.name)
+    from engine.analysis.load import ANALYSIS_COLUMNS
+
+    narrow = load(old, columns=ANALYSIS_COLUMNS)                  # asked for: added as nulls
+    assert narrow["cached"].isna().all() and len(narrow) == 6
+    for df in (load(old), narrow):                                 # every column: absent
+        summary = per_model(df).set_index("model")
+        assert summary["latency_p50"].notna().all() and summary.loc["fast", "cost"] > 0
+        assert not any("response cache" in note for note in summary["notes"])
