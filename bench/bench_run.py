@@ -153,7 +153,8 @@ def _whole_cli(base_url: str, calls: int) -> float:
         start = time.perf_counter()
         done = subprocess.run([sys.executable, "-m", "engine", "run", str(folder / "bench.yaml"), "--models",
                                str(folder / "models.yaml"), "--out", str(folder / "results"), "--quiet",
-                               "--concurrency", "64"], capture_output=True, text=True, env=env, cwd=ROOT, check=False)
+                               "--concurrency", "64", "--no-cache"],   # calls, not the response cache
+                              capture_output=True, text=True, env=env, cwd=ROOT, check=False)
         wall = time.perf_counter() - start
         if done.returncode != 0:
             raise SystemExit(f"engine run failed:\n{done.stderr}")

@@ -32,3 +32,9 @@ def fake_openai():
     server = FakeOpenAI().start()
     yield server
     server.stop()
+
+
+@pytest.fixture(autouse=True)
+def _own_response_cache(tmp_path_factory, monkeypatch):
+    """Each test its own response cache file (engine.client.response_cache), never the user's ~/.cache one."""
+    monkeypatch.setenv("ENGINE_RESPONSE_CACHE", str(tmp_path_factory.mktemp("response-cache") / "responses.sqlite"))

@@ -34,6 +34,7 @@ class OpenAICaller:
         slots: A semaphore held for each model call only (the run's concurrency cap), not across the
             tool delays between calls; None for no cap.
         deadline: `client.task_deadline()` of the task running the conversation, or None to look it up.
+        cache_as: Each turn's sample index in the response cache (`OpenAIClient.call`), or None for none.
 
     Raises:
         ConfigError: The model uses the completions API, which has no tool calls.
@@ -41,7 +42,7 @@ class OpenAICaller:
 
     def __init__(self, client: OpenAIClient, model: ModelConfig, test: Test, settings: RequestSettings, *,
                  tools: Sequence[Tool] | None = None, slots: asyncio.Semaphore | None = None,
-                 deadline: TaskDeadline | None = None) -> None:
+                 deadline: TaskDeadline | None = None, cache_as: int | None = None) -> None:
         if model.api != "chat":
             raise ConfigError(f"model '{model.name}' uses the {model.api} API; agent tests need `api: chat`")
         self._client = client
@@ -50,6 +51,7 @@ class OpenAICaller:
         self._settings = settings
         self._slots = slots
         self._deadline = deadline
+        self._cache_as = cache_as
         self.last_request: PreparedRequest | None = None   # the resolved settings the results row records
 
     async def __call__(self, messages: list[dict[str, Any]]) -> CallResult:
@@ -57,6 +59,6 @@ class OpenAICaller:
         request = prepare(self._model, replace(self._test, messages=tuple(messages)), self._settings)
         self.last_request = request
         if self._slots is None:
-            return await self._client.call(self._model, request, self._deadline)
+            return await self._client.call(self._model, request, self._deadline, cache_as=self._cache_as)
         async with self._slots:
-            return await self._client.call(self._model, request, self._deadline)
+            return await self._client.call(self._model, request, self._deadline, cache_as=self._cache_as)

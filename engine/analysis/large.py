@@ -48,6 +48,7 @@ _COLUMNS: dict[str, str] = {
     "test_hash": "NULL::VARCHAR", "tags": "NULL::VARCHAR[]", "latency_s": "NULL::DOUBLE",
     "ttft_visible_s": "NULL::DOUBLE", "prompt_tokens": "NULL::DOUBLE", "completion_tokens": "NULL::DOUBLE",
     "cost": "NULL::DOUBLE", "error_kind": "NULL::VARCHAR", "variant": "NULL::VARCHAR",
+    "cached": "NULL::BOOLEAN",
 }
 _AGENT_COLUMNS = ("turns", "prose_turns", "tool_calls_made", "invented_tools", "bad_tool_args", "outcome")
 
@@ -177,7 +178,10 @@ def grid_from_parquet(
                CASE WHEN NOT scored THEN 0 WHEN passed IS NOT NULL THEN CAST(passed AS INTEGER)
                     ELSE CAST(score >= CASE WHEN threshold IS NULL OR isnan(threshold) THEN 1.0 ELSE threshold END
                               AS INTEGER) END AS p,
-               threshold, truncated, temperature, test_hash, tags, latency_s, ttft_visible_s, prompt_tokens,
+               threshold, truncated, temperature, test_hash, tags, prompt_tokens, coalesce(cached, false) AS cached,
+               -- as models.model_rows: a row the response cache answered was not timed
+               CASE WHEN coalesce(cached, false) THEN NULL ELSE latency_s END AS latency_s,
+               CASE WHEN coalesce(cached, false) THEN NULL ELSE ttft_visible_s END AS ttft_visible_s,
                completion_tokens, cost, error_kind, variant, {{'f': filename, 'r': file_row_number}} AS position
                {''.join(', ' + c for c in agents)}
         FROM (SELECT *, score IS NOT NULL AND NOT isnan(score) AS scored FROM raw {keep})
@@ -221,7 +225,7 @@ def grid_from_parquet(
                avg(prompt_tokens) AS prompt_tokens, avg(completion_tokens) AS completion_tokens,
                count(prompt_tokens) AS prompt_known, count(completion_tokens) AS completion_known,
                sum(cost) AS cost, quantile_cont(latency_s, [0.5, 0.9, 0.99]) AS latency,
-               quantile_cont(ttft_visible_s, 0.5) AS ttft_p50
+               quantile_cont(ttft_visible_s, 0.5) AS ttft_p50, sum(CAST(cached AS INTEGER)) AS cached
         FROM r GROUP BY model
     """).df()
     top_errors = con.execute("""
@@ -285,7 +289,7 @@ def _model_rows(models: list[str], frame: pd.DataFrame, top: dict[Any, Any], fal
         rows=col("n_rows"), errors=col("errors"), truncated=col("truncated"),
         prompt_tokens=col("prompt_tokens"), completion_tokens=col("completion_tokens"),
         prompt_known=col("prompt_known"), completion_known=col("completion_known"), cost=col("cost"),
-        latency=latency, ttft_p50=col("ttft_p50"),
+        latency=latency, ttft_p50=col("ttft_p50"), cached=col("cached"),
         top_error={models.index(str(m)): str(k) for m, k in top.items() if str(m) in models},
         fallback=fallback,
     )

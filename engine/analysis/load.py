@@ -30,6 +30,7 @@ ANALYSIS_COLUMNS: tuple[str, ...] = (
     "score", "passed", "threshold", "error_kind", "temperature",
     "turns", "prose_turns", "tool_calls_made", "invented_tools", "bad_tool_args", "outcome",
     "variant",
+    "cached",   # answered from the response cache: left out of latency figures (null in older runs: not cached)
 )
 
 

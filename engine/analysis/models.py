@@ -35,6 +35,8 @@ class ModelRows:
         ttft_p50: Median time to first visible token.
         top_error: Model index → the most common error_kind among its unscored rows.
         fallback: What `load` recorded: {"included": bool, "rows": {model: count}}.
+        cached: Rows the response cache answered (left out of latency and time to first token: nothing was
+            timed; their cost is 0).
     """
 
     rows: np.ndarray
@@ -49,6 +51,7 @@ class ModelRows:
     ttft_p50: np.ndarray
     top_error: dict[int, str]
     fallback: dict
+    cached: np.ndarray | None = None
 
 
 def model_rows(df: pd.DataFrame, cells: Cells) -> ModelRows:
@@ -67,10 +70,11 @@ def model_rows(df: pd.DataFrame, cells: Cells) -> ModelRows:
     errors = rows - np.bincount(code, weights=scored.astype("float64"), minlength=n_models)
     truncated = np.bincount(code, weights=np.asarray(df["truncated"].fillna(False), dtype="float64"),
                             minlength=n_models)
+    cached = _cached(df)
     frame = pd.DataFrame({
         "code": code,
-        "latency_s": np.asarray(df["latency_s"], dtype="float64"),
-        "ttft": np.asarray(df["ttft_visible_s"], dtype="float64"),
+        "latency_s": np.where(cached, np.nan, np.asarray(df["latency_s"], dtype="float64")),
+        "ttft": np.where(cached, np.nan, np.asarray(df["ttft_visible_s"], dtype="float64")),
         "prompt_tokens": np.asarray(df["prompt_tokens"], dtype="float64"),
         "completion_tokens": np.asarray(df["completion_tokens"], dtype="float64"),
         "cost": np.asarray(df["cost"], dtype="float64"),
@@ -97,6 +101,7 @@ def model_rows(df: pd.DataFrame, cells: Cells) -> ModelRows:
         completion_known=np.nan_to_num(col(known["completion_tokens"])),
         cost=col(grouped["cost"].sum(min_count=1)), latency=quantiles, ttft_p50=col(grouped["ttft"].median()),
         top_error=_top_error_kind(df, code, scored), fallback=fallback_rows(df),
+        cached=np.bincount(code, weights=cached.astype("float64"), minlength=n_models),
     )
 
 
@@ -126,8 +131,9 @@ def per_model(
     Returns:
         Columns: model, tests, clusters, rows, mean_score, score_lo, score_hi, pass_rate, pass_lo, pass_hi,
         error_rows, fallback_rows, error_rate, truncation_rate, prompt_tokens, completion_tokens (means; NaN
-        when unreported), cost (total; NaN when unpriced), latency_p50, latency_p90, latency_p99, ttft_p50,
-        notes. A model whose every row was served by a fallback (and dropped) still gets a row, with 0 tests
+        when unreported), cost (total paid; NaN when unpriced; a row from the response cache costs 0),
+        latency_p50, latency_p90, latency_p99, ttft_p50 (rows from the response cache left out: nothing was
+        timed), notes. A model whose every row was served by a fallback (and dropped) still gets a row, with 0 tests
         and a note.
     """
     import pandas as pd
@@ -165,6 +171,9 @@ def per_model(
         elif errors[m]:
             parts.append(f"{int(errors[m])} of {n_rows} rows errored" + (
                 f" (mostly {top_error[m]})" if m in top_error else "") + "; not counted in the score")
+        if rows.cached is not None and rows.cached[m]:
+            parts.append(f"{int(rows.cached[m])} of {n_rows} rows answered from the response cache "
+                         f"(left out of latency; cost 0)")
         completion_known = int(rows.completion_known[m])
         if int(rows.prompt_known[m]) + completion_known == 0:
             parts.append(TOKENS_NOT_REPORTED)
@@ -200,6 +209,13 @@ def per_model(
             gone.reindex(columns=out.columns)
     return out.sort_values(["mean_score", "model"], ascending=[False, True], na_position="last",
                            kind="stable").reset_index(drop=True)
+
+
+def _cached(df: pd.DataFrame) -> np.ndarray:
+    """Which rows the response cache answered (a run written before the `cached` column: none)."""
+    if "cached" not in df.columns:
+        return np.zeros(len(df), dtype=bool)
+    return df["cached"].astype("boolean").fillna(False).to_numpy(dtype=bool)
 
 
 def _top_error_kind(df: pd.DataFrame, code: np.ndarray, scored: np.ndarray) -> dict[int, str]:

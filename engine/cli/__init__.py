@@ -1,9 +1,10 @@
-"""Command-line interface: `engine validate|list|schema|init|run|analyze|report|rescore|diff|import`."""
+"""Command-line interface: `engine validate|list|schema|init|run|analyze|report|rescore|diff|import|cache`."""
 
 from __future__ import annotations
 
 from engine.cli import (  # noqa: F401  (importing registers the commands)
     analysis_cmds,
+    cache_cmds,
     import_cmds,
     import_humaneval,
     run_cmd,

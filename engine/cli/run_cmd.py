@@ -55,6 +55,10 @@ def run_command(
                                                              "time and a random suffix)."),
     shard: str | None = typer.Option(None, "--shard", help="Run only shard I of N (I/N, 1-based, by row key) "
                                                            "into OUT/RUN_ID/shard-I-of-N; needs --run-id."),
+    cache: bool | None = typer.Option(None, "--cache/--no-cache",
+                                      help="Answer identical requests from the response cache (default: only "
+                                           "at temperature 0 without repeats; --cache with repeats keys each "
+                                           "attempt by its index); --no-cache makes every call."),
 ) -> None:
     """Run suites against models; results go to OUT/<run-id>/ (Parquet + _manifest.json)."""
     from engine.run.session import Invocation, run_session
@@ -64,6 +68,6 @@ def run_command(
         model_names=list(model), out=None if out is None else str(out), concurrency=concurrency, repeat=repeat,
         seed=seed, temperature=temperature, max_tokens=max_tokens, filters=list(filters),
         stream=None if not no_stream else False, max_retries=max_retries, max_cost=max_cost,
-        max_response_mb=max_response_mb, run_id=run_id, shard=shard)
+        max_response_mb=max_response_mb, run_id=run_id, shard=shard, cache=cache)
     code = run_session(invocation, dry_run=dry_run, resume=resume, retry_errors=retry_errors, quiet=quiet)
     raise typer.Exit(code)

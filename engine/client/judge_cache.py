@@ -11,21 +11,20 @@ embedding model's identity and a one-text /embeddings request body: engine.clien
 
 Only successful replies are stored (a failed call is retried next time). Writes commit at once (WAL), so a
 killed run keeps what it paid for. A cache that cannot be opened or written is not a reason to lose the run:
-`get` then misses and `put` is skipped, and `problem` says why.
+`get` then misses and `put` is skipped, and `problem` says why. Where the file lives and how it is opened
+is shared with the response cache: `engine.client.cache_file`.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
-import sqlite3
-import threading
 from array import array
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from engine.client.cache_file import CacheFile, user_cache_path
 from engine.model import ModelConfig
 
 __all__ = ["JudgeCache", "cache_key", "default_path"]
@@ -34,12 +33,8 @@ ENV = "ENGINE_JUDGE_CACHE"
 
 
 def default_path() -> Path:
-    """`$ENGINE_JUDGE_CACHE`, else the user's cache folder."""
-    explicit = os.environ.get(ENV)
-    if explicit:
-        return Path(explicit)
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "llm-eval-engine" / "judge" / "judge.sqlite"
+    """`$ENGINE_JUDGE_CACHE`, else the user's cache folder (`engine.client.cache_file`)."""
+    return user_cache_path(ENV, "judge")
 
 
 def cache_key(model: ModelConfig, body: Mapping[str, Any], sample: int) -> str:
@@ -59,70 +54,38 @@ class JudgeCache:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self.problem: str | None = None
-        self._lock = threading.Lock()
-        self._db: sqlite3.Connection | None = None
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            db = sqlite3.connect(path, check_same_thread=False, timeout=30)
-            db.execute("PRAGMA journal_mode=WAL")
-            db.execute("CREATE TABLE IF NOT EXISTS judge (key TEXT PRIMARY KEY, text TEXT NOT NULL, "
-                       "prompt_tokens INTEGER, completion_tokens INTEGER)")
+        self._file = CacheFile(path, [
+            "CREATE TABLE IF NOT EXISTS judge (key TEXT PRIMARY KEY, text TEXT NOT NULL, "
+            "prompt_tokens INTEGER, completion_tokens INTEGER)",
             # `similar` evaluators' vectors (engine.client.embeddings): one row per embedded text, float64 bytes
-            db.execute("CREATE TABLE IF NOT EXISTS embedding (key TEXT PRIMARY KEY, vector BLOB NOT NULL)")
-            db.commit()
-            self._db = db
-        except (OSError, sqlite3.Error) as exc:
-            self.problem = f"the judge cache {path} could not be opened ({exc}); judgements are not cached"
+            "CREATE TABLE IF NOT EXISTS embedding (key TEXT PRIMARY KEY, vector BLOB NOT NULL)",
+        ], "the judge cache")
+
+    @property
+    def problem(self) -> str | None:
+        """Why the cache is not (or no longer) used, or None."""
+        problem = self._file.problem
+        return None if problem is None else problem + "; judgements are not cached"
 
     def get(self, key: str) -> tuple[str, int | None, int | None] | None:
         """(text, prompt_tokens, completion_tokens) of a stored reply, or None."""
-        if self._db is None:
-            return None
-        with self._lock:
-            try:
-                row = self._db.execute("SELECT text, prompt_tokens, completion_tokens FROM judge WHERE key = ?",
-                                       (key,)).fetchone()
-            except sqlite3.Error:
-                return None
-        return None if row is None else (str(row[0]), row[1], row[2])
+        rows = self._file.read("SELECT text, prompt_tokens, completion_tokens FROM judge WHERE key = ?", (key,))
+        return (str(rows[0][0]), rows[0][1], rows[0][2]) if rows else None
 
     def put(self, key: str, text: str, prompt_tokens: int | None, completion_tokens: int | None) -> None:
         """Store one reply (committed at once)."""
-        if self._db is None:
-            return
-        with self._lock:
-            try:
-                self._db.execute("INSERT OR REPLACE INTO judge VALUES (?, ?, ?, ?)",
-                                 (key, text, prompt_tokens, completion_tokens))
-                self._db.commit()
-            except sqlite3.Error as exc:
-                self.problem = f"the judge cache {self.path} could not be written ({exc})"
+        self._file.write("INSERT OR REPLACE INTO judge VALUES (?, ?, ?, ?)", (key, text, prompt_tokens,
+                                                                              completion_tokens))
 
     def get_vector(self, key: str) -> tuple[float, ...] | None:
         """A stored embedding vector (the `embedding` table, keyed like a judgement), or None."""
-        if self._db is None:
-            return None
-        with self._lock:
-            try:
-                row = self._db.execute("SELECT vector FROM embedding WHERE key = ?", (key,)).fetchone()
-            except sqlite3.Error:
-                return None
-        return None if row is None else tuple(array("d", bytes(row[0])))
+        rows = self._file.read("SELECT vector FROM embedding WHERE key = ?", (key,))
+        return tuple(array("d", bytes(rows[0][0]))) if rows else None
 
     def put_vector(self, key: str, vector: tuple[float, ...]) -> None:
         """Store one embedding vector as float64 bytes (exact round trip; committed at once)."""
-        if self._db is None:
-            return
-        with self._lock:
-            try:
-                self._db.execute("INSERT OR REPLACE INTO embedding VALUES (?, ?)", (key, array("d", vector).tobytes()))
-                self._db.commit()
-            except sqlite3.Error as exc:
-                self.problem = f"the judge cache {self.path} could not be written ({exc})"
+        self._file.write("INSERT OR REPLACE INTO embedding VALUES (?, ?)", (key, array("d", vector).tobytes()))
 
     def close(self) -> None:
         """Close the file."""
-        if self._db is not None:
-            self._db.close()
-            self._db = None
+        self._file.close()

@@ -28,6 +28,7 @@ from engine.client.response import (
     split_think,
     tool_call,
 )
+from engine.client.response_cache import ResponseCache, cache_key
 from engine.client.sse import SSEDecoder
 from engine.errors import ClientError
 from engine.model import ModelConfig, Test
@@ -153,12 +154,14 @@ class OpenAIClient:
         session: The run's session (its connector bounds the open connections).
         api_keys: model name -> API key, read from the env by the caller. Keys are put in the
             Authorization header and nowhere else (never in results, errors or logs).
+        cache: The response cache a call may be answered from (when its caller passes `cache_as`), or None.
         clock: Monotonic seconds for the replicas' cool-downs (`engine.client.replicas`; tests inject one).
     """
 
-    def __init__(self, session: aiohttp.ClientSession, api_keys: Mapping[str, str | None], *,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, session: aiohttp.ClientSession, api_keys: Mapping[str, str | None],
+                 cache: ResponseCache | None = None, *, clock: Callable[[], float] = time.monotonic) -> None:
         self._session = session
+        self._cache = cache
         self._clock = clock
         self._replicas: dict[str, ReplicaSet] = {}
         self._deadlines = Deadlines()
@@ -187,7 +190,7 @@ class OpenAIClient:
         return self._deadlines.current()
 
     async def call(self, model: ModelConfig, request: PreparedRequest,
-                   deadline: TaskDeadline | None = None) -> CallResult:
+                   deadline: TaskDeadline | None = None, *, cache_as: int | None = None) -> CallResult:
         """Send one request, retrying as `retry.py` decides; each try is bounded by `timeout_s`.
 
         Args:
@@ -195,10 +198,23 @@ class OpenAIClient:
             request: The prepared request.
             deadline: `task_deadline()` of the calling task, when it has it at hand (saves looking
                 the task up on every call); found here otherwise.
+            cache_as: The sample index to look the request up under in the response cache, and to
+                store a successful reply under; None (the default) leaves the cache alone.
 
         Returns:
-            The result; `error` is set when the call failed for good.
+            The result; `error` is set when the call failed for good; `cached` when the cache answered.
         """
+        if cache_as is None or self._cache is None:
+            return await self._call(model, request, deadline)
+        key = cache_key(request.url, request.body, cache_as)
+        stored = self._cache.get(key)
+        if stored is not None:
+            return stored
+        result = await self._call(model, request, deadline)
+        self._cache.put(key, request.url, model.model, result)   # successes only (`response_cache.storable`)
+        return result
+
+    async def _call(self, model: ModelConfig, request: PreparedRequest, deadline: TaskDeadline | None) -> CallResult:
         payload = dumps_ascii(request.body).encode()   # what json.dumps(body) writes
         headers = self._headers.get(model.name) or {"Content-Type": "application/json"}
         redact = self._redactors.get(model.name)

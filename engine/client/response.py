@@ -62,6 +62,7 @@ class CallResult:
     error: ClientError | None = None
     notes: list[str] = field(default_factory=list)
     served_by: str | None = None   # the replica that took the last try (userinfo masked); None: one endpoint
+    cached: bool = False     # answered from the response cache (engine.client.response_cache): nothing timed or paid
 
 
 __all__ = ["CallResult", "ToolCallAccumulator", "apply_event", "apply_usage", "decode_events", "parse_whole",

@@ -185,7 +185,7 @@ def build_row(*, run_id: str, model: ModelConfig, test: Test, attempt: int, requ
         "retries": result.retries,
         "rate_limit_wait_s": result.rate_limit_wait_s,
         "truncated": result.truncated,
-        "cost": cost_of(model, result.prompt_tokens, result.completion_tokens),
+        "cost": _cost(model, result),
         "score": score,
         "passed": passed,
         "threshold": test.threshold,
@@ -202,7 +202,14 @@ def build_row(*, run_id: str, model: ModelConfig, test: Test, attempt: int, requ
         "trimmed_requests": None,   # agent rows only (build_agent_row)
         "trimmed_messages": None,
         "variant": test.variant,
+        "cached": result.cached,
     }
+
+
+def _cost(model: ModelConfig, result: CallResult) -> float | None:
+    """What the call cost: 0 when the response cache answered (nothing was paid), null when unpriced."""
+    cost = cost_of(model, result.prompt_tokens, result.completion_tokens)
+    return 0.0 if cost is not None and result.cached else cost
 
 
 def build_agent_row(*, run_id: str, model: ModelConfig, test: Test, attempt: int, request: PreparedRequest,
@@ -234,8 +241,8 @@ def build_agent_row(*, run_id: str, model: ModelConfig, test: Test, attempt: int
     fallbacks = [entry.fallback for entry in transcript.ledger]
     row.update({
         "fallback": True if any(fallbacks) else (None if None in fallbacks or not fallbacks else False),
-        "latency_s": transcript.elapsed_s,
-        "cost": transcript.cost(model.price_in, model.price_out),
+        "latency_s": None if summary.cached else transcript.elapsed_s,
+        "cost": _conversation_cost(model, transcript, replies),
         "transcript": transcript.records(),
         "ledger": transcript.ledger_records(),
         "tool_events": transcript.tool_event_records(),
@@ -244,6 +251,14 @@ def build_agent_row(*, run_id: str, model: ModelConfig, test: Test, attempt: int
         "trimmed_requests": 0, "trimmed_messages": 0, **(trims or {}),
     })
     return row
+
+
+def _conversation_cost(model: ModelConfig, transcript: Transcript, replies: Sequence[CallResult]) -> float | None:
+    """The conversation's spend; a turn the response cache answered costs nothing."""
+    cost = transcript.cost(model.price_in, model.price_out)
+    if cost is None or not any(r.cached for r in replies):
+        return cost
+    return sum(cost_of(model, r.prompt_tokens, r.completion_tokens) or 0.0 for r in replies if not r.cached)
 
 
 class _Summary:
@@ -266,6 +281,7 @@ class _Summary:
         self.rate_limit_wait_s = sum(r.rate_limit_wait_s for r in replies)
         self.truncated = any(r.truncated for r in replies)
         self.notes = [f"turn {i}: {note}" for i, r in enumerate(replies, 1) for note in r.notes]
+        self.cached = bool(replies) and all(r.cached for r in replies)   # every turn from the response cache
 
 
 def _total(values: Iterable[int | None]) -> int | None:

@@ -178,6 +178,7 @@ COLUMNS: list[tuple[str, pa.DataType]] = [
     ("trimmed_requests", pa.int32()),   # agent rows: model calls sent with messages trimmed to fit context_tokens
     ("trimmed_messages", pa.int32()),   # agent rows: distinct messages trimmed or dropped to fit
     ("variant", pa.string()),           # the suite's `variants:` entry the row ran under; null without variants
+    ("cached", pa.bool_()),             # answered from the response cache: no latency, cost 0 (null in older runs)
 ]
 
 SCHEMA = pa.schema(COLUMNS, metadata={b"schema_version": str(SCHEMA_VERSION).encode()})

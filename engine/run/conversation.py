@@ -61,7 +61,7 @@ class _Recorder:
             self._in_flight(-1)
         self.replies.append(reply)
         cost = cost_of(self._model, reply.prompt_tokens, reply.completion_tokens)
-        if cost is not None:
+        if cost is not None and not reply.cached:   # a reply from the response cache was not paid for
             self._on_cost(cost)
         return reply
 
@@ -70,7 +70,7 @@ async def run_agent_job(*, client: OpenAIClient, model: ModelConfig, test: Test,
                         settings: RequestSettings, global_slots: asyncio.Semaphore, deadline: TaskDeadline | None,
                         on_cost: Callable[[float], None], in_flight: Callable[[int], None],
                         score_blocking: Callable[[Test, Any, Any], Awaitable[tuple[Verdict | None, str | None]]],
-                        caller: Any = None) -> dict[str, Any]:
+                        caller: Any = None, cache_as: int | None = None) -> dict[str, Any]:
     """Run one conversation and return its row.
 
     Args:
@@ -86,6 +86,8 @@ async def run_agent_job(*, client: OpenAIClient, model: ModelConfig, test: Test,
         in_flight: Called with +1 / -1 around each model call.
         score_blocking: Scores a tree that runs programs (exec) in a worker thread: (test, answer, ctx).
         caller: The run's judge caller (`judge` evaluators await it), or None.
+        cache_as: The sample index each turn's request is looked up under in the response cache, or None
+            for no cache (`OpenAIClient.call`): every turn is a request of its own.
     """
     started_us = time.time_ns() // 1000
     request = prepare(model, test, settings)
@@ -97,7 +99,8 @@ async def run_agent_job(*, client: OpenAIClient, model: ModelConfig, test: Test,
         try:
             # test.tools are already the offered definitions, in the test's order: the first request is
             # byte for byte the one a single-turn run of this test would send
-            inner = OpenAICaller(client, model, test, settings, slots=global_slots, deadline=deadline)
+            inner = OpenAICaller(client, model, test, settings, slots=global_slots, deadline=deadline,
+                                 cache_as=cache_as)
         except ConfigError as exc:
             inner = _failing(ClientError(str(exc), kind="config"))
     recorder = _Recorder(inner, model, on_cost, in_flight)

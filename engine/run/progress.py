@@ -82,7 +82,7 @@ class Progress:
 
 
 def summary_rows(stats: RunStats) -> list[dict[str, Any]]:
-    """One summary dict per model: done, passed, failed, errors, pass rate, cost, mean latency."""
+    """One summary dict per model: done, passed, failed, errors, pass rate, cost, mean latency, cached rows."""
     out = []
     for name, m in stats.by_model.items():
         scored = m.passed + m.failed
@@ -90,7 +90,8 @@ def summary_rows(stats: RunStats) -> list[dict[str, Any]]:
             "model": name, "done": m.done, "passed": m.passed, "failed": m.failed, "errors": m.errors,
             "pass_rate": (m.passed / scored) if scored else None, "fallbacks": m.fallbacks,
             "retries": m.retries, "cost": m.cost if m.priced else None,
-            "mean_latency_s": (m.latency_sum / m.done) if m.done else None,
+            "mean_latency_s": (m.latency_sum / m.timed) if m.timed else None,   # cached rows are not timed
+            "cached": m.cached,
             "error_kinds": dict(m.error_kinds),
         })
     return out
@@ -107,7 +108,8 @@ def print_summary(stats: RunStats, *, stream: TextIO | None = None) -> None:
         table.add_column(column, justify="left" if column == "model" else "right")
     for row in summary_rows(stats):
         kinds = ", ".join(f"{k}×{v}" for k, v in sorted(row["error_kinds"].items()))
-        table.add_row(row["model"], str(row["done"]), str(row["passed"]), str(row["failed"]),
+        done = str(row["done"]) + (f" ({row['cached']} cached)" if row["cached"] else "")
+        table.add_row(row["model"], done, str(row["passed"]), str(row["failed"]),
                       f"{row['errors']}" + (f" ({kinds})" if kinds else ""),
                       "-" if row["pass_rate"] is None else f"{100 * row['pass_rate']:.1f}%",
                       str(row["fallbacks"]), "-" if row["cost"] is None else f"{row['cost']:.4f}",

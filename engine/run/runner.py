@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 from engine.client.judge import JudgeModels, ModelJudgeCaller
 from engine.client.judge_cache import JudgeCache, default_path
 from engine.client.openai import CallResult, OpenAIClient, RequestSettings, prepare
+from engine.client.response_cache import ResponseCache, use_cache
 from engine.errors import ClientError, StorageError
 from engine.evaluators import score, score_async
 from engine.evaluators.base import ScoringContext
@@ -38,7 +39,7 @@ from engine.local.registry import GOLDEN
 from engine.model import Answer, ModelConfig, Test, Verdict
 from engine.results.rows import build_row
 from engine.run.conversation import golden_reply, run_agent_job
-from engine.run.jobs import Job
+from engine.run.jobs import Job, attempts
 from engine.suite.content_parts import ImageUnavailable
 
 if TYPE_CHECKING:
@@ -46,8 +47,8 @@ if TYPE_CHECKING:
     from engine.results.writer import ResultsWriter
 
 # What the counters need of a row until it is committed: model name, retries, completion tokens, cost,
-# latency, fallback, error kind, passed.
-_Summary = tuple[str, int, int | None, float | None, float | None, bool | None, str | None, bool | None]
+# latency, fallback, error kind, passed, cached.
+_Summary = tuple[str, int, int | None, float | None, float | None, bool | None, str | None, bool | None, bool]
 
 def _crashed(exc: BaseException) -> str:
     return f"the evaluator crashed: {type(exc).__name__}: {exc}"[:500]
@@ -81,6 +82,8 @@ class ModelStats:
     priced: int = 0                      # rows with a known cost (0: the model has no price, show "-")
     completion_tokens: int = 0
     latency_sum: float = 0.0
+    timed: int = 0                       # rows with a latency (a reply from the response cache has none)
+    cached: int = 0                      # rows answered from the response cache
     error_kinds: dict[str, int] = field(default_factory=dict)
 
 
@@ -116,6 +119,9 @@ class RunConfig:
         commit_rows: Commit as soon as this many rows wait.
         judges: The judge models the suites' `judge` evaluators may call (resolved before the run), or None.
         judge_cache: Where judge replies are kept (opened by the runner), or None for the default path.
+        response_cache: The open response cache, or None for none (`engine.client.response_cache`).
+        cache: `--cache` (True), `--no-cache` (False) or neither (None): `response_cache.use_cache`.
+        repeat: `--repeat`, or None for each test's own (how many attempts a test gets decides the cache).
     """
 
     run_id: str
@@ -126,6 +132,9 @@ class RunConfig:
     commit_rows: int = 512
     judges: JudgeModels | None = None
     judge_cache: Path | None = None
+    response_cache: ResponseCache | None = None
+    cache: bool | None = None
+    repeat: int | None = None
 
 
 class Runner:
@@ -185,7 +194,7 @@ class Runner:
         committer = asyncio.create_task(self._commit_loop())
         try:
             async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
-                client = self._client = OpenAIClient(session, api_keys)
+                client = self._client = OpenAIClient(session, api_keys, self.config.response_cache)
                 cache = None
                 if self.config.judges is not None:
                     cache = JudgeCache(self.config.judge_cache or default_path())
@@ -236,6 +245,7 @@ class Runner:
                     client=client, model=model, test=job.test, attempt=job.attempt, run_id=self.config.run_id,
                     settings=settings, global_slots=global_slots, deadline=deadline, on_cost=self._spend,
                     in_flight=self._count_in_flight, caller=self._judge,
+                    cache_as=self._cache_as(model, job, prepare(model, job.test, settings).temperature),
                     score_blocking=lambda test, answer, ctx: self._score_in_thread(answer, test, exec_slots, ctx))
                 self._record(model, job, row, spent=True)
                 continue
@@ -248,6 +258,7 @@ class Runner:
                     result=CallResult(error=ClientError(str(exc), kind="image")), verdict=None, evaluator_error=None,
                     started_us=time.time_ns() // 1000, ended_us=time.time_ns() // 1000))
                 continue
+            cache_as = self._cache_as(model, job, request.temperature)
             async with global_slots:
                 if self._stopping:
                     return
@@ -257,7 +268,7 @@ class Runner:
                     if model.builtin == GOLDEN:   # the scripted model: its golden, in-process
                         result = golden_reply(model, job.test)
                     else:
-                        result = await client.call(model, request, deadline)
+                        result = await client.call(model, request, deadline, cache_as=cache_as)
                 finally:
                     self.stats.in_flight -= 1
             verdict = None
@@ -279,13 +290,21 @@ class Runner:
                             started_us=started_us, ended_us=time.time_ns() // 1000)
             self._record(model, job, row)
 
+    def _cache_as(self, model: ModelConfig, job: Job, temperature: float | None) -> int | None:
+        """The sample index the job's calls are cached under, or None when the cache is not used for it."""
+        if self.config.response_cache is None:
+            return None
+        if not use_cache(self.config.cache, model, temperature, attempts(job.test, self.config.repeat)):
+            return None
+        return job.attempt
+
     def _record(self, model: ModelConfig, job: Job, row: dict[str, Any], *, spent: bool = False) -> None:
         """Journal a finished row; count its cost (unless `spent`: an agent job counted each reply as it came)."""
         self.journal.add(job.key, row)
         # Only what the counters need waits for the commit: the row itself is freed right away.
         cost = row["cost"]
         self._summaries.append((model.name, row["retries"], row["completion_tokens"], cost, row["latency_s"],
-                                row["fallback"], row["error_kind"], row["passed"]))
+                                row["fallback"], row["error_kind"], row["passed"], bool(row["cached"])))
         del row
         if cost is not None and not spent:
             self._spend(cost)
@@ -335,7 +354,7 @@ class Runner:
         self.journal.commit()
         summaries, self._summaries = self._summaries, []
         stats = self.stats
-        for name, retries, completion_tokens, cost, latency_s, fallback, kind, passed in summaries:
+        for name, retries, completion_tokens, cost, latency_s, fallback, kind, passed, cached in summaries:
             model = stats.by_model[name]
             model.done += 1
             stats.done += 1
@@ -348,7 +367,10 @@ class Runner:
             if cost is not None:
                 model.cost += cost
                 model.priced += 1
-            model.latency_sum += latency_s or 0.0
+            if latency_s is not None:
+                model.latency_sum += latency_s
+                model.timed += 1
+            model.cached += cached
             if fallback:
                 model.fallbacks += 1
             if kind:

@@ -58,6 +58,7 @@ class Invocation:
     max_response_mb: float | None = None
     run_id: str | None = None
     shard: str | None = None   # "I/N" (engine.run.shards)
+    cache: bool | None = None  # --cache / --no-cache; None: deterministic requests only (engine.client.response_cache)
 
     def over(self, stored: dict[str, Any]) -> Invocation:
         """These settings, with anything not given taken from `stored`."""
@@ -386,6 +387,7 @@ def _execute(invocation: Invocation, run_id: str, run_dir: Path, journal: Any, m
     started = time.monotonic()
     interrupted = False
     stats = None
+    responses = None
     with contextlib.ExitStack() as servers:
         try:
             if judges is not None:   # an embedded judge model is started like an answering one
@@ -404,8 +406,10 @@ def _execute(invocation: Invocation, run_id: str, run_dir: Path, journal: Any, m
                 _err(f"note: {agent_tests} agent test(s) left out on the completions-API model(s) "
                      f"{', '.join(names)}: an agent test needs tools, which /completions cannot send")
             progress = Progress(quiet=quiet)
+            responses = servers.enter_context(_response_cache(invocation.cache))
             config = RunConfig(run_id=run_id, concurrency=invocation.concurrency or DEFAULT_CONCURRENCY,
-                               settings=_settings(invocation), max_cost=invocation.max_cost, judges=judges)
+                               settings=_settings(invocation), max_cost=invocation.max_cost, judges=judges,
+                               response_cache=responses, cache=invocation.cache, repeat=invocation.repeat)
             runner = Runner(config, journal, writer, on_progress=progress.update)
             jobs = {m.name: (m, iter_jobs(m, tests, invocation.repeat, skip=skip, only=only, shard=shard))
                     for m in models}
@@ -429,10 +433,35 @@ def _execute(invocation: Invocation, run_id: str, run_dir: Path, journal: Any, m
     if stats is not None and not quiet:
         print_summary(stats)
     print(f"results: {run_dir} ({rows} rows, {errors} errors)" + (f"; stopped: {stopped}" if stopped else ""))
+    if responses is not None and responses.hits:
+        print(f"response cache: {responses.hits} call(s) answered from {responses.path} (no call made, nothing "
+              f"paid; engine run --no-cache asks again)")
     if stopped:
         _err(f"the run stopped early ({stopped}); continue it with: engine run --resume {run_dir}")
         return 1
     return 0
+
+
+@contextlib.contextmanager
+def _response_cache(mode: bool | None) -> Any:
+    """The response cache for the run (None with --no-cache, or when it cannot be opened: warned, run goes on)."""
+    if mode is False:
+        yield None
+        return
+    from engine.client.response_cache import ResponseCache, default_path
+
+    cache = ResponseCache(default_path())
+    if not cache.usable:
+        _err(f"warning: {cache.problem}; running without the response cache (delete the file, or engine cache "
+             f"clear, to start a new one)")
+        yield None
+        return
+    try:
+        yield cache
+    finally:
+        cache.close()
+        if cache.problem:
+            _err(f"warning: {cache.problem}; the calls after that were made without the response cache")
 
 
 def _start_builtins(models: list[ModelConfig], run_dir: Path, stack: contextlib.ExitStack) -> list[ModelConfig]:

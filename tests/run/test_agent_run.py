@@ -149,7 +149,7 @@ def test_kill_9_mid_run_then_resume_loses_and_repeats_no_conversation(tmp_path: 
     with scripted_server_thread(script) as server:
         (tmp_path / "models.yaml").write_text(MODELS.format(base_url=server.base_url))
         proc = start_engine("run", str(tmp_path / "suites"), "--models", str(tmp_path / "models.yaml"),
-                            "--out", str(out), "--concurrency", "4", "--quiet", env={})
+                            "--out", str(out), "--concurrency", "4", "--quiet", "--no-cache", env={})
         deadline = time.monotonic() + 60
         run_dir = None
         while time.monotonic() < deadline:

@@ -155,9 +155,9 @@ def judge_requests(server: FakeOpenAI, model: str | None = None) -> list[dict[st
     return [b for b in server.requests if b["model"] in JUDGES and (model is None or b["model"] == model)]
 
 
-def run(project: dict[str, Any], out: str, *paths: Path) -> pd.DataFrame:
+def run(project: dict[str, Any], out: str, *paths: Path, options: tuple[str, ...] = ()) -> pd.DataFrame:
     done = engine("run", *map(str, paths or (project["suites"],)), "--models", str(project["models"]),
-                  "--model", "shop", "--out", str(project["tmp"] / out), env=project["env"])
+                  "--model", "shop", "--out", str(project["tmp"] / out), *options, env=project["env"])
     assert done.returncode == 0, done.stderr
     return pd.read_parquet(project["tmp"] / out / "latest").set_index("test_id")
 
@@ -226,7 +226,7 @@ def test_a_rerun_and_a_rescore_pay_no_judge_twice(project: dict[str, Any]) -> No
     paid = len(judge_requests(server))
     assert paid == 5 + 1 + 2 + 3   # grader x5, yes-man, broken twice, coin three samples
     server.requests.clear()
-    again = run(project, "r2")
+    again = run(project, "r2", options=("--no-cache",))   # not the response cache: the judge cache alone
     assert judge_requests(server) == [] and len(server.requests) == 8   # the answering model is called again
     assert (again["judge_calls"] == 0).all() and again["judge_cost"].isna().all()
     cols = ["score", "passed", "error_kind"]

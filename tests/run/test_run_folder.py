@@ -109,7 +109,7 @@ def test_a_full_disk_stops_spending_and_resume_finishes(tmp_path: Path, fake_ope
     fake_openai.responder = lambda body: Reply(content="ok " + "x" * 2000, delay_s=0.05)
     suites, models = bulk_project(tmp_path, fake_openai, 200)
     done = engine("run", str(suites), "--models", str(models), "--model", "fast", "--out", str(mount / "results"),
-                  "--quiet", env=ENV)
+                  "--quiet", "--no-cache", env=ENV)   # the journal alone decides what is asked again
     [run_dir] = list((mount / "results").glob("2*"))
     saved = saved_test_ids(run_dir)
     assert done.returncode == 3, done.stderr
