@@ -57,6 +57,8 @@ def _rows(rng: np.random.Generator, run: int) -> list[dict]:
                             fields.update(score=score, passed=judged)
                         if model == "beta" and rng.random() < 0.2:
                             fields.update(prompt_tokens=None, completion_tokens=None, cost=None)
+                        if model == "alpha" and rng.random() < 0.15:   # answered from the response cache
+                            fields.update(cached=True)
                         if model == "gamma" and rng.random() < 0.05:
                             fields.update(fallback=True)
                         if t == 8 and suite == "s1":   # no threshold, no verdict: judged against 1.0
