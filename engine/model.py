@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from engine.evaluators.node import Node
     from engine.suite.agent import AgentSettings, GoldenTurn
     from engine.suite.tools import Tool
+    from engine.workspace.spec import WorkspaceSpec
 
 
 @dataclass(frozen=True)
@@ -160,6 +161,7 @@ class Test:
         agent_tools: The offered tools compiled with their `returns` rules, by name (agent tests only);
             shared by every test of the suite (compiled once per suite).
         golden_turns: An agent test's golden conversation, compiled (the model's turns), or () when none.
+        workspace: A workspace test's `workspace:` block and offered built-in tools (engine.workspace), or None.
     """
 
     __test__ = False  # not a pytest test class, despite the name
@@ -187,6 +189,7 @@ class Test:
     initial_state: Mapping[str, Any] = field(default_factory=dict)
     agent_tools: Mapping[str, Tool] = field(default_factory=dict, compare=False, repr=False)
     golden_turns: tuple[GoldenTurn, ...] = field(default=(), compare=False, repr=False)
+    workspace: WorkspaceSpec | None = field(default=None, compare=False, repr=False)
 
     @cached_property
     def messages_json(self) -> str:
