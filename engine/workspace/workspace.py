@@ -114,7 +114,8 @@ class Workspace:
         out: dict[str, bytes] = {}
         for folder, dirs, names in os.walk(self.root):
             dirs.sort()
-            for name in sorted(names):
+            links = [d for d in dirs if os.path.islink(os.path.join(folder, d))]   # never followed
+            for name in sorted(names + links):
                 full = os.path.join(folder, name)
                 rel = Path(os.path.relpath(full, self.root)).as_posix()
                 if os.path.islink(full):
