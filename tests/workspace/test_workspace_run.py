@@ -131,7 +131,7 @@ def agent(messages: list[dict[str, Any]]) -> Turn:
 
 
 @pytest.fixture(scope="module")
-def results(tmp_path_factory: pytest.TempPathFactory) -> tuple[pd.DataFrame, Path, list[dict[str, Any]]]:
+def results(tmp_path_factory: pytest.TempPathFactory) -> tuple[pd.DataFrame, Path, list[dict[str, Any]], Path]:
     root = tmp_path_factory.mktemp("ws-run")
     outside = root / "outside"
     outside.mkdir()
@@ -148,14 +148,14 @@ def results(tmp_path_factory: pytest.TempPathFactory) -> tuple[pd.DataFrame, Pat
         requests = list(server.requests)
     assert done.returncode in (0, 1), done.stderr
     (run_dir,) = [p for p in out.iterdir() if p.is_dir() and p.name != "latest"]
-    return pd.read_parquet(run_dir).set_index("test_id"), outside, requests
+    return pd.read_parquet(run_dir).set_index("test_id"), outside, requests, run_dir
 
 
 COUNTS = ["outcome", "turns", "prose_turns", "tool_calls_made", "failed_commands", "refused_paths", "invented_tools"]
 
 
 def test_the_issue_example_is_solved_and_judged_by_its_hidden_check(results: Any) -> None:
-    df, _, requests = results
+    df, _, requests, _ = results
     row = df.loc["fix-the-greeting"]
     assert row[COUNTS].tolist() == ["completed", 5, 1, 4, 0, 0, 0]
     assert row["passed"] == True, row["evaluators"]  # noqa: E712 - numpy bool
@@ -183,7 +183,7 @@ def test_a_failing_command_is_a_result_the_model_reads_and_is_counted(results: A
 
 
 def test_writes_outside_the_workspace_are_refused_counted_and_nothing_is_written(results: Any) -> None:
-    df, outside, _ = results
+    df, outside, _, _ = results
     row = df.loc["escape"]
     assert row[COUNTS].tolist() == ["completed", 3, 1, 7, 0, 5, 0]
     statuses = [(e["name"], e["status"]) for e in row["tool_events"]]
@@ -224,9 +224,18 @@ def test_finish_completes_and_a_score_line_gives_partial_credit(results: Any) ->
 
 
 def test_a_failing_setup_is_an_error_row_and_the_model_is_never_called(results: Any) -> None:
-    df, _, requests = results
+    df, _, requests, _ = results
     row = df.loc["broken-setup"]
     assert (row["outcome"], row["error_kind"], row["turns"]) == ("error", "workspace_setup", 0)
     assert pd.isna(row["passed"])
     assert "exit code 4" in row["error_message"] and "setup broke" in row["error_message"]
     assert not any("never asked" in json.dumps(r["messages"]) for r in requests)
+
+
+def test_engine_report_shows_the_workspace_diff_and_counts(results: Any, tmp_path: Path) -> None:
+    run_dir = results[3]
+    html = tmp_path / "report.html"
+    done = engine("report", str(run_dir), "-o", str(html))
+    assert done.returncode == 0, done.stderr
+    page = html.read_text()
+    assert "--- a/greet.py" in page and '"refused_paths": 5' in page and "workspace diff" in page
