@@ -51,5 +51,6 @@ def test_a_summary_with_one_wrong_field_gets_two_thirds(tests: dict[str, Test]) 
 
 
 def test_renaming_the_cover_too_fails(tests: dict[str, Test]) -> None:
-    score, passed = _play(tests["rename-files"], ["cd photos && for f in IMG_*; do mv \"$f\" \"photo-${f#IMG_}\"; done"])
-    assert not passed
+    rename_all = "cd photos && for f in IMG_*; do mv \"$f\" \"photo-${f#IMG_}\"; done"
+    score, passed = _play(tests["rename-files"], [rename_all])
+    assert not passed and score < 1
