@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from engine.suite.agent import AgentSettings, GoldenTurn
     from engine.suite.cases_from import CaseOrigin
     from engine.suite.tools import Tool
+    from engine.workspace.spec import WorkspaceSpec
 
 
 @dataclass(frozen=True)
@@ -166,6 +167,7 @@ class Test:
         variant: The suite's `variants:` entry this test runs under, or None when the suite has none.
         images: (image as written, line, column) of each image part in `messages` (engine.suite.content_parts),
             for messages that name where an image cannot go; () for a text-only test.
+        workspace: A workspace test's `workspace:` block and offered built-in tools (engine.workspace), or None.
     """
 
     __test__ = False  # not a pytest test class, despite the name
@@ -196,6 +198,7 @@ class Test:
     case_origin: CaseOrigin | None = field(default=None, compare=False, repr=False)
     variant: str | None = None
     images: tuple[tuple[str, int, int], ...] = field(default=(), compare=False, repr=False)
+    workspace: WorkspaceSpec | None = field(default=None, compare=False, repr=False)
 
     @cached_property
     def messages_json(self) -> str:

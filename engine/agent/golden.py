@@ -14,18 +14,21 @@ on it (the golden self-check) and lets `builtin: golden` run a suite with no mod
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
+import contextlib
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from engine.agent.loop import run_conversation
-from engine.agent.tools import Tool
-from engine.agent.transcript import Transcript
+from engine.agent.loop import Offered, run_conversation
+from engine.agent.transcript import Message, Transcript
 from engine.client.openai import CallResult
 from engine.errors import ClientError
 from engine.evaluators import score
+from engine.evaluators.base import error
 from engine.evaluators.scoring import context
 from engine.model import Test, Verdict
 from engine.suite.agent import AgentSettings, GoldenTurn, compile_golden
+from engine.workspace.tools import bind_tools
+from engine.workspace.workspace import Workspace, WorkspaceError
 
 __all__ = ["GOLDEN_MODEL", "GoldenCaller", "GoldenTurn", "compile_golden", "replay_golden"]
 
@@ -58,7 +61,7 @@ class GoldenCaller:
 
 
 async def replay_golden(turns: Sequence[GoldenTurn], messages: Sequence[Mapping[str, Any]],
-                        tools: Mapping[str, Tool], settings: AgentSettings | None = None, *,
+                        tools: Mapping[str, Offered], settings: AgentSettings | None = None, *,
                         state: Mapping[str, Any] | None = None) -> Transcript:
     """Play a golden conversation through the loop with the declared tool results.
 
@@ -75,9 +78,44 @@ def score_golden_conversation(test: Test) -> Verdict:
     and the transcript is scored by `engine.evaluators.score` with the same context the run builds, so
     a golden that passes here passes the run (`engine validate` hands this to the suite loader).
 
+    A workspace test's golden is a reference trajectory (the tool calls that solve the task): it is
+    replayed in a fresh workspace and must pass; and the checks must *fail* on the untouched workspace
+    (after `setup`, before any work), else the test is broken: an error verdict says so.
+
     Args:
         test: An agent test (`test.agent` set) with golden turns.
     """
-    transcript = asyncio.run(replay_golden(test.golden_turns, test.messages, test.agent_tools, test.agent,
-                                           state=test.initial_state))
-    return score(test, transcript.answer(), context(test, transcript=transcript))
+    if test.workspace is None:
+        transcript = asyncio.run(replay_golden(test.golden_turns, test.messages, test.agent_tools, test.agent,
+                                               state=test.initial_state))
+        return score(test, transcript.answer(), context(test, transcript=transcript))
+    untouched = Transcript(tuple(Message(str(m.get("role")), str(m.get("content"))) for m in test.messages), (),
+                           (), "completed", dict(test.initial_state))
+    try:
+        return _score_in_workspace(test, untouched)
+    except WorkspaceError as exc:
+        return error(f"the golden check could not prepare the workspace: {exc}", "workspace_check")
+
+
+def _score_in_workspace(test: Test, untouched: Transcript) -> Verdict:
+    assert test.workspace is not None
+    with _workspace(test) as workspace:
+        before = score(test, untouched.answer(), context(test, transcript=untouched, workspace=workspace))
+    if before.passed:
+        return error(f"its checks pass on the untouched workspace, before the model did anything ({before.reason}): "
+                     "the test is broken; make the check fail on the seed", "workspace_check")
+    with _workspace(test) as workspace:
+        tools: dict[str, Offered] = {**test.agent_tools, **bind_tools(test.workspace.tools, workspace)}
+        transcript = asyncio.run(replay_golden(test.golden_turns, test.messages, tools, test.agent,
+                                               state=test.initial_state))
+        return score(test, transcript.answer(), context(test, transcript=transcript, workspace=workspace))
+
+
+@contextlib.contextmanager
+def _workspace(test: Test) -> Iterator[Workspace]:
+    assert test.workspace is not None
+    workspace = Workspace.create(test.workspace)
+    try:
+        yield workspace
+    finally:
+        workspace.close()

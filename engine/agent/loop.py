@@ -9,6 +9,10 @@
                              └── turns < max_turns and no call repeated past max_repeats ──► else capped / stuck
 
 A failed model call (the client's `error`, after its retries) ends the conversation as `error`.
+Workspace tests (engine.workspace) add built-in tools whose answer is awaited (a command runs in a thread)
+and may end the conversation (`finish` -> completed, `ask_human` -> escalated, a broken sandbox -> failed);
+when `finish` is offered, a reply without a tool call is answered with a reminder instead of ending the
+conversation, and `max_prose_turns` such replies in a row end it as `stuck`.
 Every tool call the model makes is answered before the loop decides to stop, so a transcript never
 ends with an unanswered call (and a `set:` on the last allowed turn still changes the state).
 
@@ -20,12 +24,13 @@ conversation, anything else in tests.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import replace
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from engine.agent.context import ContextBudget
 from engine.agent.tools import Tool, ToolAnswer, error_text
@@ -34,6 +39,12 @@ from engine.errors import ClientError
 from engine.model import ToolCall
 from engine.results.rows import is_fallback
 from engine.suite.agent import AgentSettings
+from engine.workspace.tools import BuiltinAnswer, BuiltinTool
+
+Offered = Tool | BuiltinTool   # a declared tool (rules from YAML) or a workspace built-in
+#: The user message that answers a prose reply while `finish` is offered (the model must act or finish).
+PROSE_REMINDER = ("You did not call a tool. Go on with the task using the tools, and call {finish} when it is "
+                  "done.")
 
 __all__ = ["AgentSettings", "ModelCaller", "ModelReply", "run_conversation"]
 
@@ -77,7 +88,7 @@ ModelCaller = Callable[[list[dict[str, Any]]], Awaitable[ModelReply]]
 
 
 async def run_conversation(call_model: ModelCaller, messages: Sequence[Mapping[str, Any]],
-                           tools: Mapping[str, Tool], settings: AgentSettings | None = None, *,
+                           tools: Mapping[str, Offered], settings: AgentSettings | None = None, *,
                            state: Mapping[str, Any] | None = None, asked_model: str | None = None,
                            clock: Callable[[], float] = time.perf_counter,
                            budget: ContextBudget | None = None) -> Transcript:
@@ -109,6 +120,8 @@ async def run_conversation(call_model: ModelCaller, messages: Sequence[Mapping[s
     used_ids: set[str] = set()
     outcome: Outcome = "capped"
     failure: str | None = None
+    finish = next((name for name, tool in tools.items() if getattr(tool, "builtin", None) == "finish"), None)
+    prose_in_a_row = 0
     for turn in range(1, settings.max_turns + 1):
         started = clock() - origin
         reply = await call_model(list(wire))
@@ -123,14 +136,27 @@ async def run_conversation(call_model: ModelCaller, messages: Sequence[Mapping[s
         history.append(said)
         wire.append(said.to_openai())
         if not calls:
-            outcome = "completed"
-            break
-        answered = await _answer_turn(turn, calls, tools, current, clock, origin)
+            prose_in_a_row += 1
+            if finish is None:
+                outcome = "completed"
+                break
+            if prose_in_a_row >= settings.max_prose_turns:
+                outcome = "stuck"
+                break
+            nudge = Message("user", PROSE_REMINDER.format(finish=finish), turn=turn)
+            history.append(nudge)
+            wire.append(nudge.to_openai())
+            continue
+        prose_in_a_row = 0
+        answered, ended = await _answer_turn(turn, calls, tools, current, clock, origin)
         events.extend(answered)
         for event in answered:
             message = Message("tool", event.content, tool_call_id=event.call_id, turn=turn)
             history.append(message)
             wire.append(message.to_openai())
+        if ended is not None:
+            outcome = ended
+            break
         seen.update(_call_key(call) for call in calls)
         if any(count > settings.max_repeats + 1 for count in seen.values()):
             outcome = "stuck"
@@ -182,30 +208,41 @@ def _call_key(call: ToolCall) -> str:
     return call.name + "\x1f" + call.raw_arguments
 
 
-async def _answer_turn(turn: int, calls: Sequence[ToolCall], tools: Mapping[str, Tool], state: dict[str, Any],
-                       clock: Callable[[], float], origin: float) -> list[ToolEvent]:
+async def _answer_turn(turn: int, calls: Sequence[ToolCall], tools: Mapping[str, Offered], state: dict[str, Any],
+                       clock: Callable[[], float], origin: float) -> tuple[list[ToolEvent], Outcome | None]:
     """Answer one turn's calls: resolved in call order (each sees the state the previous ones left),
-    then their delays waited out concurrently; the events come back in call order."""
-    resolved: list[tuple[ToolStatus, ToolAnswer]] = []
+    then their delays waited out concurrently; the events come back in call order, with the outcome the
+    first call that ends the conversation names (a workspace's `finish`, `ask_human`), or None."""
+    resolved: list[tuple[ToolStatus, ToolAnswer | BuiltinAnswer]] = []
+    spans: list[tuple[float, float] | None] = []   # a built-in's own run time (it acts while resolved)
     for call in calls:
-        status, answer = _resolve(call, tools, state)
+        begun = clock() - origin
+        status, answer = await _resolve(call, tools, state)
+        spans.append((begun, clock() - origin) if isinstance(answer, BuiltinAnswer) else None)
         state.update(answer.state_changes)
         resolved.append((status, answer))
+    ended = next((cast(Outcome, answer.ends) for _, answer in resolved
+                  if isinstance(answer, BuiltinAnswer) and answer.ends), None)
 
-    async def handle(delay_s: float) -> tuple[float, float]:
+    async def handle(delay_s: float, span: tuple[float, float] | None) -> tuple[float, float]:
+        if span is not None:
+            return span
         start = clock() - origin
         if delay_s > 0:
             await asyncio.sleep(delay_s)
         return start, clock() - origin
 
-    times = await asyncio.gather(*(handle(answer.delay_s) for _, answer in resolved))
+    times = await asyncio.gather(*(handle(answer.delay_s, span) for (_, answer), span in zip(resolved, spans,
+                                                                                           strict=True)))
     return [ToolEvent(turn=turn, index=i, call_id=str(call.id), name=call.name, arguments=call.arguments,
                       raw_arguments=call.raw_arguments, status=status, content=answer.content, rule=answer.rule,
                       started_s=start, ended_s=end)
-            for i, (call, (status, answer), (start, end)) in enumerate(zip(calls, resolved, times, strict=True))]
+            for i, (call, (status, answer), (start, end)) in enumerate(zip(calls, resolved, times, strict=True))
+            ], ended
 
 
-def _resolve(call: ToolCall, tools: Mapping[str, Tool], state: Mapping[str, Any]) -> tuple[ToolStatus, ToolAnswer]:
+async def _resolve(call: ToolCall, tools: Mapping[str, Offered], state: Mapping[str, Any]
+                   ) -> tuple[ToolStatus, ToolAnswer | BuiltinAnswer]:
     tool = tools.get(call.name)
     if tool is None:
         offered = ", ".join(sorted(tools)) or "none"
@@ -219,5 +256,6 @@ def _resolve(call: ToolCall, tools: Mapping[str, Tool], state: Mapping[str, Any]
     if problem is not None:
         message = f"bad arguments for {call.name}: {problem}"
         return "bad_args", ToolAnswer("error", error_text(message), message, None)
-    answer = tool.answer(call.arguments, state)
-    return answer.status, answer
+    given = tool.answer(call.arguments, state)
+    answer: ToolAnswer | BuiltinAnswer = await given if inspect.isawaitable(given) else given
+    return cast(ToolStatus, answer.status), answer

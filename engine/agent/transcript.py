@@ -24,8 +24,8 @@ __all__ = [
     "Transcript",
 ]
 
-Outcome = Literal["completed", "capped", "stuck", "error"]
-ToolStatus = Literal["ok", "error", "invented", "bad_args"]
+Outcome = Literal["completed", "escalated", "capped", "stuck", "failed", "error"]
+ToolStatus = Literal["ok", "error", "invented", "bad_args", "failed", "refused"]
 CallKind = Literal["tool_calls", "answer", "error"]
 
 @dataclass(frozen=True, slots=True)
@@ -113,7 +113,9 @@ class ToolEvent:
         arguments: The decoded arguments; None when they were not valid JSON.
         raw_arguments: The argument text as received.
         status: "ok", "error" (the declared tool failed), "invented" (no such tool offered),
-            "bad_args" (not JSON, not an object, or against the tool's parameters).
+            "bad_args" (not JSON, not an object, or against the tool's parameters); a workspace's built-in
+            tools add "failed" (a command that exited non-zero or timed out) and "refused" (a path outside
+            the workspace: nothing read or written).
         content: The `tool` message text the model read.
         rule: The index of the `returns` rule that answered, or None.
         started_s: When its handler started.
@@ -146,8 +148,11 @@ class Transcript:
         messages: Every message in order, the opening ones first.
         ledger: One entry per model call.
         tool_events: One per tool call, in the order the calls were made.
-        outcome: "completed" (the model answered without calling a tool), "capped" (`max_turns` model
-            calls made), "stuck" (the same call repeated past the limit) or "error" (a model call failed).
+        outcome: "completed" (the model answered without calling a tool, or called a workspace's `finish`),
+            "escalated" (it called `ask_human`), "capped" (`max_turns` model calls made), "stuck" (the same
+            call repeated past the limit, or `max_prose_turns` replies in a row without a tool call while
+            `finish` is offered), "failed" (the sandbox could not run a built-in tool at all) or "error"
+            (a model call failed, or the workspace could not be prepared).
         state: The state variables at the end.
         error: The failure's message when `outcome` is "error".
         elapsed_s: From the first model call sent to the end (model calls and tool delays).
@@ -189,6 +194,16 @@ class Transcript:
         return sum(1 for event in self.tool_events if event.status == "bad_args")
 
     @property
+    def failed_commands(self) -> int:
+        """Workspace commands that exited non-zero, timed out or wrote too much."""
+        return sum(1 for event in self.tool_events if event.status == "failed")
+
+    @property
+    def refused_paths(self) -> int:
+        """Built-in file tool calls refused because their path led outside the workspace."""
+        return sum(1 for event in self.tool_events if event.status == "refused")
+
+    @property
     def fallbacks(self) -> int:
         """Model calls another model answered."""
         return sum(1 for entry in self.ledger if entry.fallback)
@@ -218,7 +233,8 @@ class Transcript:
         return (prompt * (price_in or 0.0) + completion * (price_out or 0.0)) / 1e6
 
     def counts(self) -> dict[str, Any]:
-        """The per-row figures: turns, prose_turns, tool_calls_made, invented_tools, bad_tool_args, outcome."""
+        """The per-row figures: turns, prose_turns, tool_calls_made, invented_tools, bad_tool_args, outcome
+        (a workspace test's row adds `failed_commands` and `refused_paths`)."""
         return {"turns": self.turns, "prose_turns": self.prose_turns, "tool_calls_made": self.tool_calls_made,
                 "invented_tools": self.invented_tools, "bad_tool_args": self.bad_tool_args,
                 "outcome": self.outcome}

@@ -88,6 +88,10 @@ def _agent_counts(record: Any) -> dict[str, Any] | None:
     """The conversation's counts, outcome and final state (JSON text), or None for a single-turn row."""
     values = {name: _clean(record.get(name)) for name in AGENT_COUNTS}
     values["state"] = _clip(record.get("state"))
+    diff = _clip(record.get("workspace_diff"))   # workspace tests only (docs/agents.md section 8)
+    if diff is not None:
+        values.update({"failed_commands": _clean(record.get("failed_commands")),
+                       "refused_paths": _clean(record.get("refused_paths")), "workspace_diff": diff})
     return values if values["turns"] is not None else None
 
 

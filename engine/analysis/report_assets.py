@@ -296,6 +296,14 @@ JS = r"""
             a.agent.prose_turns + " without a tool call) · " + a.agent.tool_calls_made + " tool calls · " +
             a.agent.invented_tools + " invented · " + a.agent.bad_tool_args + " bad arguments" +
             (a.agent.state ? " · final state " + a.agent.state : "")));
+        if (a.agent.workspace_diff !== null && a.agent.workspace_diff !== undefined) {
+          div.appendChild(el("p", { "class": "hint" }, "workspace · " + a.agent.failed_commands + " failed commands · " +
+              a.agent.refused_paths + " refused paths"));
+          var wd = el("details", { "class": "transcript" });
+          wd.appendChild(el("summary", null, a.agent.workspace_diff ? "workspace diff" : "workspace unchanged"));
+          wd.appendChild(el("pre", { "class": "answer" }, a.agent.workspace_diff));
+          div.appendChild(wd);
+        }
       }
       if (a.transcript && a.transcript.length) { div.appendChild(transcriptView(a.transcript)); }
       div.appendChild(el("pre", { "class": "answer" }, a.answer === null ? "(no answer)" : a.answer));

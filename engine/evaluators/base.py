@@ -75,12 +75,14 @@ class ScoringContext(NamedTuple):
         caller: For model-graded evaluators (`judge`): a `JudgeCaller` that awaits a model call through
             the run's client, caps, retries, budget and judge cache (None where no model may be called:
             the golden check).
+        workspace: A workspace test's final workspace (`engine.workspace.Workspace`), for `workspace_check`.
     """
 
     test: Test
     variables: Mapping[str, Any]
     transcript: Any = None
     caller: Any = None
+    workspace: Any = None
 
 
 class JudgeReply(NamedTuple):

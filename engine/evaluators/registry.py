@@ -9,7 +9,7 @@ checks that the registry, the schema and both docs name the same kinds).
 
 from __future__ import annotations
 
-from engine.evaluators import compose, json_eval, judge, similar, text, tool_call, trajectory
+from engine.evaluators import compose, json_eval, judge, similar, text, tool_call, trajectory, workspace_check
 from engine.evaluators import exec as exec_family
 from engine.evaluators.base import Kind
 
@@ -48,6 +48,8 @@ KINDS: dict[str, Kind] = {
     "state": trajectory.STATE,
     # code
     "exec": exec_family.EXEC,
+    # workspace tests: a hidden command in the final workspace (engine.workspace)
+    "workspace_check": workspace_check.WORKSPACE_CHECK,
     # model-graded (await a model call through ScoringContext.caller)
     "judge": judge.JUDGE,
     "similar": similar.SIMILAR,

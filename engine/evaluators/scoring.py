@@ -38,9 +38,10 @@ def evaluator_of(test: Test) -> Node | None:
     return compile_spec(test.eval, variables)
 
 
-def context(test: Test, *, transcript: Any = None, caller: Any = None) -> ScoringContext:
+def context(test: Test, *, transcript: Any = None, caller: Any = None, workspace: Any = None) -> ScoringContext:
     """The context scorers see for `test`."""
-    return ScoringContext(test=test, variables=test.variables, transcript=transcript, caller=caller)
+    return ScoringContext(test=test, variables=test.variables, transcript=transcript, caller=caller,
+                          workspace=workspace)
 
 
 def score(test: Test, answer: Answer, ctx: ScoringContext | None = None) -> Verdict:

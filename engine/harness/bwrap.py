@@ -17,15 +17,17 @@ import subprocess
 PRIVATE_FOLDERS = ("/tmp", "/var/tmp", "/dev/shm", "/run")
 
 
-def bwrap_argv(bwrap: str, workdir: str, tmpfs_mb: int) -> list[str]:
+def bwrap_argv(bwrap: str, workdir: str, tmpfs_mb: int, *, share_net: bool = False) -> list[str]:
     """`bwrap ... --` for a program that runs in `workdir`; each private tmpfs holds `tmpfs_mb` MiB at most.
 
     Args:
         bwrap: The bwrap executable.
         workdir: The work folder, shown read-write at its own path (and the current directory).
         tmpfs_mb: The size cap of each private tmpfs.
+        share_net: Keep the host's network (a workspace test with `network: true`).
     """
-    args = [bwrap, "--unshare-all", "--die-with-parent", "--new-session", "--hostname", "sandbox",
+    args = [bwrap, "--unshare-all", *(["--share-net"] if share_net else []), "--die-with-parent", "--new-session",
+            "--hostname", "sandbox",
             "--ro-bind", "/usr", "/usr"]
     for top in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
         if os.path.islink(top):

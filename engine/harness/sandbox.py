@@ -44,7 +44,7 @@ from pathlib import Path, PurePosixPath
 from engine.errors import HarnessError
 from engine.harness.bwrap import bwrap_argv
 
-__all__ = ["SANDBOX_PATH", "Limits", "RunResult", "isolation", "resolve_program", "run"]
+__all__ = ["SANDBOX_PATH", "Limits", "RunResult", "isolation", "resolve_program", "run", "run_in"]
 
 SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin"
 # Private uids for dropped children: one per concurrent run, so RLIMIT_NPROC (counted per real uid)
@@ -185,14 +185,14 @@ def _bwrap() -> str:
     return shutil.which("bwrap", path=SANDBOX_PATH) or "bwrap"
 
 
-def _wrapper(level: str, uid: int | None, workdir: str, limits: Limits) -> list[str]:
-    """The argv prefix (after prlimit) that puts a program into `level`'s isolation."""
-    ns = ["--pid", "--net", "--fork", "--mount-proc"]
+def _wrapper(level: str, uid: int | None, workdir: str, limits: Limits, network: bool = False) -> list[str]:
+    """The argv prefix (after prlimit) that puts a program into `level`'s isolation (`network`: keep the host's)."""
+    ns = ["--pid", "--fork", "--mount-proc"] if network else ["--pid", "--net", "--fork", "--mount-proc"]
     drop = [f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--"]
     if level == "bwrap+pidns+netns+uid":
-        return ["setpriv", *drop, *bwrap_argv(_bwrap(), workdir, limits.file_mb)]
+        return ["setpriv", *drop, *bwrap_argv(_bwrap(), workdir, limits.file_mb, share_net=network)]
     if level == "bwrap+pidns+netns":
-        return bwrap_argv(_bwrap(), workdir, limits.file_mb)
+        return bwrap_argv(_bwrap(), workdir, limits.file_mb, share_net=network)
     if level == "pidns+netns+uid":
         return ["unshare", *ns, f"--setgid={uid}", f"--setuid={uid}", "--"]
     if level == "uid":
@@ -392,6 +392,55 @@ def run(argv: Sequence[str], files: Mapping[str, str], limits: Limits = Limits()
             _sweep_uid(uid)  # nothing of this uid may outlive the run
             _give_uid(uid)
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def run_in(argv: Sequence[str], workdir: Path, limits: Limits = Limits(), *, network: bool = False) -> RunResult:
+    """Run `argv` under the sandbox in an existing folder that outlives the run (an agent's workspace).
+
+    The same isolation, limits, output caps and group kill as `run`; the folder is neither created nor
+    deleted. When privileges are dropped, the whole folder is first given to the run's private uid (a
+    workspace is small; each run has its own uid), so the program may read and write everything in it.
+
+    Args:
+        argv: The command (`bash`, `python`... or an absolute path), run with `workdir` as its folder.
+        workdir: The folder; it must exist.
+        limits: Resource limits.
+        network: Keep the host's network (no network namespace); off by default.
+
+    Raises:
+        HarnessError: The program is not installed or the folder could not be handed over.
+    """
+    if not argv:
+        raise HarnessError("the command is empty")
+    plan = _get_plan()
+    program = resolve_program(argv[0])
+    if program is None:
+        raise HarnessError(f"program {argv[0]!r} is not installed on this machine (searched {SANDBOX_PATH})")
+    uid = _take_uid() if plan.drop_privileges else None
+    try:
+        if uid is not None:
+            _give_tree(workdir, uid)
+        command = ["prlimit", *_limit_args(limits, nproc=uid is not None), "--"]
+        command += _wrapper(plan.level, uid, str(workdir), limits, network)
+        if plan.level == "session":
+            command = []
+        command += [*program, *argv[1:]]
+        return _supervise(command, str(workdir), limits, plan, uid)
+    finally:
+        if uid is not None:
+            _sweep_uid(uid)
+            _give_uid(uid)
+
+
+def _give_tree(root: Path, uid: int) -> None:
+    """chown `root` and everything under it (symlinks themselves, never their targets) to `uid`."""
+    try:
+        os.chown(root, uid, uid)
+        for folder, dirs, names in os.walk(root):
+            for name in dirs + names:
+                os.chown(os.path.join(folder, name), uid, uid, follow_symlinks=False)
+    except OSError as exc:
+        raise HarnessError(f"could not hand the work folder to the sandbox: {exc}") from exc
 
 
 def _supervise(command: list[str], workdir: str, limits: Limits, plan: _Plan, uid: int | None) -> RunResult:

@@ -21,7 +21,9 @@ if TYPE_CHECKING:
 
 #: The agent columns: null on a single-turn row.
 AGENT_COLUMNS = ("transcript", "ledger", "tool_events", "turns", "prose_turns", "tool_calls_made", "invented_tools",
-                 "bad_tool_args", "outcome", "state")
+                 "bad_tool_args", "outcome", "state",
+                 # workspace tests only (engine/run/conversation.py fills them)
+                 "failed_commands", "refused_paths", "workspace_files", "workspace_diff")
 _NO_AGENT: dict[str, Any] = dict.fromkeys(AGENT_COLUMNS)
 
 _DATE_SUFFIX = re.compile(r"-(\d{4}-\d{2}-\d{2}|\d{8}|\d{4})$")

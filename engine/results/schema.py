@@ -170,8 +170,13 @@ COLUMNS: list[tuple[str, pa.DataType]] = [
     ("tool_calls_made", pa.int32()),
     ("invented_tools", pa.int32()),     # calls to a tool that was not offered
     ("bad_tool_args", pa.int32()),      # calls whose arguments were not JSON or did not fit the parameters
-    ("outcome", pa.string()),           # completed | capped | stuck | error
+    ("outcome", pa.string()),           # completed | escalated | capped | stuck | failed | error
     ("state", pa.string()),             # the final state variables, JSON text
+    # workspace tests only (null elsewhere): engine/workspace, docs/agents.md section 8
+    ("failed_commands", pa.int32()),    # run_command calls that exited non-zero, timed out or wrote too much
+    ("refused_paths", pa.int32()),      # file-tool calls refused for a path outside the workspace
+    ("workspace_files", pa.list_(pa.string())),   # the final workspace's files, sorted (capped at 500)
+    ("workspace_diff", pa.string()),    # unified diff against the seed (after setup), cut at 8000 characters
     ("started_at", TS),
     ("ended_at", TS),
     ("served_by", pa.string()),         # the replica that answered (`base_urls`), userinfo masked; null: one endpoint

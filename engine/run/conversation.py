@@ -35,6 +35,8 @@ from engine.evaluators.scoring import context
 from engine.local.registry import GOLDEN
 from engine.model import Answer, ModelConfig, Test, Verdict, cost_of
 from engine.results.rows import build_agent_row
+from engine.workspace.tools import bind_tools
+from engine.workspace.workspace import Workspace, WorkspaceError
 
 __all__ = ["golden_reply", "run_agent_job"]
 
@@ -104,25 +106,50 @@ async def run_agent_job(*, client: OpenAIClient, model: ModelConfig, test: Test,
         except ConfigError as exc:
             inner = _failing(ClientError(str(exc), kind="config"))
     recorder = _Recorder(inner, model, on_cost, in_flight)
+    workspace: Workspace | None = None
+    tools: dict[str, Any] = dict(test.agent_tools)
+    if test.workspace is not None:
+        try:   # a fresh copy of the seed for every attempt; its setup failing is an error row, not a fail
+            workspace = await asyncio.to_thread(Workspace.create, test.workspace)
+        except WorkspaceError as exc:
+            failure = ClientError(str(exc), kind="workspace_setup")
+            return build_agent_row(run_id=run_id, model=model, test=test, attempt=attempt, request=request,
+                                   transcript=Transcript((), (), (), "error", test.initial_state, str(exc)),
+                                   replies=[CallResult(error=failure)], verdict=None, evaluator_error=None,
+                                   started_us=started_us, ended_us=time.time_ns() // 1000)
+        tools.update(bind_tools(test.workspace.tools, workspace))
     budget = budget_for(model.context_tokens, request.max_tokens, test.tools)
-    transcript = await run_conversation(recorder, test.messages, test.agent_tools, test.agent,
-                                        state=test.initial_state, asked_model=model.model, budget=budget)
-    if isinstance(inner, OpenAICaller) and inner.last_request is not None:
-        request = inner.last_request
-    verdict, evaluator_error = None, None
-    if transcript.outcome != "error":
-        verdict, evaluator_error = await _score(test, transcript, score_blocking, caller)
-    return build_agent_row(run_id=run_id, model=model, test=test, attempt=attempt, request=request,
-                           transcript=transcript, replies=recorder.replies, verdict=verdict,
-                           evaluator_error=evaluator_error, started_us=started_us, ended_us=time.time_ns() // 1000,
-                           trims=trim_counts(budget))
+    try:
+        transcript = await run_conversation(recorder, test.messages, tools, test.agent,
+                                            state=test.initial_state, asked_model=model.model, budget=budget)
+        if isinstance(inner, OpenAICaller) and inner.last_request is not None:
+            request = inner.last_request
+        verdict, evaluator_error = None, None
+        if transcript.outcome != "error":
+            verdict, evaluator_error = await _score(test, transcript, score_blocking, caller, workspace)
+        row = build_agent_row(run_id=run_id, model=model, test=test, attempt=attempt, request=request,
+                              transcript=transcript, replies=recorder.replies, verdict=verdict,
+                              evaluator_error=evaluator_error, started_us=started_us,
+                              ended_us=time.time_ns() // 1000, trims=trim_counts(budget))
+        if workspace is not None:
+            row["workspace_files"], row["workspace_diff"] = await asyncio.to_thread(_final_state, workspace)
+            row["failed_commands"], row["refused_paths"] = transcript.failed_commands, transcript.refused_paths
+        return row
+    finally:
+        if workspace is not None:
+            await asyncio.to_thread(workspace.close)
 
 
-async def _score(test: Test, transcript: Transcript, score_blocking: Callable[..., Any], caller: Any = None
-                 ) -> tuple[Verdict | None, str | None]:
-    """The final answer scored with the transcript in the context (trajectory evaluators read it)."""
+def _final_state(workspace: Workspace) -> tuple[list[str], str]:
+    """The final workspace's file list and its diff against the seed (the row's workspace columns)."""
+    return workspace.files(), workspace.diff()
+
+
+async def _score(test: Test, transcript: Transcript, score_blocking: Callable[..., Any], caller: Any = None,
+                 workspace: Workspace | None = None) -> tuple[Verdict | None, str | None]:
+    """The final answer scored with the transcript (and a workspace test's final workspace) in the context."""
     answer = transcript.answer()
-    ctx = context(test, transcript=transcript, caller=caller)
+    ctx = context(test, transcript=transcript, caller=caller, workspace=workspace)
     node = test.evaluator
     if node is not None and node.blocking and not node.is_async:
         result: tuple[Verdict | None, str | None] = await score_blocking(test, answer, ctx)

@@ -23,7 +23,7 @@ from engine.suite.tools import Path, Problem
 
 __all__ = ["AGENT_KEYS", "AgentSettings", "GoldenTurn", "compile_golden", "merge_agent"]
 
-AGENT_KEYS = ("max_turns", "max_repeats", "state")
+AGENT_KEYS = ("max_turns", "max_repeats", "max_prose_turns", "state")
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,16 +34,21 @@ class AgentSettings:
         max_turns: Model calls at most; a model still calling tools after that is `capped`.
         max_repeats: How often the same call (name and arguments) may be repeated after its first
             time; one more repeat ends the conversation as `stuck`.
+        max_prose_turns: When a workspace's `finish` tool is offered: replies without a tool call in a
+            row that end the conversation as `stuck` (each earlier one is answered with a reminder).
     """
 
     max_turns: int = 8
     max_repeats: int = 2
+    max_prose_turns: int = 3
 
     def __post_init__(self) -> None:
         if self.max_turns < 1:
             raise ValueError(f"max_turns must be at least 1, got {self.max_turns}")
         if self.max_repeats < 0:
             raise ValueError(f"max_repeats must be 0 or more, got {self.max_repeats}")
+        if self.max_prose_turns < 1:
+            raise ValueError(f"max_prose_turns must be at least 1, got {self.max_prose_turns}")
 
 
 
@@ -75,12 +80,14 @@ class GoldenTurn:
     tool_calls: tuple[ToolCall, ...] = ()
 
 
-def compile_golden(value: Any, path: Path = ("golden",)) -> tuple[tuple[GoldenTurn, ...], list[Problem]]:
+def compile_golden(value: Any, path: Path = ("golden",), *,
+                   ends_with_calls: bool = False) -> tuple[tuple[GoldenTurn, ...], list[Problem]]:
     """Compile a golden conversation.
 
     Args:
         value: A list of turns; each a string (an answer) or `{content, tool_calls: [{name, arguments}]}`.
         path: Where the golden sits (prefixed to every problem's path).
+        ends_with_calls: The last turn may call tools (a workspace test's golden may end with `finish`).
 
     Returns:
         The turns (empty when there are problems) and the problems.
@@ -98,7 +105,7 @@ def compile_golden(value: Any, path: Path = ("golden",)) -> tuple[tuple[GoldenTu
         if not turn.tool_calls:
             problems.append(Problem(path + (n,), f"turn {n} calls no tool, so the conversation ends there and "
                                     f"the {len(value) - n - 1} turn(s) after it are never played"))
-    if turns and turns[-1].tool_calls and not problems:
+    if turns and turns[-1].tool_calls and not problems and not ends_with_calls:
         problems.append(Problem(path + (len(value) - 1,), "the golden conversation must end with the answer: "
                                 "a last turn without tool calls"))
     return (tuple(turns) if not problems else ()), problems

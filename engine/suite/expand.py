@@ -7,6 +7,7 @@ named evaluators exist) happen here, while expanding; each problem becomes a Dia
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -23,11 +24,13 @@ from engine.suite.checks import RESERVED_VARIABLES, EvaluatorResolver, Report, t
 from engine.suite.content_parts import content_text, part_sources, render_parts
 from engine.suite.hashing import test_hash
 from engine.suite.tools import Problem, Tool, compile_tools
+from engine.workspace.spec import WorkspaceSpec, builtin_definition, compile_workspace, split_tools
 
 __all__ = ["Expander"]
 
-# An agent test's settings: limits, initial state, the merged `agent:` block (hashed), offered tools compiled.
-_Agent = tuple[AgentSettings, dict[str, Any], dict[str, Any], dict[str, Tool]]
+# An agent test's settings: limits, initial state, the merged `agent:` block (hashed), offered tools compiled,
+# its workspace (None: no workspace).
+_Agent = tuple[AgentSettings, dict[str, Any], dict[str, Any], dict[str, Tool], WorkspaceSpec | None]
 
 
 class Expander:
@@ -118,6 +121,8 @@ class Expander:
     def _check_tool_names(self, names: Any, path: tuple[Any, ...]) -> bool:
         ok = True
         for i, name in enumerate(names or ()):
+            if not isinstance(name, str) or split_tools([name], self.tools, ())[1]:
+                continue   # a built-in workspace tool (engine.workspace.spec.split_tools checks those)
             if name not in self.tools:
                 guess = did_you_mean(name, self.tools)
                 hint = f" — did you mean '{guess}'?" if guess else " — define it under `tools:` at the top"
@@ -137,8 +142,12 @@ class Expander:
     def _expand_test(self, raw: dict[str, Any], path: tuple[Any, ...], default_eval: Any) -> list[Test]:
         report = self.report
         errors_before = len(report.diagnostics)
-        tool_names = list(self._setting(raw, "tools", ()) or ())
-        tools_ok = self._check_tool_names(raw.get("tools", ()), path + ("tools",))
+        tools_at = path + ("tools",) if "tools" in raw else ("defaults", "tools")
+        tool_names, builtins, tool_problems = split_tools(self._setting(raw, "tools", ()), self.tools, tools_at)
+        for tool_problem in tool_problems:
+            report.error(tool_problem.path, tool_problem.message, key=tool_problem.key)
+        tools_ok = self._check_tool_names(raw.get("tools", ()), path + ("tools",)) and not tool_problems
+        workspace = self._workspace(raw, path, builtins)
         if "eval" in raw:
             spec = self.resolver.resolve(raw["eval"], path + ("eval",))
             eval_path = path + ("eval",)
@@ -186,10 +195,12 @@ class Expander:
             for name, uses in missing.items():
                 self._undefined(name, uses, path, row_index if row is not None else None, available,
                                 getattr(row, "origin", None))
-        agent = self._agent(raw, path, tool_names)
+        agent = self._agent(raw, path, tool_names, workspace)
         if not tools_ok or any(d.severity == "error" for d in report.diagnostics[errors_before:]):
             return []
         tools = tuple(self._openai_tool(n) for n in tool_names)
+        if workspace is not None:
+            tools += tuple(builtin_definition(builtin, name) for name, builtin in workspace.tools)
         line = report.positions.of(path)[0]
         # Compiled once for all case rows when the spec has no template; else once per row (`_one`).
         node: Node | None = None
@@ -205,14 +216,34 @@ class Expander:
                 out.append(test)
         return out
 
+    def _workspace(self, raw: Mapping[str, Any], path: tuple[Any, ...],
+                   builtins: list[tuple[str, str]]) -> WorkspaceSpec | None:
+        """The test's `workspace:` compiled with its built-in tools (problems reported), or None."""
+        if "workspace" not in raw:
+            if builtins:
+                self.report.error(path + ("tools",) if "tools" in raw else ("defaults", "tools"),
+                                  f"built-in tool '{builtins[0][1]}' acts on a workspace; give the test a "
+                                  "`workspace:` (a folder next to the suite, or inline `files:`)")
+            return None
+        spec, problems = compile_workspace(raw["workspace"], self.suite_dir, path + ("workspace",))
+        for problem in problems:
+            self.report.error(problem.path, problem.message, key=problem.key)
+        if spec is None:
+            return None
+        return replace(spec, tools=tuple(builtins))
+
     def _agent(self, raw: Mapping[str, Any], path: tuple[Any, ...],
-               tool_names: list[str]) -> _Agent | None:
-        """(limits, initial state, the `agent` block as merged, the offered tools compiled) of an agent test,
-        or None for a single-turn one; built once per test, shared by its case rows."""
+               tool_names: list[str], workspace: WorkspaceSpec | None = None) -> _Agent | None:
+        """(limits, initial state, the `agent` block as merged, the offered tools compiled, the workspace) of an
+        agent test, or None for a single-turn one; built once per test, shared by its case rows. A test with a
+        `workspace:` is an agent test even without an `agent:` block."""
         block = merge_agent(self.defaults.get("agent"), raw.get("agent"))
+        if block is None and workspace is not None:
+            block = {}
         if block is None:
             return None
-        settings = AgentSettings(max_turns=int(block.get("max_turns", 8)), max_repeats=int(block.get("max_repeats", 2)))
+        settings = AgentSettings(max_turns=int(block.get("max_turns", 8)), max_repeats=int(block.get("max_repeats", 2)),
+                                 max_prose_turns=int(block.get("max_prose_turns", 3)))
         for i, name in enumerate(tool_names):
             tool = self.tools.get(name)
             if isinstance(tool, Mapping) and "returns" not in tool:
@@ -220,13 +251,16 @@ class Expander:
                 self.report.warning(where, f"tool '{name}' has no `returns:`, so in this agent test every call "
                                     "of it is answered with an error; declare what it returns")
         offered = {name: self.agent_tools[name] for name in tool_names if name in self.agent_tools}
-        return settings, dict(block.get("state") or {}), block, offered
+        if workspace is not None:
+            block = {**block, "workspace": workspace.hashed()}   # the hash covers the seed and the built-ins
+        return settings, dict(block.get("state") or {}), block, offered, workspace
 
-    def _golden_turns(self, golden: Any, where: tuple[Any, ...], row: str) -> tuple[GoldenTurn, ...] | None:
+    def _golden_turns(self, golden: Any, where: tuple[Any, ...], row: str,
+                      workspace: bool = False) -> tuple[GoldenTurn, ...] | None:
         """An agent test's golden conversation, compiled; None when it has problems (reported)."""
         if isinstance(golden, str):
             golden = [golden]   # the answer alone: a conversation of one turn, without tool calls
-        turns, problems = compile_golden(golden, where)
+        turns, problems = compile_golden(golden, where, ends_with_calls=workspace)
         for problem in problems:
             self.report.error(problem.path, problem.message + row, key=problem.key)
         return None if problems else turns
@@ -397,7 +431,7 @@ class Expander:
         if agent is not None and golden is not None:
             in_row = row is not None and "golden" in row
             golden_path = path + (("cases", row_index, "golden") if in_row else ("golden",))
-            compiled = self._golden_turns(golden, golden_path, where)
+            compiled = self._golden_turns(golden, golden_path, where, workspace=agent[4] is not None)
             if compiled is None:
                 return None
             golden_turns = compiled
@@ -411,11 +445,12 @@ class Expander:
                            max_tokens=settings["max_tokens"], temperature=settings["temperature"], threshold=threshold,
                            agent=agent[2] if agent is not None else None,
                            returns={t["function"]["name"]: self.tools[t["function"]["name"]].get("returns")
-                                    for t in tools} if agent is not None else None)
+                                    for t in tools if t["function"]["name"] in self.tools}
+                           if agent is not None else None)
         agent_fields: dict[str, Any] = {}
         if agent is not None:
             agent_fields = {"agent": agent[0], "initial_state": agent[1], "golden_turns": golden_turns,
-                            "agent_tools": agent[3]}
+                            "agent_tools": agent[3], "workspace": agent[4]}
         return Test(suite=self.suite_id, id=test_id, file=self.report.file, line=line, messages=tuple(messages),
                     prompt=prompt, eval=spec, golden=golden, variables=variables, tools=tools, tags=tuple(tags),
                     max_tokens=settings["max_tokens"], temperature=settings["temperature"], threshold=threshold,

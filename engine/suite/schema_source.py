@@ -19,6 +19,7 @@ from typing import Any
 from engine.evaluators import KINDS
 from engine.evaluators.base import COMMON_OPTIONS
 from engine.paths import data_dir
+from engine.workspace.spec import BUILTIN_NAMES
 
 SCHEMA_DIR = data_dir("schemas")
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
@@ -103,6 +104,9 @@ _AGENT = {
         "max_repeats": {"type": "integer", "minimum": 0, "maximum": MAX_TURNS,
                         "description": "How often the same call (name and arguments) may repeat (default 2); one "
                                        "more ends the conversation as `stuck`."},
+        "max_prose_turns": {"type": "integer", "minimum": 1, "maximum": MAX_TURNS,
+                            "description": "With a workspace's `finish` tool offered: replies without a tool call "
+                                           "in a row that end the conversation as `stuck` (default 3)."},
         "state": {"type": "object", "description": "The state variables at the start; tools' `set:` changes "
                   "them, the `state` evaluator checks them at the end.", "examples": [{"booked": False}]},
     },
@@ -110,8 +114,38 @@ _AGENT = {
 }
 _TAGS = {"type": "array", "items": {"type": "string"}, "description": "Labels for filtering and reports.",
          "examples": [["knowledge", "geography"]]}
-_TOOL_NAMES = {"type": "array", "items": {"type": "string"}, "description": "Names of tools from the suite's "
-               "`tools:` section offered to the model.", "examples": [["get_weather"]]}
+_TOOL_NAMES = {"type": "array", "items": {"type": ["string", "object"], "title": "tool name",
+                                          "required": ["builtin"], "additionalProperties": False, "properties": {
+                                              "builtin": {"enum": list(BUILTIN_NAMES),
+                                                          "description": "The built-in tool to offer."},
+                                              "name": {"type": "string", "pattern": "^[A-Za-z_][A-Za-z0-9_.-]*$",
+                                                       "description": "The name the model sees."}},
+                                          "description": "A declared tool's name, a built-in tool's name, or a "
+                                                         "renamed built-in tool."},
+               "description": "Names of tools from the suite's `tools:` section offered to the model; a workspace "
+               "test may also name built-in tools (run_command, read_file, write_file, list_files, ask_human, "
+               "finish), or rename one: {builtin: run_command, name: shell}.",
+               "examples": [["get_weather"], ["run_command", "read_file"]]}
+_WORKSPACE = {
+    "type": ["string", "object"], "title": "workspace", "additionalProperties": False,
+    "description": "A workspace test: this folder (relative to the suite file) or these inline `files` are copied "
+                   "into a fresh folder for every attempt; `setup` runs there in the sandbox before the model "
+                   "starts. docs/agents.md, section 8.",
+    "properties": {
+        "folder": {"type": "string", "minLength": 1, "description": "The seed folder, relative to the suite file."},
+        "files": {"type": "object", "additionalProperties": {"type": "string"},
+                  "description": "Relative path -> text, written over the folder's copy."},
+        "setup": {"type": "string", "minLength": 1, "description": "A shell command run before the model starts "
+                  "(its failure is an error row)."},
+        "network": {"type": "boolean", "description": "Let commands, setup and checks use the network (default "
+                    "false)."},
+        "timeout_s": {"type": "number", "exclusiveMinimum": 0, "maximum": 3600,
+                      "description": "Wall-clock limit of each command (default 30)."},
+        "memory_mb": {"type": "integer", "minimum": 16, "description": "Memory limit of each command (default "
+                      "1024)."},
+    },
+    "examples": ["workspaces/greet", {"folder": "workspaces/greet", "setup": "python3 -m pip --version"}],
+}
 
 # One closed mapping (not a oneOf per form), so a misspelt key is named as such; cases_from.py checks that
 # exactly one of `file` and `dataset` is given.
@@ -164,6 +198,7 @@ _TEST = {
                    "examples": ["What is the capital of France?"]},
         "messages": _MESSAGES,
         "tools": _TOOL_NAMES,
+        "workspace": _WORKSPACE,
         "golden": {"description": "The reference answer as the model would give it: text, a JSON value, or "
                    "{tool_calls: [{name, arguments}], content} for tool tests; for an `agent:` test, the model's "
                    "turns (a list of {tool_calls: [...]} ending with the answer text). Checked against `eval` by "

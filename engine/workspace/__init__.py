@@ -1,0 +1,12 @@
+"""Workspace tasks (issue #16): an agent with a shell and files in the sandbox, judged by a hidden check.
+
+    spec.py       the `workspace:` block and the `tools:` entries naming built-in tools, compiled at load
+                  (the built-in tools' definitions: schemas/workspace-tools.json)
+    workspace.py  Workspace: one attempt's fresh copy of the seed, `setup`, commands in the exec sandbox
+                  (engine.harness.sandbox.run_in), paths kept inside, the final file list and diff
+    tools.py      BuiltinTool: run_command, read_file, write_file, list_files, ask_human, finish, bound to
+                  a Workspace, with the face of a declared tool so engine.agent's loop answers them
+
+Layering: below engine.evaluators (the `workspace_check` evaluator runs its command through a Workspace)
+and engine.suite (the loader compiles the block), above engine.harness.
+"""

@@ -1,0 +1,175 @@
+"""The built-in tools of a workspace test, bound to one attempt's `Workspace`.
+
+Each has the face of a declared tool (`name`, `definition`, `argument_problem`, `answer`) so the agent loop
+offers and answers it the same way; `answer` is a coroutine (a command runs in a worker thread, never on the
+event loop). The statuses a built-in answer adds to the declared tools' `ok` / `error`:
+
+    failed    run_command: the command ran and exited non-zero, timed out, or wrote too much (counted)
+    refused   a path outside the workspace (`..`, absolute, a symlink leading out): nothing read or written
+
+`ends` says which outcome a call ends the conversation with: `finish` -> completed, `ask_human` -> escalated,
+and a sandbox that cannot run a command at all (the workspace made unusable) -> failed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+import jsonschema
+
+from engine.errors import HarnessError
+from engine.workspace.spec import builtin_definition
+from engine.workspace.workspace import Workspace
+
+__all__ = ["READ_MAX_BYTES", "BuiltinAnswer", "BuiltinTool", "bind_tools"]
+
+READ_MAX_BYTES = 64 * 1024    # read_file returns at most this much (and says it cut)
+LIST_MAX = 300                # list_files lists at most this many entries
+_EMPTY: Mapping[str, Any] = MappingProxyType({})
+
+
+@dataclass(frozen=True, slots=True)
+class BuiltinAnswer:
+    """What one built-in call returns (the fields the loop reads of a declared tool's answer, and `ends`)."""
+
+    status: str
+    content: str
+    value: Any = None
+    rule: int | None = None
+    delay_s: float = 0.0
+    state_changes: Mapping[str, Any] = field(default_factory=lambda: _EMPTY)
+    ends: str | None = None
+
+
+class BuiltinTool:
+    """One built-in tool offered under `name`, acting on `workspace`."""
+
+    def __init__(self, name: str, builtin: str, workspace: Workspace) -> None:
+        self.name = name
+        self.builtin = builtin
+        self.workspace = workspace
+        self.definition = builtin_definition(builtin, name)
+        self.description = self.definition["function"]["description"]
+        self.parameters = self.definition["function"]["parameters"]
+        self._validator = jsonschema.Draft202012Validator(self.parameters)
+
+    def argument_problem(self, arguments: Any) -> str | None:
+        """Why these decoded arguments do not fit the tool, or None."""
+        if not isinstance(arguments, Mapping):
+            return f"the arguments must be a JSON object, got {json.dumps(arguments)[:80]}"
+        error = jsonschema.exceptions.best_match(self._validator.iter_errors(dict(arguments)))
+        return None if error is None else error.message
+
+    async def answer(self, arguments: Mapping[str, Any], state: Mapping[str, Any]) -> BuiltinAnswer:
+        """Act on the workspace (in a worker thread: commands and file I/O block)."""
+        return await asyncio.to_thread(_ACTIONS[self.builtin], self.workspace, arguments)
+
+
+def bind_tools(offered: tuple[tuple[str, str], ...], workspace: Workspace) -> dict[str, BuiltinTool]:
+    """The offered built-ins, (name, built-in) pairs, bound to this attempt's workspace, by name."""
+    return {name: BuiltinTool(name, builtin, workspace) for name, builtin in offered}
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False)
+
+
+def _refused(path: Any) -> BuiltinAnswer:
+    message = f"refused: {str(path)!r} is outside the workspace; use a path relative to the workspace folder"
+    return BuiltinAnswer("refused", _json({"error": message}), message)
+
+
+def run_command(workspace: Workspace, arguments: Mapping[str, Any]) -> BuiltinAnswer:
+    """`bash -c` in the workspace: exit code, stdout, stderr (status `failed` unless it exited 0)."""
+    try:
+        result = workspace.run(str(arguments["command"]))
+    except HarnessError as exc:
+        message = f"the sandbox could not run the command: {exc}"
+        return BuiltinAnswer("error", _json({"error": message}), message, ends="failed")
+    body: dict[str, Any] = {"exit_code": result.exit_code, "stdout": result.stdout, "stderr": result.stderr}
+    if not result.ok:
+        body["error"] = result.describe()
+    if result.truncated:
+        body["truncated"] = True
+    return BuiltinAnswer("ok" if result.ok else "failed", _json(body), body)
+
+
+def read_file(workspace: Workspace, arguments: Mapping[str, Any]) -> BuiltinAnswer:
+    """The file's text (the first READ_MAX_BYTES)."""
+    target = workspace.inside(arguments["path"])
+    if target is None:
+        return _refused(arguments["path"])
+    try:
+        with open(target, "rb") as handle:
+            data = handle.read(READ_MAX_BYTES + 1)
+    except OSError as exc:
+        message = f"cannot read {arguments['path']!r}: {exc.strerror or exc}"
+        return BuiltinAnswer("error", _json({"error": message}), message)
+    text = data[:READ_MAX_BYTES].decode("utf-8", "replace")
+    if len(data) > READ_MAX_BYTES:
+        text += f"\n[... cut at {READ_MAX_BYTES} bytes]"
+    return BuiltinAnswer("ok", text, text)
+
+
+def write_file(workspace: Workspace, arguments: Mapping[str, Any]) -> BuiltinAnswer:
+    """Write the file (folders created); refused outside the workspace, through symlinks included."""
+    name = arguments["path"]
+    target = workspace.inside(name)
+    if target is None or target == workspace.inside("."):
+        return _refused(name)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        # resolve again after mkdir: a folder created above may not change where the file lands, but check
+        if workspace.inside(workspace.relative(target)) != target:
+            return _refused(name)
+        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(str(arguments["content"]))
+    except OSError as exc:
+        message = f"cannot write {name!r}: {exc.strerror or exc}"
+        return BuiltinAnswer("error", _json({"error": message}), message)
+    size = len(str(arguments["content"]).encode())
+    return BuiltinAnswer("ok", _json({"written": workspace.relative(target), "bytes": size}), size)
+
+
+def list_files(workspace: Workspace, arguments: Mapping[str, Any]) -> BuiltinAnswer:
+    """Files and folders (ending in /) under the folder, recursively, relative to the workspace."""
+    name = arguments.get("path", ".")
+    target = workspace.inside(name)
+    if target is None:
+        return _refused(name)
+    if not target.is_dir():
+        message = f"{name!r} is not a folder of the workspace"
+        return BuiltinAnswer("error", _json({"error": message}), message)
+    entries: list[str] = []
+    for folder, dirs, names in os.walk(target):
+        dirs.sort()
+        for entry in sorted(dirs) + sorted(names):
+            full = os.path.join(folder, entry)
+            entries.append(workspace.relative(Path(full)) + ("/" if entry in dirs else ""))
+    shown = entries[:LIST_MAX]
+    if len(entries) > LIST_MAX:
+        shown.append(f"... and {len(entries) - LIST_MAX} more")
+    return BuiltinAnswer("ok", "\n".join(shown) if shown else "(empty)", shown)
+
+
+def ask_human(workspace: Workspace, arguments: Mapping[str, Any]) -> BuiltinAnswer:
+    """Ends the run as `escalated`."""
+    return BuiltinAnswer("ok", "Your question was passed on; your work ends here.", arguments["question"],
+                         ends="escalated")
+
+
+def finish(workspace: Workspace, arguments: Mapping[str, Any]) -> BuiltinAnswer:
+    """Ends the run as `completed`."""
+    return BuiltinAnswer("ok", "Done; your work ends here.", arguments["summary"], ends="completed")
+
+
+_ACTIONS = {"run_command": run_command, "read_file": read_file, "write_file": write_file,
+            "list_files": list_files, "ask_human": ask_human, "finish": finish}
