@@ -161,8 +161,9 @@ def test_resume_and_retry_errors_keep_variants_apart(tmp_path: Path, fake_openai
     assert len(df) == 12 and df["error_kind"].isna().all()
     assert df.groupby(["test_id", "variant"]).size().eq(1).all()
 
-    # edit one variant: resume runs exactly its rows again (new hash), the other variant's rows stay
-    suite.write_text(SUITE.replace('bad: {system: "MODE-BAD"}', 'bad: {system: "MODE-GOOD"}'))
+    # edit one variant: resume runs exactly its rows again (new hash), the other variant's rows stay. (Edited
+    # to a prompt no variant had: one equal to `good`'s would be answered from the response cache.)
+    suite.write_text(SUITE.replace('bad: {system: "MODE-BAD"}', 'bad: {system: "MODE-NEW"}'))
     fake_openai.requests.clear()
     edited = engine("run", "--resume", str(out / "r1"), "--quiet")
     assert edited.returncode == 0, edited.stderr
