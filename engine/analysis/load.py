@@ -64,8 +64,10 @@ def find_parquet_files(paths: str | os.PathLike[str] | Iterable[str | os.PathLik
     """
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
+    from engine.results.remote import localize
+
     found: dict[Path, Path] = {}
-    names = [Path(p) for p in paths]
+    names = [localize(p) for p in paths]   # a URL run folder (s3://...) is read from a local copy
     for path in names:
         if not path.exists():
             raise ResultsError(f"{path}: no such file or folder; pass a run folder (results/<run>), "
