@@ -55,6 +55,11 @@ def run_command(
                                                              "time and a random suffix)."),
     shard: str | None = typer.Option(None, "--shard", help="Run only shard I of N (I/N, 1-based, by row key) "
                                                            "into OUT/RUN_ID/shard-I-of-N; needs --run-id."),
+    ray: str | None = typer.Option(None, "--ray", metavar="ADDRESS",
+                                   help="Run the shards as Ray tasks on the cluster at ADDRESS (host:port, "
+                                        "ray://..., auto), or `local` for ray.init(); needs the [ray] extra."),
+    shards: int | None = typer.Option(None, "--shards", min=1, max=100_000,
+                                      help="With --ray: how many shards (default: the cluster's CPUs)."),
 ) -> None:
     """Run suites against models; results go to OUT/<run-id>/ (Parquet + _manifest.json)."""
     from engine.run.session import Invocation, run_session
@@ -65,5 +70,11 @@ def run_command(
         seed=seed, temperature=temperature, max_tokens=max_tokens, filters=list(filters),
         stream=None if not no_stream else False, max_retries=max_retries, max_cost=max_cost,
         max_response_mb=max_response_mb, run_id=run_id, shard=shard)
+    if ray is not None and not dry_run:   # docs/scale.md
+        from engine.run.ray_dispatch import run_on_ray
+
+        if retry_errors:
+            raise typer.BadParameter("--retry-errors with --ray: resume each shard by hand (docs/scale.md)")
+        raise typer.Exit(run_on_ray(invocation, None if ray == "local" else ray, shards, resume=resume, quiet=quiet))
     code = run_session(invocation, dry_run=dry_run, resume=resume, retry_errors=retry_errors, quiet=quiet)
     raise typer.Exit(code)

@@ -17,9 +17,9 @@ in-process: no server, no HTTP, no port (`golden_reply` does the same for a sing
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 from engine.agent.golden import GoldenCaller
@@ -66,7 +66,8 @@ class _Recorder:
 
 
 async def run_agent_job(*, client: OpenAIClient, model: ModelConfig, test: Test, attempt: int, run_id: str,
-                        settings: RequestSettings, global_slots: asyncio.Semaphore, deadline: TaskDeadline | None,
+                        settings: RequestSettings, global_slots: AbstractAsyncContextManager[Any],
+                        deadline: TaskDeadline | None,
                         on_cost: Callable[[float], None], in_flight: Callable[[int], None],
                         score_blocking: Callable[[Test, Any, Any], Awaitable[tuple[Verdict | None, str | None]]],
                         caller: Any = None) -> dict[str, Any]:
