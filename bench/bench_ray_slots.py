@@ -45,8 +45,9 @@ def main() -> None:
                 remote.append(asyncio.run(_loop(RemoteSlot(actor), CALLS, parallel)))
                 local.append(asyncio.run(_loop(asyncio.Semaphore(PARALLEL), CALLS, parallel)))
             r, b = statistics.median(remote), statistics.median(local)
-            print(f"{parallel:>2} at once: actor slot {r * 1e6:8.0f} us/call, asyncio.Semaphore {b * 1e6:6.1f} us/call, "
-                  f"overhead {(r - b) * 1e6:8.0f} us/call (median of 3 x {CALLS} calls)")
+            print(f"{parallel:>2} at once: actor slot {r * 1e6:8.0f} us/call, "
+                  f"asyncio.Semaphore {b * 1e6:6.1f} us/call, overhead {(r - b) * 1e6:8.0f} us/call "
+                  f"(median of 3 x {CALLS} calls)")
     finally:
         ray.shutdown()
 

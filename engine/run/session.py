@@ -146,6 +146,11 @@ def _run(invocation: Invocation, *, dry_run: bool, resume: Path | None, retry_er
     elif shard is not None and invocation.run_id is None:
         raise UsageError(f"--shard {shard.label} needs --run-id NAME, the same for every shard, so they all write "
                          f"into OUT/NAME/ (e.g. --run-id sweep-2026-12-02)")
+    if remote_out is None and resume is not None and invocation.out and _is_url(invocation.out):
+        # its staging folder resumed by path: upload all the same
+        from engine.results.remote import normalize
+
+        remote_out = normalize(invocation.out)
     if not invocation.paths:
         raise UsageError("no suites given: engine run SUITE_PATH... (a file or a folder of *.yaml)")
 

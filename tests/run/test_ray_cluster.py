@@ -35,7 +35,8 @@ if not RAY.exists():
 # Loopback only. Ray turns 127.0.0.1 (and localhost) into the host's network address wherever it meets it, and
 # its one-machine mode refuses a second node; another loopback address (127.0.0.0/8) it leaves alone.
 HOST = "127.0.0.2"
-LOOPBACK = {"RAY_USAGE_STATS_ENABLED": "0"}
+# Hermetic: no token from ~/.ray/auth_token (a local ray.init() writes one there), no usage reports.
+LOOPBACK = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled"}
 NODE_PORTS = ("--node-manager-port", "--object-manager-port", "--dashboard-agent-listen-port",
               "--dashboard-agent-grpc-port", "--metrics-export-port", "--runtime-env-agent-port")
 
@@ -101,7 +102,7 @@ def ray_cluster() -> Iterator[str]:
     try:
         head = ["--head", f"--port={port}", "--include-dashboard=false", f"--temp-dir={temp}"]
         started.append(_start_node(head, temp, env))
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + 300   # a start-up bound on a loaded machine, not a speed check
         while _nodes_alive(address, env) < 1:
             assert time.monotonic() < deadline, (Path(temp) / "start.log").read_text()[-3000:]
             assert started[0].poll() is None, (Path(temp) / "start.log").read_text()[-3000:]
