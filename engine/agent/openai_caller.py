@@ -8,8 +8,8 @@ No change to `openai.py` was needed: a `Test` with other messages is all `prepar
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import replace
 from typing import Any
 
@@ -41,7 +41,7 @@ class OpenAICaller:
     """
 
     def __init__(self, client: OpenAIClient, model: ModelConfig, test: Test, settings: RequestSettings, *,
-                 tools: Sequence[Tool] | None = None, slots: asyncio.Semaphore | None = None,
+                 tools: Sequence[Tool] | None = None, slots: AbstractAsyncContextManager[Any] | None = None,
                  deadline: TaskDeadline | None = None, cache_as: int | None = None) -> None:
         if model.api != "chat":
             raise ConfigError(f"model '{model.name}' uses the {model.api} API; agent tests need `api: chat`")

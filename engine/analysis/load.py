@@ -68,18 +68,20 @@ def find_parquet_files(paths: str | os.PathLike[str] | Iterable[str | os.PathLik
     """
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
+    from engine.results.remote import localize
+
     found: dict[Path, Path] = {}
     names: list[Path] = []
     for given in paths:
         # A glob (`results/2026-*`, `sweeps/*/run-*`) names every match; one that matches nothing is an error.
         text = os.fspath(given)
-        if not Path(text).exists() and any(c in text for c in "*?["):
+        if not Path(text).exists() and any(c in text for c in "*?[") and "://" not in text:
             matches = sorted(glob.glob(text))
             if not matches:
                 raise ResultsError(f"{text}: the pattern matches no file or folder")
             names.extend(Path(m) for m in matches)
         else:
-            names.append(Path(text))
+            names.append(localize(text))   # a URL run folder (s3://...) is read from a local copy
     for path in names:
         if not path.exists():
             raise ResultsError(f"{path}: no such file or folder; pass a run folder (results/<run>), "

@@ -126,10 +126,13 @@ def rescore_run(results: Path, suites: Sequence[Path], *, out_parent: Path | Non
     import pyarrow.parquet as pq
 
     from engine.analysis.load import read_table
+    from engine.results.remote import is_url
     from engine.results.schema import SCHEMA
     from engine.results.writer import write_atomic
     from engine.suite import load_suites
 
+    if is_url(results) and out_parent is None:   # read from a URL: the new run needs a local home
+        raise EngineError(f"{results}: a results URL; give --out FOLDER for the rescored run")
     table = read_table([results])
     loaded, diagnostics = load_suites([str(p) for p in suites])
     errors = [d for d in diagnostics if d.severity == "error"]

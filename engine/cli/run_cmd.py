@@ -59,6 +59,11 @@ def run_command(
                                       help="Answer identical requests from the response cache (default: only "
                                            "at temperature 0 without repeats; --cache with repeats keys each "
                                            "attempt by its index); --no-cache makes every call."),
+    ray: str | None = typer.Option(None, "--ray", metavar="ADDRESS",
+                                   help="Run the shards as Ray tasks on the cluster at ADDRESS (host:port, "
+                                        "ray://..., auto), or `local` for ray.init(); needs the [ray] extra."),
+    shards: int | None = typer.Option(None, "--shards", min=1, max=100_000,
+                                      help="With --ray: how many shards (default: the cluster's CPUs)."),
 ) -> None:
     """Run suites against models; results go to OUT/<run-id>/ (Parquet + _manifest.json)."""
     from engine.run.session import Invocation, run_session
@@ -69,5 +74,11 @@ def run_command(
         seed=seed, temperature=temperature, max_tokens=max_tokens, filters=list(filters),
         stream=None if not no_stream else False, max_retries=max_retries, max_cost=max_cost,
         max_response_mb=max_response_mb, run_id=run_id, shard=shard, cache=cache)
+    if ray is not None and not dry_run:   # docs/scale.md
+        from engine.run.ray_dispatch import run_on_ray
+
+        if retry_errors:
+            raise typer.BadParameter("--retry-errors with --ray: resume each shard by hand (docs/scale.md)")
+        raise typer.Exit(run_on_ray(invocation, None if ray == "local" else ray, shards, resume=resume, quiet=quiet))
     code = run_session(invocation, dry_run=dry_run, resume=resume, retry_errors=retry_errors, quiet=quiet)
     raise typer.Exit(code)

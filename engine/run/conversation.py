@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 from engine.agent.context import budget_for, trim_counts
@@ -69,7 +70,8 @@ class _Recorder:
 
 
 async def run_agent_job(*, client: OpenAIClient, model: ModelConfig, test: Test, attempt: int, run_id: str,
-                        settings: RequestSettings, global_slots: asyncio.Semaphore, deadline: TaskDeadline | None,
+                        settings: RequestSettings, global_slots: AbstractAsyncContextManager[Any],
+                        deadline: TaskDeadline | None,
                         on_cost: Callable[[float], None], in_flight: Callable[[int], None],
                         score_blocking: Callable[[Test, Any, Any], Awaitable[tuple[Verdict | None, str | None]]],
                         caller: Any = None, cache_as: int | None = None) -> dict[str, Any]:

@@ -23,6 +23,7 @@ import itertools
 import os
 import time
 from collections.abc import Callable, Iterator
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -122,6 +123,9 @@ class RunConfig:
         response_cache: The open response cache, or None for none (`engine.client.response_cache`).
         cache: `--cache` (True), `--no-cache` (False) or neither (None): `response_cache.use_cache`.
         repeat: `--repeat`, or None for each test's own (how many attempts a test gets decides the cache).
+        model_slots: model name -> a cap shared beyond this process (`engine.run.ray_dispatch`: one Ray actor
+            per model holds the cluster-wide cap), entered around each model call before the global slot; None
+            when this process's workers are the only ones calling the model.
     """
 
     run_id: str
@@ -135,6 +139,27 @@ class RunConfig:
     response_cache: ResponseCache | None = None
     cache: bool | None = None
     repeat: int | None = None
+    model_slots: Callable[[str], AbstractAsyncContextManager[Any] | None] | None = None
+
+
+class _BothSlots:
+    """The model's shared slot, then a global one: a worker never holds a global slot while it waits."""
+
+    def __init__(self, shared: AbstractAsyncContextManager[Any], global_slots: asyncio.Semaphore) -> None:
+        self._shared = shared
+        self._global = global_slots
+
+    async def __aenter__(self) -> None:
+        await self._shared.__aenter__()
+        try:
+            await self._global.acquire()
+        except BaseException as exc:
+            await self._shared.__aexit__(type(exc), exc, exc.__traceback__)
+            raise
+
+    async def __aexit__(self, *exc: Any) -> None:
+        self._global.release()
+        await self._shared.__aexit__(*exc)
 
 
 class Runner:
@@ -237,13 +262,17 @@ class Runner:
                       global_slots: asyncio.Semaphore, exec_slots: asyncio.Semaphore) -> None:
         settings = self.config.settings
         deadline = client.task_deadline()
+        slots: AbstractAsyncContextManager[Any] = global_slots
+        shared = self.config.model_slots(model.name) if self.config.model_slots is not None else None
+        if shared is not None:
+            slots = _BothSlots(shared, global_slots)
         for job in jobs:
             if self._stopping:
                 return
             if job.test.agent is not None:
                 row = await run_agent_job(
                     client=client, model=model, test=job.test, attempt=job.attempt, run_id=self.config.run_id,
-                    settings=settings, global_slots=global_slots, deadline=deadline, on_cost=self._spend,
+                    settings=settings, global_slots=slots, deadline=deadline, on_cost=self._spend,
                     in_flight=self._count_in_flight, caller=self._judge,
                     cache_as=self._cache_as(model, job, prepare(model, job.test, settings).temperature),
                     score_blocking=lambda test, answer, ctx: self._score_in_thread(answer, test, exec_slots, ctx))
@@ -259,7 +288,7 @@ class Runner:
                     started_us=time.time_ns() // 1000, ended_us=time.time_ns() // 1000))
                 continue
             cache_as = self._cache_as(model, job, request.temperature)
-            async with global_slots:
+            async with slots:
                 if self._stopping:
                     return
                 started_us = time.time_ns() // 1000

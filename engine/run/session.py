@@ -75,7 +75,7 @@ def _err(message: str) -> None:
 
 
 def run_session(invocation: Invocation, *, dry_run: bool = False, resume: Path | None = None,
-                retry_errors: bool = False, quiet: bool = False) -> int:
+                retry_errors: bool = False, quiet: bool = False, model_slots: Any = None) -> int:
     """Run one invocation and return the exit code.
 
     Args:
@@ -84,9 +84,11 @@ def run_session(invocation: Invocation, *, dry_run: bool = False, resume: Path |
         resume: A run folder to continue.
         retry_errors: Re-run only the error rows of `resume`.
         quiet: No progress output.
+        model_slots: `RunConfig.model_slots`: caps shared with other processes (`engine.run.ray_dispatch`).
     """
     try:
-        return _run(invocation, dry_run=dry_run, resume=resume, retry_errors=retry_errors, quiet=quiet)
+        return _run(invocation, dry_run=dry_run, resume=resume, retry_errors=retry_errors, quiet=quiet,
+                    model_slots=model_slots)
     except UsageError as exc:
         _err(f"error: {exc}")
         return 2
@@ -98,7 +100,8 @@ def run_session(invocation: Invocation, *, dry_run: bool = False, resume: Path |
         return 1
 
 
-def _run(invocation: Invocation, *, dry_run: bool, resume: Path | None, retry_errors: bool, quiet: bool) -> int:
+def _run(invocation: Invocation, *, dry_run: bool, resume: Path | None, retry_errors: bool, quiet: bool,
+         model_slots: Any = None) -> int:
     from engine.results import folder
     from engine.results.journal import Journal
     from engine.run.shards import Shard, check_run_id, new_shard_folder, resume_folder
@@ -111,6 +114,14 @@ def _run(invocation: Invocation, *, dry_run: bool, resume: Path | None, retry_er
         check_run_id(invocation.run_id)
     if retry_errors and resume is None:
         raise UsageError("--retry-errors needs --resume RUN_DIR (the run whose error rows to re-run)")
+    remote_out = None   # --out or --resume is a URL: the run runs in a local staging folder (engine.results.remote)
+    if resume is not None and _is_url(resume):
+        resume, remote_out = _stage_resume(str(resume))
+    elif invocation.out is not None and _is_url(invocation.out) and resume is None:
+        from engine.results import remote
+
+        remote_out = remote.normalize(invocation.out)
+        invocation = dataclasses.replace(invocation, out=remote_out)
     if resume is not None:
         resume = resume_folder(resume, shard)
         if not folder.is_run_folder(resume):
@@ -136,6 +147,11 @@ def _run(invocation: Invocation, *, dry_run: bool, resume: Path | None, retry_er
     elif shard is not None and invocation.run_id is None:
         raise UsageError(f"--shard {shard.label} needs --run-id NAME, the same for every shard, so they all write "
                          f"into OUT/NAME/ (e.g. --run-id sweep-2026-12-02)")
+    if remote_out is None and resume is not None and invocation.out and _is_url(invocation.out):
+        # its staging folder resumed by path: upload all the same
+        from engine.results.remote import normalize
+
+        remote_out = normalize(invocation.out)
     if not invocation.paths:
         raise UsageError("no suites given: engine run SUITE_PATH... (a file or a folder of *.yaml)")
 
@@ -155,6 +171,8 @@ def _run(invocation: Invocation, *, dry_run: bool, resume: Path | None, retry_er
     if journal is None:
         run_id = invocation.run_id or time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-" + secrets.token_hex(3)
         run_dir = Path(invocation.out or DEFAULT_OUT) / run_id
+        if remote_out is not None:
+            run_dir = _new_staged_run(remote_out, run_id, shard)
         try:
             if shard is not None:
                 run_dir = new_shard_folder(run_dir, shard)
@@ -177,15 +195,72 @@ def _run(invocation: Invocation, *, dry_run: bool, resume: Path | None, retry_er
         run_id = journal.get_meta("run_id") or run_dir.name
     _point_latest(run_dir.parent if shard is not None else run_dir)
     try:
-        return _execute(invocation, run_id, run_dir, journal, models, tests, api_keys,
-                        retry_errors=retry_errors, quiet=quiet, judges=judges)
+        code = _execute(invocation, run_id, run_dir, journal, models, tests, api_keys,
+                        retry_errors=retry_errors, quiet=quiet, judges=judges, model_slots=model_slots)
     except StorageError as exc:
-        return _storage_failed(exc, run_dir, journal)
+        code = _storage_failed(exc, run_dir, journal)
     finally:
         with contextlib.suppress(StorageError):   # already reported; committed rows are safe
             journal.close()
         if held is not None:
             held.close()
+    if remote_out is not None:
+        code = _publish(run_dir, shard, remote_out, code)
+    return code
+
+
+def _is_url(location: str | Path) -> bool:
+    from engine.results.remote import is_url
+
+    return is_url(location)
+
+
+def _stage_resume(location: str) -> tuple[Path, str]:
+    """`--resume URL/RUN`: (the run's staging folder, downloaded from URL when this machine has none; URL)."""
+    from engine.results import folder, remote
+
+    run_url = remote.normalize(location)
+    base, _, query = run_url.partition("?")
+    parent, _, name = base.rpartition("/")
+    remote_out = parent + (f"?{query}" if query else "")
+    local = remote.staging_dir(remote_out) / name
+    if not (folder.is_run_folder(local) or local.is_dir()):
+        remote.download_run(run_url, local)
+    return local, remote_out
+
+
+def _new_staged_run(remote_out: str, run_id: str, shard: Shard | None) -> Path:
+    """The staging folder of a new run into `remote_out`; refuses one whose remote folder already holds results."""
+    from engine.results import remote
+
+    name = run_id if shard is None else f"{run_id}/{shard.folder}"
+    if not remote.holds_run(remote.join(remote_out, *name.split("/"))):
+        return remote.staging_dir(remote_out) / run_id   # nothing there yet: the usual case
+    raise UsageError(f"--run-id {run_id}: {remote_out.partition('?')[0]}/{name} already holds results; continue "
+                     f"it with engine run --resume {remote_out.partition('?')[0]}/{run_id}"
+                     + (f" --shard {shard.label}" if shard else "") + ", or give another --run-id")
+
+
+def _publish(run_dir: Path, shard: Shard | None, remote_out: str, code: int) -> int:
+    """Upload the staged run (parts first, manifests last); drop the staging folder of a complete unsharded run."""
+    from engine.results import remote
+
+    root = run_dir.parent if shard is not None else run_dir
+    url = remote.join(remote_out, root.name)
+    shown = url.partition("?")[0]
+    try:
+        sent = remote.upload_run(root, url)
+    except StorageError as exc:
+        _err(f"error: {exc}; everything is kept in {root}; upload it by resuming: engine run --resume {shown}"
+             + (f" --shard {shard.label}" if shard else ""))
+        return 3
+    print(f"uploaded {sent} file(s) to {shown}")
+    if code == 0 and shard is None:
+        remote.remove_staging(root)
+    elif code:
+        _err(f"the journal stays in {root}; continue with: engine run --resume {shown}"
+             + (f" --shard {shard.label}" if shard else ""))
+    return code
 
 
 def _absolute(invocation: Invocation) -> Invocation:
@@ -371,7 +446,7 @@ def _point_latest(run_dir: Path) -> None:
 
 def _execute(invocation: Invocation, run_id: str, run_dir: Path, journal: Any, models: list[ModelConfig],
              tests: list[Test], api_keys: dict[str, str | None], *, retry_errors: bool, quiet: bool,
-             judges: Any = None) -> int:
+             judges: Any = None, model_slots: Any = None) -> int:
     from engine.results.writer import ResultsWriter
     from engine.run.jobs import count_jobs, iter_jobs, runs_on
     from engine.run.progress import Progress, print_summary
@@ -409,7 +484,8 @@ def _execute(invocation: Invocation, run_id: str, run_dir: Path, journal: Any, m
             responses = servers.enter_context(_response_cache(invocation.cache))
             config = RunConfig(run_id=run_id, concurrency=invocation.concurrency or DEFAULT_CONCURRENCY,
                                settings=_settings(invocation), max_cost=invocation.max_cost, judges=judges,
-                               response_cache=responses, cache=invocation.cache, repeat=invocation.repeat)
+                               response_cache=responses, cache=invocation.cache, repeat=invocation.repeat,
+                               model_slots=model_slots)
             runner = Runner(config, journal, writer, on_progress=progress.update)
             jobs = {m.name: (m, iter_jobs(m, tests, invocation.repeat, skip=skip, only=only, shard=shard))
                     for m in models}
