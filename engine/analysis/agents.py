@@ -21,7 +21,7 @@ __all__ = ["AGENT_COLUMNS", "OUTCOMES", "per_model_agents"]
 AGENT_COLUMNS: tuple[str, ...] = ("turns", "prose_turns", "tool_calls_made", "invented_tools", "bad_tool_args",
                                   "outcome")
 #: How a conversation ends, in the order the table shows them.
-OUTCOMES: tuple[str, ...] = ("completed", "capped", "stuck", "error")
+OUTCOMES: tuple[str, ...] = ("completed", "escalated", "capped", "stuck", "failed", "error")
 
 
 def per_model_agents(df: pd.DataFrame) -> pd.DataFrame | None:
@@ -34,7 +34,7 @@ def per_model_agents(df: pd.DataFrame) -> pd.DataFrame | None:
         Columns: model, conversations, mean_turns, mean_prose_turns, mean_tool_calls, invented_tools (total),
         invented_rate (share of conversations with at least one invented tool), bad_tool_args (total),
         bad_args_rate (share with at least one), then one count per outcome (completed, capped, stuck,
-        error) and `other_outcome` for a value this version does not know. Models in name order.
+        error; escalated and failed come from workspace tests) and `other_outcome` for a value this version does not know. Models in name order.
     """
     import pandas as pd
 

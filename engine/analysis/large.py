@@ -229,10 +229,11 @@ def grid_from_parquet(
         FROM r GROUP BY model
     """).df()
     top_errors = con.execute("""
-        SELECT model, arg_max(kind, n) FROM (
-            SELECT model, coalesce(CAST(error_kind AS VARCHAR), 'no score') AS kind, count(*) AS n
-            FROM r WHERE NOT scored GROUP BY ALL) GROUP BY model
-    """).fetchall()
+        SELECT model, kind FROM (
+            SELECT model, kind, row_number() OVER (PARTITION BY model ORDER BY n DESC, kind) AS rank FROM (
+                SELECT model, coalesce(CAST(error_kind AS VARCHAR), 'no score') AS kind, count(*) AS n
+                FROM r WHERE NOT scored GROUP BY ALL)) WHERE rank = 1
+    """).fetchall()   # as models._top_error_kind: the most rows, a tie going to the first name
     agent_rows = (con.execute(f"SELECT model, {', '.join(agents)} FROM r WHERE turns IS NOT NULL").df()
                   if "turns" in agents else None)
     con.close()

@@ -226,9 +226,10 @@ def _top_error_kind(df: pd.DataFrame, code: np.ndarray, scored: np.ndarray) -> d
     if not unscored.any():
         return {}
     kinds = pd.Series(np.asarray(df["error_kind"].astype(object))[unscored]).fillna("no score")
-    counts = pd.DataFrame({"code": code[unscored], "kind": kinds.to_numpy()}).value_counts()
+    counts = pd.DataFrame({"code": code[unscored], "kind": kinds.astype(str).to_numpy()}).value_counts()
+    ranked = counts.rename("n").reset_index().sort_values(["code", "n", "kind"], ascending=[True, False, True])
     top: dict[int, str] = {}
-    for m, kind in counts.index:
+    for m, kind in zip(ranked["code"], ranked["kind"], strict=True):   # the most rows; a tie: the first name
         top.setdefault(int(m), str(kind))
     return top
 

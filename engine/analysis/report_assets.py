@@ -142,10 +142,10 @@ JS = r"""
         "(no interval). Invented tools: calls to a tool the test did not offer; bad args: arguments that were not " +
         "JSON or did not fit the tool."));
     agents.appendChild(table(["model", "conversations", "turns", "prose turns", "tool calls", "invented tools",
-        "bad args", "completed", "capped", "stuck", "error"], data.agents.map(function (r) {
+        "bad args", "completed", "escalated", "capped", "stuck", "failed", "error"], data.agents.map(function (r) {
       return [r.model, r.conversations, fmt(r.mean_turns, 2), fmt(r.mean_prose_turns, 2), fmt(r.mean_tool_calls, 2),
               r.invented_tools + " (" + pct(r.invented_rate) + ")", r.bad_tool_args + " (" + pct(r.bad_args_rate) + ")",
-              r.completed, r.capped, r.stuck, r.error + (r.other_outcome ? " (+" + r.other_outcome + " other)" : "")];
+              r.completed, r.escalated, r.capped, r.stuck, r.failed, r.error + (r.other_outcome ? " (+" + r.other_outcome + " other)" : "")];
     })));
   }
 

@@ -75,19 +75,21 @@ def test_per_model_agent_figures(agent_run: Path) -> None:
     # a: 4 conversations, each 3 turns (two tool turns, one answer), 2 calls, nothing invented.
     assert figures["a"] == {"conversations": 4, "mean_turns": 3.0, "mean_prose_turns": 1.0, "mean_tool_calls": 2.0,
                             "invented_tools": 0, "invented_rate": 0.0, "bad_tool_args": 0, "bad_args_rate": 0.0,
-                            "completed": 4, "capped": 0, "stuck": 0, "error": 0, "other_outcome": 0}
+                            "completed": 4, "escalated": 0, "capped": 0, "stuck": 0, "failed": 0, "error": 0,
+                            "other_outcome": 0}
     # b: 2 conversations with one invented tool and one bad-argument call (2 turns, 2 calls), 2 capped
     # after 2 turns of 1 call each (2 calls, no prose turn): turns 2, calls 2, prose turns 0.5 on average.
     assert figures["b"] == {"conversations": 4, "mean_turns": 2.0, "mean_prose_turns": 0.5, "mean_tool_calls": 2.0,
                             "invented_tools": 2, "invented_rate": 0.5, "bad_tool_args": 2, "bad_args_rate": 0.5,
-                            "completed": 2, "capped": 2, "stuck": 0, "error": 0, "other_outcome": 0}
+                            "completed": 2, "escalated": 0, "capped": 2, "stuck": 0, "failed": 0, "error": 0,
+                            "other_outcome": 0}
 
 
 def test_analyze_shows_the_agent_table_and_exports_it(agent_run: Path) -> None:
     analysis = analyze(load(agent_run, columns=ANALYSIS_COLUMNS))
     text = render(analysis, "markdown")
     section = text[text.index("Agents (multi-turn"):]
-    assert "| b | 4 | 2.00 | 0.50 | 2.00 | 2 (50.0%) | 2 (50.0%) | 2 | 2 | 0 | 0 |" in section
+    assert "| b | 4 | 2.00 | 0.50 | 2.00 | 2 (50.0%) | 2 (50.0%) | 2 | 0 | 2 | 0 | 0 | 0 |" in section
     rows = list(csv.DictReader(io.StringIO(render(analysis, "csv", table="agents"))))
     assert [(r["model"], r["capped"]) for r in rows] == [("a", "0"), ("b", "2")]
     assert [r["model"] for r in json.loads(render(analysis, "json"))["agents"]] == ["a", "b"]

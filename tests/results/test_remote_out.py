@@ -71,7 +71,8 @@ def test_s3_out_stop_resume_elsewhere_and_analyze(tmp_path: Path, fake_openai: F
     env, client = s3
     fake_openai.responder = lambda body: Reply(content="ok", delay_s=0.01)
     suites, models = write_project(tmp_path, fake_openai.base_url, tests=40, concurrency=2)
-    common = ["run", str(suites), "--models", str(models), "--model", "fast", "--quiet"]
+    # --no-cache: the calls paid are the point here (the response cache would answer the later runs).
+    common = ["run", str(suites), "--models", str(models), "--model", "fast", "--quiet", "--no-cache"]
     whole = engine(*common, "--out", str(tmp_path / "whole"), env={"ENGINE_TEST_KEY": "k"})
     assert whole.returncode == 0, whole.stderr
     expected = _keys(pd.read_parquet(tmp_path / "whole" / "latest"))
@@ -91,7 +92,8 @@ def test_s3_out_stop_resume_elsewhere_and_analyze(tmp_path: Path, fake_openai: F
 
     # Resumed on "another machine" (an empty staging dir): the parts come down, the journal is rebuilt.
     other = dict(env, ENGINE_REMOTE_CACHE=str(tmp_path / "cache-b"))
-    resumed = engine("run", "--resume", f"s3://{BUCKET}/runs/r1", "--max-cost", "100", "--quiet", env=other)
+    resumed = engine("run", "--resume", f"s3://{BUCKET}/runs/r1", "--max-cost", "100", "--quiet", "--no-cache",
+                     env=other)
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     assert len(fake_openai.requests) == len(expected)                 # no saved call paid twice
     final = _objects(client)

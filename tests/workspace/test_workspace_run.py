@@ -239,3 +239,19 @@ def test_engine_report_shows_the_workspace_diff_and_counts(results: Any, tmp_pat
     assert done.returncode == 0, done.stderr
     page = html.read_text()
     assert "--- a/greet.py" in page and '"refused_paths": 5' in page and "workspace diff" in page
+
+
+def test_engine_analyze_counts_every_workspace_outcome(results: Any) -> None:
+    """The Agents table counts escalated and failed in their own columns, not as 'other'."""
+    from engine.analysis import load
+    from engine.analysis.summary import analyze
+
+    df, _, _, run_dir = results
+    table = analyze(load(run_dir)).agents
+    assert table is not None
+    [figures] = table.to_dict(orient="records")
+    outcomes = df["outcome"].value_counts().to_dict()
+    assert figures["escalated"] == outcomes.get("escalated", 0) == 1
+    assert figures["stuck"] == outcomes.get("stuck", 0) >= 1
+    assert figures["other_outcome"] == 0
+    assert sum(figures[k] for k in ("completed", "escalated", "capped", "stuck", "failed", "error")) == len(df)
