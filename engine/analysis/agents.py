@@ -33,8 +33,9 @@ def per_model_agents(df: pd.DataFrame) -> pd.DataFrame | None:
     Returns:
         Columns: model, conversations, mean_turns, mean_prose_turns, mean_tool_calls, invented_tools (total),
         invented_rate (share of conversations with at least one invented tool), bad_tool_args (total),
-        bad_args_rate (share with at least one), then one count per outcome (completed, capped, stuck,
-        error; escalated and failed come from workspace tests) and `other_outcome` for a value this version does not know. Models in name order.
+        bad_args_rate (share with at least one), then one count per outcome (completed, escalated, capped,
+        stuck, failed, error: `OUTCOMES`) and `other_outcome` for a value this version does not know. Models in
+        name order.
     """
     import pandas as pd
 

@@ -62,7 +62,8 @@ def sections(analysis: Analysis) -> list[Section]:
                     [[str(r.model), str(r.conversations), _num(r.mean_turns, 2), _num(r.mean_prose_turns, 2),
                       _num(r.mean_tool_calls, 2), f"{r.invented_tools} ({_pct(r.invented_rate)})",
                       f"{r.bad_tool_args} ({_pct(r.bad_args_rate)})", str(r.completed), str(r.escalated),
-                      str(r.capped), str(r.stuck), str(r.failed), str(r.error) + (f" (+{r.other_outcome} other)" if r.other_outcome else "")]
+                      str(r.capped), str(r.stuck), str(r.failed),
+                      str(r.error) + (f" (+{r.other_outcome} other)" if r.other_outcome else "")]
                      for r in agents.itertuples()]))
     passk = analysis.passk
     if passk is not None and len(passk) and int(passk["k"].max()) > 1:
