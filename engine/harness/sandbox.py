@@ -371,21 +371,14 @@ def run(argv: Sequence[str], files: Mapping[str, str], limits: Limits = Limits()
     """
     if not argv:
         raise HarnessError("the harness command is empty; give `run: [program, args...]`")
-    plan = _get_plan()
-    program = resolve_program(argv[0])
-    if program is None:
-        raise HarnessError(f"program {argv[0]!r} is not installed on this machine (searched {SANDBOX_PATH})")
+    plan, program = _plan_and_program(argv[0])
     uid = _take_uid() if plan.drop_privileges else None
     workdir = Path(tempfile.mkdtemp(prefix="engine-exec-"))
     try:
         if uid is not None:
             os.chown(workdir, uid, uid)
         _write_files(workdir, files, uid)
-        command = ["prlimit", *_limit_args(limits, nproc=uid is not None), "--"]
-        command += _wrapper(plan.level, uid, str(workdir), limits)
-        if plan.level == "session":
-            command = []
-        command += [*program, *argv[1:]]
+        command = _command(plan, uid, workdir, limits, [*program, *argv[1:]])
         return _supervise(command, str(workdir), limits, plan, uid)
     finally:
         if uid is not None:
@@ -412,24 +405,35 @@ def run_in(argv: Sequence[str], workdir: Path, limits: Limits = Limits(), *, net
     """
     if not argv:
         raise HarnessError("the command is empty")
-    plan = _get_plan()
-    program = resolve_program(argv[0])
-    if program is None:
-        raise HarnessError(f"program {argv[0]!r} is not installed on this machine (searched {SANDBOX_PATH})")
+    plan, program = _plan_and_program(argv[0])
     uid = _take_uid() if plan.drop_privileges else None
     try:
         if uid is not None:
             _give_tree(workdir, uid)
-        command = ["prlimit", *_limit_args(limits, nproc=uid is not None), "--"]
-        command += _wrapper(plan.level, uid, str(workdir), limits, network)
-        if plan.level == "session":
-            command = []
-        command += [*program, *argv[1:]]
+        command = _command(plan, uid, workdir, limits, [*program, *argv[1:]], network)
         return _supervise(command, str(workdir), limits, plan, uid)
     finally:
         if uid is not None:
             _sweep_uid(uid)
             _give_uid(uid)
+
+
+def _plan_and_program(name: str) -> tuple[_Plan, list[str]]:
+    """This machine's isolation plan and the argv prefix that runs `name` (`run` and `run_in` share it)."""
+    plan = _get_plan()
+    program = resolve_program(name)
+    if program is None:
+        raise HarnessError(f"program {name!r} is not installed on this machine (searched {SANDBOX_PATH})")
+    return plan, program
+
+
+def _command(plan: _Plan, uid: int | None, workdir: Path, limits: Limits, argv: list[str],
+             network: bool = False) -> list[str]:
+    """The full argv: prlimit, the isolation wrapper of `plan.level` (none at `session`), then the program."""
+    if plan.level == "session":
+        return argv
+    return ["prlimit", *_limit_args(limits, nproc=uid is not None), "--",
+            *_wrapper(plan.level, uid, str(workdir), limits, network), *argv]
 
 
 def _give_tree(root: Path, uid: int) -> None:
