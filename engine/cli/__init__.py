@@ -12,12 +12,40 @@ from engine.cli import (  # noqa: F401  (importing registers the commands)
 )
 from engine.cli.app import app
 
-__all__ = ["app", "main"]
+__all__ = ["app", "fill_optional_values", "main"]
+
+
+# Options whose value may be left out (`engine run suites/ --ray`), with the value that stands for "none given".
+# typer has no optional-value option, so the entry point fills the value in before parsing.
+OPTIONAL_VALUES = {"--ray": "local"}
+
+
+def fill_optional_values(argv: list[str]) -> list[str]:
+    """`--ray` with no address (at the end, before another option, or before an existing path) → `--ray local`.
+
+    An address is `host:port`, `ray://...`, `auto` or `local`, never a file or folder, so a following suite path
+    is read as the next argument, not as the address.
+    """
+    import os
+
+    out: list[str] = []
+    for i, arg in enumerate(argv):
+        out.append(arg)
+        default = OPTIONAL_VALUES.get(arg)
+        if default is None:
+            continue
+        following = argv[i + 1] if i + 1 < len(argv) else None
+        if following is None or following.startswith("-") or os.path.exists(following):
+            out.append(default)
+    return out
 
 
 def main() -> None:
     """Console-script entry point: one command, under the CLI's one garbage-collector setting (engine/_gc.py)."""
+    import sys
+
     from engine._gc import tuned_gc
 
+    sys.argv[1:] = fill_optional_values(sys.argv[1:])
     with tuned_gc():
         app()

@@ -28,3 +28,25 @@ def test_ray_with_shard_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureF
     invocation = Invocation(paths=[str(tmp_path)], shard="1/2", run_id="r")
     assert run_on_ray(invocation, None, None) == 2
     assert "drop --shard" in capsys.readouterr().err
+
+
+def test_ray_without_an_address_is_the_issue_form(tmp_path: Path, fake_openai: FakeOpenAI) -> None:
+    """`engine run SUITES --ray` (no ADDRESS, as issue #17 writes it) parses as `--ray local`."""
+    import subprocess
+
+    from engine.cli import fill_optional_values
+
+    suites, models = write_project(tmp_path, fake_openai.base_url)
+    assert fill_optional_values(["run", "s", "--ray"]) == ["run", "s", "--ray", "local"]
+    assert fill_optional_values(["run", "--ray", "--shards", "2", "s"]) == \
+        ["run", "--ray", "local", "--shards", "2", "s"]
+    assert fill_optional_values(["run", "--ray", str(suites)]) == ["run", "--ray", "local", str(suites)]
+    assert fill_optional_values(["run", "--ray", "head:6379", "s"]) == ["run", "--ray", "head:6379", "s"]
+    # Through the real entry point: a dry run parses the bare option and plans the run without calling anyone.
+    import os
+
+    done = subprocess.run([sys.executable, "-m", "engine", "run", str(suites), "--models", str(models), "--dry-run",
+                           "--ray"], capture_output=True, text=True, check=False,
+                          env={**os.environ, "ENGINE_TEST_KEY": "k"})
+    assert done.returncode == 0, done.stderr
+    assert "requires an argument" not in done.stderr and fake_openai.requests == []
