@@ -145,7 +145,8 @@ def run_on_ray(invocation: Invocation, address: str | None, shards: int | None, 
 def _drive(invocation: Invocation, address: str | None, shards: int | None, *, resume: Path | None,
            quiet: bool) -> int:
     from engine.results import remote
-    from engine.run.session import _absolute, _load_models
+    from engine.run.inputs import load_models
+    from engine.run.session import _absolute
     from engine.run.shards import check_run_id, combine, shard_folders
 
     if invocation.shard is not None:
@@ -176,7 +177,7 @@ def _drive(invocation: Invocation, address: str | None, shards: int | None, *, r
     if resume is not None:   # the run's settings as its shards stored them, for the models' caps
         invocation = Invocation(**{**_stored_invocation(resume), **{
             k: v for k, v in dataclasses.asdict(invocation).items() if v not in (None, [])}})
-    models, _, _ = _load_models(invocation)
+    models, _, _ = load_models(invocation)
     run_url = remote.join(out, run_id) if remote.is_url(out) else None
 
     def view() -> Path:

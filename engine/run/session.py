@@ -12,12 +12,10 @@ import asyncio
 import contextlib
 import dataclasses
 import errno
-import hashlib
 import json
 import os
 import secrets
 import signal
-import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
@@ -25,8 +23,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from engine.errors import EngineError, StorageError, UsageError
-from engine.model import ModelConfig, Suite, Test
-from engine.redact import looks_like_key, mask_url, public_params
+from engine.model import ModelConfig, Test
+from engine.redact import mask_url, public_params
+from engine.run import inputs, remote_run
+from engine.run.manifest import build_manifest, now_iso
 
 if TYPE_CHECKING:
     from engine.run.shards import Shard
@@ -115,9 +115,9 @@ def _run(invocation: Invocation, *, dry_run: bool, resume: Path | None, retry_er
     if retry_errors and resume is None:
         raise UsageError("--retry-errors needs --resume RUN_DIR (the run whose error rows to re-run)")
     remote_out = None   # --out or --resume is a URL: the run runs in a local staging folder (engine.results.remote)
-    if resume is not None and _is_url(resume):
-        resume, remote_out = _stage_resume(str(resume))
-    elif invocation.out is not None and _is_url(invocation.out) and resume is None:
+    if resume is not None and remote_run.is_url(resume):
+        resume, remote_out = remote_run.stage_resume(str(resume))
+    elif invocation.out is not None and remote_run.is_url(invocation.out) and resume is None:
         from engine.results import remote
 
         remote_out = remote.normalize(invocation.out)
@@ -147,7 +147,7 @@ def _run(invocation: Invocation, *, dry_run: bool, resume: Path | None, retry_er
     elif shard is not None and invocation.run_id is None:
         raise UsageError(f"--shard {shard.label} needs --run-id NAME, the same for every shard, so they all write "
                          f"into OUT/NAME/ (e.g. --run-id sweep-2026-12-02)")
-    if remote_out is None and resume is not None and invocation.out and _is_url(invocation.out):
+    if remote_out is None and resume is not None and invocation.out and remote_run.is_url(invocation.out):
         # its staging folder resumed by path: upload all the same
         from engine.results.remote import normalize
 
@@ -155,14 +155,14 @@ def _run(invocation: Invocation, *, dry_run: bool, resume: Path | None, retry_er
     if not invocation.paths:
         raise UsageError("no suites given: engine run SUITE_PATH... (a file or a folder of *.yaml)")
 
-    tests = _load_tests(invocation)
+    tests = inputs.load_tests(invocation)
     if tests is None:
         return 1
-    models, every_model, model_defaults = _load_models(invocation)
+    models, every_model, model_defaults = inputs.load_models(invocation)
     if _image_conflicts(tests, models):
         return 1
-    judges = _judges(invocation, tests, every_model, model_defaults)
-    api_keys = _api_keys(models + [m for m in judges.models.values() if m not in models] if judges else models)
+    judges = inputs.judges(invocation, tests, every_model, model_defaults)
+    api_keys = inputs.api_keys(models + [m for m in judges.models.values() if m not in models] if judges else models)
 
     if dry_run:
         _dry_run(models, tests, invocation, shard)
@@ -172,7 +172,7 @@ def _run(invocation: Invocation, *, dry_run: bool, resume: Path | None, retry_er
         run_id = invocation.run_id or time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-" + secrets.token_hex(3)
         run_dir = Path(invocation.out or DEFAULT_OUT) / run_id
         if remote_out is not None:
-            run_dir = _new_staged_run(remote_out, run_id, shard)
+            run_dir = remote_run.new_staged_run(remote_out, run_id, shard)
         try:
             if shard is not None:
                 run_dir = new_shard_folder(run_dir, shard)
@@ -187,7 +187,7 @@ def _run(invocation: Invocation, *, dry_run: bool, resume: Path | None, retry_er
         held = folder.lock(run_dir)
         journal = Journal(run_dir / "_journal.sqlite")
         journal.set_meta("run_id", run_id)
-        journal.set_meta("started_at", _now_iso())
+        journal.set_meta("started_at", now_iso())
         journal.set_meta("invocation", dataclasses.asdict(invocation))
     else:
         assert resume is not None
@@ -205,61 +205,7 @@ def _run(invocation: Invocation, *, dry_run: bool, resume: Path | None, retry_er
         if held is not None:
             held.close()
     if remote_out is not None:
-        code = _publish(run_dir, shard, remote_out, code)
-    return code
-
-
-def _is_url(location: str | Path) -> bool:
-    from engine.results.remote import is_url
-
-    return is_url(location)
-
-
-def _stage_resume(location: str) -> tuple[Path, str]:
-    """`--resume URL/RUN`: (the run's staging folder, downloaded from URL when this machine has none; URL)."""
-    from engine.results import folder, remote
-
-    run_url = remote.normalize(location)
-    base, _, query = run_url.partition("?")
-    parent, _, name = base.rpartition("/")
-    remote_out = parent + (f"?{query}" if query else "")
-    local = remote.staging_dir(remote_out) / name
-    if not (folder.is_run_folder(local) or local.is_dir()):
-        remote.download_run(run_url, local)
-    return local, remote_out
-
-
-def _new_staged_run(remote_out: str, run_id: str, shard: Shard | None) -> Path:
-    """The staging folder of a new run into `remote_out`; refuses one whose remote folder already holds results."""
-    from engine.results import remote
-
-    name = run_id if shard is None else f"{run_id}/{shard.folder}"
-    if not remote.holds_run(remote.join(remote_out, *name.split("/"))):
-        return remote.staging_dir(remote_out) / run_id   # nothing there yet: the usual case
-    raise UsageError(f"--run-id {run_id}: {remote_out.partition('?')[0]}/{name} already holds results; continue "
-                     f"it with engine run --resume {remote_out.partition('?')[0]}/{run_id}"
-                     + (f" --shard {shard.label}" if shard else "") + ", or give another --run-id")
-
-
-def _publish(run_dir: Path, shard: Shard | None, remote_out: str, code: int) -> int:
-    """Upload the staged run (parts first, manifests last); drop the staging folder of a complete unsharded run."""
-    from engine.results import remote
-
-    root = run_dir.parent if shard is not None else run_dir
-    url = remote.join(remote_out, root.name)
-    shown = url.partition("?")[0]
-    try:
-        sent = remote.upload_run(root, url)
-    except StorageError as exc:
-        _err(f"error: {exc}; everything is kept in {root}; upload it by resuming: engine run --resume {shown}"
-             + (f" --shard {shard.label}" if shard else ""))
-        return 3
-    print(f"uploaded {sent} file(s) to {shown}")
-    if code == 0 and shard is None:
-        remote.remove_staging(root)
-    elif code:
-        _err(f"the journal stays in {root}; continue with: engine run --resume {shown}"
-             + (f" --shard {shard.label}" if shard else ""))
+        code = remote_run.publish(run_dir, shard, remote_out, code)
     return code
 
 
@@ -281,96 +227,6 @@ def _storage_failed(exc: StorageError, run_dir: Path, journal: Any) -> int:
         _err(f"the run folder could not be written ({exc}): {rows} in {run_dir}; fix that and resume with: "
              f"engine run --resume {run_dir}")
     return 3
-
-
-def _load_tests(invocation: Invocation) -> list[Test] | None:
-    from engine.run.jobs import select_tests
-    from engine.suite import load_suites
-
-    suites: list[Suite]
-    suites, diagnostics = load_suites([Path(p) for p in invocation.paths])
-    errors = [d for d in diagnostics if d.severity == "error"]
-    for diagnostic in diagnostics:
-        _err(str(diagnostic))
-    if errors:
-        _err(f"{len(errors)} error(s) in the suites: nothing was run; fix them (see `engine validate`)")
-        return None
-    tests = [test for suite in suites for test in suite.tests]
-    if not tests:
-        raise EngineError(f"no tests found in {', '.join(invocation.paths)}")
-    selected = select_tests(tests, invocation.filters)
-    if not selected:
-        raise UsageError(f"--filter {' '.join(invocation.filters)} matches none of the {len(tests)} tests "
-                         f"(a filter is a tag or a glob on the test id)")
-    return selected
-
-
-def _load_models(invocation: Invocation) -> tuple[list[ModelConfig], dict[str, ModelConfig], dict[str, Any]]:
-    """(the models to run, every entry of the models file, its `defaults:`)."""
-    defaults: dict[str, Any] = {}
-    if invocation.models_file:
-        from engine.suite.models_file import load_models_file
-
-        configs, defaults, diagnostics = load_models_file(Path(invocation.models_file))
-        for diagnostic in diagnostics:
-            _err(str(diagnostic))
-        if any(d.severity == "error" for d in diagnostics):
-            raise EngineError(f"{invocation.models_file} has errors: nothing was run")
-    else:
-        from engine.local import default_models
-
-        configs = default_models()
-    if invocation.model_names:
-        unknown = [n for n in invocation.model_names if n not in configs]
-        if unknown:
-            where = invocation.models_file or "the default models"
-            raise UsageError(f"--model {', '.join(unknown)}: not in {where}; known: {', '.join(sorted(configs))}")
-        chosen = [configs[n] for n in dict.fromkeys(invocation.model_names)]
-    else:
-        chosen = list(configs.values())
-    if invocation.max_retries is not None:
-        chosen = [dataclasses.replace(m, max_retries=invocation.max_retries) for m in chosen]
-    if invocation.max_response_mb is not None:
-        chosen = [dataclasses.replace(m, max_response_mb=invocation.max_response_mb) for m in chosen]
-    if not chosen:
-        raise UsageError("no models to run: add some to the models file")
-    return chosen, configs, defaults
-
-
-def _judges(invocation: Invocation, tests: list[Test], configs: dict[str, ModelConfig],
-            defaults: dict[str, Any]) -> Any:
-    """The judge models of the selected tests, resolved now: before any call is paid (UsageError, exit 2)."""
-    from engine.client.judge import resolve_judges
-
-    judges = resolve_judges(tests, configs, defaults.get("judge"),
-                            invocation.models_file or "the default models (no --models file)",
-                            embedding_default=defaults.get("embedding"))
-    if judges is not None and invocation.max_retries is not None:
-        judges = dataclasses.replace(judges, models={
-            name: dataclasses.replace(m, max_retries=invocation.max_retries) for name, m in judges.models.items()})
-    return judges
-
-
-def _api_keys(models: list[ModelConfig]) -> dict[str, str | None]:
-    keys: dict[str, str | None] = {}
-    for model in models:
-        if model.api_key_env:
-            value = os.environ.get(model.api_key_env)
-            if not value and looks_like_key(model.api_key_env):   # never repeat what may be the key itself
-                raise UsageError(f"model {model.name}: api_key_env looks like an API key, not the NAME of an "
-                                 f"environment variable; put the key in a variable (export OPENAI_API_KEY=...) "
-                                 f"and write its name, e.g. api_key_env: OPENAI_API_KEY")
-            if not value:
-                raise UsageError(f"model {model.name} reads its API key from ${model.api_key_env}, which is not set; "
-                                 f"export it, or remove api_key_env for a server without keys")
-            urls = (model.base_url, *model.base_urls)
-            if any("@" in (url or "").partition("//")[2].partition("/")[0] for url in urls):
-                raise UsageError(f"model {model.name}: base_url carries a user:password and api_key_env is set too; "
-                                 f"a request has one Authorization header: keep one of them")
-            keys[model.name] = value
-        else:
-            keys[model.name] = None
-    return keys
 
 
 def _settings(invocation: Invocation) -> Any:
@@ -498,7 +354,7 @@ def _execute(invocation: Invocation, run_id: str, run_dir: Path, journal: Any, m
     writer.flush()
     rows, errors = journal.count()
     stopped = "interrupted" if interrupted else (stats.stopped if stats else None)
-    manifest = _manifest(invocation, run_id, journal, models, tests, rows, errors, stopped,
+    manifest = build_manifest(invocation, run_id, journal, models, tests, rows, errors, stopped,
                          time.monotonic() - started)
     writer.write_manifest(manifest)
     if shard is not None:   # the run's combined view, after this shard's own manifest (engine.run.shards)
@@ -580,74 +436,3 @@ async def _run_with_signals(runner: Any, jobs: Any, total: int, api_keys: dict[s
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(sig, on_signal)
     return await runner.run(jobs, total, api_keys)
-
-
-def _manifest(invocation: Invocation, run_id: str, journal: Any, models: list[ModelConfig], tests: list[Test],
-              rows: int, errors: int, stopped: str | None, seconds: float) -> dict[str, Any]:
-    from engine import __version__
-
-    suites: dict[str, dict[str, Any]] = {}
-    for test in tests:
-        entry = suites.setdefault(test.suite, {"file": test.file, "tests": 0, "hashes": []})
-        entry["tests"] += 1
-        entry["hashes"].append(test.hash)
-    for entry in suites.values():
-        try:
-            entry["sha256"] = hashlib.sha256(Path(entry["file"]).read_bytes()).hexdigest()
-        except OSError:
-            entry["sha256"] = None
-        entry["tests_sha256"] = hashlib.sha256("\n".join(sorted(entry.pop("hashes"))).encode()).hexdigest()
-    return {
-        "run_id": run_id,
-        "schema_version": _schema_version(),
-        "engine_version": __version__,
-        "started_at": journal.get_meta("started_at"),
-        "ended_at": _now_iso(),
-        "seconds_this_session": round(seconds, 3),
-        "interrupted": stopped == "interrupted",
-        "stopped": stopped,
-        "complete": stopped is None,
-        "suites_git": _git_commit(invocation.paths),
-        "suites": suites,
-        "models": [_public_model(m) for m in models],
-        "invocation": dataclasses.asdict(invocation),
-        "argv": sys.argv[1:],
-        "shard": invocation.shard,
-        "counts": {"rows": rows, "errors": errors, "parts": len(journal.parts())},
-    }
-
-
-def _schema_version() -> int:
-    from engine.results.schema import SCHEMA_VERSION
-
-    return SCHEMA_VERSION
-
-
-def _public_model(model: ModelConfig) -> dict[str, Any]:
-    """A model config fit for the manifest: the key's variable name, no credentials (`engine.redact`)."""
-    data = dataclasses.asdict(model)
-    data["params"] = public_params(model.params)
-    data["base_url"] = mask_url(model.base_url)
-    data["base_urls"] = [mask_url(url) for url in model.base_urls]
-    return data
-
-
-def _git_commit(paths: list[str]) -> dict[str, Any] | None:
-    if not paths:
-        return None
-    where = Path(paths[0])
-    folder = where if where.is_dir() else where.parent
-    try:
-        head = subprocess.run(["git", "-C", str(folder), "rev-parse", "HEAD"], capture_output=True, text=True,
-                              timeout=5, check=False)
-        if head.returncode != 0:
-            return None
-        dirty = subprocess.run(["git", "-C", str(folder), "status", "--porcelain", "--", "."], capture_output=True,
-                               text=True, timeout=5, check=False)
-        return {"commit": head.stdout.strip(), "dirty": bool(dirty.stdout.strip())}
-    except (OSError, subprocess.SubprocessError):
-        return None
-
-
-def _now_iso() -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())

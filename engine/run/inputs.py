@@ -1,0 +1,115 @@
+"""What a run is made of, loaded and checked before anything is paid: the tests, the models, the judges, the keys.
+
+Every problem here stops the run before its first call: suite errors (exit 1), an unknown model, a missing API
+key or an unresolvable judge (`UsageError`, exit 2). The keys' values are read from the environment and kept in
+memory only (never in a message: `engine.redact`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from engine.errors import EngineError, UsageError
+from engine.model import ModelConfig, Suite, Test
+from engine.redact import looks_like_key
+
+if TYPE_CHECKING:
+    from engine.run.session import Invocation
+
+
+def _err(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def load_tests(invocation: Invocation) -> list[Test] | None:
+    from engine.run.jobs import select_tests
+    from engine.suite import load_suites
+
+    suites: list[Suite]
+    suites, diagnostics = load_suites([Path(p) for p in invocation.paths])
+    errors = [d for d in diagnostics if d.severity == "error"]
+    for diagnostic in diagnostics:
+        _err(str(diagnostic))
+    if errors:
+        _err(f"{len(errors)} error(s) in the suites: nothing was run; fix them (see `engine validate`)")
+        return None
+    tests = [test for suite in suites for test in suite.tests]
+    if not tests:
+        raise EngineError(f"no tests found in {', '.join(invocation.paths)}")
+    selected = select_tests(tests, invocation.filters)
+    if not selected:
+        raise UsageError(f"--filter {' '.join(invocation.filters)} matches none of the {len(tests)} tests "
+                         f"(a filter is a tag or a glob on the test id)")
+    return selected
+
+
+def load_models(invocation: Invocation) -> tuple[list[ModelConfig], dict[str, ModelConfig], dict[str, Any]]:
+    """(the models to run, every entry of the models file, its `defaults:`)."""
+    defaults: dict[str, Any] = {}
+    if invocation.models_file:
+        from engine.suite.models_file import load_models_file
+
+        configs, defaults, diagnostics = load_models_file(Path(invocation.models_file))
+        for diagnostic in diagnostics:
+            _err(str(diagnostic))
+        if any(d.severity == "error" for d in diagnostics):
+            raise EngineError(f"{invocation.models_file} has errors: nothing was run")
+    else:
+        from engine.local import default_models
+
+        configs = default_models()
+    if invocation.model_names:
+        unknown = [n for n in invocation.model_names if n not in configs]
+        if unknown:
+            where = invocation.models_file or "the default models"
+            raise UsageError(f"--model {', '.join(unknown)}: not in {where}; known: {', '.join(sorted(configs))}")
+        chosen = [configs[n] for n in dict.fromkeys(invocation.model_names)]
+    else:
+        chosen = list(configs.values())
+    if invocation.max_retries is not None:
+        chosen = [dataclasses.replace(m, max_retries=invocation.max_retries) for m in chosen]
+    if invocation.max_response_mb is not None:
+        chosen = [dataclasses.replace(m, max_response_mb=invocation.max_response_mb) for m in chosen]
+    if not chosen:
+        raise UsageError("no models to run: add some to the models file")
+    return chosen, configs, defaults
+
+
+def judges(invocation: Invocation, tests: list[Test], configs: dict[str, ModelConfig],
+            defaults: dict[str, Any]) -> Any:
+    """The judge models of the selected tests, resolved now: before any call is paid (UsageError, exit 2)."""
+    from engine.client.judge import resolve_judges
+
+    judges = resolve_judges(tests, configs, defaults.get("judge"),
+                            invocation.models_file or "the default models (no --models file)",
+                            embedding_default=defaults.get("embedding"))
+    if judges is not None and invocation.max_retries is not None:
+        judges = dataclasses.replace(judges, models={
+            name: dataclasses.replace(m, max_retries=invocation.max_retries) for name, m in judges.models.items()})
+    return judges
+
+
+def api_keys(models: list[ModelConfig]) -> dict[str, str | None]:
+    keys: dict[str, str | None] = {}
+    for model in models:
+        if model.api_key_env:
+            value = os.environ.get(model.api_key_env)
+            if not value and looks_like_key(model.api_key_env):   # never repeat what may be the key itself
+                raise UsageError(f"model {model.name}: api_key_env looks like an API key, not the NAME of an "
+                                 f"environment variable; put the key in a variable (export OPENAI_API_KEY=...) "
+                                 f"and write its name, e.g. api_key_env: OPENAI_API_KEY")
+            if not value:
+                raise UsageError(f"model {model.name} reads its API key from ${model.api_key_env}, which is not set; "
+                                 f"export it, or remove api_key_env for a server without keys")
+            urls = (model.base_url, *model.base_urls)
+            if any("@" in (url or "").partition("//")[2].partition("/")[0] for url in urls):
+                raise UsageError(f"model {model.name}: base_url carries a user:password and api_key_env is set too; "
+                                 f"a request has one Authorization header: keep one of them")
+            keys[model.name] = value
+        else:
+            keys[model.name] = None
+    return keys
