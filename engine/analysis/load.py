@@ -110,6 +110,38 @@ def find_parquet_files(paths: str | os.PathLike[str] | Iterable[str | os.PathLik
     return sorted(found.values(), key=str)
 
 
+def has_values(files: Sequence[Path], column: str) -> bool:
+    """Whether any row of the files holds a non-null `column`, from the Parquet footers where they say so.
+
+    A file without the column holds none; a row group whose statistics count as many nulls as values holds
+    none; otherwise (or without statistics) the one column is read. Lets a command skip a second, wide load
+    (the judges section reads every row's evaluator list) when a run has nothing for it.
+
+    Args:
+        files: Parquet files (`find_parquet_files`).
+        column: A top-level column name.
+    """
+    import pyarrow.parquet as pq
+
+    for file in files:
+        meta = pq.ParquetFile(file).metadata
+        names = [meta.schema.column(i).path for i in range(meta.num_columns)]
+        if column not in names:
+            continue
+        index = names.index(column)
+        for group in range(meta.num_row_groups):
+            stats = meta.row_group(group).column(index).statistics
+            if stats is not None and stats.has_null_count:
+                if stats.null_count < meta.row_group(group).num_rows:
+                    return True
+                continue
+            # No statistics (a writer may leave them out): read the one column once.
+            if pq.read_table(file, columns=[column])[column].null_count < meta.num_rows:
+                return True
+            break
+    return False
+
+
 def load(
     paths: str | os.PathLike[str] | Sequence[str | os.PathLike[str]] = "results/latest",
     *,

@@ -147,7 +147,7 @@ def analyze(
     text = render(analysis, fmt, table=table)
     if irt:
         text = _with_irt(text, fmt, grid_of())
-    if fmt != "csv" and path == "duckdb":
+    if fmt != "csv" and path == "duckdb" and _judged_or_varied(results):
         # The judges section reads every row's evaluator list, the variant tables every row: in memory only.
         typer.echo("note: the judges section and the prompt-variant tables are computed in memory only; run "
                    "`--engine pandas` on the runs that have them", err=True)
@@ -183,6 +183,14 @@ def analyze(
             typer.echo(f"warning: no model in common with {fail_on_regression}: nothing to compare", err=True)
         code = FAILED if result.regressed else code
     raise typer.Exit(code)
+
+
+def _judged_or_varied(paths: list[Path]) -> bool:
+    """Whether the runs hold judge verdicts or prompt variants (read from the Parquet footers)."""
+    from engine.analysis.load import find_parquet_files, has_values
+
+    files = find_parquet_files(paths)
+    return has_values(files, "judge_calls") or has_values(files, "variant")
 
 
 def _choose_engine(paths: list[Path], engine: str) -> str:
@@ -232,7 +240,10 @@ def _with_irt(text: str, fmt: str, cells: Cells) -> str:
 def _with_judges(text: str, fmt: str, results: list[Path], include_fallback: bool, calibration: Path | None) -> str:
     """Append the judges section (engine.analysis.judges) when the run has `judge` evaluators."""
     from engine.analysis.judges import default_calibration_path, judge_report, read_calibration_records, render_judges
+    from engine.analysis.load import find_parquet_files, has_values
 
+    if not has_values(find_parquet_files(results), "judge_calls"):   # nothing judged: no second, wide load
+        return text
     columns = ("model", "suite", "test_id", "test_hash", "evaluators", "judge_calls")
     df = _load(results, include_fallback, columns=columns)
     if df["judge_calls"].isna().all():

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import sys
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -170,3 +171,25 @@ def test_cli_engine_option_and_glob(runs: list) -> None:
     assert sum(m["rows"] for m in outputs["duckdb"]["models"]) == len(load(runs[:3]))
     bad = runner.invoke(app, ["analyze", str(runs[0]), "--engine", "spark"])
     assert bad.exit_code == 2 and "--engine spark" in bad.output
+
+
+def test_has_values_reads_footers_and_falls_back_to_the_column(tmp_path: Path) -> None:
+    """The judges section's second load is skipped only when no row has a judge verdict."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from engine.analysis.load import has_values
+
+    def write(name: str, values: list, *, statistics: bool = True) -> Path:
+        path = tmp_path / name
+        pq.write_table(pa.table({"judge_calls": pa.array(values, pa.int32()), "x": list(range(len(values)))}),
+                       path, row_group_size=2, write_statistics=statistics)
+        return path
+
+    empty, judged = write("empty.parquet", [None] * 5), write("judged.parquet", [None, None, None, None, 1])
+    bare = tmp_path / "bare.parquet"
+    pq.write_table(pa.table({"x": [1, 2]}), bare)
+    assert not has_values([empty, bare], "judge_calls")
+    assert has_values([empty, judged], "judge_calls")    # the value sits in the last row group
+    assert has_values([write("nostats.parquet", [None, 2], statistics=False)], "judge_calls")
+    assert not has_values([write("nostats-empty.parquet", [None, None], statistics=False)], "judge_calls")
