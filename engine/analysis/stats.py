@@ -9,6 +9,7 @@ the cases of one templated test, move together.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -315,19 +316,11 @@ def benjamini_hochberg(p_values: np.ndarray) -> np.ndarray:
     Args:
         p_values: Raw p-values.
     """
-    p = np.asarray(p_values, dtype="float64")
-    out = np.full(p.shape, np.nan)
-    finite = np.isfinite(p)
-    m = int(finite.sum())
-    if m == 0:
-        return out
-    order = np.argsort(p[finite], kind="stable")
-    ranked = p[finite][order] * m / np.arange(1, m + 1)
-    ranked = np.minimum.accumulate(ranked[::-1])[::-1]
-    q = np.empty(m)
-    q[order] = np.minimum(ranked, 1.0)
-    out[finite] = q
-    return out
+    def step_up(ranked: np.ndarray) -> np.ndarray:
+        m = ranked.size
+        return np.minimum(np.minimum.accumulate((ranked * m / np.arange(1, m + 1))[::-1])[::-1], 1.0)
+
+    return _adjust_sorted(p_values, step_up)
 
 
 def holm(p_values: np.ndarray) -> np.ndarray:
@@ -339,16 +332,23 @@ def holm(p_values: np.ndarray) -> np.ndarray:
     Args:
         p_values: Raw p-values.
     """
+    def step_down(ranked: np.ndarray) -> np.ndarray:
+        m = ranked.size
+        return np.maximum.accumulate(np.minimum(1.0, ranked * (m - np.arange(m))))
+
+    return _adjust_sorted(p_values, step_down)
+
+
+def _adjust_sorted(p_values: np.ndarray, adjust: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
+    """Apply `adjust` to the finite p-values in ascending order and put the results back in place (NaN stays)."""
     p = np.asarray(p_values, dtype="float64")
     out = np.full(p.shape, np.nan)
     finite = np.isfinite(p)
-    m = int(finite.sum())
-    if m == 0:
+    if not finite.any():
         return out
     order = np.argsort(p[finite], kind="stable")
-    ranked = np.maximum.accumulate(np.minimum(1.0, p[finite][order] * (m - np.arange(m))))
-    adjusted = np.empty(m)
-    adjusted[order] = ranked
+    adjusted = np.empty(int(finite.sum()))
+    adjusted[order] = adjust(p[finite][order])
     out[finite] = adjusted
     return out
 
