@@ -1,14 +1,19 @@
 """`Diagnostic`: one problem in an input file, printed gcc-style as FILE:LINE:COL: error: message.
 
 It lives in `engine.base` (re-exported by `engine.errors`) because the YAML loader, which sits here so that
-both the suite and the harness layers can use it, reports its problems as diagnostics.
+both the suite and the harness layers can use it, reports its problems as diagnostics. `Problem` is the step
+before: a problem at a path inside a loaded value (a tools entry, a workspace block), which the suite layer
+turns into a Diagnostic once it knows the path's FILE:LINE:COL.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["Diagnostic"]
+__all__ = ["Diagnostic", "Path", "Problem"]
+
+# Keys and indices from a value's root to a place in it, e.g. ("tools", "get_weather", "returns", 1).
+Path = tuple[str | int, ...]
 
 
 @dataclass(frozen=True)
@@ -33,3 +38,19 @@ class Diagnostic:
         if self.line <= 0:  # about the file as a whole (gcc prints no position then either)
             return f"{self.file}: {self.severity}: {self.message}"
         return f"{self.file}:{self.line}:{self.col}: {self.severity}: {self.message}"
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """One thing wrong inside a loaded value (a tool's spec, a workspace block).
+
+    Args:
+        path: Keys and indices from the value's root to the bad value, e.g. `("tools", "get_weather",
+            "returns", 1, "delay_s")`.
+        message: What is wrong and how to fix it.
+        key: True when the problem is the key at `path` itself (an unknown key), not its value.
+    """
+
+    path: Path
+    message: str
+    key: bool = False

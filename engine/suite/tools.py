@@ -41,6 +41,7 @@ from typing import Any, Literal
 import jsonschema
 from jinja2 import meta
 
+from engine.base.diagnostic import Path, Problem
 from engine.base.render import ENV, TemplateSyntaxError, is_template, render_value
 from engine.evaluators.tool_match import plain, strict_equal
 
@@ -57,29 +58,12 @@ __all__ = [
     "result_text",
 ]
 
-Path = tuple[str | int, ...]
 
 RULE_KEYS = ("when", "result", "error", "delay_s", "set")
 TOOL_KEYS = ("description", "parameters", "returns")
 RESERVED_NAMES = frozenset({"args", "state"})
 MAX_DELAY_S = 300.0   # a simulated tool slower than this is a typo (ms for s), not a test
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
-
-
-@dataclass(frozen=True, slots=True)
-class Problem:
-    """One thing wrong in a tool's spec.
-
-    Args:
-        path: Keys and indices from the spec's root to the bad value, e.g. `("tools", "get_weather",
-            "returns", 1, "delay_s")`.
-        message: What is wrong and how to fix it.
-        key: True when the problem is the key at `path` itself (an unknown key), not its value.
-    """
-
-    path: Path
-    message: str
-    key: bool = False
 
 
 @dataclass(frozen=True, slots=True)

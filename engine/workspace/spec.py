@@ -27,6 +27,8 @@ from pathlib import Path, PurePosixPath
 from types import MappingProxyType
 from typing import Any
 
+from engine.base.diagnostic import Path as Path_
+from engine.base.diagnostic import Problem
 from engine.paths import data_dir
 
 __all__ = ["BUILTIN_NAMES", "WORKSPACE_KEYS", "Problem", "WorkspaceSpec", "builtin_definition", "builtin_tools",
@@ -35,7 +37,6 @@ __all__ = ["BUILTIN_NAMES", "WORKSPACE_KEYS", "Problem", "WorkspaceSpec", "built
 WORKSPACE_KEYS = ("folder", "files", "setup", "network", "timeout_s", "memory_mb")
 MAX_TIMEOUT_S = 3600.0
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
-Path_ = tuple[str | int, ...]
 
 
 @cache
@@ -53,15 +54,6 @@ def builtin_definition(builtin: str, name: str | None = None) -> dict[str, Any]:
     spec = builtin_tools()[builtin]
     return {"type": "function", "function": {"name": name or builtin, "description": spec["description"],
                                              "parameters": spec["parameters"]}}
-
-
-@dataclass(frozen=True, slots=True)
-class Problem:
-    """One thing wrong in a workspace or tools entry: the path of the bad value, and what to do."""
-
-    path: Path_
-    message: str
-    key: bool = False
 
 
 @dataclass(frozen=True, slots=True)
