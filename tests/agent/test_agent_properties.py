@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections import Counter
+from pathlib import Path
 
 import yaml
 from hypothesis import given, settings
@@ -90,28 +91,9 @@ def test_every_conversation_keeps_the_loops_invariants(turns: list[GoldenTurn], 
     assert transcript.state.get("n", 0) == counted
 
 
-ISSUE_SUITE = """
-tools:
-  get_weather:
-    description: Current weather for a city.
-    parameters: {type: object, properties: {city: {type: string}}, required: [city]}
-    returns:
-      - when: {city: [Paris]}
-        result: {temp_c: 18, sky: cloudy}
-      - error: unknown city
-tests:
-  - id: weather-then-answer
-    prompt: What should I wear in Paris today?
-    tools: [get_weather]
-    agent: {max_turns: 4}
-    golden:
-      - tool_calls: [{name: get_weather, arguments: {city: Paris}}]
-      - It is 18°C and cloudy in Paris; a light jacket will do.
-    eval:
-      all:
-        - tool_sequence: [get_weather]
-        - final_answer: {contains: "18"}
-"""
+# The issue's YAML example, kept once as a fixture (also loaded by test_agent_suites and test_agent_golden_check).
+ISSUE_SUITE = (Path(__file__).resolve().parents[1] / "fixtures" / "agent" / "issue_example.yaml").read_text(
+    encoding="utf-8")
 
 
 async def test_the_issue_example_from_yaml_through_the_loop() -> None:
