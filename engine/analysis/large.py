@@ -186,10 +186,16 @@ def grid_from_parquet(
                {''.join(', ' + c for c in agents)}
         FROM (SELECT *, score IS NOT NULL AND NOT isnan(score) AS scored FROM raw {keep})
     """)
+    item_frame = con.execute("""
+        SELECT suite, test_id, case_index,
+               arg_min_null(threshold, position) AS threshold, arg_min_null(tags, position) AS tags,
+               arg_min_null(test_hash, position) AS test_hash, count(DISTINCT test_hash) AS hashes
+        FROM r GROUP BY suite, test_id, case_index
+    """).df()
     if con.execute("SELECT count(variant) FROM r").fetchone()[0]:   # type: ignore[index]
         # As cells.item_codes: with prompt variants a test is the set of its variants' hashes, and "edited"
         # means two hashes for one (test, variant).
-        item_frame = con.execute("""
+        varied = con.execute("""
             SELECT suite, test_id, case_index,
                    array_to_string(list_sort(list_distinct(flatten(list(hashes)))), '+') AS test_hash,
                    max(n) AS hashes
@@ -198,19 +204,7 @@ def grid_from_parquet(
                   FROM r GROUP BY suite, test_id, case_index, coalesce(variant, ''))
             GROUP BY suite, test_id, case_index
         """).df()
-        firsts = con.execute("""
-            SELECT suite, test_id, case_index, arg_min_null(threshold, position) AS threshold,
-                   arg_min_null(tags, position) AS tags
-            FROM r GROUP BY suite, test_id, case_index
-        """).df()
-        item_frame = item_frame.merge(firsts, on=list(ITEM_KEY))
-    else:
-        item_frame = con.execute("""
-            SELECT suite, test_id, case_index,
-                   arg_min_null(threshold, position) AS threshold, arg_min_null(tags, position) AS tags,
-                   arg_min_null(test_hash, position) AS test_hash, count(DISTINCT test_hash) AS hashes
-            FROM r GROUP BY suite, test_id, case_index
-        """).df()
+        item_frame = item_frame.drop(columns=["test_hash", "hashes"]).merge(varied, on=list(ITEM_KEY))
     cell_frame = con.execute("""
         SELECT suite, test_id, case_index, model, count(*) AS n_rows, sum(CAST(scored AS INTEGER)) AS n_scored,
                sum(s) AS score_sum, sum(p) AS n_passed,
