@@ -131,7 +131,7 @@ def analyze(
     from engine.analysis.summary import analyze as run_analysis
     from engine.analysis.summary import analyze_grid
 
-    path = _choose_engine(results, engine)
+    path, files = _choose_engine(results, engine)
     if path == "duckdb":
         cells = _grid(results, include_fallback, cluster_by)
         grid, rows, agents = cells
@@ -147,12 +147,12 @@ def analyze(
     text = render(analysis, fmt, table=table)
     if irt:
         text = _with_irt(text, fmt, grid_of())
-    if fmt != "csv" and path == "duckdb" and _judged_or_varied(results):
+    if fmt != "csv" and path == "duckdb" and _judged_or_varied(files):
         # The judges section reads every row's evaluator list, the variant tables every row: in memory only.
         typer.echo("note: the judges section and the prompt-variant tables are computed in memory only; run "
                    "`--engine pandas` on the runs that have them", err=True)
     elif fmt != "csv":
-        text = _with_judges(text, fmt, results, include_fallback, calibration)
+        text = _with_judges(text, fmt, files, include_fallback, calibration)
     if output is not None:
         output.parent.mkdir(parents=True, exist_ok=True)
         output.write_text(text, encoding="utf-8")
@@ -185,26 +185,29 @@ def analyze(
     raise typer.Exit(code)
 
 
-def _judged_or_varied(paths: list[Path]) -> bool:
-    """Whether the runs hold judge verdicts or prompt variants (read from the Parquet footers)."""
-    from engine.analysis.load import find_parquet_files, has_values
+def _judged_or_varied(files: list[Path]) -> bool:
+    """Whether the Parquet files hold judge verdicts or prompt variants (read from their footers)."""
+    from engine.analysis.load import has_values
 
-    files = find_parquet_files(paths)
     return has_values(files, "judge_calls") or has_values(files, "variant")
 
 
-def _choose_engine(paths: list[Path], engine: str) -> str:
-    """The analysis path (`engine.analysis.large.choose_engine`); says on stderr when it is not the usual one."""
+def _choose_engine(paths: list[Path], engine: str) -> tuple[str, list[Path]]:
+    """(the analysis path, the Parquet files under `paths`); says on stderr when the path is not the usual one.
+
+    The files are found once here (a URL run is fetched here) and reused by the checks that read only footers.
+    """
     from engine.analysis.large import choose_engine
     from engine.analysis.load import find_parquet_files
 
     try:
-        path, why = choose_engine(find_parquet_files(paths), engine)
+        files = find_parquet_files(paths)
+        path, why = choose_engine(files, engine)
     except EngineError as exc:
         raise _fail_usage(str(exc)) from None
     if path == "duckdb" or "pip install" in why:
         typer.echo(f"note: analysed with {why}", err=True)
-    return path
+    return path, files
 
 
 def _grid(paths: list[Path], include_fallback: bool, cluster_by: str) -> tuple:
@@ -237,15 +240,15 @@ def _with_irt(text: str, fmt: str, cells: Cells) -> str:
     return text + render_irt(result, fmt)
 
 
-def _with_judges(text: str, fmt: str, results: list[Path], include_fallback: bool, calibration: Path | None) -> str:
-    """Append the judges section (engine.analysis.judges) when the run has `judge` evaluators."""
+def _with_judges(text: str, fmt: str, files: list[Path], include_fallback: bool, calibration: Path | None) -> str:
+    """Append the judges section (engine.analysis.judges) when the Parquet files hold `judge` verdicts."""
     from engine.analysis.judges import default_calibration_path, judge_report, read_calibration_records, render_judges
-    from engine.analysis.load import find_parquet_files, has_values
+    from engine.analysis.load import has_values
 
-    if not has_values(find_parquet_files(results), "judge_calls"):   # nothing judged: no second, wide load
+    if not has_values(files, "judge_calls"):   # nothing judged: no second, wide load
         return text
     columns = ("model", "suite", "test_id", "test_hash", "evaluators", "judge_calls")
-    df = _load(results, include_fallback, columns=columns)
+    df = _load(files, include_fallback, columns=columns)
     if df["judge_calls"].isna().all():
         return text
     report = judge_report(df, read_calibration_records(calibration or default_calibration_path()))
