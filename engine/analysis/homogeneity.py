@@ -26,8 +26,9 @@ paths, chosen per test from its counts in this order:
    (Cochran's rule: there the large-sample distribution is accurate);
 2. the same exact computation restricted to the *minority* outcome when it is rare: with m = min(K, N − K)
    at most `MAX_EXACT_MINORITY` (swapping pass and fail when passes are the majority, which keeps the order
-   of T given K, since Σ (n_m − x_m)² / n_m = N − 2K + T), the table needs only rows 0..m and, as
-   x²/n ≤ x, statistic values up to about S·m, whatever N is;
+   of T given K, since Σ (n_m − x_m)² / n_m = N − 2K + T), on the statistic Σ round(S·x_m(x_m − 1)/n_m)
+   (T − K/n exactly when attempt counts are equal; x(x − 1) is even, so S = n/2 suffices for even n), the table needs
+   only rows 0..m and columns up to the largest observed statistic, whatever N is;
 3. otherwise a sequential Monte Carlo permutation p-value (Besag & Clifford 1991): resamples are drawn
    until h = `DEFAULT_EXCEEDANCES` of them reach the observed statistic or `DEFAULT_PERMUTATIONS` have been
    drawn. Stopped at the L-th resample by the h-th exceedance, p = h / L; at the cap with g < h exceedances,
@@ -266,8 +267,10 @@ def _exact(x: np.ndarray, n: np.ndarray, *, minority: bool = False) -> np.ndarra
     max_rows = int(k_obs.max()) + 1
     if minority:
         # The statistic Σ x(x − 1)/n_m: with equal attempt counts it is T − K/n, the same order as T given K,
-        # and x(x − 1) is even, so S = n/2 keeps it exact on half the columns of Σ x²/n (twice as fast).
-        scale = float(max(1, min((max_n + 1) // 2, _MAX_MINORITY_COLUMNS // max_rows)))
+        # and x(x − 1) is even, so S = n/2 (n even; n when odd) keeps it exact: for even n, half the columns
+        # of Σ x²/n (the DP twice as fast).
+        natural = max_n // 2 if max_n % 2 == 0 else max_n
+        scale = float(max(1, min(natural, _MAX_MINORITY_COLUMNS // max_rows)))
         models = int((n > 0).sum(axis=1).max())
         # u ≤ S·j + ½ per model: x(x − 1)/n ≤ x, and each increment rounds by at most ½.
         ceiling = np.floor(scale * np.arange(max_rows) + 0.5 * models).astype("int64")

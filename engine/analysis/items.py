@@ -68,7 +68,7 @@ def per_test(df: pd.DataFrame | None = None, *, alpha: float = DEFAULT_ALPHA, ce
         alpha: Error rate of the "discriminating" call: the false-discovery rate with correction "bh"
             (Benjamini-Hochberg, the default), the family-wise error rate with "holm".
         cells: A grid already built from `df` (saves rebuilding it); None builds it.
-        seed: Seed of the Monte Carlo permutations used for tests with more than 400 attempts.
+        seed: Seed of the sequential Monte Carlo permutations (large sparse tests only: `homogeneity`).
         correction: "bh" or "holm": how p-values are adjusted for testing every test at once.
 
     Returns:

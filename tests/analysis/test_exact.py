@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from engine.analysis.homogeneity import MAX_EXACT_ATTEMPTS, chi2_sf, homogeneity_p_values
+from engine.analysis.homogeneity import MAX_EXACT_ATTEMPTS, chi2_sf, homogeneity_p_values, p_value_methods
 from engine.analysis.passk import pass_at_k, pass_hat_k
 
 
@@ -66,18 +66,34 @@ def test_large_tests_use_chi_square_when_counts_are_large() -> None:
     assert homogeneity_p_values(x, n)[0] == pytest.approx(expected, rel=1e-9)
 
 
-def test_monte_carlo_path_for_large_sparse_tests_agrees_with_a_two_model_exact_value() -> None:
+def test_large_sparse_tests_are_exact_on_the_rarer_outcome() -> None:
     # 2 models × 250 attempts exceeds MAX_EXACT_ATTEMPTS and 3 passes in all leave expected counts below 5:
-    # permutation p-value; compare with the exact chi-square-ordered tail, computed here over the
-    # hypergeometric distribution of model 1's passes.
+    # the exact path on the rarer outcome; compare with the exact chi-square-ordered tail, computed here over
+    # the hypergeometric distribution of model 1's passes. (Before issue #22: 4,000 permutations.)
     n, x = 250, [3, 0]
     assert 2 * n > MAX_EXACT_ATTEMPTS
+    assert list(p_value_methods(np.array([x, [n - 3, n]]), np.array([[n, n]] * 2))) == ["exact-minority"] * 2
     total = sum(x)
     probs = {a: math.comb(n, a) * math.comb(n, total - a) / math.comb(2 * n, total) for a in range(total + 1)}
     observed = (x[0] ** 2 + x[1] ** 2) / n
     exact = sum(p for a, p in probs.items() if (a * a + (total - a) ** 2) / n >= observed - 1e-9)
-    got = homogeneity_p_values(np.array([x]), np.array([[n, n]]), permutations=20000, seed=1)[0]
-    assert got == pytest.approx(exact, abs=0.01)
+    got = homogeneity_p_values(np.array([x, [n - 3, n]]), np.array([[n, n]] * 2))
+    assert got == pytest.approx([exact, exact], rel=1e-9)  # passes the majority: the same table flipped
+
+
+def test_exact_minority_path_equals_brute_force_on_small_tables() -> None:
+    """The rows-0..m, wedge-and-cap dynamic programme on tables small enough to enumerate (equal counts,
+    where its statistic Σ x(x − 1)/n orders tables as Σ x²/n does)."""
+    from engine.analysis.homogeneity import _exact
+
+    rng = np.random.default_rng(12)
+    for _ in range(60):
+        k, n = int(rng.integers(2, 5)), int(rng.integers(2, 7))
+        passes = [int(rng.integers(0, n + 1)) for _ in range(k)]
+        if not 0 < sum(passes) < k * n:
+            continue
+        got = _exact(np.array([passes]), np.array([[n] * k]), minority=True)[0]
+        assert got == pytest.approx(brute_force_p(passes, [n] * k), rel=1e-9), passes
 
 
 def test_trivial_and_single_model_tests() -> None:
