@@ -10,11 +10,13 @@ model m passes with chance sigmoid(ability_m + u + v)):
    with the rates of the interval alone and McNemar alone beside the shipped rule (both must agree);
    and the power of the rule when the models differ;
 3. tests classed from evidence: 20 flat + 20 discriminating tests (4 models, 5 attempts), and 40 flat tests,
-   with Benjamini-Hochberg (the default) and Holm.
+   with Benjamini-Hochberg (the default) and Holm;
+4. (issue #22) the same classes in the large-count regime (50 models × 20 attempts, rare passes: the
+   exact-minority path) against the 4,000 fixed permutations it replaced, and the time of each.
 
 Independent runs are stacked as model columns of one frame, so each figure is a handful of public API calls.
 
-    python bench/bench_stats_sim.py [--runs 400]
+    python bench/bench_stats_sim.py [--runs 400] [--large-runs 20] [--only large]
 """
 
 from __future__ import annotations
@@ -28,9 +30,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "analysis"))
 
-from simulate import frame, simulate, true_pass_rate
+from simulate import frame, large_count_frame, old_rule, simulate, true_pass_rate
 
-from engine.analysis import build_cells, compare, per_model, per_test
+from engine.analysis import build_cells, compare, items, per_model, per_test
 from engine.analysis.stats import cluster_bootstrap_means, percentile_ci
 
 
@@ -155,14 +157,56 @@ def classes(runs: int, correction: str = "bh") -> list[str]:
     ]
 
 
+def large_count_classes(runs: int) -> list[str]:
+    """Classes with the shipped paths and with the fixed-count rule (before issue #22) on the same runs."""
+    rng = np.random.default_rng(2222)
+    shipped = items.homogeneity_p_values
+    changed = tests_total = 0
+    figures = {"new": [0, 0, 0, 0.0], "old": [0, 0, 0, 0.0]}  # flat called, weak found, clear found, seconds
+    for _ in range(runs):
+        df = large_count_frame(rng)
+        group = np.repeat([0, 1, 2], 40)
+        statuses = {}
+        for name, rule in (("new", shipped), ("old", old_rule)):
+            items.homogeneity_p_values = rule  # type: ignore[assignment]
+            try:
+                started = time.perf_counter()
+                tests = per_test(df)
+                figures[name][3] += time.perf_counter() - started
+            finally:
+                items.homogeneity_p_values = shipped  # type: ignore[assignment]
+            called = (tests["status"] == "discriminating").to_numpy()
+            for g in range(3):
+                figures[name][g] += int((called & (group == g)).sum())
+            statuses[name] = tests["status"].to_numpy()
+        changed += int((statuses["new"] != statuses["old"]).sum())
+        tests_total += len(group)
+    per = 40 * runs
+    out = ["## 4. Classes in the large-count regime (50 models × 20 attempts, rare passes; BH 5%)", "",
+           "| figure | exact-minority path (shipped) | 4,000 fixed permutations (before) |", "|---|---|---|"]
+    out += [f"| flat tests called discriminating | {figures['new'][0]} of {per} | {figures['old'][0]} of {per} |",
+            f"| weakly discriminating tests found | {figures['new'][1]} of {per} | {figures['old'][1]} of {per} |",
+            f"| clearly discriminating tests found | {figures['new'][2]} of {per} | {figures['old'][2]} of {per} |",
+            f"| per_test seconds ({runs} runs of 120 tests) | {figures['new'][3]:.1f} | {figures['old'][3]:.1f} |",
+            "", f"Tests whose class differs between the two: {changed} of {tests_total}."]
+    return out
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=400)
+    parser.add_argument("--large-runs", type=int, default=20)
+    parser.add_argument("--only", choices=["large"], help="Run section 4 alone.")
     args = parser.parse_args()
     started = time.perf_counter()
+    if args.only == "large":
+        print("\n".join(large_count_classes(args.large_runs)))
+        print(f"\n{time.perf_counter() - started:.0f} s")
+        return 0
     lines = coverage(args.runs)
     more, worst = false_better(args.runs)
     lines += [""] + more + [""] + classes(args.runs) + [""] + classes(args.runs, "holm")
+    lines += [""] + large_count_classes(args.large_runs)
     print("\n".join(lines))
     print(f"\n{time.perf_counter() - started:.0f} s")
     return 0 if worst <= 0.05 else 1

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from engine.analysis.cells import Cells, build_cells
-from engine.analysis.homogeneity import homogeneity_p_values
+from engine.analysis.homogeneity import homogeneity_p_values, p_value_methods
 from engine.analysis.stats import CORRECTIONS, rowwise_corr
 
 if TYPE_CHECKING:
@@ -130,10 +130,11 @@ def per_test(df: pd.DataFrame | None = None, *, alpha: float = DEFAULT_ALPHA, ce
         [~any_data, discriminating, saturated, floor, n_models < 2],
         ["no-data", "discriminating", "saturated", "floor", "single-model"], "uninformative")
     attempts = cells.n_scored.sum(axis=1).astype("int64")
+    methods = p_value_methods(cells.n_passed, cells.n_scored) if len(items) else np.zeros(0, dtype=object)
     reason = [
-        _reason(str(s), int(m), d, pr, p, q, alpha, int(a))
-        for s, m, d, pr, p, q, a in zip(status, n_models, difficulty, pass_rate, p_value, q_value, attempts,
-                                        strict=True)
+        _reason(str(s), int(m), d, pr, p, q, alpha, int(a), _TEST_NAMES.get(str(how), "exact test"))
+        for s, m, d, pr, p, q, a, how in zip(status, n_models, difficulty, pass_rate, p_value, q_value, attempts,
+                                             methods, strict=True)
     ]
     return pd.DataFrame({
         "suite": items["suite"], "test_id": items["test_id"], "case_index": items["case_index"],
@@ -148,11 +149,16 @@ def per_test(df: pd.DataFrame | None = None, *, alpha: float = DEFAULT_ALPHA, ce
     })
 
 
+# How each homogeneity path is named in a test's reason (homogeneity.p_value_methods).
+_TEST_NAMES = {"exact": "exact test", "exact-minority": "exact test", "chi-square": "chi-square test",
+               "monte-carlo": "Monte Carlo permutation test"}
+
+
 def _reason(status: str, n_models: int, difficulty: float, pass_rate: float, p_value: float, q_value: float,
-            alpha: float, attempts: int) -> str:
+            alpha: float, attempts: int, test: str = "exact test") -> str:
     """One line saying why a test got its status, for tables and the report."""
     models = f"{n_models} model{'s' if n_models != 1 else ''}"
-    evidence = "" if np.isnan(p_value) else f" (exact test p = {p_value:.3g}, adjusted q = {q_value:.3g})"
+    evidence = "" if np.isnan(p_value) else f" ({test} p = {p_value:.3g}, adjusted q = {q_value:.3g})"
     if status == "no-data":
         return "no scored attempt: every row is an error"
     if status == "discriminating":

@@ -67,3 +67,47 @@ def simulate(rng: np.random.Generator, abilities: Sequence[float], tests: int, c
     names = [f"m{j}" for j in range(len(abilities))] if runs == 1 else \
         [f"r{r:04d}m{j}" for r in range(runs) for j in range(len(abilities))]
     return frame(passed, names), p
+
+
+def sparse_grid(rng: np.random.Generator, tests: int, spread: float, base: tuple[float, float],
+                models: int = 50, attempts: int = 20, error: float = 0.02) -> tuple[np.ndarray, np.ndarray]:
+    """(passes, attempts) of `tests` tests × `models` models: pass chance sigmoid(logit(b) + spread·a_m) with
+    b ~ U(base) per test and a_m ~ N(0, 1) per model; each attempt an error row (not scored) with `error`."""
+    logit = np.log(np.array(base) / (1 - np.array(base)))
+    eta = rng.uniform(*logit, (tests, 1)) + spread * rng.normal(0, 1, (1, models))
+    n = rng.binomial(attempts, 1 - error, (tests, models))
+    return rng.binomial(n, 1 / (1 + np.exp(-eta))), n
+
+
+def large_count_frame(rng: np.random.Generator, per_group: int = 40) -> pd.DataFrame:
+    """A suite of 3·per_group tests × 50 models × 20 attempts, rows as `engine run` writes them: flat tests (one
+    pass chance for every model, 3-12%), weakly and clearly discriminating ones, all with rare passes, so that
+    every test takes a large-count path of the homogeneity test; 2% error rows."""
+    groups = [sparse_grid(rng, per_group, s, (0.03, 0.12), error=0.0) for s in (0.0, 0.35, 1.0)]
+    n_passed = np.concatenate([g[0] for g in groups])
+    tests = len(n_passed)
+    outcome = np.arange(20)[None, None, None, :] < n_passed[:, None, :, None]
+    outcome = rng.permuted(np.broadcast_to(outcome, (tests, 1, 50, 20)).copy(), axis=3)
+    df = frame(outcome, [f"m{j:02d}" for j in range(50)])
+    df.loc[rng.random(len(df)) < 0.02, "score"] = np.nan
+    return df
+
+
+def fixed_count(x: np.ndarray, n: np.ndarray, seed: int) -> np.ndarray:
+    """The Monte Carlo test as it was before issue #22: (1 + #{T* ≥ T}) / (1 + 4,000) for every table (the
+    sequential code with more exceedances than its cap never stops early)."""
+    from engine.analysis.homogeneity import DEFAULT_PERMUTATIONS, _monte_carlo
+
+    return _monte_carlo(x, n, DEFAULT_PERMUTATIONS, seed, exceedances=DEFAULT_PERMUTATIONS + 1)
+
+
+def old_rule(passes: np.ndarray, attempts: np.ndarray, *, seed: int = 0) -> np.ndarray:
+    """`homogeneity_p_values` before issue #22: 4,000 fixed permutations wherever a large test is sparse."""
+    from engine.analysis.homogeneity import homogeneity_p_values, p_value_methods
+
+    out = homogeneity_p_values(passes, attempts, seed=seed)
+    big = np.isin(p_value_methods(passes, attempts), ["exact-minority", "monte-carlo"])
+    x = np.rint(np.nan_to_num(passes)).astype("int64")
+    n = np.rint(np.nan_to_num(attempts)).astype("int64")
+    out[big] = fixed_count(x[big], n[big], seed)
+    return out

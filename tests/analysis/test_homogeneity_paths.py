@@ -10,7 +10,8 @@ else by Besag and Clifford's sequential Monte Carlo (`monte-carlo`, h = 100 exce
     gives, except where the fixed-count p-value is within its Monte Carlo error of the cut-off;
 (c) under the null hypothesis both paths reject at most alpha of the time.
 
-The reference fixed-count test is `_monte_carlo` with more exceedances than the cap (it never stops early).
+The reference fixed-count test is `simulate.fixed_count`: the sequential code with more exceedances than the
+cap (it never stops early), which is the fixed-count test.
 """
 
 from __future__ import annotations
@@ -20,23 +21,17 @@ import math
 
 import numpy as np
 import pytest
-from simulate import frame
+from simulate import fixed_count, large_count_frame, old_rule, sparse_grid
 
 from engine.analysis import items, per_test
 from engine.analysis.homogeneity import (
     DEFAULT_EXCEEDANCES,
     DEFAULT_PERMUTATIONS,
-    _monte_carlo,
     homogeneity_p_values,
     p_value_methods,
 )
 
 CAP = DEFAULT_PERMUTATIONS
-
-
-def fixed_count(x: np.ndarray, n: np.ndarray, seed: int) -> np.ndarray:
-    """The test as it was before issue #22: (1 + #{T* ≥ T}) / (1 + 4,000) for every table."""
-    return _monte_carlo(x, n, CAP, seed, exceedances=CAP + 1)
 
 
 def enumerated_p(passes: list[int], attempts: list[int]) -> float:
@@ -115,16 +110,6 @@ def test_the_sequential_test_stops_early_far_from_significance() -> None:
     assert stopped_at == pytest.approx(round(stopped_at), abs=1e-6) and stopped_at < 400
 
 
-def sparse_grid(rng: np.random.Generator, tests: int, spread: float, base: tuple[float, float],
-                models: int = 50, attempts: int = 20, error: float = 0.02) -> tuple[np.ndarray, np.ndarray]:
-    """(passes, attempts) of `tests` tests × `models` models: pass chance sigmoid(logit(b) + spread·a_m) with
-    b ~ U(base) per test and a_m ~ N(0, 1) per model; each attempt an error row (not scored) with `error`."""
-    logit = np.log(np.array(base) / (1 - np.array(base)))
-    eta = rng.uniform(*logit, (tests, 1)) + spread * rng.normal(0, 1, (1, models))
-    n = rng.binomial(attempts, 1 - error, (tests, models))
-    return rng.binomial(n, 1 / (1 + np.exp(-eta))), n
-
-
 @pytest.mark.parametrize("error", [0.0, 0.02])
 def test_exact_minority_p_values_agree_with_the_fixed_count_test(error: float) -> None:
     """Fifty models × 20 attempts with passes rare: the exact path against 4,000 permutations. With equal
@@ -147,37 +132,10 @@ def test_exact_minority_p_values_agree_with_the_fixed_count_test(error: float) -
         assert abs(int((exact <= 0.05).sum()) - int((fixed <= 0.05).sum())) <= 2
 
 
-def sim_frame(seed: int) -> tuple:
-    """A suite of 120 tests × 50 models × 20 attempts, rows as `engine run` writes them: 40 flat tests (one
-    pass chance for every model, 3-12%), 40 weakly and 40 clearly discriminating ones, all with rare passes,
-    so that every test takes a large-count path; 2% error rows."""
-    rng = np.random.default_rng(seed)
-    groups = [sparse_grid(rng, 40, s, (0.03, 0.12), error=0.0) for s in (0.0, 0.35, 1.0)]
-    n_passed = np.concatenate([g[0] for g in groups])
-    outcome = np.zeros((120, 1, 50, 20), bool)
-    for t, m in np.ndindex(120, 50):
-        outcome[t, 0, m, : n_passed[t, m]] = True
-    outcome = rng.permuted(outcome, axis=3)
-    df = frame(outcome, [f"m{j:02d}" for j in range(50)])
-    df.loc[rng.random(len(df)) < 0.02, "score"] = np.nan
-    return df
-
-
-def old_rule(passes: np.ndarray, attempts: np.ndarray, *, seed: int = 0) -> np.ndarray:
-    """`homogeneity_p_values` before issue #22: the fixed count wherever a large test is sparse."""
-    out = homogeneity_p_values(passes, attempts, seed=seed)
-    method = p_value_methods(passes, attempts)
-    big = np.isin(method, ["exact-minority", "monte-carlo"])
-    x = np.rint(np.nan_to_num(passes)).astype("int64")
-    n = np.rint(np.nan_to_num(attempts)).astype("int64")
-    out[big] = fixed_count(x[big], n[big], seed)
-    return out
-
-
 @pytest.mark.parametrize("correction", ["bh", "holm"])
 def test_classes_on_a_simulated_large_count_suite_are_unchanged(monkeypatch: pytest.MonkeyPatch,
                                                                 correction: str) -> None:
-    df = sim_frame(2204)
+    df = large_count_frame(np.random.default_rng(2204))
     new = per_test(df, correction=correction)
     methods = set(p_value_methods(*_grid(df)))
     assert methods <= {"exact-minority", "chi-square"} and "exact-minority" in methods
