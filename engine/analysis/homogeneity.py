@@ -108,8 +108,8 @@ def _step(dist: np.ndarray, n: int, scale: float, *, max_rows: int | None = None
         out_cols = min(out_cols, cap + 1)
     out = np.zeros((out_rows, out_cols))
     # Row blocks: the mass of row j lies in columns ≤ ceiling[j] (a wedge), so each block adds only its
-    # part of the table. The cap column is what bounds the table on the bench's 20M-row layout (1.8× less
-    # CPU than without it); the wedge adds ~1.05× there (bench/README.md, "Analysis of 20M rows").
+    # part of the table. On the bench's 20M-row layout the cap column saves 1.75× CPU, the wedge 1.11×, both
+    # 4.35× (bench/README.md, "Analysis of 20M rows").
     block = 32
     for x in range(min(n, out_rows - 1) + 1):
         shift = int(inc[x])
