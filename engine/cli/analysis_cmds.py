@@ -113,6 +113,10 @@ def analyze(
         Path | None, typer.Option("--calibration", help="The judges' calibration file `engine validate --judges` "
                                   "wrote (default: judge-calibration.json beside the judge cache).")
     ] = None,
+    full: Annotated[
+        bool, typer.Option("--full", help="Every row and column of every table (by default long or all-zero "
+                                          "tables are folded, each fold saying what it left out).")
+    ] = False,
 ) -> None:
     """Which tests discriminate, which are saturated, floor or flaky, and which model is better."""
     from engine.analysis.render import FORMATS, TABLES, render
@@ -144,7 +148,7 @@ def analyze(
         base = _load([fail_on_regression], include_fallback) if fail_on_regression is not None else None
         analysis = run_analysis(df, alpha=alpha, cluster_by=cluster_by, ks=k_values, correction=correction)
     grid_of = (lambda: df) if path == "duckdb" else (lambda: build_cells(df))
-    text = render(analysis, fmt, table=table)
+    text = render(analysis, fmt, table=table, full=full)
     if irt:
         text = _with_irt(text, fmt, grid_of())
     if fmt != "csv" and path == "duckdb" and _judged_or_varied(files):

@@ -87,9 +87,14 @@ def test_per_model_agent_figures(agent_run: Path) -> None:
 
 def test_analyze_shows_the_agent_table_and_exports_it(agent_run: Path) -> None:
     analysis = analyze(load(agent_run, columns=ANALYSIS_COLUMNS))
-    text = render(analysis, "markdown")
+    text = render(analysis, "markdown", full=True)
     section = text[text.index("Agents (multi-turn"):]
     assert "| b | 4 | 2.00 | 0.50 | 2.00 | 2 (50.0%) | 2 (50.0%) | 2 | 0 | 2 | 0 | 0 | 0 |" in section
+    # folded (the default): the outcome columns that are 0 for both models are said once under the table
+    folded = render(analysis, "markdown")
+    section = folded[folded.index("Agents (multi-turn"):]
+    assert "| b | 4 | 2.00 | 0.50 | 2.00 | 2 (50.0%) | 2 (50.0%) | 2 | 2 |" in section
+    assert "*0 in every row, so not shown: escalated, stuck, failed, error (--full shows them)*" in section
     rows = list(csv.DictReader(io.StringIO(render(analysis, "csv", table="agents"))))
     assert [(r["model"], r["capped"]) for r in rows] == [("a", "0"), ("b", "2")]
     assert [r["model"] for r in json.loads(render(analysis, "json"))["agents"]] == ["a", "b"]
