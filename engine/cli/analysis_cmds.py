@@ -277,14 +277,20 @@ def report(
     alpha: Alpha = 0.05,
     correction: Correction = "bh",
     cluster_by: ClusterBy = "test",
+    calibration: Annotated[
+        Path | None, typer.Option("--calibration", help="The judges' calibration file, as for `engine analyze`.")
+    ] = None,
 ) -> None:
-    """Write one self-contained HTML report (opens offline): models, pass@k, heatmap, scatter, drill-down."""
+    """Write one self-contained HTML report (opens offline): every section of `engine analyze`, a heatmap, a
+    scatter and a per-test drill-down."""
+    from engine.analysis.judges import default_calibration_path, read_calibration_records
     from engine.analysis.report import write_report
 
     _check_options(alpha, cluster_by, correction)
     df = _load(results, include_fallback, columns=None)
     path = write_report(df, output, alpha=alpha, correction=correction, cluster_by=cluster_by,
-                        sources=[str(p) for p in results])
+                        sources=[str(p) for p in results],
+                        calibration=read_calibration_records(calibration or default_calibration_path()))
     typer.echo(f"report written to {path}")
 
 
