@@ -159,7 +159,7 @@ JS = r"""
     jbox.appendChild(table(["judge", "scale", "verdicts", "errors", "pass rate", "paid calls", "cost"],
         data.judges.judges.map(function (j) {
       return [j.judge_model, j.scale, j.rows, j.errors, fmt(j.pass_rate), j.judge_calls,
-              j.judge_cost === null ? "-" : Number(j.judge_cost).toPrecision(6)];
+              j.judge_cost === null ? "-" : String(Number(Number(j.judge_cost).toPrecision(6)))];
     }), "judges-table"));
     jbox.appendChild(el("h3", null, "Agreement"));
     var rows = [];
