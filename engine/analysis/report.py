@@ -4,8 +4,8 @@ The page holds the analysis as JSON in a <script type="application/json"> block;
 draws every section `engine analyze` prints (models with CIs and the paired comparisons, agents, prompt
 variants, the judges, pass@k, the per-test lists, suite health) and what only a page can show: the tests ×
 models heatmap, the discrimination-vs-difficulty scatter and the per-test drill-down (with the workspace diff
-of a workspace test). `report.html#test=SUITE/TEST_ID` opens the drill-down on that test. Every text from the results reaches the
-page through `textContent`, never as HTML, so a prompt or an answer cannot inject markup.
+of a workspace test). `report.html#test=SUITE/TEST_ID` opens the drill-down on that test. Every text from the
+results reaches the page through `textContent`, never as HTML, so a prompt or an answer cannot inject markup.
 """
 
 from __future__ import annotations

@@ -396,7 +396,8 @@ JS = r"""
         return (b.item_rest_r === null ? -2 : b.item_rest_r) - (a.item_rest_r === null ? -2 : a.item_rest_r); })[0] ||
       data.tests[0];
   // report.html#test=SUITE/TEST_ID (or #test=N, the index) opens that test instead.
-  var wanted = decodeURIComponent((location.hash.match(/^#test=(.+)$/) || [])[1] || "");
+  var hash = (typeof location !== "undefined" && location.hash) || "";
+  var wanted = decodeURIComponent((hash.match(/^#test=(.+)$/) || [])[1] || "");
   var named = wanted ? data.tests.filter(function (t) { return testName(t) === wanted || String(t.index) === wanted; })[0] : null;
   first = named || first;
   if (first) { showTest(first.index); }

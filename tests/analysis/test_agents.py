@@ -187,7 +187,7 @@ def test_the_report_script_draws_the_agent_table_and_folds_tool_results(agent_ru
     assert done.returncode == 0, done.stderr
     first, second = (json.loads(line) for line in done.stdout.splitlines()[-2:])
     assert first["rendered"] == "yes"
-    assert "<h3>Agents</h3>" in first["agents"] and "<td>2 (50.0%)</td>" in first["agents"]
+    assert '<table id="agents-table">' in first["agents"] and "<td>2 (50.0%)</td>" in first["agents"]
     drill = second["drill"]
     assert "conversation completed · 3 turns (1 without a tool call) · 2 tool calls · 0 invented" in drill  # a
     drill = drill[drill.index("b · attempt"):]

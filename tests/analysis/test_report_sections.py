@@ -96,7 +96,7 @@ def run_folder(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 class _Dom(HTMLParser):
     """The rendered DOM as {id: (attributes, text content)} for every element with an id."""
 
-    VOID = {"br", "img", "meta", "link", "input", "hr", "col", "area", "base", "source", "wbr"}
+    VOID = frozenset({"br", "img", "meta", "link", "input", "hr", "col", "area", "base", "source", "wbr"})
 
     def __init__(self) -> None:
         super().__init__()
