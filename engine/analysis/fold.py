@@ -17,6 +17,8 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
+from engine.analysis.passk import ALL_SUITES
+
 if TYPE_CHECKING:
     import pandas as pd
 
@@ -164,10 +166,10 @@ def fold_passk(passk: pd.DataFrame, *, full: bool) -> tuple[pd.DataFrame, str]:
         return out, ""
     frame = passk.reset_index(drop=True)
     one = frame["k"] == 1
-    overall = {(r.model, r.k): i for i, r in enumerate(frame.itertuples()) if r.suite == "(all)"}
+    overall = {(r.model, r.k): i for i, r in enumerate(frame.itertuples()) if r.suite == ALL_SUITES}
     # A suite's row over the same tests as its (all) row (one suite held every repeated test) repeats it; only
     # `cells_short` differs, counted over a different set of tests.
-    duplicate = [r.k != 1 and r.suite != "(all)" and (r.model, r.k) in overall
+    duplicate = [r.k != 1 and r.suite != ALL_SUITES and (r.model, r.k) in overall
                  and _same(frame.iloc[overall[(r.model, r.k)]], frame.iloc[i], _ESTIMATES)
                  for i, r in enumerate(frame.itertuples())]
     left = frame[~one & ~frame.index.isin([i for i, d in enumerate(duplicate) if d])]
