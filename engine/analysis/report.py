@@ -155,10 +155,22 @@ def _judges(df: pd.DataFrame, calibration: Sequence[Mapping[str, Any]]) -> dict[
     return report if report["judges"] else None
 
 
+def _irt(cells: Any) -> dict[str, Any]:
+    """The IRT fit as `engine analyze --irt` prints it: its notes, then (title, header, rows) tables."""
+    from engine.analysis.irt import fit_2pl, irt_sections, render_irt
+
+    result = fit_2pl(cells)
+    # the notes exactly as the terminal words them (render_irt is their one home)
+    notes = [line.removeprefix("> note: ") for line in render_irt(result, "markdown").splitlines()
+             if line.startswith("> note: ")]
+    return {"notes": notes,
+            "tables": [{"title": t, "header": h, "rows": r} for t, h, r in irt_sections(result)]}
+
+
 def build_payload(df: pd.DataFrame, *, alpha: float = DEFAULT_ALPHA, cluster_by: str = DEFAULT_CLUSTER,
                   sources: Sequence[str] = (), max_tests: int = MAX_HEATMAP_TESTS,
                   correction: str = DEFAULT_CORRECTION,
-                  calibration: Sequence[Mapping[str, Any]] = ()) -> dict[str, Any]:
+                  calibration: Sequence[Mapping[str, Any]] = (), irt: bool = False) -> dict[str, Any]:
     """Everything the page draws, as strict-JSON-ready data (NaN as None).
 
     Args:
@@ -169,6 +181,7 @@ def build_payload(df: pd.DataFrame, *, alpha: float = DEFAULT_ALPHA, cluster_by:
         max_tests: Most tests drawn in the heatmap and drill-down (flagged tests first among the rest).
         correction: "bh" or "holm" (see `per_test`).
         calibration: The judges' calibration records (`read_calibration_records`), for the judges section.
+        irt: Also fit the 2PL IRT model (`engine analyze --irt`): its notes and tables as `irt`.
     """
     analysis = analyze(df, alpha=alpha, cluster_by=cluster_by, correction=correction)
     cells = build_cells(df, cluster_by=cluster_by)
@@ -207,6 +220,7 @@ def build_payload(df: pd.DataFrame, *, alpha: float = DEFAULT_ALPHA, cluster_by:
         "alpha": analysis.alpha,
         "correction": analysis.correction,
         "judges": _judges(df, calibration),
+        "irt": _irt(cells) if irt else None,
         "suites": as_dict["suites"],
         "tests": test_records,
         "shown": [int(i) for i in shown],
@@ -242,6 +256,7 @@ across samples (definitions in docs/analysis.md, "Judges"). Figures over fewer p
 <section id="section-passk" hidden><h2>pass@k and pass^k</h2><p class="hint">pass@k: chance at least one of k
 attempts passes (Chen et al. 2021); pass^k: chance all k pass (τ-bench). Unbiased from the n attempts of each test,
 k ≤ n.</p><div id="passk"></div></section>
+<section id="section-irt" hidden><h2>IRT (2PL)</h2><ul id="irt-notes"></ul><div id="irt"></div></section>
 <section id="section-heatmap"><h2>Scores: tests × models</h2><p class="hint">Click a cell or a test to see the
 prompt, the answers and why each evaluator decided as it did.</p><div id="heatmap"></div></section>
 <section id="section-scatter"><h2>Discrimination vs difficulty</h2><p class="hint">x: difficulty (mean score;
@@ -260,7 +275,8 @@ right = easy); y: item-rest r (how well the test ranks models as the rest of its
 
 def write_report(df: pd.DataFrame, path: str | Path, *, alpha: float = DEFAULT_ALPHA,
                  cluster_by: str = DEFAULT_CLUSTER, sources: Sequence[str] = (),
-                 correction: str = DEFAULT_CORRECTION, calibration: Sequence[Mapping[str, Any]] = ()) -> Path:
+                 correction: str = DEFAULT_CORRECTION, calibration: Sequence[Mapping[str, Any]] = (),
+                 irt: bool = False) -> Path:
     """Write the self-contained HTML report.
 
     Args:
@@ -271,10 +287,11 @@ def write_report(df: pd.DataFrame, path: str | Path, *, alpha: float = DEFAULT_A
         sources: The paths the results came from.
         correction: "bh" or "holm" (see `per_test`).
         calibration: The judges' calibration records (`read_calibration_records`).
+        irt: Also show the 2PL IRT fit (needs 5+ models; else the note why none was made).
     """
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     payload = build_payload(df, alpha=alpha, cluster_by=cluster_by, sources=sources, correction=correction,
-                            calibration=calibration)
+                            calibration=calibration, irt=irt)
     target.write_text(render_html(payload), encoding="utf-8")
     return target

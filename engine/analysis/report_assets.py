@@ -235,6 +235,17 @@ JS = r"""
     }
   }
 
+  // IRT (engine report --irt): the tables `engine analyze --irt` prints, as given
+  if (data.irt) {
+    document.getElementById("section-irt").hidden = false;
+    data.irt.notes.forEach(function (n) { document.getElementById("irt-notes").appendChild(el("li", null, n)); });
+    data.irt.tables.forEach(function (t, i) {
+      var box = document.getElementById("irt");
+      box.appendChild(el("h3", null, t.title));
+      box.appendChild(table(t.header, t.rows, "irt-table-" + i));
+    });
+  }
+
   // Heatmap: shown tests (rows) × models (columns)
   (function () {
     var models = data.model_names, shown = data.shown, cw = 34, ch = 14, left = 260, top = 90;

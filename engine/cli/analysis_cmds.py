@@ -280,6 +280,7 @@ def report(
     calibration: Annotated[
         Path | None, typer.Option("--calibration", help="The judges' calibration file, as for `engine analyze`.")
     ] = None,
+    irt: Annotated[bool, typer.Option("--irt", help="Also show the 2PL IRT fit, as `engine analyze --irt`.")] = False,
 ) -> None:
     """Write one self-contained HTML report (opens offline): every section of `engine analyze`, a heatmap, a
     scatter and a per-test drill-down."""
@@ -290,7 +291,7 @@ def report(
     df = _load(results, include_fallback, columns=None)
     path = write_report(df, output, alpha=alpha, correction=correction, cluster_by=cluster_by,
                         sources=[str(p) for p in results],
-                        calibration=read_calibration_records(calibration or default_calibration_path()))
+                        calibration=read_calibration_records(calibration or default_calibration_path()), irt=irt)
     typer.echo(f"report written to {path}")
 
 

@@ -204,3 +204,32 @@ def test_every_terminal_section_is_in_the_rendered_report(run_folder: Path, tmp_
     assert len(colours) > 50
     if os.environ.get("ENGINE_KEEP_SCREENSHOT"):      # to look at it: ENGINE_KEEP_SCREENSHOT=/tmp/report.png
         shutil.copy(shot, os.environ["ENGINE_KEEP_SCREENSHOT"])
+
+
+@pytest.mark.browser
+@pytest.mark.skipif(not CHROMIUM.exists(), reason="headless Chromium not installed (/usr/bin/chromium): "
+                                                  "apt-get install -y chromium")
+def test_report_irt_shows_the_fit_engine_analyze_irt_prints(tmp_path: Path) -> None:
+    from builders import grid_rows, write_run
+
+    # 6 models of rising ability over 12 tests of rising difficulty (model m passes test t when m > t / 2)
+    grid = {f"m{m}": {f"t{t:02d}": [1 if m > t / 2 else 0] * 2 for t in range(12)} for m in range(6)}
+    write_run(tmp_path / "run", grid_rows(grid))
+    terminal = engine("analyze", str(tmp_path / "run"), "--irt", "-f", "markdown")
+    assert terminal.returncode == 0, terminal.stderr
+    report = tmp_path / "irt.html"
+    assert engine("report", str(tmp_path / "run"), "--irt", "-o", str(report)).returncode == 0
+    rendered = _chromium(["--disable-quic", "--virtual-time-budget=5000", "--dump-dom", report.resolve().as_uri()],
+                         tmp_path / "p")
+    dom = _dom(rendered.stdout)
+    assert "hidden" not in dom["section-irt"][0]
+    abilities = dom["irt-table-0"][1]
+    for m in range(6):
+        assert f"m{m}" in abilities
+    # the same thetas as the terminal prints
+    thetas = re.findall(r"^\| (m\d) \| ([+-]\d\.\d\d) \[", terminal.stdout, flags=re.MULTILINE)
+    assert len(thetas) == 6 and all(f"{model}{theta}" in abilities for model, theta in thetas)
+    assert "not a test between two models" in dom["irt-notes"][1]
+    plain = tmp_path / "plain.html"
+    assert engine("report", str(tmp_path / "run"), "-o", str(plain)).returncode == 0
+    assert '"irt": null' in plain.read_text()
