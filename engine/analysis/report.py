@@ -1,9 +1,11 @@
 """`engine report`: one self-contained HTML file (inline CSS, JS and SVG; opens offline).
 
 The page holds the analysis as JSON in a <script type="application/json"> block; a small inline script
-draws the model table with CIs, the tests × models heatmap, the discrimination-vs-difficulty scatter,
-the saturated / floor / flaky lists and the per-test drill-down. Every text from the results reaches the
-page through `textContent`, never as HTML, so a prompt or an answer cannot inject markup.
+draws every section `engine analyze` prints (models with CIs and the paired comparisons, agents, prompt
+variants, the judges, pass@k, the per-test lists, suite health) and what only a page can show: the tests ×
+models heatmap, the discrimination-vs-difficulty scatter and the per-test drill-down (with the workspace diff
+of a workspace test). `report.html#test=SUITE/TEST_ID` opens the drill-down on that test. Every text from the
+results reaches the page through `textContent`, never as HTML, so a prompt or an answer cannot inject markup.
 """
 
 from __future__ import annotations
@@ -12,14 +14,16 @@ import datetime as dt
 import html
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from engine.analysis.cells import DEFAULT_CLUSTER, build_cells
+from engine.analysis.fold import fold_passk
 from engine.analysis.items import DEFAULT_ALPHA, DEFAULT_CORRECTION
+from engine.analysis.judges import judge_report
 from engine.analysis.report_assets import CSS, JS
 from engine.analysis.summary import analyze, json_safe
 
@@ -143,9 +147,30 @@ def _drilldown(df: pd.DataFrame, item_code: np.ndarray, model_code: np.ndarray, 
     return out
 
 
+def _judges(df: pd.DataFrame, calibration: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
+    """The judges section of `engine analyze` (engine.analysis.judges), or None when nothing was judged."""
+    if "evaluators" not in df.columns or "judge_calls" not in df.columns or df["judge_calls"].isna().all():
+        return None
+    report = judge_report(df, calibration)
+    return report if report["judges"] else None
+
+
+def _irt(cells: Any) -> dict[str, Any]:
+    """The IRT fit as `engine analyze --irt` prints it: its notes, then (title, header, rows) tables."""
+    from engine.analysis.irt import fit_2pl, irt_sections, render_irt
+
+    result = fit_2pl(cells)
+    # the notes exactly as the terminal words them (render_irt is their one home)
+    notes = [line.removeprefix("> note: ") for line in render_irt(result, "markdown").splitlines()
+             if line.startswith("> note: ")]
+    return {"notes": notes,
+            "tables": [{"title": t, "header": h, "rows": r} for t, h, r in irt_sections(result)]}
+
+
 def build_payload(df: pd.DataFrame, *, alpha: float = DEFAULT_ALPHA, cluster_by: str = DEFAULT_CLUSTER,
                   sources: Sequence[str] = (), max_tests: int = MAX_HEATMAP_TESTS,
-                  correction: str = DEFAULT_CORRECTION) -> dict[str, Any]:
+                  correction: str = DEFAULT_CORRECTION,
+                  calibration: Sequence[Mapping[str, Any]] = (), irt: bool = False) -> dict[str, Any]:
     """Everything the page draws, as strict-JSON-ready data (NaN as None).
 
     Args:
@@ -155,6 +180,8 @@ def build_payload(df: pd.DataFrame, *, alpha: float = DEFAULT_ALPHA, cluster_by:
         sources: The paths the results came from (shown in the header).
         max_tests: Most tests drawn in the heatmap and drill-down (flagged tests first among the rest).
         correction: "bh" or "holm" (see `per_test`).
+        calibration: The judges' calibration records (`read_calibration_records`), for the judges section.
+        irt: Also fit the 2PL IRT model (`engine analyze --irt`): its notes and tables as `irt`.
     """
     analysis = analyze(df, alpha=alpha, cluster_by=cluster_by, correction=correction)
     cells = build_cells(df, cluster_by=cluster_by)
@@ -170,6 +197,8 @@ def build_payload(df: pd.DataFrame, *, alpha: float = DEFAULT_ALPHA, cluster_by:
         record["scores"] = [_clean(float(v)) for v in score[i]] if i < len(score) else []
         test_records.append(record)
     as_dict = analysis.to_dict()
+    passk = analysis.passk if analysis.passk is not None else None
+    folded, passk_fold = fold_passk(passk, full=False) if passk is not None else (None, "")
     return json_safe({
         "title": "Evaluation report",
         "interval": analysis.interval_method,
@@ -185,6 +214,13 @@ def build_payload(df: pd.DataFrame, *, alpha: float = DEFAULT_ALPHA, cluster_by:
         "variants": as_dict["variants"],
         "variant_comparisons": as_dict["variant_comparisons"],
         "passk": as_dict["passk"],
+        # the rows `engine analyze` shows by default, and its line saying what it left out (all rows fold below)
+        "passk_shown": folded.to_dict(orient="records") if folded is not None else [],
+        "passk_fold": passk_fold,
+        "alpha": analysis.alpha,
+        "correction": analysis.correction,
+        "judges": _judges(df, calibration),
+        "irt": _irt(cells) if irt else None,
         "suites": as_dict["suites"],
         "tests": test_records,
         "shown": [int(i) for i in shown],
@@ -209,21 +245,26 @@ def render_html(payload: dict[str, Any]) -> str:
 <body>
 <header><h1>{title}</h1><p id="meta"></p><ul id="notes"></ul></header>
 <main>
-<section><h2>Models</h2><p class="hint" id="interval"></p>
-<div id="models"></div><div id="comparisons"></div>
-<div id="agents"></div>
-<div id="variants"></div>
-<h3>pass@k and pass^k</h3><p class="hint">pass@k: chance at least one of k attempts passes (Chen et al. 2021);
-pass^k: chance all k pass (τ-bench). Unbiased from the n attempts of each test, k ≤ n.</p>
-<div id="passk"></div></section>
-<section><h2>Scores: tests × models</h2><p class="hint">Click a cell or a test to see the prompt, the answers and
-why each evaluator decided as it did.</p><div id="heatmap"></div></section>
-<section><h2>Discrimination vs difficulty</h2><p class="hint">x: difficulty (mean score; right = easy);
-y: item-rest r (how well the test ranks models as the rest of its suite does); colour: status, where
+<section id="section-models"><h2>Models</h2><p class="hint" id="interval"></p>
+<div id="models"></div><div id="comparisons"></div></section>
+<section id="section-agents" hidden><h2>Agents</h2><div id="agents"></div></section>
+<section id="section-variants" hidden><h2>Prompt variants</h2><div id="variants"></div></section>
+<section id="section-judges" hidden><h2>Judges</h2><p class="hint">How far each judge can be trusted: agreement with
+its calibration labels, with the deterministic evaluators on the same rows, with the other judges, and with itself
+across samples (definitions in docs/analysis.md, "Judges"). Figures over fewer pairs than the minimum are marked
+"too few".</p><div id="judges"></div></section>
+<section id="section-passk" hidden><h2>pass@k and pass^k</h2><p class="hint">pass@k: chance at least one of k
+attempts passes (Chen et al. 2021); pass^k: chance all k pass (τ-bench). Unbiased from the n attempts of each test,
+k ≤ n.</p><div id="passk"></div></section>
+<section id="section-irt" hidden><h2>IRT (2PL)</h2><ul id="irt-notes"></ul><div id="irt"></div></section>
+<section id="section-heatmap"><h2>Scores: tests × models</h2><p class="hint">Click a cell or a test to see the
+prompt, the answers and why each evaluator decided as it did.</p><div id="heatmap"></div></section>
+<section id="section-scatter"><h2>Discrimination vs difficulty</h2><p class="hint">x: difficulty (mean score;
+right = easy); y: item-rest r (how well the test ranks models as the rest of its suite does); colour: status, where
 "discriminating" means the models' pass rates differ beyond sampling noise.</p>
 <div id="scatter"></div></section>
-<section><h2>Tests to look at</h2><div id="lists"></div></section>
-<section><h2>Suite health</h2><div id="suites"></div></section>
+<section id="section-lists"><h2>Tests to look at</h2><div id="lists"></div></section>
+<section id="section-suites"><h2>Suite health</h2><div id="suites"></div></section>
 <section id="drill-section"><h2>Drill-down</h2><div id="drilldown"><p class="hint">Select a test.</p></div></section>
 </main>
 <script type="application/json" id="report-data">{data}</script>
@@ -234,7 +275,8 @@ y: item-rest r (how well the test ranks models as the rest of its suite does); c
 
 def write_report(df: pd.DataFrame, path: str | Path, *, alpha: float = DEFAULT_ALPHA,
                  cluster_by: str = DEFAULT_CLUSTER, sources: Sequence[str] = (),
-                 correction: str = DEFAULT_CORRECTION) -> Path:
+                 correction: str = DEFAULT_CORRECTION, calibration: Sequence[Mapping[str, Any]] = (),
+                 irt: bool = False) -> Path:
     """Write the self-contained HTML report.
 
     Args:
@@ -244,9 +286,12 @@ def write_report(df: pd.DataFrame, path: str | Path, *, alpha: float = DEFAULT_A
         cluster_by: "test" or "case".
         sources: The paths the results came from.
         correction: "bh" or "holm" (see `per_test`).
+        calibration: The judges' calibration records (`read_calibration_records`).
+        irt: Also show the 2PL IRT fit (needs 5+ models; else the note why none was made).
     """
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
-    payload = build_payload(df, alpha=alpha, cluster_by=cluster_by, sources=sources, correction=correction)
+    payload = build_payload(df, alpha=alpha, cluster_by=cluster_by, sources=sources, correction=correction,
+                            calibration=calibration, irt=irt)
     target.write_text(render_html(payload), encoding="utf-8")
     return target

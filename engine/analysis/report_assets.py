@@ -60,8 +60,8 @@ JS = r"""
   function pct(x) { return (x === null || x === undefined) ? "-" : (100 * x).toFixed(1) + "%"; }
   function colour(score) { return score === null ? "#d7dbe0" : "hsl(" + Math.round(120 * score) + ",62%,46%)"; }
   function testName(t) { return t.suite + "/" + t.test_id + (t.case_index >= 0 ? "#" + t.case_index : ""); }
-  function table(headers, rows) {
-    var t = el("table"), head = el("tr");
+  function table(headers, rows, id) {
+    var t = el("table", id ? { id: id } : null), head = el("tr");
     headers.forEach(function (h) { head.appendChild(el("th", null, h)); });
     t.appendChild(head);
     rows.forEach(function (cells) {
@@ -107,37 +107,83 @@ JS = r"""
   });
   document.getElementById("interval").textContent = "Mean over tests; intervals: " + data.interval + ".";
   document.getElementById("models").appendChild(table(["model", "tests", "clusters", "score [CI]", "", "pass rate [CI]",
-      "errors", "truncated", "p50 latency s", "tokens out", "cost", "notes"], modelRows));
+      "errors", "truncated", "p50 latency s", "tokens out", "cost", "notes"], modelRows, "models-table"));
   if (data.comparisons.length) {
     document.getElementById("comparisons").appendChild(table(["A", "B", "tests (clusters)", "win / tie / loss",
         "only A / only B pass", "McNemar p", "verdict"], data.comparisons.map(function (c) {
       return [c.model_a, c.model_b, c.tests + " (" + c.clusters + ")", c.wins + " / " + c.ties + " / " + c.losses, c.only_a + " / " + c.only_b,
               fmt(c.mcnemar_p, 4), c.verdict];
-    })));
+    }), "comparisons-table"));
   }
 
   if (data.variants && data.variants.length) {
     var variants = document.getElementById("variants");
-    variants.appendChild(el("h3", null, "Prompt variants"));
-    variants.appendChild(el("p", { "class": "hint" }, "Per model, each variant scored over the same tests; " +
-        "comparisons pair the variants by test, with the rule used for models."));
-    variants.appendChild(table(["model", "variant", "tests", "score [CI]", "pass rate [CI]", "errors"],
+    document.getElementById("section-variants").hidden = false;
+    variants.appendChild(el("p", { "class": "hint" }, "Per model, each variant scored over the same tests (mean over " +
+        "tests; " + data.interval + "); the model table pools a test's variants."));
+    variants.appendChild(table(["model", "variant", "tests", "score [CI]", "pass rate [CI]", "errors", "tokens out"],
         data.variants.map(function (v) {
       return [v.model, v.variant, v.tests, fmt(v.mean_score) + " [" + fmt(v.score_lo) + ", " + fmt(v.score_hi) + "]",
-              fmt(v.pass_rate) + " [" + fmt(v.pass_lo) + ", " + fmt(v.pass_hi) + "]", pct(v.error_rate)];
-    })));
+              fmt(v.pass_rate) + " [" + fmt(v.pass_lo) + ", " + fmt(v.pass_hi) + "]", pct(v.error_rate),
+              v.completion_tokens === null ? "-" : fmt(v.completion_tokens, 1)];
+    }), "variants-table"));
     if (data.variant_comparisons && data.variant_comparisons.length) {
+      variants.appendChild(el("h3", null, "Paired variant comparisons"));
+      variants.appendChild(el("p", { "class": "hint" }, "Per model: its best variant against each other one, " +
+          "paired by test; a verdict needs the paired interval and McNemar to agree (the rule used for models)."));
       variants.appendChild(table(["model", "A", "B", "tests (clusters)", "mean A−B [CI]", "only A / only B pass",
           "McNemar p", "verdict"], data.variant_comparisons.map(function (c) {
         return [c.model, c.variant_a, c.variant_b, c.tests + " (" + c.clusters + ")",
                 fmt(c.mean_diff) + " [" + fmt(c.diff_lo) + ", " + fmt(c.diff_hi) + "]", c.only_a + " / " + c.only_b,
                 fmt(c.mcnemar_p, 4), c.verdict];
-      })));
+      }), "variant-comparisons-table"));
     }
   }
+
+  // Judges: the section `engine analyze` prints (engine.analysis.judges.judge_report)
+  function figures(st) {
+    if (!st) { return "-"; }
+    var parts = ["n=" + st.n, "agreement " + fmt(st.agreement)];
+    [["within_one", "within one"], ["kappa", "κ"], ["weighted_kappa", "weighted κ"], ["alpha_ordinal", "α ordinal"]]
+        .forEach(function (p) { if (st[p[0]] !== null && st[p[0]] !== undefined) { parts.push(p[1] + " " + fmt(st[p[0]])); } });
+    if (["kappa", "weighted_kappa", "alpha_ordinal"].every(function (k) { return st[k] === null || st[k] === undefined; })) {
+      parts.push("κ undefined (no variation beyond chance to measure)");
+    }
+    if (st.errors) { parts.push(st.errors + " judge errors"); }
+    if (st.note) { parts.push(st.note); }
+    return parts.join(", ");
+  }
+  if (data.judges && data.judges.judges.length) {
+    var jbox = document.getElementById("judges");
+    document.getElementById("section-judges").hidden = false;
+    jbox.appendChild(table(["judge", "scale", "verdicts", "errors", "pass rate", "paid calls", "cost"],
+        data.judges.judges.map(function (j) {
+      return [j.judge_model, j.scale, j.rows, j.errors, fmt(j.pass_rate), j.judge_calls,
+              j.judge_cost === null ? "-" : String(Number(Number(j.judge_cost).toPrecision(6)))];
+    }), "judges-table"));
+    jbox.appendChild(el("h3", null, "Agreement"));
+    var rows = [];
+    data.judges.judges.forEach(function (j) {
+      var c = j.calibration;
+      rows.push([j.judge_model, "calibration labels", c === null ? "none (run `engine validate --judges` on a suite with calibration:)" :
+          (!c.nodes ? c.stale + " record(s) stale (the test changed since); run `engine validate --judges` again" :
+           figures(c) + (c.stale ? "; " + c.stale + " stale" : ""))]);
+      var sc = j.self_consistency;
+      if (sc) {
+        rows.push([j.judge_model, "itself, across samples", sc.rows + " rows sampled, modal share " + fmt(sc.modal_share) +
+            ", unanimous " + fmt(sc.unanimous) + ", α (" + sc.alpha_metric + ") " + fmt(sc.alpha) + (sc.note ? " - " + sc.note : "")]);
+      }
+      j.vs_deterministic.forEach(function (o) { rows.push([j.judge_model, "deterministic: " + o.evaluator, figures(o)]); });
+    });
+    data.judges.pairs.forEach(function (p) {
+      rows.push([p.judge_a, "judge " + p.judge_b + " (" + p.scale + ", on " + p.compared + ")", figures(p)]);
+    });
+    jbox.appendChild(table(["judge", "against", "figures"], rows, "judge-agreement-table"));
+  }
+
   if (data.agents && data.agents.length) {
     var agents = document.getElementById("agents");
-    agents.appendChild(el("h3", null, "Agents"));
+    document.getElementById("section-agents").hidden = false;
     agents.appendChild(el("p", { "class": "hint" }, "Multi-turn conversations: means per conversation, counts over all " +
         "(no interval). Invented tools: calls to a tool the test did not offer; bad args: arguments that were not " +
         "JSON or did not fit the tool."));
@@ -146,7 +192,7 @@ JS = r"""
       return [r.model, r.conversations, fmt(r.mean_turns, 2), fmt(r.mean_prose_turns, 2), fmt(r.mean_tool_calls, 2),
               r.invented_tools + " (" + pct(r.invented_rate) + ")", r.bad_tool_args + " (" + pct(r.bad_args_rate) + ")",
               r.completed, r.escalated, r.capped, r.stuck, r.failed, r.error + (r.other_outcome ? " (+" + r.other_outcome + " other)" : "")];
-    })));
+    }), "agents-table"));
   }
 
   // One conversation: the model's turns in order, each tool result folded under its call.
@@ -169,12 +215,35 @@ JS = r"""
     return box;
   }
 
-  if (data.passk.length) {
-    document.getElementById("passk").appendChild(table(["model", "suite", "k", "tests", "pass@k [CI]", "pass^k [CI]",
-        "left out (< k attempts)"], data.passk.map(function (r) {
-      return [r.model, r.suite, r.k, r.tests, fmt(r.pass_at_k) + " [" + fmt(r.pass_at_k_lo) + ", " + fmt(r.pass_at_k_hi) + "]",
+  function passkTable(rows, id) {
+    return table(["model", "suite", "k", "tests", "pass@k [CI]", "pass^k [CI]", "left out (< k attempts)"], rows.map(function (r) {
+      return [r.model, r.suite, String(r.k), r.tests, fmt(r.pass_at_k) + " [" + fmt(r.pass_at_k_lo) + ", " + fmt(r.pass_at_k_hi) + "]",
               fmt(r.pass_hat_k) + " [" + fmt(r.pass_hat_k_lo) + ", " + fmt(r.pass_hat_k_hi) + "]", r.cells_short];
-    })));
+    }), id);
+  }
+  // Shown when some test has two or more attempts (as in `engine analyze`): the folded rows, then every row.
+  if (data.passk.length && data.passk.some(function (r) { return r.k > 1; })) {
+    var pbox = document.getElementById("passk");
+    document.getElementById("section-passk").hidden = false;
+    pbox.appendChild(passkTable(data.passk_shown.length ? data.passk_shown : data.passk, "passk-table"));
+    if (data.passk_fold) {
+      pbox.appendChild(el("p", { "class": "hint" }, data.passk_fold.replace("--full shows them", "every row below")));
+      var all = el("details");
+      all.appendChild(el("summary", null, "every pass@k row (" + data.passk.length + ")"));
+      all.appendChild(passkTable(data.passk, "passk-all-table"));
+      pbox.appendChild(all);
+    }
+  }
+
+  // IRT (engine report --irt): the tables `engine analyze --irt` prints, as given
+  if (data.irt) {
+    document.getElementById("section-irt").hidden = false;
+    data.irt.notes.forEach(function (n) { document.getElementById("irt-notes").appendChild(el("li", null, n)); });
+    data.irt.tables.forEach(function (t, i) {
+      var box = document.getElementById("irt");
+      box.appendChild(el("h3", null, t.title));
+      box.appendChild(table(t.header, t.rows, "irt-table-" + i));
+    });
   }
 
   // Heatmap: shown tests (rows) × models (columns)
@@ -240,19 +309,34 @@ JS = r"""
   // Lists
   (function () {
     var box = el("div", { "class": "lists" });
-    [["floor", "Floor: no model passes - check the golden and the evaluator"],
+    var rule = data.correction === "holm" ? "Holm-adjusted p" : "BH q";
+    var ranked = data.tests.filter(function (t) { return t.status === "discriminating"; }).sort(function (a, b) {
+      return (b.item_rest_r === null ? -2 : b.item_rest_r) - (a.item_rest_r === null ? -2 : a.item_rest_r); });
+    [["discriminating", "Discriminating: pass rates differ between models beyond sampling noise (" + rule + " ≤ " +
+      data.alpha + "), ranked by item-rest r", ranked],
+     ["floor", "Floor: no model passes - check the golden and the evaluator"],
      ["saturated", "Saturated: every model passes - drop or make harder"],
      ["uninformative", "Uninformative: no evidence the models' pass rates differ"],
-     ["flaky", "Flaky: attempts at temperature 0 disagree"]].forEach(function (pair) {
-      var chosen = data.tests.filter(function (t) { return pair[0] === "flaky" ? t.flaky : t.status === pair[0]; });
+     ["flaky", "Flaky: attempts at temperature 0 disagree"],
+     ["mixed", "Attempts that disagree at temperature > 0 (sampling, not a flag)"]].forEach(function (pair) {
+      var chosen = pair[2] || data.tests.filter(function (t) {
+        if (pair[0] === "flaky") { return t.flaky; }
+        if (pair[0] === "mixed") { return t.mixed_models && !t.flaky; }
+        return t.status === pair[0];
+      });
       var div = el("div", { id: "list-" + pair[0] });
       div.appendChild(el("h3", null, pair[1] + " (" + chosen.length + ")"));
       var ul = el("ul");
       chosen.slice(0, 200).forEach(function (t) {
         var li = el("li"); li.appendChild(testLink(t));
-        li.appendChild(document.createTextNode(" - " + (pair[0] === "flaky" ? "models: " + t.flaky_models + " (" + t.pass_counts + ")" : t.reason)));
+        var why = pair[0] === "flaky" ? "models: " + t.flaky_models + " (" + t.pass_counts + ")" :
+            pair[0] === "mixed" ? "passes / attempts: " + t.mixed_models :
+            pair[0] === "discriminating" ? "item-rest r " + fmt(t.item_rest_r) + ", q " + fmt(t.q_value, 4) + "; " + t.pass_counts :
+            t.reason;
+        li.appendChild(document.createTextNode(" - " + why));
         ul.appendChild(li);
       });
+      if (chosen.length > 200) { ul.appendChild(el("li", { "class": "hint" }, "… " + (chosen.length - 200) + " more: `engine analyze --format csv` lists every test")); }
       div.appendChild(ul);
       box.appendChild(div);
     });
@@ -261,7 +345,7 @@ JS = r"""
         "discriminating", "flaky", "health"], data.suites.map(function (s) {
       return [s.suite, s.tests, pct(s.saturated), pct(s.floor), pct(s.uninformative), pct(s.discriminating),
               pct(s.flaky), pct(s.health)];
-    })));
+    }), "suites-table"));
   })();
 
   // Drill-down
@@ -322,6 +406,11 @@ JS = r"""
       data.tests.filter(function (t) { return t.status === "discriminating"; }).sort(function (a, b) {
         return (b.item_rest_r === null ? -2 : b.item_rest_r) - (a.item_rest_r === null ? -2 : a.item_rest_r); })[0] ||
       data.tests[0];
+  // report.html#test=SUITE/TEST_ID (or #test=N, the index) opens that test instead.
+  var hash = (typeof location !== "undefined" && location.hash) || "";
+  var wanted = decodeURIComponent((hash.match(/^#test=(.+)$/) || [])[1] || "");
+  var named = wanted ? data.tests.filter(function (t) { return testName(t) === wanted || String(t.index) === wanted; })[0] : null;
+  first = named || first;
   if (first) { showTest(first.index); }
   document.body.setAttribute("data-rendered", "yes");
 })();

@@ -113,6 +113,10 @@ def analyze(
         Path | None, typer.Option("--calibration", help="The judges' calibration file `engine validate --judges` "
                                   "wrote (default: judge-calibration.json beside the judge cache).")
     ] = None,
+    full: Annotated[
+        bool, typer.Option("--full", help="Every row and column of every table (by default long or all-zero "
+                                          "tables are folded, each fold saying what it left out).")
+    ] = False,
 ) -> None:
     """Which tests discriminate, which are saturated, floor or flaky, and which model is better."""
     from engine.analysis.render import FORMATS, TABLES, render
@@ -144,7 +148,7 @@ def analyze(
         base = _load([fail_on_regression], include_fallback) if fail_on_regression is not None else None
         analysis = run_analysis(df, alpha=alpha, cluster_by=cluster_by, ks=k_values, correction=correction)
     grid_of = (lambda: df) if path == "duckdb" else (lambda: build_cells(df))
-    text = render(analysis, fmt, table=table)
+    text = render(analysis, fmt, table=table, full=full)
     if irt:
         text = _with_irt(text, fmt, grid_of())
     if fmt != "csv" and path == "duckdb" and _judged_or_varied(files):
@@ -273,14 +277,21 @@ def report(
     alpha: Alpha = 0.05,
     correction: Correction = "bh",
     cluster_by: ClusterBy = "test",
+    calibration: Annotated[
+        Path | None, typer.Option("--calibration", help="The judges' calibration file, as for `engine analyze`.")
+    ] = None,
+    irt: Annotated[bool, typer.Option("--irt", help="Also show the 2PL IRT fit, as `engine analyze --irt`.")] = False,
 ) -> None:
-    """Write one self-contained HTML report (opens offline): models, pass@k, heatmap, scatter, drill-down."""
+    """Write one self-contained HTML report (opens offline): every section of `engine analyze`, a heatmap, a
+    scatter and a per-test drill-down."""
+    from engine.analysis.judges import default_calibration_path, read_calibration_records
     from engine.analysis.report import write_report
 
     _check_options(alpha, cluster_by, correction)
     df = _load(results, include_fallback, columns=None)
     path = write_report(df, output, alpha=alpha, correction=correction, cluster_by=cluster_by,
-                        sources=[str(p) for p in results])
+                        sources=[str(p) for p in results],
+                        calibration=read_calibration_records(calibration or default_calibration_path()), irt=irt)
     typer.echo(f"report written to {path}")
 
 

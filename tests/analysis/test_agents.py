@@ -87,9 +87,14 @@ def test_per_model_agent_figures(agent_run: Path) -> None:
 
 def test_analyze_shows_the_agent_table_and_exports_it(agent_run: Path) -> None:
     analysis = analyze(load(agent_run, columns=ANALYSIS_COLUMNS))
-    text = render(analysis, "markdown")
+    text = render(analysis, "markdown", full=True)
     section = text[text.index("Agents (multi-turn"):]
     assert "| b | 4 | 2.00 | 0.50 | 2.00 | 2 (50.0%) | 2 (50.0%) | 2 | 0 | 2 | 0 | 0 | 0 |" in section
+    # folded (the default): the outcome columns that are 0 for both models are said once under the table
+    folded = render(analysis, "markdown")
+    section = folded[folded.index("Agents (multi-turn"):]
+    assert "| b | 4 | 2.00 | 0.50 | 2.00 | 2 (50.0%) | 2 (50.0%) | 2 | 2 |" in section
+    assert "*0 in every row, so not shown: escalated, stuck, failed, error (--full shows them)*" in section
     rows = list(csv.DictReader(io.StringIO(render(analysis, "csv", table="agents"))))
     assert [(r["model"], r["capped"]) for r in rows] == [("a", "0"), ("b", "2")]
     assert [r["model"] for r in json.loads(render(analysis, "json"))["agents"]] == ["a", "b"]
@@ -182,7 +187,7 @@ def test_the_report_script_draws_the_agent_table_and_folds_tool_results(agent_ru
     assert done.returncode == 0, done.stderr
     first, second = (json.loads(line) for line in done.stdout.splitlines()[-2:])
     assert first["rendered"] == "yes"
-    assert "<h3>Agents</h3>" in first["agents"] and "<td>2 (50.0%)</td>" in first["agents"]
+    assert '<table id="agents-table">' in first["agents"] and "<td>2 (50.0%)</td>" in first["agents"]
     drill = second["drill"]
     assert "conversation completed · 3 turns (1 without a tool call) · 2 tool calls · 0 invented" in drill  # a
     drill = drill[drill.index("b · attempt"):]
