@@ -8,7 +8,7 @@ Method (docs/analysis.md, "Choosing a subset of tests"):
    models' estimated suite scores: sum over models of s_m² / (1 + I_S(theta_m)), where I_S is the Fisher
    information of the chosen tests at the model's ability (a² p (1 − p) per attempt) and s_m the slope of the
    suite score in theta there (a model at the ceiling needs no precision: its score cannot move). The a used
-   here is shrunk by its reliability (`_shrunk_slopes`): choosing on the raw a picks the lucky ones.
+   here is shrunk by its reliability (`_shrunk_log_slopes`): choosing on the raw a picks the lucky ones.
 3. Estimate a model's full-suite pass rate from its answers on the subset alone (p-IRT, as in tinyBenchmarks,
    Polo et al. 2024): its ability from the subset (MAP, prior N(0, 1)), then the mean over every test of the
    observed pass share on the chosen tests and the predicted pass chance on the others.
@@ -149,46 +149,60 @@ def parse_size(text: str, tests: int) -> int:
     return size
 
 
-def _fit(n: np.ndarray, k: np.ndarray, tol: float = 1e-6) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-    """(a, b, theta) on the scale theta mean 0, sd 1; None when the models' results give no scale."""
+Fit = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+
+
+def _fit(n: np.ndarray, k: np.ndarray, tol: float = 1e-6) -> Fit | None:
+    """(a, b, theta, a for choosing) on the scale theta mean 0, sd 1; None when the results give no scale."""
     theta, b, log_a, _, _ = fit_counts(n, k, tol=tol)
     centre, scale = theta.mean(), theta.std()
     if not scale > 1e-6:
         return None
-    return np.exp(log_a) * scale, (b - centre) / scale, (theta - centre) / scale
+    choosing = _shrunk_log_slopes(log_a, np.exp(log_a)[:, None] * (theta[None, :] - b[:, None]), n)
+    return np.exp(log_a) * scale, (b - centre) / scale, (theta - centre) / scale, np.exp(choosing) * scale
 
 
-def _shrunk_slopes(a: np.ndarray, b: np.ndarray, theta: np.ndarray, n: np.ndarray) -> np.ndarray:
-    """Each test's a shrunk toward the suite's typical a by how reliably it was measured (empirical Bayes).
+def _shrunk_log_slopes(log_a: np.ndarray, eta: np.ndarray, n: np.ndarray) -> np.ndarray:
+    """Each test's log a shrunk toward the suite's mean by how reliably it was measured (empirical Bayes).
 
     Choosing the tests with the largest fitted a picks those whose a was overestimated by chance (the winner's
-    curse), and an overestimated a pulls the abilities estimated from them toward the middle: on simulated
-    runs with one true a for every test, selection on the raw a lost to random subsets on MAE, selection on the
-    shrunk a beat them (docs/analysis.md). log a_i moves toward the mean by r_i = v / (v + se_i²), where se_i²
-    is its variance from the Fisher information and v = max(0, var(log a) − mean se²) the spread of the true
-    slopes.
+    curse), and an overestimated a pulls the abilities estimated from them toward the middle. The fit's prior
+    on log a (N(0, 0.5²)) is fixed; here its spread is estimated from the suite instead (method of moments):
+    the MAP value, divided by its prior shrinkage w_i = 0.25 / (0.25 + s_i²), approximates the likelihood's
+    estimate L_i with variance s_i² (from the Fisher information); tau² = max(0, var(L) − mean s²) is the
+    spread of the true slopes; each L_i moves toward mean(L) by r_i = tau² / (tau² + s_i²). When every test
+    has one true a (tau² near 0) the choice rests on the difficulties alone; when the slopes truly differ it
+    keeps about the fit's own shrinkage. Measured on simulated runs in docs/analysis.md.
+
+    Args:
+        log_a: The fit's log a, on its own scale (the prior's mean 0 is there).
+        eta: a (theta − b) per (test, model).
+        n: Scored attempts per (test, model).
     """
     from engine.analysis.irt import PRIOR_SD_LOG_A
 
-    log_a = np.log(a)
-    eta = a[:, None] * (theta[None, :] - b[:, None])
     p = _sigmoid(eta)
-    se_sq = 1 / ((eta**2 * n * p * (1 - p)).sum(axis=1) + 1 / PRIOR_SD_LOG_A**2)
-    between = max(0.0, float(log_a.var() - se_sq.mean()))
-    reliability = between / (between + se_sq)
-    return np.exp(log_a.mean() + reliability * (log_a - log_a.mean()))
+    s_sq = 1 / np.maximum((eta**2 * n * p * (1 - p)).sum(axis=1), 1e-12)
+    prior = PRIOR_SD_LOG_A**2
+    likelihood = log_a * (prior + s_sq) / prior
+    # Weighted by precision: a test everyone passes has almost no information on its slope and would swamp
+    # an unweighted variance.
+    weight = 1 / s_sq
+    mean = float((weight * likelihood).sum() / weight.sum())
+    tau_sq = max(0.0, float((weight * ((likelihood - mean) ** 2 - s_sq)).sum() / weight.sum()))
+    return mean + tau_sq / (tau_sq + s_sq) * (likelihood - mean)
 
 
-def _greedy(a: np.ndarray, b: np.ndarray, theta: np.ndarray, n: np.ndarray, size: int) -> np.ndarray:
+def _greedy(fit: Fit, n: np.ndarray, size: int) -> np.ndarray:
     """The `size` tests chosen by step 2 of the module docstring, in the order chosen.
 
     Args:
-        a, b, theta: The fit (scale: theta mean 0, sd 1).
-        n: Scored attempts per (test, model) the fit used (for each a's reliability).
+        fit: From `_fit` (its shrunk slopes are the ones used).
+        n: Scored attempts per (test, model) the fit used.
         size: Tests to choose.
     """
+    _, b, theta, a = fit
     attempts = float(np.median(n[n > 0]))
-    a = _shrunk_slopes(a, b, theta, n)
     p = _sigmoid(a[:, None] * (theta[None, :] - b[:, None]))
     info = attempts * a[:, None] ** 2 * p * (1 - p)
     slope_sq = (a[:, None] * p * (1 - p)).mean(axis=0) ** 2
@@ -284,8 +298,8 @@ def choose_subset(cells: Cells, size: int) -> SubsetResult:
                      f"tests")
     else:
         method = "irt-information"
-        a, b, theta = fit
-        chosen = _greedy(a, b, theta, n, size)
+        a, b, theta, _ = fit
+        chosen = _greedy(fit, n, size)
         estimate = _estimate(n, k, chosen, a, b)
         p = _sigmoid(a[:, None] * (theta[None, :] - b[:, None]))
         information = (a[:, None] ** 2 * p * (1 - p)).mean(axis=1)
@@ -295,8 +309,8 @@ def choose_subset(cells: Cells, size: int) -> SubsetResult:
                 fold = _fit(n[:, others], k[:, others], tol=HOLDOUT_TOL)
                 if fold is None:
                     continue
-                fa, fb, ftheta = fold
-                pick = _greedy(fa, fb, ftheta, n[:, others], size)
+                fa, fb, _, _ = fold
+                pick = _greedy(fold, n[:, others], size)
                 held_out[h] = _estimate(n[:, [h]], k[:, [h]], pick, fa, fb)[0]
             mae = float(np.nanmean(np.abs(held_out - full)))
             random_mae, random_rho, random_tau, worse = _random_baseline(share, full, size, mae)
@@ -329,3 +343,46 @@ def choose_subset(cells: Cells, size: int) -> SubsetResult:
                         models=table.reset_index(drop=True), holdout=holdout,
                         calls_share=float(rows[chosen].sum() / rows.sum()) if rows.sum() else float("nan"),
                         notes=notes)
+
+
+def _figure(value: float, spec: str = "{:.3f}") -> str:
+    return "-" if value != value else spec.format(value)
+
+
+def summary_lines(result: SubsetResult) -> list[str]:
+    """The held-out check (or why there is none) and the notes, as lines."""
+    share = _figure(100 * result.calls_share, "{:.0f}%")
+    lines = [f"subset: {result.size} of {result.tests} tests ({share} of the calls), method {result.method}; "
+             f"estimated: each model's pass rate over the whole suite"]
+    h = result.holdout
+    if h is not None:
+        lines.append(f"held out (leave-one-model-out, {h.models} models): MAE {_figure(h.mae)} (max "
+                     f"{_figure(h.max_error)}), Spearman {_figure(h.spearman)}, Kendall {_figure(h.kendall)}")
+        lines.append(f"random subsets of {result.size} scored by their mean ({h.seeds} seeds): MAE "
+                     f"{_figure(h.random_mae)}, Spearman {_figure(h.random_spearman)}, Kendall "
+                     f"{_figure(h.random_kendall)}; random had the larger MAE in {_figure(100 * h.random_worse_share, '{:.0f}%')} "
+                     f"of seeds")
+    return lines + result.notes
+
+
+def subset_sections(result: SubsetResult, top: int = 50) -> list[tuple[str, list[str], list[list[str]]]]:
+    """(title, header, rows) of the estimates per model and the chosen tests (the first `top` chosen)."""
+    models = [[str(r.model), _figure(r.full), _figure(r.estimate), _figure(r.held_out), _figure(r.error, "{:+.3f}")]
+              for r in result.models.itertuples()]
+    shown = result.selected.head(top)
+    tests = [[f"{r.suite}/{r.test_id}", _figure(r.b, "{:+.2f}"), _figure(r.a, "{:.2f}"),
+              _figure(r.information, "{:.3f}"), _figure(r.pass_share, "{:.2f}")] for r in shown.itertuples()]
+    more = f", the first {top} of {result.size} (the filter file lists all)" if result.size > top else ""
+    return [("Subset: each model's pass rate, full suite against the estimate from the subset (estimate: fit on "
+             "every model, in-sample; held out: fit without the model)",
+             ["model", "full", "estimate", "held out", "error"], models),
+            (f"Subset tests, in the order chosen{more}",
+             ["test", "b (difficulty)", "a (discrimination)", "information", "pass share"], tests)]
+
+
+def filter_text(result: SubsetResult, command: str, sources: list[str]) -> str:
+    """The `--filter-file` text: a commented header (how it was chosen, its error), then one test a line."""
+    header = [f"# {command}", f"# from: {', '.join(sources)} ({len(result.models)} models)",
+              *(f"# {line}" for line in summary_lines(result)),
+              "# run exactly these tests with: engine run SUITES --filter-file THIS_FILE (docs/analysis.md)"]
+    return "\n".join([*header, *sorted(result.test_ids())]) + "\n"
