@@ -8,7 +8,8 @@ Method (docs/analysis.md, "Choosing a subset of tests"):
    models' estimated suite scores: sum over models of s_m² / (1 + I_S(theta_m)), where I_S is the Fisher
    information of the chosen tests at the model's ability (a² p (1 − p) per attempt) and s_m the slope of the
    suite score in theta there (a model at the ceiling needs no precision: its score cannot move). The a used
-   here is shrunk by its reliability (`_shrunk_log_slopes`): choosing on the raw a picks the lucky ones.
+   here and in step 3 is shrunk by its reliability (`_shrunk_log_slopes`): choosing on the raw a picks the
+   lucky ones, whose overestimated slopes then drag the estimated abilities toward the middle.
 3. Estimate a model's full-suite pass rate from its answers on the subset alone (p-IRT, as in tinyBenchmarks,
    Polo et al. 2024): its ability from the subset (MAP, prior N(0, 1)), then the mean over every test of the
    observed pass share on the chosen tests and the predicted pass chance on the others.
@@ -149,30 +150,33 @@ def parse_size(text: str, tests: int) -> int:
     return size
 
 
-Fit = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+Fit = tuple[np.ndarray, np.ndarray, np.ndarray]
 
 
 def _fit(n: np.ndarray, k: np.ndarray, tol: float = 1e-6) -> Fit | None:
-    """(a, b, theta, a for choosing) on the scale theta mean 0, sd 1; None when the results give no scale."""
+    """(a shrunk by its reliability, b, theta) on the scale theta mean 0, sd 1; None when there is no scale."""
     theta, b, log_a, _, _ = fit_counts(n, k, tol=tol)
     centre, scale = theta.mean(), theta.std()
     if not scale > 1e-6:
         return None
-    choosing = _shrunk_log_slopes(log_a, np.exp(log_a)[:, None] * (theta[None, :] - b[:, None]), n)
-    return np.exp(log_a) * scale, (b - centre) / scale, (theta - centre) / scale, np.exp(choosing) * scale
+    shrunk = _shrunk_log_slopes(log_a, np.exp(log_a)[:, None] * (theta[None, :] - b[:, None]), n)
+    return np.exp(shrunk) * scale, (b - centre) / scale, (theta - centre) / scale
 
 
 def _shrunk_log_slopes(log_a: np.ndarray, eta: np.ndarray, n: np.ndarray) -> np.ndarray:
     """Each test's log a shrunk toward the suite's mean by how reliably it was measured (empirical Bayes).
 
     Choosing the tests with the largest fitted a picks those whose a was overestimated by chance (the winner's
-    curse), and an overestimated a pulls the abilities estimated from them toward the middle. The fit's prior
-    on log a (N(0, 0.5²)) is fixed; here its spread is estimated from the suite instead (method of moments):
-    the MAP value, divided by its prior shrinkage w_i = 0.25 / (0.25 + s_i²), approximates the likelihood's
-    estimate L_i with variance s_i² (from the Fisher information); tau² = max(0, var(L) − mean s²) is the
-    spread of the true slopes; each L_i moves toward mean(L) by r_i = tau² / (tau² + s_i²). When every test
-    has one true a (tau² near 0) the choice rests on the difficulties alone; when the slopes truly differ it
-    keeps about the fit's own shrinkage. Measured on simulated runs in docs/analysis.md.
+    curse), and an overestimated a pulls the abilities estimated from them toward the middle. These shrunk
+    values are used both to choose and to estimate (posterior means stay calibrated after selection).
+
+    The fit's prior on log a (N(0, 0.5²)) is fixed; here the slopes' spread is estimated from the suite
+    (method of moments): the MAP value divided by its prior shrinkage w_i = 0.25 / (0.25 + s_i²) approximates
+    the likelihood's estimate L_i, of variance s_i² (from the Fisher information); with precision weights
+    1 / s_i², m = the weighted mean of L and tau² = max(0, weighted mean of (L_i − m)² − s_i²) is the spread of
+    the true slopes; each L_i moves toward m by r_i = tau² / (tau² + s_i²). When every test has one true a
+    (tau² near 0) the choice rests on the difficulties; when the slopes truly differ it keeps about the fit's
+    own shrinkage. Measured on simulated runs in docs/analysis.md.
 
     Args:
         log_a: The fit's log a, on its own scale (the prior's mean 0 is there).
@@ -197,11 +201,11 @@ def _greedy(fit: Fit, n: np.ndarray, size: int) -> np.ndarray:
     """The `size` tests chosen by step 2 of the module docstring, in the order chosen.
 
     Args:
-        fit: From `_fit` (its shrunk slopes are the ones used).
+        fit: From `_fit`.
         n: Scored attempts per (test, model) the fit used.
         size: Tests to choose.
     """
-    _, b, theta, a = fit
+    a, b, theta = fit
     attempts = float(np.median(n[n > 0]))
     p = _sigmoid(a[:, None] * (theta[None, :] - b[:, None]))
     info = attempts * a[:, None] ** 2 * p * (1 - p)
@@ -298,7 +302,7 @@ def choose_subset(cells: Cells, size: int) -> SubsetResult:
                      f"tests")
     else:
         method = "irt-information"
-        a, b, theta, _ = fit
+        a, b, theta = fit
         chosen = _greedy(fit, n, size)
         estimate = _estimate(n, k, chosen, a, b)
         p = _sigmoid(a[:, None] * (theta[None, :] - b[:, None]))
@@ -309,7 +313,7 @@ def choose_subset(cells: Cells, size: int) -> SubsetResult:
                 fold = _fit(n[:, others], k[:, others], tol=HOLDOUT_TOL)
                 if fold is None:
                     continue
-                fa, fb, _, _ = fold
+                fa, fb, _ = fold
                 pick = _greedy(fold, n[:, others], size)
                 held_out[h] = _estimate(n[:, [h]], k[:, [h]], pick, fa, fb)[0]
             mae = float(np.nanmean(np.abs(held_out - full)))
