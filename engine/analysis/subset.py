@@ -362,10 +362,10 @@ def summary_lines(result: SubsetResult) -> list[str]:
     if h is not None:
         lines.append(f"held out (leave-one-model-out, {h.models} models): MAE {_figure(h.mae)} (max "
                      f"{_figure(h.max_error)}), Spearman {_figure(h.spearman)}, Kendall {_figure(h.kendall)}")
+        worse = _figure(100 * h.random_worse_share, "{:.0f}%")
         lines.append(f"random subsets of {result.size} scored by their mean ({h.seeds} seeds): MAE "
                      f"{_figure(h.random_mae)}, Spearman {_figure(h.random_spearman)}, Kendall "
-                     f"{_figure(h.random_kendall)}; random had the larger MAE in {_figure(100 * h.random_worse_share, '{:.0f}%')} "
-                     f"of seeds")
+                     f"{_figure(h.random_kendall)}; random had the larger MAE in {worse} of seeds")
     return lines + result.notes
 
 

@@ -40,8 +40,8 @@ def run_command(
                                              help="max_tokens floor (default: the model's params.max_tokens, "
                                                   "else 1024); a test may raise it."),
     filters: list[str] = typer.Option([], "--filter", help="Keep tests with this tag or id glob (repeatable)."),
-    filter_file: Path | None = typer.Option(None, "--filter-file", help="Run exactly the tests listed in this file "
-                                            "(suite/test_id a line, # comments; `engine analyze --subset` writes one)."),
+    filter_file: Path | None = typer.Option(None, "--filter-file", help="Run exactly the tests this file lists "
+                                            "(suite/test_id a line, # comments; `engine analyze --subset` writes it)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print every request without calling anything."),
     resume: Path | None = typer.Option(None, "--resume", help="Continue this run folder: skip finished rows."),
     retry_errors: bool = typer.Option(False, "--retry-errors", help="With --resume: re-run only error rows."),
