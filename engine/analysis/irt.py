@@ -85,6 +85,82 @@ def _sigmoid(x: np.ndarray) -> np.ndarray:
     return 0.5 * (1.0 + np.tanh(0.5 * x))  # tanh form: no overflow warning for large |x|
 
 
+def fit_counts(n: np.ndarray, k: np.ndarray, *, max_iter: int = 2000, tol: float = 1e-6
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray, bool, int]:
+    """The MAP 2PL fit on (tests × models) attempt and pass counts, before the scale is fixed.
+
+    `fit_2pl` and the subset selection (`engine.analysis.subset`, which refits without each held-out model)
+    share it. A cell with n = 0 adds nothing to the likelihood.
+
+    Args:
+        n: Scored attempts per (test, model).
+        k: Passed attempts per (test, model).
+        max_iter: Most Fisher scoring rounds.
+        tol: Stop when no parameter moves by more than this in a round.
+
+    Returns:
+        (theta per model, b per test, log a per test, converged, rounds run), on the fit's own scale.
+    """
+    n_items, n_models = n.shape
+    theta = np.zeros(n_models)
+    b = np.zeros(n_items)
+    log_a = np.zeros(n_items)
+    converged, iteration = False, 0
+    for iteration in range(1, max_iter + 1):  # noqa: B007 - the count is reported
+        a = np.exp(log_a)
+        p = _sigmoid(a[:, None] * (theta[None, :] - b[:, None]))
+        weight = n * p * (1 - p)
+        grad = (a[:, None] * (k - n * p)).sum(axis=0) - theta / PRIOR_SD_THETA**2
+        info_theta = (a[:, None] ** 2 * weight).sum(axis=0) + 1 / PRIOR_SD_THETA**2
+        step_theta = np.clip(grad / info_theta, -_MAX_STEP, _MAX_STEP)
+        theta = theta + step_theta
+
+        eta = a[:, None] * (theta[None, :] - b[:, None])
+        p = _sigmoid(eta)
+        resid, weight = k - n * p, n * p * (1 - p)
+        # Per item, (b, log a) jointly: d eta / d b = -a, d eta / d log a = eta; 2×2 Fisher information.
+        g_b = -(a[:, None] * resid).sum(axis=1) - b / PRIOR_SD_B**2
+        g_la = (eta * resid).sum(axis=1) - log_a / PRIOR_SD_LOG_A**2
+        i_bb = (a[:, None] ** 2 * weight).sum(axis=1) + 1 / PRIOR_SD_B**2
+        i_ll = (eta**2 * weight).sum(axis=1) + 1 / PRIOR_SD_LOG_A**2
+        i_bl = -(a[:, None] * eta * weight).sum(axis=1)
+        det = i_bb * i_ll - i_bl**2
+        step_b = np.clip((i_ll * g_b - i_bl * g_la) / det, -_MAX_STEP, _MAX_STEP)
+        step_la = np.clip((i_bb * g_la - i_bl * g_b) / det, -_MAX_STEP, _MAX_STEP)
+        b, log_a = b + step_b, log_a + step_la
+        if max(np.abs(step_theta).max(), np.abs(step_b).max(), np.abs(step_la).max()) < tol:
+            converged = True
+            break
+    return theta, b, log_a, converged, iteration
+
+
+def ability(n: np.ndarray, k: np.ndarray, a: np.ndarray, b: np.ndarray, *, max_iter: int = 100,
+            tol: float = 1e-8) -> np.ndarray:
+    """MAP abilities (prior N(0, 1)) of models given fixed item parameters: a new model placed on a fitted scale.
+
+    Args:
+        n: Scored attempts per (test, model), for the tests whose `a` and `b` are given.
+        k: Passed attempts per (test, model).
+        a: Discrimination per test (on the scale the abilities are wanted on).
+        b: Difficulty per test.
+        max_iter: Most Newton rounds (the posterior is log-concave: a handful suffice).
+        tol: Stop when no ability moves by more than this.
+
+    Returns:
+        One ability per model (column); the prior mean 0 for a model with no attempts.
+    """
+    theta = np.zeros(n.shape[1])
+    for _ in range(max_iter):
+        p = _sigmoid(a[:, None] * (theta[None, :] - b[:, None]))
+        grad = (a[:, None] * (k - n * p)).sum(axis=0) - theta / PRIOR_SD_THETA**2
+        info = (a[:, None] ** 2 * n * p * (1 - p)).sum(axis=0) + 1 / PRIOR_SD_THETA**2
+        step = np.clip(grad / info, -_MAX_STEP, _MAX_STEP)
+        theta = theta + step
+        if np.abs(step).max(initial=0.0) < tol:
+            break
+    return theta
+
+
 def fit_2pl(
     cells_or_df: Cells | pd.DataFrame,
     *,
@@ -128,36 +204,7 @@ def fit_2pl(
         return _refuse(f"{n_items} test{'s' if n_items != 1 else ''} with scores; a 2PL fit needs at least "
                        f"{min_tests} to place the models on a scale")
 
-    theta = np.zeros(n_models)
-    b = np.zeros(n_items)
-    log_a = np.zeros(n_items)
-    converged, iteration = False, 0
-    for iteration in range(1, max_iter + 1):  # noqa: B007 - the count is reported
-        a = np.exp(log_a)
-        p = _sigmoid(a[:, None] * (theta[None, :] - b[:, None]))
-        weight = n * p * (1 - p)
-        grad = (a[:, None] * (k - n * p)).sum(axis=0) - theta / PRIOR_SD_THETA**2
-        info_theta = (a[:, None] ** 2 * weight).sum(axis=0) + 1 / PRIOR_SD_THETA**2
-        step_theta = np.clip(grad / info_theta, -_MAX_STEP, _MAX_STEP)
-        theta = theta + step_theta
-
-        eta = a[:, None] * (theta[None, :] - b[:, None])
-        p = _sigmoid(eta)
-        resid, weight = k - n * p, n * p * (1 - p)
-        # Per item, (b, log a) jointly: d eta / d b = -a, d eta / d log a = eta; 2×2 Fisher information.
-        g_b = -(a[:, None] * resid).sum(axis=1) - b / PRIOR_SD_B**2
-        g_la = (eta * resid).sum(axis=1) - log_a / PRIOR_SD_LOG_A**2
-        i_bb = (a[:, None] ** 2 * weight).sum(axis=1) + 1 / PRIOR_SD_B**2
-        i_ll = (eta**2 * weight).sum(axis=1) + 1 / PRIOR_SD_LOG_A**2
-        i_bl = -(a[:, None] * eta * weight).sum(axis=1)
-        det = i_bb * i_ll - i_bl**2
-        step_b = np.clip((i_ll * g_b - i_bl * g_la) / det, -_MAX_STEP, _MAX_STEP)
-        step_la = np.clip((i_bb * g_la - i_bl * g_b) / det, -_MAX_STEP, _MAX_STEP)
-        b, log_a = b + step_b, log_a + step_la
-        if max(np.abs(step_theta).max(), np.abs(step_b).max(), np.abs(step_la).max()) < tol:
-            converged = True
-            break
-
+    theta, b, log_a, converged, iteration = fit_counts(n, k, max_iter=max_iter, tol=tol)
     centre, scale = theta.mean(), theta.std()
     if not scale > 1e-6:
         return _refuse("every model has the same pass counts, so there is no ability scale to fit")

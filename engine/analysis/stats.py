@@ -355,3 +355,39 @@ def _adjust_sorted(p_values: np.ndarray, adjust: Callable[[np.ndarray], np.ndarr
 
 # How the per-test p-values are adjusted for testing many tests at once (`per_test(correction=...)`).
 CORRECTIONS = {"bh": benjamini_hochberg, "holm": holm}
+
+
+def spearman(x: np.ndarray, y: np.ndarray) -> float:
+    """Spearman's rank correlation: Pearson's r of the average ranks (ties share their mean rank).
+
+    NaN with fewer than 3 pairs or when either side is constant. Equal to scipy.stats.spearmanr.
+    """
+    import pandas as pd
+
+    x, y = np.asarray(x, dtype="float64"), np.asarray(y, dtype="float64")
+    keep = ~(np.isnan(x) | np.isnan(y))
+    if keep.sum() < 3:
+        return float("nan")
+    rx = pd.Series(x[keep]).rank().to_numpy()
+    ry = pd.Series(y[keep]).rank().to_numpy()
+    if rx.std() == 0 or ry.std() == 0:
+        return float("nan")
+    return float(np.corrcoef(rx, ry)[0, 1])
+
+
+def kendall_tau_b(x: np.ndarray, y: np.ndarray) -> float:
+    """Kendall's tau-b: (concordant − discordant) / sqrt((n0 − ties x)(n0 − ties y)) over all pairs.
+
+    O(n²) pairs (meant for models, not rows). NaN with fewer than 3 pairs or a constant side. Equal to
+    scipy.stats.kendalltau (variant b).
+    """
+    x, y = np.asarray(x, dtype="float64"), np.asarray(y, dtype="float64")
+    keep = ~(np.isnan(x) | np.isnan(y))
+    x, y = x[keep], y[keep]
+    if len(x) < 3:
+        return float("nan")
+    upper = np.triu_indices(len(x), 1)
+    dx = np.sign(x[:, None] - x[None, :])[upper]
+    dy = np.sign(y[:, None] - y[None, :])[upper]
+    denominator = math.sqrt(float(np.count_nonzero(dx)) * float(np.count_nonzero(dy)))
+    return float((dx * dy).sum() / denominator) if denominator else float("nan")

@@ -117,6 +117,19 @@ def analyze(
         bool, typer.Option("--full", help="Every row and column of every table (by default long or all-zero "
                                           "tables are folded, each fold saying what it left out).")
     ] = False,
+    subset: Annotated[
+        str | None, typer.Option("--subset", metavar="N", help="Choose N tests (or N%) that keep the models' ranking "
+                                 "and scores, checked on held-out models (docs/analysis.md).")
+    ] = None,
+    saturated_since: Annotated[
+        str | None, typer.Option("--saturated-since", metavar="DATE", help="List the tests saturated in every run "
+                                 "since DATE (YYYY-MM-DD), with the calls and cost they took.")
+    ] = None,
+    filter_file: Annotated[
+        Path | None, typer.Option("--filter-file", help="With --subset: write the chosen tests; with "
+                                  "--saturated-since: the newest run's tests without the saturated ones "
+                                  "(for `engine run --filter-file`).")
+    ] = None,
 ) -> None:
     """Which tests discriminate, which are saturated, floor or flaky, and which model is better."""
     from engine.analysis.render import FORMATS, TABLES, render
@@ -131,6 +144,9 @@ def analyze(
     k_values = _parse_ks(ks)
     if irt and fmt == "csv":
         raise _fail_usage("--irt: use --format table, markdown or json (csv holds one table)")
+    from engine.cli import analyze_filters
+
+    analyze_filters.check(fmt, subset, saturated_since, filter_file)
     from engine.analysis.cells import build_cells
     from engine.analysis.summary import analyze as run_analysis
     from engine.analysis.summary import analyze_grid
@@ -151,6 +167,10 @@ def analyze(
     text = render(analysis, fmt, table=table, full=full)
     if irt:
         text = _with_irt(text, fmt, grid_of())
+    if subset is not None or saturated_since is not None:   # engine/cli/analyze_filters.py
+        text = analyze_filters.append(text, fmt, cells=grid_of, files=files, sources=[str(p) for p in results],
+                                      subset=subset, since=saturated_since, filter_file=filter_file,
+                                      include_fallback=include_fallback, alpha=alpha, correction=correction)
     if fmt != "csv" and path == "duckdb" and _judged_or_varied(files):
         # The judges section reads every row's evaluator list, the variant tables every row: in memory only.
         typer.echo("note: the judges section and the prompt-variant tables are computed in memory only; run "

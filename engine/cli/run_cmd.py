@@ -40,6 +40,8 @@ def run_command(
                                              help="max_tokens floor (default: the model's params.max_tokens, "
                                                   "else 1024); a test may raise it."),
     filters: list[str] = typer.Option([], "--filter", help="Keep tests with this tag or id glob (repeatable)."),
+    filter_file: Path | None = typer.Option(None, "--filter-file", help="Run exactly the tests this file lists "
+                                            "(suite/test_id a line, # comments; `engine analyze --subset` writes it)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print every request without calling anything."),
     resume: Path | None = typer.Option(None, "--resume", help="Continue this run folder: skip finished rows."),
     retry_errors: bool = typer.Option(False, "--retry-errors", help="With --resume: re-run only error rows."),
@@ -72,6 +74,7 @@ def run_command(
         paths=[str(p) for p in paths or []], models_file=None if models is None else str(models),
         model_names=list(model), out=None if out is None else str(out), concurrency=concurrency, repeat=repeat,
         seed=seed, temperature=temperature, max_tokens=max_tokens, filters=list(filters),
+        filter_file=None if filter_file is None else str(filter_file),
         stream=None if not no_stream else False, max_retries=max_retries, max_cost=max_cost,
         max_response_mb=max_response_mb, run_id=run_id, shard=shard, cache=cache)
     if ray is not None and not dry_run:   # docs/scale.md

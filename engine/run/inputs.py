@@ -26,7 +26,7 @@ def _err(message: str) -> None:
 
 
 def load_tests(invocation: Invocation) -> list[Test] | None:
-    from engine.run.jobs import select_tests
+    from engine.run.jobs import select_listed, select_tests
     from engine.suite import load_suites
 
     suites: list[Suite]
@@ -40,6 +40,8 @@ def load_tests(invocation: Invocation) -> list[Test] | None:
     tests = [test for suite in suites for test in suite.tests]
     if not tests:
         raise EngineError(f"no tests found in {', '.join(invocation.paths)}")
+    if invocation.filter_file:   # exactly the tests the file lists; --filter narrows them further
+        tests = select_listed(tests, Path(invocation.filter_file))
     selected = select_tests(tests, invocation.filters)
     if not selected:
         raise UsageError(f"--filter {' '.join(invocation.filters)} matches none of the {len(tests)} tests "

@@ -5,7 +5,10 @@ from __future__ import annotations
 import fnmatch
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
+from engine.base.words import did_you_mean
+from engine.errors import UsageError
 from engine.model import ModelConfig, Test
 from engine.results.rows import row_key
 from engine.run.shards import Shard
@@ -46,6 +49,69 @@ def select_tests(tests: Iterable[Test], filters: Iterable[str]) -> list[Test]:
                 kept.append(test)
                 break
     return kept
+
+
+def read_filter_file(path: Path) -> list[tuple[int, str]]:
+    """The entries of a `--filter-file`: (line number, test id), one id a line; `#` starts a comment.
+
+    A comment is a line whose first non-blank character is `#`, or the rest of a line after a blank and `#`.
+
+    Raises:
+        UsageError: The file cannot be read, or it lists no test.
+    """
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"--filter-file {path}: cannot read it ({exc})") from None
+    entries = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        entry = line.strip()
+        for mark in (" #", "\t#"):
+            entry = entry.split(mark, 1)[0].strip()
+        if entry and not entry.startswith("#"):
+            entries.append((number, entry))
+    if not entries:
+        raise UsageError(f"--filter-file {path}: lists no test (one `suite/test_id` or `test_id` a line)")
+    return entries
+
+
+def select_listed(tests: Iterable[Test], path: Path) -> list[Test]:
+    """Keep exactly the tests a `--filter-file` lists, in suite order (`engine analyze --subset` writes one).
+
+    An entry is `suite/test_id` (what `engine analyze` writes) or a bare `test_id` found in one suite only.
+
+    Args:
+        tests: All tests.
+        path: The filter file.
+
+    Raises:
+        UsageError: An entry names no test (or a bare id found in several suites): FILE:LINE and the fix.
+    """
+    tests = list(tests)
+    by_key = {(t.suite, t.id): t for t in tests}
+    suites_of: dict[str, list[str]] = {}
+    for test in tests:
+        suites_of.setdefault(test.id, []).append(test.suite)
+    wanted: set[tuple[str, str]] = set()
+    problems = []
+    for number, entry in read_filter_file(path):
+        suite, _, test_id = entry.partition("/")
+        if test_id and (suite, test_id) in by_key:
+            wanted.add((suite, test_id))
+        elif len(suites_of.get(entry, ())) == 1:
+            wanted.add((suites_of[entry][0], entry))
+        elif entry in suites_of:
+            problems.append(f"{path}:{number}: '{entry}' is a test of several suites "
+                            f"({', '.join(suites_of[entry])}); write it as suite/{entry}")
+        else:
+            near = did_you_mean(entry, [f"{s}/{i}" for s, i in by_key])
+            hint = f"; did you mean '{near}'?" if near else " (a line is `suite/test_id` or `test_id`)"
+            problems.append(f"{path}:{number}: no test '{entry}' in the suites loaded{hint}")
+    if problems:
+        more = f"\n... and {len(problems) - 10} more" if len(problems) > 10 else ""
+        raise UsageError("\n".join(problems[:10]) + more + "\nfix or remove those lines of the filter file "
+                         "(it may predate a change to the suites)")
+    return [t for t in tests if (t.suite, t.id) in wanted]
 
 
 def attempts(test: Test, repeat: int | None) -> int:

@@ -52,6 +52,7 @@ class Invocation:
     temperature: float | None = None
     max_tokens: int | None = None
     filters: list[str] = field(default_factory=list)
+    filter_file: str | None = None   # --filter-file: exactly the tests listed (engine.run.jobs.select_listed)
     stream: bool | None = None
     max_retries: int | None = None
     max_cost: float | None = None

@@ -111,3 +111,16 @@ def old_rule(passes: np.ndarray, attempts: np.ndarray, *, seed: int = 0) -> np.n
     n = np.rint(np.nan_to_num(attempts)).astype("int64")
     out[big] = fixed_count(x[big], n[big], seed)
     return out
+def simulate_2pl(rng: np.random.Generator, models: int, tests: int, repeats: int, *, sd_theta: float = 1.0,
+                 sd_b: float = 1.0, sd_log_a: float = 0.5) -> tuple[pd.DataFrame, np.ndarray]:
+    """Rows drawn from a 2PL model (varying discrimination): (rows, the (tests × models) pass chances).
+
+    theta ~ N(0, sd_theta²) per model, b ~ N(0, sd_b²) and log a ~ N(0, sd_log_a²) per test; an attempt of
+    model m passes test t with chance sigmoid(a_t (theta_m − b_t)). Models are named m<j>, tests t<i>.
+    """
+    theta = rng.normal(0, sd_theta, models)
+    b = rng.normal(0, sd_b, tests)
+    a = np.exp(rng.normal(0, sd_log_a, tests))
+    p = 1 / (1 + np.exp(-a[:, None] * (theta[None, :] - b[:, None])))
+    passed = rng.random(p.shape + (repeats,)) < p[..., None]
+    return frame(passed[:, None], [f"m{j}" for j in range(models)]), p
