@@ -145,6 +145,9 @@ def analyze(
         analysis = run_analysis(df, alpha=alpha, cluster_by=cluster_by, ks=k_values, correction=correction)
     grid_of = (lambda: df) if path == "duckdb" else (lambda: build_cells(df))
     text = render(analysis, fmt, table=table)
+    from engine.analysis.sequential_section import with_sequential
+
+    text = with_sequential(text, fmt, files)   # a run `engine run --until-decided` stopped: its decision first
     if irt:
         text = _with_irt(text, fmt, grid_of())
     if fmt != "csv" and path == "duckdb" and _judged_or_varied(files):
