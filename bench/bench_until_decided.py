@@ -14,7 +14,7 @@
    seeded orders of the completed folder's rows (what other seeds would have saved; no calls).
 3. `--replay RUN_DIR --a A --b B`: that replay on any completed run folder.
 
-    python bench/bench_until_decided.py [--runs 10000] [--real] [--replay RUN_DIR --a A --b B]
+    python bench/bench_until_decided.py [--runs 10000] [--real [--skip-simulation]] [--replay RUN_DIR --a A --b B]
 """
 
 from __future__ import annotations
@@ -152,11 +152,11 @@ MODELS = """models:
     builtin: gemma-3-270m
     api: completions
     concurrency: 1
-    params: {temperature: 0, stop: ["\\n"]}
+    params: {temperature: 0, max_tokens: 6, stop: ["\\n"]}
   gemma-chat:
     builtin: gemma-3-270m
     concurrency: 1
-    params: {temperature: 0}
+    params: {temperature: 0, max_tokens: 6, stop: ["\\n"]}
 """
 
 
@@ -223,6 +223,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=10_000)
     parser.add_argument("--alpha", type=float, default=DEFAULT_ALPHA)
     parser.add_argument("--real", action="store_true", help="also the real run folder (needs the [local] extra)")
+    parser.add_argument("--skip-simulation", action="store_true")
     parser.add_argument("--orders", type=int, default=1000)
     parser.add_argument("--replay", type=Path, help="replay the decision on this completed run folder")
     parser.add_argument("--a")
@@ -231,9 +232,10 @@ def main() -> None:
     if args.replay is not None:
         replay(args.replay, args.a, args.b, args.orders, args.alpha)
         return
-    started = time.monotonic()
-    simulation(args.runs, args.alpha)
-    print(f"\n(simulation {time.monotonic() - started:.0f} s; load average {os.getloadavg()[0]:.1f})\n")
+    if not args.skip_simulation:
+        started = time.monotonic()
+        simulation(args.runs, args.alpha)
+        print(f"\n(simulation {time.monotonic() - started:.0f} s; load average {os.getloadavg()[0]:.1f})\n")
     if args.real:
         real(args.orders, args.alpha)
 

@@ -96,3 +96,36 @@ def test_until_decided_names_must_be_run_models(tmp_path: Path, fake_openai: Fak
     one = engine("run", str(suites), "--models", str(models), "--until-decided", "fast", env={KEY_ENV: "k"})
     assert one.returncode == 2 and "two model names" in one.stderr
     assert fake_openai.requests == [] and "Traceback" not in unknown.stderr + left_out.stderr + one.stderr
+
+
+def test_ctrl_c_releases_the_workers_waiting_at_the_gate(tmp_path: Path, fake_openai: FakeOpenAI) -> None:
+    """Both models right everywhere (never decided), `other` slow: `fast`'s workers wait at the gate; one
+    Ctrl-C must still end the run (exit 1) with the decision recorded as interrupted."""
+    import signal
+    import sqlite3
+    import time
+
+    from tests.run.e2e import start_engine
+
+    fake_openai.responder = lambda body: Reply(content="ok Paris Rome Madrid",
+                                               delay_s=0.05 if body["model"] == "other-1" else 0.0)
+    suites, models = write_project(tmp_path, fake_openai.base_url, tests=BULK)
+    run_dir = tmp_path / "results" / "ctrl-c"
+    proc = start_engine("run", str(suites), "--models", str(models), "--until-decided", "fast,other", "--no-cache",
+                        "--out", str(tmp_path / "results"), "--run-id", "ctrl-c", "--quiet", env={KEY_ENV: "k"})
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            with sqlite3.connect(f"file:{run_dir / '_journal.sqlite'}?mode=ro", uri=True, timeout=1) as db:
+                if db.execute("SELECT COUNT(*) FROM rows").fetchone()[0] >= 20:
+                    break
+        except sqlite3.Error:
+            pass
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(30) == 1, proc.stderr.read() if proc.stderr else ""
+    manifest = _manifest(run_dir)
+    assert manifest["stopped"] == "interrupted"
+    decision = manifest["until_decided"]
+    assert decision["reason"] == "interrupted" and decision["verdict"] == "undecided"
+    assert decision["mean_diff"] == 0.0 and decision["tests_not_run"] > 0
