@@ -7,7 +7,8 @@
    right, the tests used, the calls saved against the full suite, and the agreement with the fixed-sample
    verdict `engine analyze` gives on the full suite (interval and McNemar). The predictable plug-in bets of
    Waudby-Smith & Ramdas are run beside the shipped aGRAPA bets, on the same draws.
-2. `--real`: a real run folder with the embedded model (needs the [local] extra): 100 one-digit additions,
+2. `--real`: a real run folder with the embedded model (needs the [local] extra): tests/fixtures/until_decided/,
+   100 one-digit additions,
    gemma-3-270m few-shot on /completions (A) against the same model asked in chat (B).
    `engine run --until-decided A,B` (calls counted in the folder), then `--resume` completes it and
    `engine analyze` gives the full run's verdict; then the decision is replayed offline over `--orders` other
@@ -132,32 +133,7 @@ def simulation(runs: int, alpha: float) -> None:
 
 # --- a real run folder ---------------------------------------------------------------------------------------
 
-SUITE = """suite: addition
-description: One-digit additions, two-shot (issue #24 bench).
-defaults:
-  max_tokens: 6
-tests:
-  - id: add-{{ a }}-{{ b }}
-    prompt: |-
-      2 + 3 = 5
-      7 + 1 = 8
-      {{ a }} + {{ b }} =
-    cases:
-%s
-    eval: {numeric: "{{ golden }}", pattern: '^\\s*(-?\\d+)'}
-"""
-
-MODELS = """models:
-  gemma-fewshot:
-    builtin: gemma-3-270m
-    api: completions
-    concurrency: 1
-    params: {temperature: 0, max_tokens: 6, stop: ["\\n"]}
-  gemma-chat:
-    builtin: gemma-3-270m
-    concurrency: 1
-    params: {temperature: 0, max_tokens: 6, stop: ["\\n"]}
-"""
+FIXTURES = ROOT / "tests" / "fixtures" / "until_decided"   # the suite and models, shared with tests/local
 
 
 def engine(*args: str) -> subprocess.CompletedProcess[str]:
@@ -171,13 +147,9 @@ def engine(*args: str) -> subprocess.CompletedProcess[str]:
 
 def real(orders: int, alpha: float) -> None:
     work = Path(tempfile.mkdtemp(prefix="until-decided-"))
-    cases = "\n".join(f"      - {{a: {a}, b: {b}, golden: {a + b}}}" for a in range(10) for b in range(10))
-    (work / "suites").mkdir()
-    (work / "suites" / "addition.yaml").write_text(SUITE % cases)
-    (work / "models.yaml").write_text(MODELS)
     out = work / "results"
     started = time.monotonic()
-    seq = engine("run", str(work / "suites"), "--models", str(work / "models.yaml"), "--until-decided",
+    seq = engine("run", str(FIXTURES / "suites"), "--models", str(FIXTURES / "models.yaml"), "--until-decided",
                  "gemma-fewshot,gemma-chat", "--seed", "1", "--no-cache", "--out", str(out), "--run-id", "seq",
                  "--quiet")
     seq_s = time.monotonic() - started
