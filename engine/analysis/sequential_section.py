@@ -45,7 +45,7 @@ def _rows(record: dict[str, Any]) -> list[list[str]]:
     mean = record["mean_diff"]
     return [
         ["verdict", f"{record['verdict']} ({record['reason']})"],
-        ["e-value K(0) (decides at ≥ 1/α)", f"{record['e_value']:.4g} (1/α = {1 / alpha:g})"],
+        ["e-value against no difference (decides at ≥ 1/α)", f"{record['e_value']:.4g} (1/α = {1 / alpha:g})"],
         [f"{1 - alpha:.0%} confidence sequence of mean({record['model_a']} − {record['model_b']})",
          ("-" if mean is None else f"{mean:+.3f} ") + f"[{record['cs_lo']:+.3f}, {record['cs_hi']:+.3f}]"],
         ["tests used / read / in suite", f"{record['tests_used']} / {record['tests_read']} / {record['tests_in_suite']}"
