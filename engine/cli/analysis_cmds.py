@@ -165,6 +165,9 @@ def analyze(
         analysis = run_analysis(df, alpha=alpha, cluster_by=cluster_by, ks=k_values, correction=correction)
     grid_of = (lambda: df) if path == "duckdb" else (lambda: build_cells(df))
     text = render(analysis, fmt, table=table, full=full)
+    from engine.analysis.sequential_section import with_sequential
+
+    text = with_sequential(text, fmt, files)   # a run `engine run --until-decided` stopped: its decision first
     if irt:
         text = _with_irt(text, fmt, grid_of())
     if subset is not None or saturated_since is not None:   # engine/cli/analyze_filters.py

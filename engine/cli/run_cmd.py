@@ -66,6 +66,12 @@ def run_command(
                                         "ray://..., auto), or `local` for ray.init(); needs the [ray] extra."),
     shards: int | None = typer.Option(None, "--shards", min=1, max=100_000,
                                       help="With --ray: how many shards (default: the cluster's CPUs)."),
+    until_decided: str | None = typer.Option(None, "--until-decided", metavar="A,B",
+                                             help="Run tests in a random order (--seed) and stop once an anytime-"
+                                                  "valid paired test decides whether model A or B is better "
+                                                  "(docs/running.md); --resume later runs the rest."),
+    alpha: float = typer.Option(0.05, "--alpha", min=0.0001, max=0.5,
+                                help="With --until-decided: the false 'better' rate it keeps (default 0.05)."),
 ) -> None:
     """Run suites against models; results go to OUT/<run-id>/ (Parquet + _manifest.json)."""
     from engine.run.session import Invocation, run_session
@@ -77,11 +83,26 @@ def run_command(
         filter_file=None if filter_file is None else str(filter_file),
         stream=None if not no_stream else False, max_retries=max_retries, max_cost=max_cost,
         max_response_mb=max_response_mb, run_id=run_id, shard=shard, cache=cache)
+    decide = None
+    if until_decided is not None:
+        from engine.errors import UsageError
+        from engine.run.until_decided import UntilDecided
+
+        try:
+            decide = UntilDecided.parse(until_decided, alpha)
+        except UsageError as exc:
+            typer.echo(f"error: {exc}", err=True)
+            raise typer.Exit(2) from None
+        if ray is not None:
+            typer.echo("error: --until-decided with --ray: the decision needs both models' rows in one process; "
+                       "drop --ray", err=True)
+            raise typer.Exit(2)
     if ray is not None and not dry_run:   # docs/scale.md
         from engine.run.ray_dispatch import run_on_ray
 
         if retry_errors:
             raise typer.BadParameter("--retry-errors with --ray: resume each shard by hand (docs/scale.md)")
         raise typer.Exit(run_on_ray(invocation, None if ray == "local" else ray, shards, resume=resume, quiet=quiet))
-    code = run_session(invocation, dry_run=dry_run, resume=resume, retry_errors=retry_errors, quiet=quiet)
+    code = run_session(invocation, dry_run=dry_run, resume=resume, retry_errors=retry_errors, quiet=quiet,
+                       until_decided=decide)
     raise typer.Exit(code)

@@ -18,8 +18,13 @@ if TYPE_CHECKING:
 
 
 def build_manifest(invocation: Invocation, run_id: str, journal: Any, models: list[ModelConfig], tests: list[Test],
-                   rows: int, errors: int, stopped: str | None, seconds: float) -> dict[str, Any]:
-    """The run's `_manifest.json`: what ran, from which suites (hashes, git), on which models (no credentials)."""
+                   rows: int, errors: int, stopped: str | None, seconds: float,
+                   until_decided: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The run's `_manifest.json`: what ran, from which suites (hashes, git), on which models (no credentials).
+
+    `until_decided` is the stopping decision of `engine run --until-decided` (`DecisionGate.summary`), kept
+    through later resumes; `stopped: "decided"` marks the session it stopped.
+    """
     from engine import __version__
 
     suites: dict[str, dict[str, Any]] = {}
@@ -50,6 +55,7 @@ def build_manifest(invocation: Invocation, run_id: str, journal: Any, models: li
         "argv": sys.argv[1:],
         "shard": invocation.shard,
         "counts": {"rows": rows, "errors": errors, "parts": len(journal.parts())},
+        **({"until_decided": until_decided} if until_decided is not None else {}),
     }
 
 

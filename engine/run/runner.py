@@ -46,6 +46,7 @@ from engine.suite.content_parts import ImageUnavailable
 if TYPE_CHECKING:
     from engine.results.journal import Journal
     from engine.results.writer import ResultsWriter
+    from engine.run.until_decided import DecisionGate
 
 # What the counters need of a row until it is committed: model name, retries, completion tokens, cost,
 # latency, fallback, error kind, passed, cached.
@@ -170,10 +171,11 @@ class Runner:
         journal: The open journal (rows are added and committed here).
         writer: The Parquet writer (parts flushed as rows accumulate).
         on_progress: Called after each commit with the stats.
+        gate: `--until-decided`: consulted before each dispatch and told of each row (engine/run/until_decided.py).
     """
 
     def __init__(self, config: RunConfig, journal: Journal, writer: ResultsWriter,
-                 on_progress: Callable[[RunStats], None] | None = None) -> None:
+                 on_progress: Callable[[RunStats], None] | None = None, gate: DecisionGate | None = None) -> None:
         self.config = config
         self.journal = journal
         self.writer = writer
@@ -186,12 +188,15 @@ class Runner:
         self._client: OpenAIClient | None = None
         self._storage_error: StorageError | None = None
         self._judge: ModelJudgeCaller | None = None
+        self._gate = gate
 
     def stop(self, reason: str = "interrupted") -> None:
         """Stop dispatching; calls in flight finish and are recorded."""
         if not self._stopping:
             self._stopping = True
             self.stats.stopped = reason
+            if self._gate is not None:   # workers waiting at the gate end too
+                self._gate.close()
 
     def cancel(self) -> None:
         """Cancel calls in flight too (their rows are not written; resume runs them)."""
@@ -269,6 +274,8 @@ class Runner:
         for job in jobs:
             if self._stopping:
                 return
+            if self._gate is not None and not await self._gate.admit(job):
+                continue   # `--until-decided` has no use for it (engine/run/until_decided.py)
             if job.test.agent is not None:
                 row = await run_agent_job(
                     client=client, model=model, test=job.test, attempt=job.attempt, run_id=self.config.run_id,
@@ -334,6 +341,8 @@ class Runner:
         cost = row["cost"]
         self._summaries.append((model.name, row["retries"], row["completion_tokens"], cost, row["latency_s"],
                                 row["fallback"], row["error_kind"], row["passed"], bool(row["cached"])))
+        if self._gate is not None:
+            self._gate.record(job, row)
         del row
         if cost is not None and not spent:
             self._spend(cost)

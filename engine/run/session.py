@@ -30,6 +30,7 @@ from engine.run.manifest import build_manifest, now_iso
 
 if TYPE_CHECKING:
     from engine.run.shards import Shard
+    from engine.run.until_decided import UntilDecided
 
 DEFAULT_OUT = "results"
 DEFAULT_CONCURRENCY = 32
@@ -76,7 +77,8 @@ def _err(message: str) -> None:
 
 
 def run_session(invocation: Invocation, *, dry_run: bool = False, resume: Path | None = None,
-                retry_errors: bool = False, quiet: bool = False, model_slots: Any = None) -> int:
+                retry_errors: bool = False, quiet: bool = False, model_slots: Any = None,
+                until_decided: UntilDecided | None = None) -> int:
     """Run one invocation and return the exit code.
 
     Args:
@@ -86,10 +88,12 @@ def run_session(invocation: Invocation, *, dry_run: bool = False, resume: Path |
         retry_errors: Re-run only the error rows of `resume`.
         quiet: No progress output.
         model_slots: `RunConfig.model_slots`: caps shared with other processes (`engine.run.ray_dispatch`).
+        until_decided: `--until-decided A,B`: stop once A vs B is decided (`engine.run.until_decided`). Not
+            stored with the run's settings: a later `--resume` runs every test left.
     """
     try:
         return _run(invocation, dry_run=dry_run, resume=resume, retry_errors=retry_errors, quiet=quiet,
-                    model_slots=model_slots)
+                    model_slots=model_slots, until_decided=until_decided)
     except UsageError as exc:
         _err(f"error: {exc}")
         return 2
@@ -102,7 +106,7 @@ def run_session(invocation: Invocation, *, dry_run: bool = False, resume: Path |
 
 
 def _run(invocation: Invocation, *, dry_run: bool, resume: Path | None, retry_errors: bool, quiet: bool,
-         model_slots: Any = None) -> int:
+         model_slots: Any = None, until_decided: UntilDecided | None = None) -> int:
     from engine.results import folder
     from engine.results.journal import Journal
     from engine.run.shards import Shard, check_run_id, new_shard_folder, resume_folder
@@ -115,6 +119,9 @@ def _run(invocation: Invocation, *, dry_run: bool, resume: Path | None, retry_er
         check_run_id(invocation.run_id)
     if retry_errors and resume is None:
         raise UsageError("--retry-errors needs --resume RUN_DIR (the run whose error rows to re-run)")
+    if until_decided is not None and (resume is not None or shard is not None):
+        raise UsageError("--until-decided starts a new, unsharded run (the decision needs both models' rows in one "
+                         "process); `engine run --resume RUN_DIR` without it runs the tests a stopped run left")
     remote_out = None   # --out or --resume is a URL: the run runs in a local staging folder (engine.results.remote)
     if resume is not None and remote_run.is_url(resume):
         resume, remote_out = remote_run.stage_resume(str(resume))
@@ -160,6 +167,8 @@ def _run(invocation: Invocation, *, dry_run: bool, resume: Path | None, retry_er
     if tests is None:
         return 1
     models, every_model, model_defaults = inputs.load_models(invocation)
+    if until_decided is not None:
+        until_decided.check_models(models)
     if _image_conflicts(tests, models):
         return 1
     judges = inputs.judges(invocation, tests, every_model, model_defaults)
@@ -167,6 +176,8 @@ def _run(invocation: Invocation, *, dry_run: bool, resume: Path | None, retry_er
 
     if dry_run:
         _dry_run(models, tests, invocation, shard)
+        if until_decided is not None:
+            _err("dry run: with --until-decided these are the most calls the run makes (it stops once decided)")
         return 0
 
     if journal is None:
@@ -197,7 +208,8 @@ def _run(invocation: Invocation, *, dry_run: bool, resume: Path | None, retry_er
     _point_latest(run_dir.parent if shard is not None else run_dir)
     try:
         code = _execute(invocation, run_id, run_dir, journal, models, tests, api_keys,
-                        retry_errors=retry_errors, quiet=quiet, judges=judges, model_slots=model_slots)
+                        retry_errors=retry_errors, quiet=quiet, judges=judges, model_slots=model_slots,
+                        until_decided=until_decided)
     except StorageError as exc:
         code = _storage_failed(exc, run_dir, journal)
     finally:
@@ -303,7 +315,7 @@ def _point_latest(run_dir: Path) -> None:
 
 def _execute(invocation: Invocation, run_id: str, run_dir: Path, journal: Any, models: list[ModelConfig],
              tests: list[Test], api_keys: dict[str, str | None], *, retry_errors: bool, quiet: bool,
-             judges: Any = None, model_slots: Any = None) -> int:
+             judges: Any = None, model_slots: Any = None, until_decided: UntilDecided | None = None) -> int:
     from engine.results.writer import ResultsWriter
     from engine.run.jobs import count_jobs, iter_jobs, runs_on
     from engine.run.progress import Progress, print_summary
@@ -320,6 +332,7 @@ def _execute(invocation: Invocation, run_id: str, run_dir: Path, journal: Any, m
     interrupted = False
     stats = None
     responses = None
+    gate = None
     with contextlib.ExitStack() as servers:
         try:
             if judges is not None:   # an embedded judge model is started like an answering one
@@ -343,9 +356,19 @@ def _execute(invocation: Invocation, run_id: str, run_dir: Path, journal: Any, m
                                settings=_settings(invocation), max_cost=invocation.max_cost, judges=judges,
                                response_cache=responses, cache=invocation.cache, repeat=invocation.repeat,
                                model_slots=model_slots)
-            runner = Runner(config, journal, writer, on_progress=progress.update)
-            jobs = {m.name: (m, iter_jobs(m, tests, invocation.repeat, skip=skip, only=only, shard=shard))
-                    for m in models}
+            if until_decided is not None:
+                from engine.run.until_decided import DecisionGate
+
+                seed = invocation.seed if invocation.seed is not None else secrets.randbits(32)
+                gate = DecisionGate(until_decided, models, tests, invocation.repeat, seed=seed,
+                                    concurrency=config.concurrency)
+                total = gate.total_jobs()
+            runner = Runner(config, journal, writer, on_progress=progress.update, gate=gate)
+            if gate is not None:
+                jobs = {m.name: (m, gate.jobs(m)) for m in models}
+            else:
+                jobs = {m.name: (m, iter_jobs(m, tests, invocation.repeat, skip=skip, only=only, shard=shard))
+                        for m in models}
             try:
                 stats = asyncio.run(_run_with_signals(runner, jobs, total, api_keys))
             finally:
@@ -355,8 +378,14 @@ def _execute(invocation: Invocation, run_id: str, run_dir: Path, journal: Any, m
     writer.flush()
     rows, errors = journal.count()
     stopped = "interrupted" if interrupted else (stats.stopped if stats else None)
+    decision = journal.get_meta("until_decided")   # a resumed run keeps the record of how it was first stopped
+    if gate is not None:
+        decision = gate.summary(stopped)
+        if stopped is None and gate.decided_at is not None and decision["tests_not_run"]:
+            stopped = "decided"   # the tests left are not a failure: the manifest says `complete: false`
+        journal.set_meta("until_decided", decision)
     manifest = build_manifest(invocation, run_id, journal, models, tests, rows, errors, stopped,
-                         time.monotonic() - started)
+                              time.monotonic() - started, until_decided=decision)
     writer.write_manifest(manifest)
     if shard is not None:   # the run's combined view, after this shard's own manifest (engine.run.shards)
         combined = combine(run_dir.parent, shard.count)
@@ -369,7 +398,14 @@ def _execute(invocation: Invocation, run_id: str, run_dir: Path, journal: Any, m
     if responses is not None and responses.hits:
         print(f"response cache: {responses.hits} call(s) answered from {responses.path} (no call made, nothing "
               f"paid; engine run --no-cache asks again)")
-    if stopped:
+    if gate is not None and decision is not None:
+        from engine.base.sequential import describe
+
+        print(describe(decision))
+        if decision["tests_not_run"]:
+            print(f"the {decision['tests_not_run']} test(s) not run are absent from {run_dir}; run them with: "
+                  f"engine run --resume {run_dir}")
+    if stopped and stopped != "decided":
         _err(f"the run stopped early ({stopped}); continue it with: engine run --resume {run_dir}")
         return 1
     return 0
