@@ -30,6 +30,11 @@ def _draft7(value: Any) -> Any:
     return value
 
 
+# `use_default=False`: validating must never write defaults into the document. (`detailed_exceptions=False`
+# would skip formatting the message of each rejected oneOf/anyOf branch, but fastjsonschema 2.22 cannot
+# generate a `const` check with it: KeyError 'definition_rule'.)
+_OPTIONS: dict[str, Any] = {"use_default": False}
+
 # Schema name -> its compiled validator (None: fastjsonschema is not installed), built once per process.
 _VALIDATORS: dict[str, Any] = {}
 
@@ -47,10 +52,12 @@ def _compile(name: str, source: Mapping[str, Any]) -> Any:
         return None
     schema = _draft7(source)
     schema["$schema"] = "http://json-schema.org/draft-07/schema#"
+    # The generated module names its entry function after the schema's `$id`, as `compile` finds it.
+    entry = fastjsonschema.RefResolver.from_schema(schema, handlers={}, store={}).get_scope_name()
     try:
-        return _cached_module(name, schema, fastjsonschema).validate
+        return getattr(_cached_module(name, schema, fastjsonschema), entry)
     except Exception:  # noqa: BLE001 - an unwritable cache only costs the compile time
-        return fastjsonschema.compile(schema)
+        return fastjsonschema.compile(schema, **_OPTIONS)
 
 
 def _cached_module(name: str, schema: dict[str, Any], fastjsonschema: Any) -> Any:
@@ -66,7 +73,8 @@ def _cached_module(name: str, schema: dict[str, Any], fastjsonschema: Any) -> An
     import os
     import types
 
-    stamp = json.dumps(schema, sort_keys=True) + fastjsonschema.VERSION + importlib.util.MAGIC_NUMBER.hex()
+    stamp = (json.dumps(schema, sort_keys=True) + json.dumps(_OPTIONS, sort_keys=True) + fastjsonschema.VERSION
+             + importlib.util.MAGIC_NUMBER.hex())
     digest = hashlib.sha256(stamp.encode()).hexdigest()[:16]
     base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "llm-eval-engine"
     path = base / f"fastschema_{name}_{digest}.marshal"
@@ -77,7 +85,7 @@ def _cached_module(name: str, schema: dict[str, Any], fastjsonschema: Any) -> An
         except (ValueError, EOFError, TypeError):
             code = None
     if code is None:
-        code = compile(fastjsonschema.compile_to_code(schema), f"<{name} schema validator>", "exec")
+        code = compile(fastjsonschema.compile_to_code(schema, **_OPTIONS), f"<{name} schema validator>", "exec")
         base.mkdir(parents=True, exist_ok=True)
         partial = path.with_suffix(f".{os.getpid()}.tmp")
         partial.write_bytes(marshal.dumps(code))
