@@ -22,7 +22,7 @@ from engine.suite.agent import AgentSettings, GoldenTurn, compile_golden, merge_
 from engine.suite.cases_from import CaseOrigin, open_cases
 from engine.suite.checks import EvaluatorResolver, Report
 from engine.suite.content_parts import content_text, render_parts
-from engine.suite.hashing import TestHasher
+from engine.suite.hashing import TestHasher, canonical_json
 from engine.suite.tools import Problem, Tool, compile_tools
 from engine.suite.variable_checks import VariableChecks
 from engine.workspace.spec import WorkspaceSpec, builtin_definition, compile_workspace, split_tools
@@ -75,6 +75,7 @@ class Expander:
         self.agent_tools: dict[str, Tool] = {}
         self.judge_prompt = self._judge_prompt(data.get("judge_prompt"))
         self._suite_dir_text = str(suite_dir)
+        self._offered_tools: dict[tuple[str, ...], tuple[tuple[dict[str, Any], ...], str]] = {}
 
     def expand(self, skip: set[int]) -> list[Test]:
         self._check_tools()
@@ -156,6 +157,14 @@ class Expander:
                 ok = False
         return ok
 
+    def _offered(self, names: tuple[str, ...]) -> tuple[tuple[dict[str, Any], ...], str]:
+        """The OpenAI definitions of these suite tools and their canonical JSON, built once per list of names
+        (the tests of a suite offer the same few lists; the definitions are never changed after loading)."""
+        if names not in self._offered_tools:
+            tools = tuple(self._openai_tool(n) for n in names)
+            self._offered_tools[names] = (tools, canonical_json(list(tools)))
+        return self._offered_tools[names]
+
     def _openai_tool(self, name: str) -> dict[str, Any]:
         tool = self.tools[name]
         return {"type": "function", "function": {"name": name, "description": tool.get("description", ""),
@@ -198,9 +207,10 @@ class Expander:
         agent = self._agent(raw, path, tool_names, workspace)
         if not tools_ok or any(d.severity == "error" for d in report.diagnostics[errors_before:]):
             return []
-        tools = tuple(self._openai_tool(n) for n in tool_names)
+        tools, tools_json = self._offered(tuple(tool_names))
         if workspace is not None:
             tools += tuple(builtin_definition(builtin, name) for name, builtin in workspace.tools)
+            tools_json = None
         line = report.positions.of(path)[0]
         # Compiled once for all case rows when the spec has no template; else once per row (`_one`).
         node: Node | None = None
@@ -209,7 +219,7 @@ class Expander:
             if node is None:
                 return []   # its problems are reported (a broken default once, at `defaults:`)
         out: list[Test] = []
-        frame = self._frame(raw, path, spec, node, eval_path, tools, system, line, agent)
+        frame = self._frame(raw, path, spec, node, eval_path, tools, tools_json, system, line, agent)
         for row_index, row in enumerate(cases):
             test = self._one(frame, row, row_index if row is not None else None)
             if test is not None:
@@ -217,7 +227,7 @@ class Expander:
         return out
 
     def _frame(self, raw: Mapping[str, Any], path: tuple[Any, ...], spec: Any, node: Node | None,
-               eval_path: tuple[Any, ...], tools: tuple[Any, ...], system: Any, line: int,
+               eval_path: tuple[Any, ...], tools: tuple[Any, ...], tools_json: str | None, system: Any, line: int,
                agent: _Agent | None) -> _Frame:
         max_tokens, temperature = self._setting(raw, "max_tokens"), self._setting(raw, "temperature")
         threshold = float(self._setting(raw, "threshold", 1.0))
@@ -228,7 +238,7 @@ class Expander:
                             agent=agent[2] if agent is not None else None,
                             returns={t["function"]["name"]: self.tools[t["function"]["name"]].get("returns")
                                      for t in tools if t["function"]["name"] in self.tools}
-                            if agent is not None else None)
+                            if agent is not None else None, tools_json=tools_json)
         return _Frame(raw=raw, path=path, spec=spec, node=node, eval_path=eval_path, tools=tools, system=system,
                       line=line, agent=agent, max_tokens=max_tokens, temperature=temperature, threshold=threshold,
                       repeat=int(self._setting(raw, "repeat", 1)), tags=tuple(tags), hasher=hasher)

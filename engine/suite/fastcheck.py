@@ -21,19 +21,34 @@ __all__ = ["FAST_PATH_MIN_NODES", "quickly_valid"]
 FAST_PATH_MIN_NODES = 20_000
 
 
-def _draft7(value: Any) -> Any:
-    """The schema as draft-07 for fastjsonschema: `dependentSchemas` is draft-07's `dependencies`."""
+# Keywords whose value maps names to schemas: their keys are names (a property may be called `const`).
+_NAMES_TO_SCHEMAS = frozenset({"properties", "patternProperties", "$defs", "definitions", "dependentSchemas"})
+
+
+def _draft7(value: Any, names: bool = False) -> Any:
+    """The schema as draft-07 for fastjsonschema: `dependentSchemas` is draft-07's `dependencies`, and
+    `const: X` is written `enum: [X]` (the same test: fastjsonschema generates both with one comparison), so
+    that `detailed_exceptions=False` can generate it (see `_OPTIONS`)."""
     if isinstance(value, dict):
-        return {("dependencies" if k == "dependentSchemas" else k): _draft7(v) for k, v in value.items()}
+        if names:
+            return {k: _draft7(v) for k, v in value.items()}
+        out = {}
+        for k, v in value.items():
+            if k == "const" and "enum" not in value:
+                out["enum"] = [v]
+            else:
+                out["dependencies" if k == "dependentSchemas" else k] = _draft7(v, k in _NAMES_TO_SCHEMAS)
+        return out
     if isinstance(value, list):
         return [_draft7(v) for v in value]
     return value
 
 
-# `use_default=False`: validating must never write defaults into the document. (`detailed_exceptions=False`
-# would skip formatting the message of each rejected oneOf/anyOf branch, but fastjsonschema 2.22 cannot
-# generate a `const` check with it: KeyError 'definition_rule'.)
-_OPTIONS: dict[str, Any] = {"use_default": False}
+# `use_default=False`: validating must never write defaults into the document. `detailed_exceptions=False`:
+# only "valid or not" is asked here (jsonschema explains a failure), so no error message is built; with
+# details, each rejected oneOf/anyOf branch built one (18,584 on the bench suite). fastjsonschema 2.22 cannot
+# generate `const` without details (KeyError 'definition_rule'), hence `enum` in `_draft7`.
+_OPTIONS: dict[str, Any] = {"use_default": False, "detailed_exceptions": False}
 
 # Schema name -> its compiled validator (None: fastjsonschema is not installed), built once per process.
 _VALIDATORS: dict[str, Any] = {}
