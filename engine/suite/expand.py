@@ -207,7 +207,8 @@ class Expander:
         agent = self._agent(raw, path, tool_names, workspace)
         if not tools_ok or any(d.severity == "error" for d in report.diagnostics[errors_before:]):
             return []
-        tools, tools_json = self._offered(tuple(tool_names))
+        tools, shared_json = self._offered(tuple(tool_names))
+        tools_json: str | None = shared_json
         if workspace is not None:
             tools += tuple(builtin_definition(builtin, name) for name, builtin in workspace.tools)
             tools_json = None
