@@ -95,36 +95,17 @@ class TestHasher:
                  temperature: float | None, threshold: float, agent: Mapping[str, Any] | None = None,
                  returns: Mapping[str, Any] | None = None, tools_json: str | None = None) -> None:
         """`tools_json`: `canonical_json(list(tools))` when the caller has it (tests that share their tools)."""
-        pieces = {"tools": _ENCODE(list(tools)) if tools_json is None else tools_json, "eval": _ENCODE(eval_spec),
-                  "max_tokens": _ENCODE(max_tokens), "temperature": _ENCODE(temperature),
-                  "threshold": _ENCODE(threshold)}
-        if agent is not None:   # as in `test_hash`: only agent tests carry these keys
-            pieces["agent"] = _ENCODE(dict(agent))
-            pieces["returns"] = _ENCODE(dict(returns or {}))
-        # The text between the row's own values: `{"agent":...,"eval":...,"messages":` | `,"prompt":` | ...
-        self._between: list[str] = []
-        text, separator = "{", ""
-        for key in _ALL_KEYS:
-            if key in _ROW_KEYS:
-                self._between.append(text + separator + _KEY_TEXT[key])
-                text = ""
-            elif key in pieces:
-                text += separator + _KEY_TEXT[key] + pieces[key]
-            else:
-                continue
-            separator = ","
-        self._end = text + "}"
+        tools_text = _ENCODE(list(tools)) if tools_json is None else tools_json
+        # The canonical text is the keys in sorted order: agent, eval, max_tokens, messages, prompt, returns,
+        # temperature, threshold, tools, variables (`agent` and `returns` only for agent tests, as in `test_hash`).
+        agent_text = "" if agent is None else f'"agent":{_ENCODE(dict(agent))},'
+        returns_text = "" if agent is None else f',"returns":{_ENCODE(dict(returns or {}))}'
+        self._before_messages = f'{{{agent_text}"eval":{_ENCODE(eval_spec)},"max_tokens":{_ENCODE(max_tokens)},"messages":'
+        self._before_variables = (f'{returns_text},"temperature":{_ENCODE(temperature)},"threshold":'
+                                  f'{_ENCODE(threshold)},"tools":{tools_text},"variables":')
 
     def digest(self, *, messages: Sequence[Mapping[str, Any]], prompt: str, variables: Mapping[str, Any]) -> str:
         """The test hash of one row (what `test_hash` gives for the same arguments)."""
-        before_messages, before_prompt, before_variables = self._between
-        text = (before_messages + _ENCODE(list(messages)) + before_prompt + _ENCODE(prompt) + before_variables
-                + _ENCODE(dict(variables)) + self._end)
+        text = (self._before_messages + _ENCODE(list(messages)) + ',"prompt":' + _ENCODE(prompt)
+                + self._before_variables + _ENCODE(dict(variables)) + "}")
         return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
-
-
-# The keys of the hashed content that differ between the rows of one test, in key order; all keys, in key
-# order (the order `sort_keys` writes them), and each as its JSON text with the colon.
-_ROW_KEYS = ("messages", "prompt", "variables")
-_ALL_KEYS = tuple(sorted(("agent", "eval", "max_tokens", "returns", "temperature", "threshold", "tools", *_ROW_KEYS)))
-_KEY_TEXT = {key: _ENCODE(key) + ":" for key in _ALL_KEYS}
