@@ -100,7 +100,8 @@ class TestHasher:
         # temperature, threshold, tools, variables (`agent` and `returns` only for agent tests, as in `test_hash`).
         agent_text = "" if agent is None else f'"agent":{_ENCODE(dict(agent))},'
         returns_text = "" if agent is None else f',"returns":{_ENCODE(dict(returns or {}))}'
-        self._before_messages = f'{{{agent_text}"eval":{_ENCODE(eval_spec)},"max_tokens":{_ENCODE(max_tokens)},"messages":'
+        self._before_messages = (f'{{{agent_text}"eval":{_ENCODE(eval_spec)},"max_tokens":{_ENCODE(max_tokens)},'
+                                 '"messages":')
         self._before_variables = (f'{returns_text},"temperature":{_ENCODE(temperature)},"threshold":'
                                   f'{_ENCODE(threshold)},"tools":{tools_text},"variables":')
 
