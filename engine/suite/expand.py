@@ -38,8 +38,8 @@ _Agent = tuple[AgentSettings, dict[str, Any], dict[str, Any], dict[str, Tool], W
 class _Frame:
     """What every case row of one test shares, worked out once per test instead of once per row.
 
-    Building it once (settings, tags, the hashed parts of the content) took the expansion of the 10,003-test
-    bench suite from 0.40 to 0.32 s of CPU (issue #22, bench/README.md).
+    Settings, tags and the hashed parts every row shares (engine.suite.hashing.TestHasher) are built once
+    per test: a table-driven test's rows differ only in their variables (issue #22, bench/README.md).
     """
 
     raw: Mapping[str, Any]
