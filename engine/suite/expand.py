@@ -20,7 +20,7 @@ from engine.evaluators.node import has_template
 from engine.model import Test
 from engine.suite.agent import AgentSettings, GoldenTurn, compile_golden, merge_agent
 from engine.suite.cases_from import CaseOrigin, open_cases
-from engine.suite.checks import EvaluatorResolver, Report
+from engine.suite.checks import EvaluatorResolver, Report, check_golden_shape
 from engine.suite.content_parts import content_text, render_parts
 from engine.suite.hashing import TestHasher, canonical_json
 from engine.suite.tools import Problem, Tool, compile_tools
@@ -189,7 +189,7 @@ class Expander:
         else:
             spec, eval_path = default_eval, ("defaults", "eval")
         golden_given = "golden" in raw
-        self._check_golden_shape(raw, path)
+        check_golden_shape(raw, path, self.report)
         system = self._setting(raw, "system")
         system_path = path + ("system",) if "system" in raw else ("defaults", "system")
         messages = raw.get("messages")
@@ -301,30 +301,6 @@ class Expander:
                                                       "into `cases:`)", key=True)
             return []
         return open_cases(raw["cases_from"], path + ("cases_from",), self.report, self.suite_dir) or []
-
-    def _check_golden_shape(self, raw: Mapping[str, Any], path: tuple[Any, ...]) -> None:
-        golden = raw.get("golden")
-        if not isinstance(golden, dict):
-            return
-        if "eval" in golden and "eval" not in raw:
-            self.report.error(path + ("golden", "eval"), "`eval:` is indented under `golden:`, so it became part "
-                              "of the golden answer and this test has no evaluator; line `eval:` up with "
-                              "`golden:`", key=True)
-        if "tool_calls" in golden:
-            calls = golden["tool_calls"]
-            if not isinstance(calls, list) or not all(isinstance(c, dict) and isinstance(c.get("name"), str)
-                                                       for c in calls):
-                self.report.error(path + ("golden", "tool_calls"), "a golden `tool_calls:` must be a list of "
-                                  "{name: ..., arguments: {...}} mappings")
-                return
-            for i, call in enumerate(calls):
-                extra = set(call) - {"name", "arguments"}
-                if extra:
-                    self.report.error(path + ("golden", "tool_calls", i), f"a golden tool call has only `name` and "
-                                      f"`arguments`; remove {', '.join(sorted(extra))}")
-                elif not isinstance(call.get("arguments", {}), dict):
-                    self.report.error(path + ("golden", "tool_calls", i, "arguments"),
-                                      "golden tool-call `arguments` must be a mapping of argument -> value")
 
     def _compile(self, spec: Any, eval_path: tuple[Any, ...], variables: Mapping[str, Any],
                  where: str = "") -> Node | None:
