@@ -5,11 +5,21 @@ Prints the time of each stage and the ratio to a baseline measured in the same r
 The target from issue #2 is "well under 2 s" for the whole validate, golden check included.
 
 Run: .venv/bin/python bench/bench_validate.py [--tests 10000]
+
+Paired (issue #22): `--against DIR` also runs the tree exported in DIR (e.g. `git archive f4a67ce | tar -x -C
+DIR`), interleaved with this one for `--rounds` rounds: each round, in alternating order, one new process per
+tree times its first `load_suites(golden_check=True)` (what `engine validate` pays: caches cold, imports
+excluded) and one whole `python -m engine validate` process. Medians are printed, CPU and wall: on a machine
+other work is loading, the CPU seconds are the steadier figure.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import resource
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -92,10 +102,71 @@ def timed(fn, repeat: int = 3) -> float:
     return best
 
 
+# Run in a new process with the tree under test first on the path: the first load, as `engine validate` runs it.
+_FIRST_LOAD = """
+import json, sys, time
+from pathlib import Path
+from engine._gc import tuned_gc
+from engine.suite import load_suites
+with tuned_gc(collect=False):
+    cpu, wall = time.process_time(), time.perf_counter()
+    suites, diagnostics = load_suites([Path(sys.argv[1])], golden_check=True)
+    cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+assert not [d for d in diagnostics if d.severity == "error"], diagnostics[:3]
+print(json.dumps({"cpu": cpu, "wall": wall, "tests": sum(len(s.tests) for s in suites)}))
+"""
+
+
+def _child_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _one_round(tree: Path, path: Path) -> dict[str, float]:
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    out = subprocess.run([sys.executable, "-c", _FIRST_LOAD, str(path)], capture_output=True, text=True,
+                         check=True, env=env, cwd=tree)
+    load = json.loads(out.stdout)
+    cpu, wall = _child_cpu(), time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "engine", "validate", str(path)], capture_output=True, text=True,
+                          check=False, env=env, cwd=tree)
+    if proc.returncode != 0:
+        raise SystemExit(f"engine validate from {tree} exited {proc.returncode}: {proc.stderr[-500:]}")
+    return {"load_cpu": load["cpu"], "load_wall": load["wall"], "cli_cpu": _child_cpu() - cpu,
+            "cli_wall": time.perf_counter() - wall, "tests": load["tests"]}
+
+
+def paired(path: Path, baseline: Path, rounds: int) -> None:
+    """Interleave the baseline tree and this one; print the medians and the ratios of the medians."""
+    here = Path(__file__).resolve().parents[1]
+    runs: dict[str, list[dict[str, float]]] = {"baseline": [], "this tree": []}
+    for i in range(rounds):
+        order = [("baseline", baseline), ("this tree", here)]
+        for name, tree in order if i % 2 == 0 else order[::-1]:
+            runs[name].append(_one_round(tree, path))
+    assert runs["baseline"][0]["tests"] == runs["this tree"][0]["tests"]
+    print(f"paired, {rounds} rounds (load average {os.getloadavg()[0]:.1f} at the end); medians in seconds")
+    print(f"{'':12s} {'load CPU':>9s} {'load wall':>10s} {'validate CPU':>13s} {'validate wall':>14s}")
+    medians = {name: {key: statistics.median(r[key] for r in rs) for key in rs[0]} for name, rs in runs.items()}
+    for name, m in medians.items():
+        print(f"{name:12s} {m['load_cpu']:9.3f} {m['load_wall']:10.3f} {m['cli_cpu']:13.3f} {m['cli_wall']:14.3f}")
+    base, new = medians["baseline"], medians["this tree"]
+    print(f"{'ratio':12s} " + " ".join(f"{new[k] / base[k]:{w}.2f}x" for k, w in
+                                        (("load_cpu", 8), ("load_wall", 9), ("cli_cpu", 12), ("cli_wall", 13))))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tests", type=int, default=10_000)
+    parser.add_argument("--against", type=Path, help="a baseline tree (an export of an older commit) to pair with")
+    parser.add_argument("--rounds", type=int, default=8)
     args = parser.parse_args()
+    if args.against is not None:
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / "bench.yaml"
+            write_suite(path, args.tests)
+            paired(path, args.against.resolve(), args.rounds)
+        return
     import yaml
 
     from engine._gc import tuned_gc

@@ -74,6 +74,11 @@ class Node:
 
 def has_template(value: Any) -> bool:
     """True when `render_value` would render something inside `value` (it walks dicts and lists alike)."""
+    kind = type(value)
+    if kind is str:
+        return "{{" in value or "{%" in value   # `is_template`, inline (it runs on every string of every spec)
+    if kind is dict:
+        return any(has_template(v) for v in value.values())
     if isinstance(value, str):
         return is_template(value)
     if isinstance(value, Mapping):
@@ -102,11 +107,12 @@ def node_kind(spec: Mapping[str, Any]) -> str:
 
 def _common(spec: Mapping[str, Any], variables: Mapping[str, Any]) -> tuple[float, float | None, str | None, bool]:
     """Weight, threshold, name and must, checked (they may be templates too)."""
-    weight = float(render_value(spec.get("weight", 1), variables))
+    # An option not written is not rendered: float(render_value(1)) is 1.0 and bool(render_value(False)) False.
+    weight = float(render_value(spec["weight"], variables)) if "weight" in spec else 1.0
     raw_threshold = spec.get("threshold")
     threshold = None if raw_threshold is None else float(render_value(raw_threshold, variables))
     name = spec.get("name")
-    must = bool(render_value(spec.get("must", False), variables))
+    must = bool(render_value(spec["must"], variables)) if "must" in spec else False
     if weight < 0:
         raise EvaluatorConfigError(f"weight must be >= 0, got {weight:g}; use 0 to report a check without "
                                    "counting it", option="weight")

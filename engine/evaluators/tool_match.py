@@ -144,11 +144,28 @@ def _strict_args(args: Mapping[str, Any], accepted: Mapping[str, Any], allow_ext
     return None
 
 
+# Tool schema (by identity, the object held so its id is never reused) -> its jsonschema validator. A suite's
+# tests offer the same few tool definitions; building the validator was 40% of checking one call's arguments.
+_VALIDATORS: dict[int, tuple[Mapping[str, Any], Any]] = {}
+_MAX_VALIDATORS = 256
+
+
+def _validator(schema: Mapping[str, Any]) -> Any:
+    held = _VALIDATORS.get(id(schema))
+    if held is not None and held[0] is schema:
+        return held[1]
+    validator = jsonschema.validators.validator_for(schema)(schema)
+    if len(_VALIDATORS) >= _MAX_VALIDATORS:
+        _VALIDATORS.clear()
+    _VALIDATORS[id(schema)] = (schema, validator)
+    return validator
+
+
 def _strict_call(name: str, args: dict[str, Any], accepted: Mapping[str, list[Any]] | None,
                  schema: Mapping[str, Any], allow_extra: bool) -> str | None:
     if schema:
         try:
-            validator = jsonschema.validators.validator_for(schema)(schema)
+            validator = _validator(schema)
             errors = sorted(validator.iter_errors(args), key=lambda e: list(e.absolute_path))
         except jsonschema.SchemaError as exc:
             return f"{name}: the tool's declared schema is invalid: {exc.message}"

@@ -166,7 +166,8 @@ def tool_call(value: Any, options: Mapping[str, Any]) -> Scorer:
     implicit_any = at is None and "calls" not in spec and "count" not in spec
     if at is None:
         whole = single.tool_call(spec, {})
-        aimed = _aimed("any", single.tool_call(spec, {})) if implicit_any else None
+        # The same pure checks: one build serves both (it was built twice, half of compiling a tool_call).
+        aimed = _aimed("any", whole) if implicit_any else None
         return _whole_or_aimed(whole, aimed)
     if "calls" in spec or "count" in spec:
         raise EvaluatorConfigError("tool_call: `at` aims at one call; use `name` and `args` with it, not "

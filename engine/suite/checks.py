@@ -25,6 +25,7 @@ __all__ = [
     "RESERVED_VARIABLES",
     "EvaluatorResolver",
     "Report",
+    "check_golden_shape",
     "template_names",
     "walk_strings",
 ]
@@ -190,3 +191,29 @@ class EvaluatorResolver:
 
     def _errors(self) -> int:
         return sum(d.severity == "error" for d in self.report.diagnostics)
+
+
+def check_golden_shape(raw: Mapping[str, Any], path: tuple[Any, ...], report: Report) -> None:
+    """A test's mapping golden: `eval:` indented under it by mistake, a malformed `tool_calls:` envelope."""
+    golden = raw.get("golden")
+    if not isinstance(golden, dict):
+        return
+    if "eval" in golden and "eval" not in raw:
+        report.error(path + ("golden", "eval"), "`eval:` is indented under `golden:`, so it became part "
+                     "of the golden answer and this test has no evaluator; line `eval:` up with "
+                     "`golden:`", key=True)
+    if "tool_calls" in golden:
+        calls = golden["tool_calls"]
+        if not isinstance(calls, list) or not all(isinstance(c, dict) and isinstance(c.get("name"), str)
+                                                   for c in calls):
+            report.error(path + ("golden", "tool_calls"), "a golden `tool_calls:` must be a list of "
+                         "{name: ..., arguments: {...}} mappings")
+            return
+        for i, call in enumerate(calls):
+            extra = set(call) - {"name", "arguments"}
+            if extra:
+                report.error(path + ("golden", "tool_calls", i), f"a golden tool call has only `name` and "
+                             f"`arguments`; remove {', '.join(sorted(extra))}")
+            elif not isinstance(call.get("arguments", {}), dict):
+                report.error(path + ("golden", "tool_calls", i, "arguments"),
+                             "golden tool-call `arguments` must be a mapping of argument -> value")

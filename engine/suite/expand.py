@@ -7,23 +7,24 @@ named evaluators exist) happen here, while expanding; each problem becomes a Dia
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from engine.base.render import render, render_value
 from engine.base.words import did_you_mean
-from engine.evaluators import COMMON_KEYS, Node, compile_spec
+from engine.evaluators import Node, compile_spec
 from engine.evaluators.json_eval import check_json_schema
 from engine.evaluators.judge_prompt import JudgePrompt, parse_judge_prompt, with_judge_prompt
 from engine.evaluators.node import has_template
 from engine.model import Test
 from engine.suite.agent import AgentSettings, GoldenTurn, compile_golden, merge_agent
 from engine.suite.cases_from import CaseOrigin, open_cases
-from engine.suite.checks import RESERVED_VARIABLES, EvaluatorResolver, Report, template_names, walk_strings
-from engine.suite.content_parts import content_text, part_sources, render_parts
-from engine.suite.hashing import test_hash
+from engine.suite.checks import EvaluatorResolver, Report, check_golden_shape
+from engine.suite.content_parts import content_text, render_parts
+from engine.suite.hashing import TestHasher, canonical_json
 from engine.suite.tools import Problem, Tool, compile_tools
+from engine.suite.variable_checks import VariableChecks
 from engine.workspace.spec import WorkspaceSpec, builtin_definition, compile_workspace, split_tools
 
 __all__ = ["Expander"]
@@ -31,6 +32,31 @@ __all__ = ["Expander"]
 # An agent test's settings: limits, initial state, the merged `agent:` block (hashed), offered tools compiled,
 # its workspace (None: no workspace).
 _Agent = tuple[AgentSettings, dict[str, Any], dict[str, Any], dict[str, Tool], WorkspaceSpec | None]
+
+
+@dataclass(frozen=True, slots=True)
+class _Frame:
+    """What every case row of one test shares, worked out once per test instead of once per row.
+
+    Settings, tags and the hashed parts every row shares (engine.suite.hashing.TestHasher) are built once
+    per test: a table-driven test's rows differ only in their variables (issue #22, bench/README.md).
+    """
+
+    raw: Mapping[str, Any]
+    path: tuple[Any, ...]
+    spec: Any
+    node: Node | None          # compiled once for all rows (a spec without templates), else None
+    eval_path: tuple[Any, ...]
+    tools: tuple[Any, ...]
+    system: Any
+    line: int
+    agent: _Agent | None
+    max_tokens: Any
+    temperature: Any
+    threshold: float
+    repeat: int
+    tags: tuple[str, ...]
+    hasher: TestHasher
 
 
 class Expander:
@@ -44,11 +70,12 @@ class Expander:
         self.defaults: Mapping[str, Any] = data.get("defaults") or {}
         self.tools: Mapping[str, Any] = data.get("tools") or {}
         self.resolver = EvaluatorResolver(data.get("evaluators") or {}, report, suite_dir)
-        self._named_vars: dict[str, frozenset[str]] = {}
-        self._told: set[tuple[tuple[Any, ...], str]] = set()   # (test, variable) missing from a file row, said
+        self.variables = VariableChecks(self.resolver, report)
         self._default_node: Node | None = None
         self.agent_tools: dict[str, Tool] = {}
         self.judge_prompt = self._judge_prompt(data.get("judge_prompt"))
+        self._suite_dir_text = str(suite_dir)
+        self._offered_tools: dict[tuple[str, ...], tuple[tuple[dict[str, Any], ...], str]] = {}
 
     def expand(self, skip: set[int]) -> list[Test]:
         self._check_tools()
@@ -130,6 +157,14 @@ class Expander:
                 ok = False
         return ok
 
+    def _offered(self, names: tuple[str, ...]) -> tuple[tuple[dict[str, Any], ...], str]:
+        """The OpenAI definitions of these suite tools and their canonical JSON, built once per list of names
+        (the tests of a suite offer the same few lists; the definitions are never changed after loading)."""
+        if names not in self._offered_tools:
+            tools = tuple(self._openai_tool(n) for n in names)
+            self._offered_tools[names] = (tools, canonical_json(list(tools)))
+        return self._offered_tools[names]
+
     def _openai_tool(self, name: str) -> dict[str, Any]:
         tool = self.tools[name]
         return {"type": "function", "function": {"name": name, "description": tool.get("description", ""),
@@ -154,7 +189,7 @@ class Expander:
         else:
             spec, eval_path = default_eval, ("defaults", "eval")
         golden_given = "golden" in raw
-        self._check_golden_shape(raw, path)
+        check_golden_shape(raw, path, self.report)
         system = self._setting(raw, "system")
         system_path = path + ("system",) if "system" in raw else ("defaults", "system")
         messages = raw.get("messages")
@@ -165,42 +200,18 @@ class Expander:
         if "cases_from" in raw:
             cases = self._cases_from(raw, path)
         # Templates and the variables they use, checked once per test against every case row.
-        templates: list[tuple[tuple[Any, ...], str, frozenset[str]]] = []
-        sources: list[tuple[tuple[Any, ...], Any]] = [(path + ("id",), raw.get("id")),
-                                                      (path + ("prompt",), raw.get("prompt")),
-                                                      (system_path, system)]
-        for i, message in enumerate(messages or ()):
-            content = message.get("content")
-            where = path + ("messages", i, "content")
-            sources.extend(part_sources(content, where) if isinstance(content, list) else [(where, content)])
-        if golden_given:
-            sources.extend(walk_strings(raw["golden"], path + ("golden",)))
-        for src_path, text in sources:
-            if isinstance(text, str):
-                names = template_names(text)
-                if isinstance(names, str):
-                    report.error(src_path, f"this template does not compile: {names}")
-                elif names:
-                    templates.append((src_path, _describe(src_path), names))
-        if "eval" in raw or default_eval is not None:
-            templates.extend(self._eval_templates(raw.get("eval", self.defaults.get("eval")), eval_path))
-        for row_index, row in enumerate(cases):
-            available = set(row or ()) | {"test_id", "suite"}
-            if golden_given or (row and "golden" in row):
-                available.add("golden")
-            missing: dict[str, list[tuple[tuple[Any, ...], str]]] = {}
-            for src_path, what, names in templates:
-                for name in sorted(names - available):
-                    missing.setdefault(name, []).append((src_path, what))
-            for name, uses in missing.items():
-                self._undefined(name, uses, path, row_index if row is not None else None, available,
-                                getattr(row, "origin", None))
+        has_eval = "eval" in raw or default_eval is not None
+        templates = self.variables.templates(raw, path, system, system_path, raw.get("eval", self.defaults.get("eval")),
+                                             eval_path if has_eval else None)
+        self.variables.check_rows(cases, templates, path, golden_given)
         agent = self._agent(raw, path, tool_names, workspace)
         if not tools_ok or any(d.severity == "error" for d in report.diagnostics[errors_before:]):
             return []
-        tools = tuple(self._openai_tool(n) for n in tool_names)
+        tools, shared_json = self._offered(tuple(tool_names))
+        tools_json: str | None = shared_json
         if workspace is not None:
             tools += tuple(builtin_definition(builtin, name) for name, builtin in workspace.tools)
+            tools_json = None
         line = report.positions.of(path)[0]
         # Compiled once for all case rows when the spec has no template; else once per row (`_one`).
         node: Node | None = None
@@ -209,12 +220,29 @@ class Expander:
             if node is None:
                 return []   # its problems are reported (a broken default once, at `defaults:`)
         out: list[Test] = []
+        frame = self._frame(raw, path, spec, node, eval_path, tools, tools_json, system, line, agent)
         for row_index, row in enumerate(cases):
-            test = self._one(raw, path, row, row_index if row is not None else None, spec, node, eval_path, tools,
-                             system, line, agent)
+            test = self._one(frame, row, row_index if row is not None else None)
             if test is not None:
                 out.append(test)
         return out
+
+    def _frame(self, raw: Mapping[str, Any], path: tuple[Any, ...], spec: Any, node: Node | None,
+               eval_path: tuple[Any, ...], tools: tuple[Any, ...], tools_json: str | None, system: Any, line: int,
+               agent: _Agent | None) -> _Frame:
+        max_tokens, temperature = self._setting(raw, "max_tokens"), self._setting(raw, "temperature")
+        threshold = float(self._setting(raw, "threshold", 1.0))
+        tags = _unique([*self.data.get("tags", ()), *self.defaults.get("tags", ()), *raw.get("tags", ())])
+        # a suite's judge_prompt changes how its judges score: it is in the hash (only of tests with a judge)
+        hasher = TestHasher(tools=tools, eval_spec=with_judge_prompt(spec, self.judge_prompt), max_tokens=max_tokens,
+                            temperature=temperature, threshold=threshold,
+                            agent=agent[2] if agent is not None else None,
+                            returns={t["function"]["name"]: self.tools[t["function"]["name"]].get("returns")
+                                     for t in tools if t["function"]["name"] in self.tools}
+                            if agent is not None else None, tools_json=tools_json)
+        return _Frame(raw=raw, path=path, spec=spec, node=node, eval_path=eval_path, tools=tools, system=system,
+                      line=line, agent=agent, max_tokens=max_tokens, temperature=temperature, threshold=threshold,
+                      repeat=int(self._setting(raw, "repeat", 1)), tags=tuple(tags), hasher=hasher)
 
     def _workspace(self, raw: Mapping[str, Any], path: tuple[Any, ...],
                    builtins: list[tuple[str, str]]) -> WorkspaceSpec | None:
@@ -265,38 +293,6 @@ class Expander:
             self.report.error(problem.path, problem.message + row, key=problem.key)
         return None if problems else turns
 
-    def _eval_templates(self, spec: Any, path: tuple[Any, ...]) -> list[tuple[tuple[Any, ...], str, frozenset[str]]]:
-        """(where, what, variables) for each template in an evaluator spec; named ones at their `use:`."""
-        out: list[tuple[tuple[Any, ...], str, frozenset[str]]] = []
-        if not isinstance(spec, Mapping):
-            return out
-        if "use" in spec and isinstance(spec["use"], str):
-            names = self._named_variables(spec["use"])
-            if names:
-                out.append((path + ("use",), f"named evaluator '{spec['use']}'", names))
-            return out
-        for key, value in spec.items():
-            if key in ("all", "any") and isinstance(value, list):
-                for i, child in enumerate(value):
-                    out.extend(self._eval_templates(child, path + (key, i)))
-            elif key == "not":
-                out.extend(self._eval_templates(value, path + (key,)))
-            elif key not in COMMON_KEYS or isinstance(value, str):
-                for text_path, text in walk_strings(value, path + (key,)):
-                    used = template_names(text)
-                    if isinstance(used, frozenset) and used:
-                        out.append((text_path, "evaluator", used))
-        return out
-
-    def _named_variables(self, name: str) -> frozenset[str]:
-        if name not in self._named_vars:
-            self._named_vars[name] = frozenset()  # guards loops; the resolver reports them
-            found: set[str] = set()
-            for _, _, names in self._eval_templates(self.resolver.named.get(name), ("evaluators", name)):
-                found |= names
-            self._named_vars[name] = frozenset(found)
-        return self._named_vars[name]
-
     def _cases_from(self, raw: Mapping[str, Any], path: tuple[Any, ...]) -> Any:
         """A test's rows from `cases_from` (engine/suite/cases_from.py), streamed; [] when it has problems."""
         if "cases" in raw:
@@ -305,62 +301,6 @@ class Expander:
                                                       "into `cases:`)", key=True)
             return []
         return open_cases(raw["cases_from"], path + ("cases_from",), self.report, self.suite_dir) or []
-
-    def _undefined(self, name: str, uses: list[tuple[tuple[Any, ...], str]], test_path: tuple[Any, ...],
-                   row_index: int | None, available: set[str], origin: CaseOrigin | None = None) -> None:
-        src_path = uses[0][0]
-        what = " and the ".join(dict.fromkeys(w for _, w in uses))
-        if origin is not None:
-            # A file row: said once per test and variable, not once for each of a million rows.
-            if (test_path, name) not in self._told:
-                self._told.add((test_path, name))
-                verb = "use" if " and " in what else "uses"
-                guess = did_you_mean(name, available - RESERVED_VARIABLES)
-                hint = f" — did you mean '{guess}'?" if guess else ""
-                self.report.diagnostics.append(origin.diagnostic(
-                    f"this row has no '{name}', which the {what} {verb} (test at {self.report.file}:"
-                    f"{self.report.positions.of(test_path)[0]}){hint}; add the column, or map one to it with "
-                    f"`columns: {{{name}: <column>}}`"))
-            return
-        if name == "golden":
-            verb = "use" if " and " in what else "uses"
-            self.report.error(src_path, f"the {what} {verb} {{{{ golden }}}}, but this test has no `golden:`"
-                              + (f" (nor does case row {row_index + 1})" if row_index is not None else "")
-                              + "; add the reference answer")
-            return
-        if row_index is not None:
-            verb = "use" if " and " in what else "uses"
-            self.report.error(test_path + ("cases", row_index), f"case row {row_index + 1} has no value for "
-                              f"'{name}', which the {what} {verb}; add `{name}:` to the row")
-            return
-        guess = did_you_mean(name, available - RESERVED_VARIABLES)
-        hint = f" — did you mean '{guess}'?" if guess else "; give it a value in `cases:` rows or remove it"
-        verb = "use" if " and " in what else "uses"
-        self.report.error(src_path, f"the {what} {verb} the variable '{name}', which is not defined{hint}")
-
-    def _check_golden_shape(self, raw: Mapping[str, Any], path: tuple[Any, ...]) -> None:
-        golden = raw.get("golden")
-        if not isinstance(golden, dict):
-            return
-        if "eval" in golden and "eval" not in raw:
-            self.report.error(path + ("golden", "eval"), "`eval:` is indented under `golden:`, so it became part "
-                              "of the golden answer and this test has no evaluator; line `eval:` up with "
-                              "`golden:`", key=True)
-        if "tool_calls" in golden:
-            calls = golden["tool_calls"]
-            if not isinstance(calls, list) or not all(isinstance(c, dict) and isinstance(c.get("name"), str)
-                                                       for c in calls):
-                self.report.error(path + ("golden", "tool_calls"), "a golden `tool_calls:` must be a list of "
-                                  "{name: ..., arguments: {...}} mappings")
-                return
-            for i, call in enumerate(calls):
-                extra = set(call) - {"name", "arguments"}
-                if extra:
-                    self.report.error(path + ("golden", "tool_calls", i), f"a golden tool call has only `name` and "
-                                      f"`arguments`; remove {', '.join(sorted(extra))}")
-                elif not isinstance(call.get("arguments", {}), dict):
-                    self.report.error(path + ("golden", "tool_calls", i, "arguments"),
-                                      "golden tool-call `arguments` must be a mapping of argument -> value")
 
     def _compile(self, spec: Any, eval_path: tuple[Any, ...], variables: Mapping[str, Any],
                  where: str = "") -> Node | None:
@@ -383,10 +323,8 @@ class Expander:
             return None
         return parsed
 
-    def _one(self, raw: Mapping[str, Any], path: tuple[Any, ...], row: Mapping[str, Any] | None,
-             row_index: int | None, spec: Any, node: Node | None, eval_path: tuple[Any, ...], tools: tuple[Any, ...],
-             system: Any, line: int,
-             agent: _Agent | None = None) -> Test | None:
+    def _one(self, frame: _Frame, row: Mapping[str, Any] | None, row_index: int | None) -> Test | None:
+        raw, path, agent = frame.raw, frame.path, frame.agent
         variables: dict[str, Any] = dict(row or {})
         variables["suite"] = self.suite_id
         origin: CaseOrigin | None = getattr(row, "origin", None)
@@ -404,6 +342,7 @@ class Expander:
             if golden is not None:
                 golden = render_value(golden, variables)
                 variables["golden"] = golden
+            system = frame.system
             system_text = render(system, variables) if isinstance(system, str) else None
             if "messages" in raw:
                 messages = [{"role": m["role"], "content": render(m["content"], variables)
@@ -421,10 +360,12 @@ class Expander:
         except Exception as exc:  # noqa: BLE001 - sandbox refusals, undefined attributes, type errors in expressions
             self.report.error(path, f"cannot fill in this test's templates{where}: {exc}")
             return None
-        if any(d.severity == "error" for d in self.report.diagnostics[errors_before:]):
+        if len(self.report.diagnostics) > errors_before and any(
+                d.severity == "error" for d in self.report.diagnostics[errors_before:]):
             return None   # an image part's problem (reported at the image)
+        spec, node = frame.spec, frame.node
         if spec is not None and node is None:
-            node = self._compile(spec, eval_path, {**variables, "golden": variables.get("golden")}, where)
+            node = self._compile(spec, frame.eval_path, {**variables, "golden": variables.get("golden")}, where)
             if node is None:
                 return None
         golden_turns: tuple[GoldenTurn, ...] = ()
@@ -435,28 +376,17 @@ class Expander:
             if compiled is None:
                 return None
             golden_turns = compiled
-        settings = {k: self._setting(raw, k) for k in ("max_tokens", "temperature")}
-        threshold = float(self._setting(raw, "threshold", 1.0))
-        tags = _unique([*self.data.get("tags", ()), *self.defaults.get("tags", ()), *raw.get("tags", ())])
-        hashed_vars = {k: v for k, v in variables.items() if k not in ("test_id", "suite")}
-        # a suite's judge_prompt changes how its judges score: it is in the hash (only of tests with a judge)
-        hashed_spec = with_judge_prompt(spec, self.judge_prompt)
-        digest = test_hash(messages=messages, prompt=prompt, tools=tools, eval_spec=hashed_spec, variables=hashed_vars,
-                           max_tokens=settings["max_tokens"], temperature=settings["temperature"], threshold=threshold,
-                           agent=agent[2] if agent is not None else None,
-                           returns={t["function"]["name"]: self.tools[t["function"]["name"]].get("returns")
-                                    for t in tools if t["function"]["name"] in self.tools}
-                           if agent is not None else None)
+        hashed_vars = {k: v for k, v in variables.items() if k != "test_id" and k != "suite"}
+        digest = frame.hasher.digest(messages=messages, prompt=prompt, variables=hashed_vars)
         agent_fields: dict[str, Any] = {}
         if agent is not None:
             agent_fields = {"agent": agent[0], "initial_state": agent[1], "golden_turns": golden_turns,
                             "agent_tools": agent[3], "workspace": agent[4]}
-        return Test(suite=self.suite_id, id=test_id, file=self.report.file, line=line, messages=tuple(messages),
-                    prompt=prompt, eval=spec, golden=golden, variables=variables, tools=tools, tags=tuple(tags),
-                    max_tokens=settings["max_tokens"], temperature=settings["temperature"], threshold=threshold,
-                    repeat=int(self._setting(raw, "repeat", 1)), case_index=row_index, hash=digest,
-                    suite_dir=str(self.suite_dir), evaluator=node, case_origin=origin, images=tuple(images),
-                    **agent_fields)
+        return Test(suite=self.suite_id, id=test_id, file=self.report.file, line=frame.line, messages=tuple(messages),
+                    prompt=prompt, eval=spec, golden=golden, variables=variables, tools=frame.tools, tags=frame.tags,
+                    max_tokens=frame.max_tokens, temperature=frame.temperature, threshold=frame.threshold,
+                    repeat=frame.repeat, case_index=row_index, hash=digest, suite_dir=self._suite_dir_text,
+                    evaluator=node, case_origin=origin, images=tuple(images), **agent_fields)
 
     def _parts(self, message: Mapping[str, Any], where: tuple[Any, ...], variables: Mapping[str, Any],
                agent: _Agent | None, images: list[tuple[str, int, int]]) -> list[dict[str, Any]]:
@@ -467,18 +397,6 @@ class Expander:
             self.report.error(problem_path, text)
         images.extend((written, *self.report.positions.of(at)) for written, at in found)
         return parts
-
-
-def _describe(path: tuple[Any, ...]) -> str:
-    """What a template path is, in words: "prompt", "test id", "system text", "message 2"."""
-    last = path[-1]
-    if last == "id":
-        return "test id"
-    if last == "content":
-        return f"message {path[-2] + 1}"
-    if "golden" in path:
-        return "golden"
-    return str(last)
 
 
 def _unique(items: list[str]) -> list[str]:

@@ -199,10 +199,11 @@ def _warn_number_traps(report: Report, positions: Any, data: dict[str, Any]) -> 
     and quoting it would make it a string.
     """
     for path, raw in positions.raw.items():
-        if not _text_expected(path, data):
-            continue
+        # The cheap test first: most numbers read back as written (`5`), and then where they sit does not matter.
         value = _lookup_number(raw)
-        if value is not None and str(value) != raw and raw.lower() not in ("true", "false"):
+        if value is None or str(value) == raw or raw.lower() in ("true", "false"):
+            continue
+        if _text_expected(path, data):
             report.warning(path, f"YAML reads {raw} as the number {value}; if you meant the text '{raw}', "
                                  "put it in quotes")
 

@@ -70,3 +70,33 @@ def test_the_fast_schema_path_reports_exactly_what_the_slow_path_does(monkeypatc
     valid = Path(__file__).resolve().parent / "fixtures" / "valid"
     suites, diagnostics = load_suites([valid])
     assert diagnostics == [] and len(suites) == 1
+
+
+def test_the_compiled_fast_validator_is_loaded_from_its_cache(monkeypatch: pytest.MonkeyPatch,
+                                                              tmp_path: Path) -> None:
+    """The second process loads the marshalled validator instead of generating it again (0.25-0.6 s).
+
+    Until issue #22 the cache file was written but never used: the loaded module has no `validate`, so every
+    process fell back to `fastjsonschema.compile`.
+    """
+    import fastjsonschema
+
+    from engine.suite import fastcheck
+    from engine.suite.schema import load_schema
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setattr(fastcheck, "_VALIDATORS", {})
+    first = fastcheck._fast_validator("suite", load_schema("suite"))
+    assert len(list((tmp_path / "llm-eval-engine").glob("fastschema_suite_*.marshal"))) == 1
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the validator was generated again instead of loaded from the cache")
+
+    monkeypatch.setattr(fastjsonschema, "compile", refuse)
+    monkeypatch.setattr(fastjsonschema, "compile_to_code", refuse)
+    monkeypatch.setattr(fastcheck, "_VALIDATORS", {})
+    second = fastcheck._fast_validator("suite", load_schema("suite"))
+    assert second is not first
+    valid = {"suite": "s", "tests": [{"id": "a", "prompt": "q", "eval": {"contains": "x"}}]}
+    assert fastcheck.quickly_valid("suite", load_schema("suite"), valid)
+    assert not fastcheck.quickly_valid("suite", load_schema("suite"), {**valid, "tests": [{"id": "a"}]})
