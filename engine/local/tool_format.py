@@ -28,7 +28,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, cast
 
 __all__ = ["FORMAT_NAME", "MAX_CALLS", "chatml_tools", "register", "render_prompt"]
 
@@ -109,7 +109,7 @@ def chatml_tools(llama: Any, messages: list[dict[str, Any]], tools: list[dict[st
     if not tools or tool_choice == "none":
         if not messages or messages[0].get("role") != "system":
             messages = [{"role": "system", "content": DEFAULT_SYSTEM}, *messages]
-        chatml = llama_chat_format.get_chat_completion_handler("chatml")
+        chatml: Any = llama_chat_format.get_chat_completion_handler("chatml")
         return chatml(llama=llama, messages=messages, stream=stream, max_tokens=max_tokens, stop=stop,
                       temperature=temperature, **kwargs)
     if isinstance(tool_choice, dict):
@@ -210,4 +210,4 @@ def register() -> None:
     from llama_cpp import llama_chat_format
 
     llama_chat_format.LlamaChatCompletionHandlerRegistry().register_chat_completion_handler(
-        FORMAT_NAME, chatml_tools, overwrite=True)
+        FORMAT_NAME, cast(Any, chatml_tools), overwrite=True)
