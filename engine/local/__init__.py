@@ -9,12 +9,13 @@ Public API (used by the runner):
 from __future__ import annotations
 
 from engine.local.registry import BUILTINS, DEFAULT_ALIAS, INSTALL_HINT, default_models, helper_models
-from engine.local.server import check_dependencies, model_file, serve_builtin
+from engine.local.server import cache_identity, check_dependencies, model_file, serve_builtin
 
 __all__ = [
            "BUILTINS",
            "DEFAULT_ALIAS",
            "INSTALL_HINT",
+           "cache_identity",
            "check_dependencies",
            "default_models",
            "helper_models",

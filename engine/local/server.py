@@ -17,6 +17,7 @@ Its stream sends no usage chunk, so token counts from it are null (never 0) in t
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import importlib.util
 import json
 import os
@@ -35,7 +36,8 @@ from engine.errors import LocalModelError
 from engine.local.process import ManagedProcess, start_group
 from engine.local.registry import INSTALL_HINT, get_builtin
 
-__all__ = ["cache_dir", "check_dependencies", "default_threads", "model_file", "serve_builtin", "server_command"]
+__all__ = ["cache_dir", "cache_identity", "check_dependencies", "default_threads", "model_file", "serve_builtin",
+           "server_command"]
 
 # Modules the server needs at run time: llama_cpp itself and the [server] extra's web stack.
 _SERVER_MODULES = ("llama_cpp", "uvicorn", "fastapi", "sse_starlette", "starlette_context", "pydantic_settings")
@@ -122,6 +124,33 @@ def _shipped_file(name: str, package: str, file: str) -> Path:
             return path
     raise LocalModelError(f"the model file {file} of {name!r} is not in the installed package {package}; "
                           f"reinstall it with: {INSTALL_HINT}")
+
+
+def cache_identity(name: str) -> str:
+    """What the response and judge caches key an embedded model by, in place of its URL (its port changes).
+
+    It names everything an answer depends on besides the request: the model file's package and version, the
+    llama-cpp-python release, and a digest of the engine's own server code (the launcher, the chat format, the
+    registry's server settings), so a change to any of them is a new identity and old answers are not replayed.
+
+    Args:
+        name: The builtin model name.
+    """
+    from importlib import metadata
+
+    builtin = _builtin(name)
+
+    def version(dist: str) -> str:
+        try:
+            return metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            return "unknown"
+
+    code = hashlib.sha256(repr(builtin).encode())
+    for module in ("launcher.py", "tool_format.py"):
+        code.update((Path(__file__).with_name(module)).read_bytes())
+    return (f"builtin://{name}/{builtin.distribution or builtin.package}={version(builtin.distribution)}"
+            f"/llama-cpp-python={version('llama-cpp-python')}/engine={code.hexdigest()[:12]}/v1")
 
 
 def free_port() -> int:

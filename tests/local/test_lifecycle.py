@@ -177,10 +177,15 @@ def test_server_dies_with_a_killed_parent(tmp_path: Path) -> None:
                 pass
 
 
-def test_default_models_share_one_alias_and_differ_in_settings() -> None:
-    from engine.local import DEFAULT_ALIAS, default_models
+def test_default_models_share_one_alias_per_model_and_differ_in_settings() -> None:
+    from engine.local import DEFAULT_ALIAS, default_models, helper_models
+    from engine.local.registry import EMBEDDER, TOOL_CALLER
 
-    models = default_models()
+    everything = default_models()
+    assert everything[TOOL_CALLER].builtin == "smollm2-135m" and everything[TOOL_CALLER].api == "chat"
+    assert everything[TOOL_CALLER].structured_output      # it judges suites/judged.yaml
+    assert set(helper_models()) == {EMBEDDER} and EMBEDDER not in everything   # it answers no test
+    models = {name: m for name, m in everything.items() if name != TOOL_CALLER}
     assert len(models) >= 2
     assert {m.model for m in models.values()} == {DEFAULT_ALIAS}
     assert {m.builtin for m in models.values()} == {"gemma-3-270m"}
