@@ -77,8 +77,10 @@ def validate_judges(tests: Sequence[Test], models_file: Path | None, calibration
     assert judges is not None
     cache = JudgeCache(judge_cache or default_path())
     with contextlib.ExitStack() as stack:
-        models = _start_builtins(list(judges.models.values()), stack)
-        judges = dataclasses.replace(judges, models={m.name: m for m in models})
+        # only the judges the examples need: the suites' `similar` models (resolved beside them) grade nothing here
+        graders = {spec.model if spec.model is not None else judges.default for _, _, spec, _ in targets}
+        models = _start_builtins([m for name, m in judges.models.items() if name in graders], stack)
+        judges = dataclasses.replace(judges, models={**judges.models, **{m.name: m for m in models}})
         keys = _api_keys(models)
         try:
             runs, calls = asyncio.run(grade_calibrations(targets, judges, cache, keys))
