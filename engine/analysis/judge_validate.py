@@ -145,13 +145,13 @@ def _start_builtins(models: list[ModelConfig], stack: contextlib.ExitStack) -> l
         raise UsageError(f"judge model(s) {', '.join(scripted)} are scripted builtins that answer no judge prompt")
     if not needed:
         return models
-    from engine.local import cache_identity, serve_builtin
+    from engine.local import cache_identity
+    from engine.local.server import serve_builtins
 
     logs = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="engine-judges-")))
-    urls: dict[tuple[str | None, str], str] = {}
-    for builtin, alias in sorted(needed, key=str):
-        log = logs / f"{builtin}.{alias}.log"
-        urls[(builtin, alias)] = stack.enter_context(serve_builtin(str(builtin), log_path=log, alias=alias))
+    wanted = sorted(needed, key=str)   # started together: their model loads overlap
+    started = stack.enter_context(serve_builtins([(str(b), alias, logs / f"{b}.{alias}.log") for b, alias in wanted]))
+    urls: dict[tuple[str | None, str], str] = dict(zip(wanted, started, strict=True))
     return [dataclasses.replace(m, base_url=urls[(m.builtin, m.model)], cache_identity=cache_identity(m.builtin))
             if m.builtin is not None and (m.builtin, m.model) in urls else m for m in models]
 

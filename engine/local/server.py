@@ -28,7 +28,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +37,7 @@ from engine.local.process import ManagedProcess, start_group
 from engine.local.registry import INSTALL_HINT, get_builtin
 
 __all__ = ["cache_dir", "cache_identity", "check_dependencies", "default_threads", "model_file", "serve_builtin",
-           "server_command"]
+           "serve_builtins", "server_command"]
 
 # Modules the server needs at run time: llama_cpp itself and the [server] extra's web stack.
 _SERVER_MODULES = ("llama_cpp", "uvicorn", "fastapi", "sse_starlette", "starlette_context", "pydantic_settings")
@@ -232,25 +232,53 @@ def serve_builtin(name: str, *, log_path: Path, alias: str, startup_timeout_s: f
         LocalModelError: A dependency is missing, the model file cannot be built, or the server
             did not come up (the message points to the log).
     """
-    builtin = _builtin(name)
-    path = model_file(name)
-    port = free_port()
-    argv = server_command(path, alias=alias, port=port, n_ctx=builtin.n_ctx, chat_format=builtin.chat_format,
-                          embedding=builtin.embedding)
-    log_path = Path(log_path)
-    started = time.monotonic()
-    server = start_group(argv, log_path=log_path)
-    base_url = f"http://127.0.0.1:{port}/v1"
-    if notify:
-        notify(f"starting the embedded model {name} (llama-cpp-python on 127.0.0.1:{port}; log: {log_path})")
-    try:
-        with _sigterm_unwinds():
-            _wait_ready(server, base_url, alias=alias, log_path=log_path, timeout_s=startup_timeout_s)
+    with serve_builtins([(name, alias, Path(log_path))], startup_timeout_s=startup_timeout_s, grace_s=grace_s,
+                        notify=notify) as (url,):
+        yield url
+
+
+@contextlib.contextmanager
+def serve_builtins(servers: Sequence[tuple[str, str, Path]], *, startup_timeout_s: float = 180.0,
+                   grace_s: float = 5.0, notify: Callable[[str], None] | None = _to_stderr) -> Iterator[list[str]]:
+    """Serve several builtin models for the duration of a `with` block, started together.
+
+    Every server is started before the first is waited for, so their model loads overlap (`make run` starts
+    three: gemma, SmolLM2 and SmolLM2's embedding server); all are stopped when the block ends, however it
+    ends, and all that were started when one fails to come up.
+
+    Args:
+        servers: (builtin name, alias, log file) of each server.
+        startup_timeout_s: How long to wait for each server to answer before giving up.
+        grace_s: Seconds between SIGTERM and SIGKILL when stopping.
+        notify: As in `serve_builtin`.
+
+    Yields:
+        The base URLs, in the order of `servers`.
+    """
+    with contextlib.ExitStack() as stack:
+        started: list[tuple[str, str, Path, ManagedProcess, str]] = []
+        ports: set[int] = set()
+        began = time.monotonic()
+        for name, alias, log_path in servers:
+            builtin = _builtin(name)
+            path = model_file(name)
+            port = free_port()
+            while port in ports:   # two servers not yet listening could be offered the same free port
+                port = free_port()
+            ports.add(port)
+            argv = server_command(path, alias=alias, port=port, n_ctx=builtin.n_ctx,
+                                  chat_format=builtin.chat_format, embedding=builtin.embedding)
+            server = start_group(argv, log_path=log_path)
+            stack.callback(server.stop, grace_s=grace_s)
+            started.append((name, alias, log_path, server, f"http://127.0.0.1:{port}/v1"))
             if notify:
-                notify(f"the embedded model is ready ({time.monotonic() - started:.1f} s)")
-            yield base_url
-    finally:
-        server.stop(grace_s=grace_s)
+                notify(f"starting the embedded model {name} (llama-cpp-python on 127.0.0.1:{port}; log: {log_path})")
+        with _sigterm_unwinds():
+            for name, alias, log_path, server, base_url in started:
+                _wait_ready(server, base_url, alias=alias, log_path=log_path, timeout_s=startup_timeout_s)
+                if notify:
+                    notify(f"the embedded model {name} is ready ({time.monotonic() - began:.1f} s)")
+            yield [base_url for *_, base_url in started]
 
 
 @contextlib.contextmanager

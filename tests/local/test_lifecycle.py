@@ -97,7 +97,7 @@ def test_serve_builtin_says_when_it_starts_and_when_it_is_ready(tmp_path: Path,
         port = url.rsplit(":", 1)[1].split("/")[0]
         assert len(lines) == 2
     assert lines[0] == f"starting the embedded model gemma-3-270m (llama-cpp-python on 127.0.0.1:{port}; log: {log})"
-    assert lines[1].startswith("the embedded model is ready (") and lines[1].endswith(" s)")
+    assert lines[1].startswith("the embedded model gemma-3-270m is ready (") and lines[1].endswith(" s)")
 
 
 def test_server_that_exits_early_points_to_its_log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -227,3 +227,27 @@ def test_cache_identity_names_the_model_package_and_server_code_not_a_port() -> 
     assert len({gemma, smol, embed}) == 3        # the embedding server answers differently from the chat one
     assert cache_identity("smollm2-135m") == smol  # stable: the same identity next run
     assert "@" not in smol and ":" not in smol.removeprefix("builtin://")   # nothing a URL mask would touch
+
+
+def test_servers_started_together_are_all_ready_and_all_stopped(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """`make run` starts three embedded servers at once (their loads overlap); when one fails to come up,
+    the ones already started are stopped too."""
+    monkeypatch.setattr(server, "check_dependencies", lambda name: None)
+    monkeypatch.setattr(server, "model_file", lambda name: Path("/nonexistent.gguf"))
+    flags: dict[str, list[str]] = {"a": [], "b": [], "bad": ["--exit-now"]}
+    monkeypatch.setattr(server, "server_command",
+                        lambda path, *, alias, port, **kw: [sys.executable, str(FAKE), str(port), alias, *flags[alias]])
+    logs = [tmp_path / "a.log", tmp_path / "b.log"]
+    with server.serve_builtins([("gemma-3-270m", "a", logs[0]), ("smollm2-135m", "b", logs[1])], notify=None) as urls:
+        assert len(set(urls)) == 2
+        for url, alias in zip(urls, ("a", "b"), strict=True):
+            with urllib.request.urlopen(url + "/models", timeout=5) as resp:
+                assert [m["id"] for m in json.load(resp)["data"]] == [alias]
+        children = [_grandchild_pid(log) for log in logs]
+    assert all(_wait_for(lambda pid=pid: pid_gone(pid)) for pid in children)
+    with pytest.raises(LocalModelError, match="exited with code 3"), server.serve_builtins(
+            [("gemma-3-270m", "a", logs[0]), ("smollm2-135m", "bad", tmp_path / "bad.log")], notify=None):
+        pass
+    survivor = int(logs[0].read_text().split("grandchild")[-1].split()[0])
+    assert _wait_for(lambda: pid_gone(survivor)), "a server started beside a failing one outlived it"

@@ -128,7 +128,7 @@ def test_make_runs_demos_on_the_real_models(tmp_path: Path, repo_root: Path) -> 
          str(calibration)], check=False, cwd=repo_root, capture_output=True, text=True, timeout=900)
     assert judged.returncode == 0, judged.stdout + judged.stderr
     lines = [line for line in judged.stdout.splitlines() if "(judge " in line]
-    assert len(lines) == 2 and all("n=13, agreement" in line for line in lines), judged.stdout
+    assert len(lines) == 2 and all("n=12, agreement" in line for line in lines), judged.stdout
     assert {"judge smollm2-tools", "judge gemma-chat"} <= {line.split("(")[1].split(",")[0] for line in lines}
 
     out = tmp_path / "results"
