@@ -157,7 +157,8 @@ def default_models() -> dict[str, ModelConfig]:
     `smollm2-tools` is also the judge of suites/judged.yaml, and `gemma-chat` a second judge there, to
     compare: `structured_output` makes their judge calls carry the reply's JSON Schema, which
     llama-cpp-python turns into a grammar. Without it the base model echoes the judge prompt and every
-    judgement is an error; with it, every reply parses (and calibration shows how far each can be trusted).
+    judgement is an error; with it, a reply parses unless it is cut at the judge's `max_tokens` (1 of the 8
+    SmolLM2 judgements of `make run`: a rambling reasoning), and calibration shows how far each can be trusted.
     Answering calls never send a schema.
 
     Returns:
