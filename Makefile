@@ -27,6 +27,7 @@ $(VENV)/.local: pyproject.toml | $(BIN)/python
 
 run: $(VENV)/.local
 	$(ENGINE) validate suites/
+	$(ENGINE) validate --judges suites/
 	$(ENGINE) run suites/ --out $(RESULTS)
 	$(ENGINE) analyze $(RESULTS)/latest
 	$(ENGINE) report $(RESULTS)/latest -o $(RESULTS)/report.html >/dev/null
@@ -36,7 +37,7 @@ run: $(VENV)/.local
 test: $(VENV)/.dev lint
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 
-# The tests that start the real embedded model (gemma-3-270m under llama-cpp-python).
+# The tests that start the real embedded models (gemma-3-270m, SmolLM2-135M-Instruct under llama-cpp-python).
 test-local: $(VENV)/.dev $(VENV)/.local
 	$(BIN)/python -m pytest -q -p no:cacheprovider -m local_model
 

@@ -261,6 +261,10 @@ class ModelConfig:
             outgrow it are trimmed (`engine.agent.context`).
         base_urls: Replicas serving this model (`base_urls:` in models.yaml); calls spread over them
             (`engine.client.replicas`) and `base_url` is the first. Empty for a single endpoint.
+        cache_identity: What the response and judge caches key this model's endpoint by in place of
+            `base_url`: set for an embedded model once its server runs (its port changes every run; the
+            identity names the model file's package, the llama-cpp-python release and the engine's server
+            code instead, engine.local.cache_identity). None: the URL.
     """
 
     name: str
@@ -280,6 +284,7 @@ class ModelConfig:
     structured_output: bool = False
     context_tokens: int | None = None
     base_urls: tuple[str, ...] = ()
+    cache_identity: str | None = None
 
 
 def cost_of(model: ModelConfig, prompt_tokens: int | None, completion_tokens: int | None) -> float | None:

@@ -40,9 +40,16 @@ class JudgeValidation:
     calls: int
 
 
-def validate_judges(tests: Sequence[Test], models_file: Path, calibration_out: Path,
+def validate_judges(tests: Sequence[Test], models_file: Path | None, calibration_out: Path,
                     judge_cache: Path | None = None) -> JudgeValidation:
     """Grade the calibration examples of the tests' judges and compare them with the labels.
+
+    Args:
+        tests: The loaded tests (only their judges with `calibration:` are graded).
+        models_file: The models file the judges are found in; None for the default (embedded) models, as
+            `engine run` without `--models` (engine.local.default_models and helper_models).
+        calibration_out: Where the calibration records are written.
+        judge_cache: The judge cache file (default: the user's).
 
     Raises:
         UsageError: the models file has errors, lacks a judge's model, or a judge's API key is not set.
@@ -55,15 +62,25 @@ def validate_judges(tests: Sequence[Test], models_file: Path, calibration_out: P
     targets = calibration_targets(tests)
     if not targets:
         return JudgeValidation(["judges: no judge has `calibration:` examples; nothing to grade"], False, [], 0)
-    configs, defaults, diagnostics = load_models_file(models_file)
-    if any(d.severity == "error" for d in diagnostics):
-        raise UsageError(f"{models_file} has errors:\n" + "\n".join(str(d) for d in diagnostics))
-    judges = resolve_judges([t for t, *_ in targets], configs, defaults.get("judge"), str(models_file))
+    if models_file is None:
+        from engine.local import default_models, helper_models
+
+        configs = {**default_models(), **helper_models()}
+        defaults: dict[str, Any] = {}
+        where = "the default models (no --models file)"
+    else:
+        configs, defaults, diagnostics = load_models_file(models_file)
+        if any(d.severity == "error" for d in diagnostics):
+            raise UsageError(f"{models_file} has errors:\n" + "\n".join(str(d) for d in diagnostics))
+        where = str(models_file)
+    judges = resolve_judges([t for t, *_ in targets], configs, defaults.get("judge"), where)
     assert judges is not None
     cache = JudgeCache(judge_cache or default_path())
     with contextlib.ExitStack() as stack:
-        models = _start_builtins(list(judges.models.values()), stack)
-        judges = dataclasses.replace(judges, models={m.name: m for m in models})
+        # only the judges the examples need: the suites' `similar` models (resolved beside them) grade nothing here
+        graders = {spec.model if spec.model is not None else judges.default for _, _, spec, _ in targets}
+        models = _start_builtins([m for name, m in judges.models.items() if name in graders], stack)
+        judges = dataclasses.replace(judges, models={**judges.models, **{m.name: m for m in models}})
         keys = _api_keys(models)
         try:
             runs, calls = asyncio.run(grade_calibrations(targets, judges, cache, keys))
@@ -128,13 +145,13 @@ def _start_builtins(models: list[ModelConfig], stack: contextlib.ExitStack) -> l
         raise UsageError(f"judge model(s) {', '.join(scripted)} are scripted builtins that answer no judge prompt")
     if not needed:
         return models
-    from engine.local import serve_builtin
+    from engine.local import cache_identity
+    from engine.local.server import serve_builtins
 
     logs = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="engine-judges-")))
-    urls: dict[tuple[str | None, str], str] = {}
-    for builtin, alias in sorted(needed, key=str):
-        log = logs / f"{builtin}.{alias}.log"
-        urls[(builtin, alias)] = stack.enter_context(serve_builtin(str(builtin), log_path=log, alias=alias))
-    return [dataclasses.replace(m, base_url=urls[(m.builtin, m.model)]) if (m.builtin, m.model) in urls else m
-            for m in models]
+    wanted = sorted(needed, key=str)   # started together: their model loads overlap
+    started = stack.enter_context(serve_builtins([(str(b), alias, logs / f"{b}.{alias}.log") for b, alias in wanted]))
+    urls: dict[tuple[str | None, str], str] = dict(zip(wanted, started, strict=True))
+    return [dataclasses.replace(m, base_url=urls[(m.builtin, m.model)], cache_identity=cache_identity(m.builtin))
+            if m.builtin is not None and (m.builtin, m.model) in urls else m for m in models]
 

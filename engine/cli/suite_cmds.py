@@ -52,7 +52,8 @@ def validate(
         "--no-golden-check", help="Skip scoring each test's golden answer with its own evaluator.")] = False,
     models: Annotated[Path | None, typer.Option("--models", help="Also check this models.yaml.")] = None,
     judges: Annotated[bool, typer.Option("--judges", help="Also grade every judge's calibration examples "
-                                         "(calls the judge models; needs --models) and fail under min_agreement.")
+                                         "(calls the judge models: those of --models, else the default embedded "
+                                         "models, as `engine run`) and fail under min_agreement.")
                       ] = False,
     calibration_out: Annotated[Path | None, typer.Option(
         "--calibration-out", help="Where --judges writes the calibration `engine analyze` reads (default: "
@@ -94,9 +95,6 @@ def _validate_judges(suites: list, models: Path | None, calibration_out: Path | 
     from engine.analysis.judges import default_calibration_path
     from engine.errors import EngineError
 
-    if models is None:
-        print("error: --judges calls the judge models: give the models file with --models FILE", file=sys.stderr)
-        return EXIT_USAGE
     if code != EXIT_OK:
         print("judges: not graded: fix the errors above first", file=sys.stderr)
         return code

@@ -39,8 +39,9 @@ def default_path() -> Path:
 
 def cache_key(model: ModelConfig, body: Mapping[str, Any], sample: int) -> str:
     """The key of one judgement: the judge model's identity and the full request body."""
-    identity = {"base_url": model.base_url, "api": model.api, "model": model.model, "params": dict(model.params),
-                "body": body, "sample": sample}
+    # an embedded model's port changes every run: its cache_identity names what answers instead
+    identity = {"base_url": model.cache_identity or model.base_url, "api": model.api, "model": model.model,
+                "params": dict(model.params), "body": body, "sample": sample}
     text = json.dumps(identity, sort_keys=True, ensure_ascii=False, default=str)
     return hashlib.sha256(text.encode()).hexdigest()
 

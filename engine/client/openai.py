@@ -28,7 +28,7 @@ from engine.client.response import (
     split_think,
     tool_call,
 )
-from engine.client.response_cache import ResponseCache, cache_key
+from engine.client.response_cache import ResponseCache, cache_key, keyed_url
 from engine.client.sse import SSEDecoder
 from engine.errors import ClientError
 from engine.model import ModelConfig, Test
@@ -206,7 +206,7 @@ class OpenAIClient:
         """
         if cache_as is None or self._cache is None:
             return await self._call(model, request, deadline)
-        key = cache_key(request.url, request.body, cache_as)
+        key = cache_key(keyed_url(model, request.url), request.body, cache_as)
         stored = self._cache.get(key)
         if stored is not None:
             return stored

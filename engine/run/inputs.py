@@ -61,15 +61,19 @@ def load_models(invocation: Invocation) -> tuple[list[ModelConfig], dict[str, Mo
         if any(d.severity == "error" for d in diagnostics):
             raise EngineError(f"{invocation.models_file} has errors: nothing was run")
     else:
-        from engine.local import default_models
+        from engine.local import default_models, helper_models
 
         configs = default_models()
+        answering = list(configs.values())
+        configs = {**configs, **helper_models()}   # judges and `similar` find them; they answer no test
     if invocation.model_names:
         unknown = [n for n in invocation.model_names if n not in configs]
         if unknown:
             where = invocation.models_file or "the default models"
             raise UsageError(f"--model {', '.join(unknown)}: not in {where}; known: {', '.join(sorted(configs))}")
         chosen = [configs[n] for n in dict.fromkeys(invocation.model_names)]
+    elif not invocation.models_file:
+        chosen = answering
     else:
         chosen = list(configs.values())
     if invocation.max_retries is not None:

@@ -445,14 +445,16 @@ def _start_builtins(models: list[ModelConfig], run_dir: Path, stack: contextlib.
     needed = {(m.builtin, m.model) for m in models if m.builtin and not m.base_url and not is_scripted(m.builtin)}
     if not needed:
         return models
-    from engine.local import serve_builtin
+    from engine.local import cache_identity
+    from engine.local.server import serve_builtins
 
-    urls: dict[tuple[str | None, str], str] = {}
-    for builtin, alias in sorted(needed):
-        log = f"_{builtin}.server.log" if alias == builtin else f"_{builtin}.{alias}.server.log"
-        urls[(builtin, alias)] = stack.enter_context(serve_builtin(builtin, log_path=run_dir / log, alias=alias))
-    return [dataclasses.replace(m, base_url=urls[(m.builtin, m.model)]) if (m.builtin, m.model) in urls else m
-            for m in models]
+    wanted = sorted(needed)   # started together: their model loads overlap
+    logs = [run_dir / (f"_{b}.server.log" if alias == b else f"_{b}.{alias}.server.log") for b, alias in wanted]
+    servers = [(str(b), alias, log) for (b, alias), log in zip(wanted, logs, strict=True)]
+    started = stack.enter_context(serve_builtins(servers))
+    urls: dict[tuple[str | None, str], str] = dict(zip(wanted, started, strict=True))
+    return [dataclasses.replace(m, base_url=urls[(m.builtin, m.model)], cache_identity=cache_identity(m.builtin))
+            if m.builtin is not None and (m.builtin, m.model) in urls else m for m in models]
 
 
 async def _run_with_signals(runner: Any, jobs: Any, total: int, api_keys: dict[str, str | None]) -> Any:

@@ -64,7 +64,9 @@ def test_when_the_cache_is_used() -> None:
     assert not use_cache(None, model, 0.0, 3)                    # repeats are independent samples
     assert use_cache(True, model, 0.7, 3)                        # --cache: asked for
     assert not use_cache(False, model, 0.0, 1)                   # --no-cache
-    assert not use_cache(True, replace(model, builtin="qwen"), 0.0, 1)   # engine-served: free, port changes
+    assert not use_cache(True, replace(model, builtin="qwen"), 0.0, 1)   # engine-served, its server not started
+    # once its server runs, an embedded model is cached under its identity (engine.local.cache_identity)
+    assert use_cache(None, replace(model, builtin="qwen", cache_identity="builtin://qwen/x=1/v1"), 0.0, 1)
 
 
 def test_only_complete_successes_are_storable() -> None:
@@ -130,3 +132,28 @@ async def test_the_client_answers_a_repeated_request_from_the_cache(fake_openai:
     assert second.tool_calls == first.tool_calls and second.tool_calls[0].arguments == {"a": 1}
     cache.close()
     assert b"sk-secret-value" not in (tmp_path / "r.sqlite").read_bytes()
+
+
+async def test_an_embedded_model_is_answered_from_the_cache_on_another_port(fake_openai: FakeOpenAI,
+                                                                           tmp_path: Path) -> None:
+    """An embedded model's server gets a new port every run: its calls are keyed by its cache_identity."""
+    fake_openai.responder = lambda body: Reply(content="Paris")
+    identity = "builtin://qwen/qwen-pkg=1.0/llama-cpp-python=0.3.36/engine=abc/v1"
+    run1 = ModelConfig(name="m", model="fake-1", base_url=fake_openai.base_url, builtin="qwen",
+                       cache_identity=identity, timeout_s=5.0)
+    # the second run's server listens elsewhere (an unused port: a call there would fail)
+    run2 = replace(run1, base_url="http://127.0.0.1:9/v1")
+    cache = ResponseCache(tmp_path / "r.sqlite")
+    async with aiohttp.ClientSession() as session:
+        client = OpenAIClient(session, {"m": None}, cache)
+        first = await client.call(run1, prepare(run1, TEST, RequestSettings()), cache_as=0)
+        second = await client.call(run2, prepare(run2, TEST, RequestSettings()), cache_as=0)
+        changed = replace(run2, cache_identity=identity.replace("engine=abc", "engine=def"))
+        third = await client.call(changed, prepare(changed, TEST, RequestSettings()), cache_as=0)
+    cache.close()
+    assert not first.cached and second.cached and second.text == "Paris"
+    assert len(fake_openai.requests) == 1
+    assert third.error is not None and not third.cached            # a new identity is a new key: asked again
+    # the judge cache keys the same way
+    from engine.client.judge_cache import cache_key as judge_key
+    assert judge_key(run1, {"x": 1}, 0) == judge_key(run2, {"x": 1}, 0) != judge_key(changed, {"x": 1}, 0)

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from engine.client.judge import request_body, resolve_judges
-from engine.local import default_models
+from engine.local import default_models, helper_models
 from engine.suite import load_suites
 from tests.fake_openai import FakeOpenAI
 from tests.run.e2e import engine
@@ -21,13 +21,15 @@ def test_the_judged_suite_resolves_its_judge_against_the_default_models() -> Non
     (suite,), diagnostics = load_suites([ROOT / "suites" / "judged.yaml"])
     assert diagnostics == []
     assert len(suite.tests) == 2
-    judges = resolve_judges(suite.tests, default_models(), None, "the default models")
-    assert judges is not None and set(judges.models) == {"gemma-chat"}
+    judges = resolve_judges(suite.tests, {**default_models(), **helper_models()}, None, "the default models")
+    # two judges and the `similar` embedding model, all embedded defaults
+    assert judges is not None and set(judges.models) == {"smollm2-tools", "gemma-chat", "smollm2-embed"}
     for test in suite.tests:
         assert test.evaluator is not None
-        kinds = {node.kind: node for _, node in test.evaluator.walk()}
-        # the judge counts; the keyword check beside it is reported, not counted (weight 0)
-        assert {"judge", "regex"} <= set(kinds) and kinds["regex"].weight == 0
+        nodes = [node for _, node in test.evaluator.walk() if node.kind != "all"]
+        # the first judge counts; the second judge, the keyword check and the similarity are reported (weight 0)
+        assert [n.kind for n in nodes] == ["judge", "judge", "regex", "similar"]
+        assert nodes[0].weight != 0 and all(n.weight == 0 for n in nodes[1:])
 
 
 def test_the_embedded_judge_gets_its_schema_in_llama_cpp_pythons_form() -> None:

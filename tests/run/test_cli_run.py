@@ -139,18 +139,21 @@ def test_api_key_canary_is_nowhere(tmp_path: Path, fake_openai: FakeOpenAI) -> N
 def test_builtin_servers_start_once_per_builtin_and_alias(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     import contextlib
 
-    import engine.local
+    import engine.local.server
     from engine.model import ModelConfig
     from engine.run.session import _start_builtins
 
     started: list[tuple[str, str, str]] = []
 
     @contextlib.contextmanager
-    def fake_serve(name: str, *, log_path: Path, alias: str):  # type: ignore[no-untyped-def]
-        started.append((name, alias, log_path.name))
-        yield f"http://127.0.0.1:{9000 + len(started)}/v1"
+    def fake_serve(servers):  # type: ignore[no-untyped-def]
+        urls = []
+        for name, alias, log_path in servers:
+            started.append((name, alias, log_path.name))
+            urls.append(f"http://127.0.0.1:{9000 + len(started)}/v1")
+        yield urls
 
-    monkeypatch.setattr(engine.local, "serve_builtin", fake_serve)
+    monkeypatch.setattr(engine.local.server, "serve_builtins", fake_serve)
     models = [ModelConfig(name="a", model="gemma-3-270m", builtin="gemma-3-270m"),
               ModelConfig(name="b", model="gemma-3-270m", builtin="gemma-3-270m", api="completions"),
               ModelConfig(name="c", model="my-alias", builtin="gemma-3-270m"),
@@ -161,3 +164,5 @@ def test_builtin_servers_start_once_per_builtin_and_alias(tmp_path: Path, monkey
                                ("gemma-3-270m", "my-alias", "_gemma-3-270m.my-alias.server.log")]
     urls = {m.name: m.base_url for m in out}
     assert urls["a"] == urls["b"] != urls["c"] and urls["d"] == "http://127.0.0.1:1/v1"
+    # the started ones are cached under their identity, not their port; the remote one by its URL
+    assert {m.name: m.cache_identity is not None for m in out} == {"a": True, "b": True, "c": True, "d": False}
