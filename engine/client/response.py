@@ -208,16 +208,23 @@ def decode_events(datas: list[str], redact: Redactor) -> list[dict[str, Any]]:
         return []
     if len(datas) > 1:
         batch = "[" + ",".join(datas) + "]"
+        # orjson (25 us for a 52-event answer against 62 us) unless tool calls ride in it: their
+        # object-valued arguments keep their numbers exactly with `json.loads`
+        exact = '"tool_calls"' in batch
         try:
-            # orjson (25 us for a 52-event answer against 62 us) unless tool calls ride in it: their
-            # object-valued arguments keep their numbers exactly with `json.loads`
-            events = json.loads(batch) if '"tool_calls"' in batch else fast_loads(batch)
-            if type(events) is list and any(type(e) is dict and _inexact_usage(e.get("usage")) for e in events):
-                events = json.loads(batch)
+            events = json.loads(batch) if exact else fast_loads(batch)
         except (ValueError, RecursionError):
             events = None
-        if type(events) is list and len(events) == len(datas) and all(type(e) is dict for e in events):
-            return events
+        if type(events) is list and len(events) == len(datas):
+            again = False
+            for event in events:
+                if type(event) is not dict:
+                    break
+                usage = event.get("usage")
+                if usage and not exact and _inexact_usage(usage):
+                    again = True
+            else:
+                return json.loads(batch) if again else events
     out = []
     for data in datas:
         try:
