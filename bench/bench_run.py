@@ -118,6 +118,13 @@ async def _engine(base_url: str, calls: int, stream: bool, concurrency: int, out
 
 def child(kind: str, base_url: str, calls: int, stream: bool, concurrency: int, repeat: int = 1) -> None:
     """Measure one loop in this process and print a JSON line."""
+    if kind == "engine":
+        try:   # Arrow's allocator as `engine run` sets it (the CLI calls this before any command)
+            from engine._gc import prefer_system_allocator
+        except ImportError:   # an older tree (--against): Arrow's default, as its CLI had
+            pass
+        else:
+            prefer_system_allocator()
     import aiohttp  # noqa: F401  (imports are not part of the per-call cost)
     import pyarrow.parquet  # noqa: F401
 
