@@ -49,7 +49,7 @@ def reference(stream: bytes) -> list[str]:
                 events.append("\n".join(data))
             data = None
         elif line[0] != ":":
-            field, sep, value = line.partition(":")
+            field, _, value = line.partition(":")
             if field == "data":
                 (data := data if data is not None else []).append(value[1:] if value[:1] == " " else value)
     if data is not None:
