@@ -140,12 +140,7 @@ def child(kind: str, base_url: str, calls: int, stream: bool, concurrency: int, 
             from engine._gc import tuned_gc
 
             with tuned_gc():   # the collector setting `engine run` runs under (the CLI enters it)
-                coro = _engine(base_url, calls, stream, concurrency, Path(tmp), repeat)
-                try:   # the event loop `engine run` runs on (uvloop where installed), as the CLI does
-                    from engine.base.eventloop import run
-                except ImportError:   # an older tree (--against): asyncio's loop, as its CLI did
-                    run = asyncio.run
-                done = run(coro)
+                done = asyncio.run(_engine(base_url, calls, stream, concurrency, Path(tmp), repeat))
         cpu, wall = _cpu() - cpu0, time.perf_counter() - wall0
     print(json.dumps({"kind": kind, "calls": calls, "done": done, "stream": stream, "cpu_s": cpu, "wall_s": wall,
                       "cpu_us_per_call": 1e6 * cpu / calls, "peak_rss_mb": _peak_rss_mb()}), flush=True)

@@ -22,7 +22,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from engine.base import eventloop
 from engine.errors import EngineError, StorageError, UsageError
 from engine.model import ModelConfig, Test
 from engine.redact import mask_url, public_params
@@ -347,7 +346,7 @@ def _execute(invocation: Invocation, run_id: str, run_dir: Path, journal: Any, m
             jobs = {m.name: (m, iter_jobs(m, tests, invocation.repeat, skip=skip, only=only, shard=shard))
                     for m in models}
             try:
-                stats = eventloop.run(_run_with_signals(runner, jobs, total, api_keys))   # uvloop when installed
+                stats = asyncio.run(_run_with_signals(runner, jobs, total, api_keys))
             finally:
                 progress.close()
         except KeyboardInterrupt:
