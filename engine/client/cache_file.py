@@ -7,7 +7,7 @@ What they share is here:
 - where: `$<ENV>` when set, else `$XDG_CACHE_HOME/llm-eval-engine/<kind>/<kind>.sqlite` (default `~/.cache`);
 - opening: WAL journal (readers never wait for a writer; several processes and shards may share the file),
   a 30 s busy timeout, every write committed at once (a killed run keeps what it paid for), or a batch of
-  them in one transaction (`write_many`, for `engine run`'s response cache: see response_cache.py);
+  them in one transaction (`write_many`: the response cache's replies of one event-loop turn);
 - failing soft: a file that cannot be opened, read or written (a corrupt file, a read-only folder) is never
   a reason to lose a run. `problem` says why; reads then miss and writes are skipped.
 

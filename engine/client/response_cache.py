@@ -18,10 +18,10 @@ What is stored: successful, complete replies only - never an error, a truncated 
 `length`, a stream cut short) or a bad response; those are asked again next time. A hit comes back as a
 `CallResult` with `cached=True`, no latency or TTFT (nothing was timed) and no retries.
 
-When stored: at once, except inside `batched()`, where replies wait in memory (and answer `get` from there)
-until `commit()`: `engine run` commits them with each commit of its journal (every ~50 ms), one
-transaction for the batch instead of one per reply (~47 us per new call, bench/README.md "Issue #22"). A
-killed run loses at most the replies of the rows it had not committed either, which `--resume` asks again.
+When stored: a reply `put` while an event loop runs waits in memory (answering `get` from there) until the
+end of the loop's current turn, and every reply of that turn is committed in one transaction (a transaction
+per reply was ~47 us per new call, bench/README.md "Issue #22"); without a running loop, at once. A kill -9
+loses at most the replies of one turn: calls that were in flight together, never more than the concurrency.
 
 Where: `$ENGINE_RESPONSE_CACHE`, else `$XDG_CACHE_HOME/llm-eval-engine/responses/responses.sqlite`
 (`engine.client.cache_file`, shared with the judge cache). `engine cache info|clear` reads and trims it.
@@ -29,11 +29,11 @@ Where: `$ENGINE_RESPONSE_CACHE`, else `$XDG_CACHE_HOME/llm-eval-engine/responses
 
 from __future__ import annotations
 
-import contextlib
+import asyncio
 import functools
 import hashlib
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -156,8 +156,8 @@ class ResponseCache:
         self._file = CacheFile(path, _SCHEMA, "the response cache")
         self.hits = 0
         self.stored = 0
-        # key -> the row to insert, inside `batched()` (None outside it: every put commits at once).
-        self._pending: dict[str, tuple[str, str, str, float, str]] | None = None
+        # key -> the row to insert, until the commit scheduled at the end of the event loop's turn
+        self._pending: dict[str, tuple[str, str, str, float, str]] = {}
 
     @property
     def problem(self) -> str | None:
@@ -171,7 +171,7 @@ class ResponseCache:
 
     def get(self, key: str) -> CallResult | None:
         """The stored reply (`cached=True`), or None; an entry that cannot be read is a miss."""
-        held = self._pending.get(key) if self._pending else None
+        held = self._pending.get(key)
         if held is not None:
             text = held[4]
         else:
@@ -187,7 +187,7 @@ class ResponseCache:
         return result
 
     def put(self, key: str, url: str, model_id: str, result: CallResult) -> None:
-        """Keep a reply when it is `storable` (committed at once, or by the next `commit()` inside `batched()`).
+        """Keep a reply when it is `storable` (committed at the end of the event loop's turn, or at once).
 
         Args:
             key: `cache_key` of the request.
@@ -198,26 +198,18 @@ class ResponseCache:
         if not storable(result):
             return
         row = (key, model_id, _endpoint(url), time.time(), _encode(result))
-        if self._pending is not None:
-            self._pending[key] = row
-        elif self._file.write(_INSERT, row):
-            self.stored += 1
-
-    @contextlib.contextmanager
-    def batched(self) -> Iterator[None]:
-        """Within: `put` holds replies in memory until `commit()`; leaving commits what is held."""
-        outermost = self._pending is None
-        if outermost:
-            self._pending = {}
         try:
-            yield
-        finally:
-            self.commit()
-            if outermost:
-                self._pending = None
+            loop = asyncio.get_running_loop()
+        except RuntimeError:   # no event loop: nothing to gather replies with
+            if self._file.write(_INSERT, row):
+                self.stored += 1
+            return
+        if not self._pending:
+            loop.call_soon(self.commit)   # after every callback of this turn: the turn's replies together
+        self._pending[key] = row
 
     def commit(self) -> None:
-        """Write the replies `put` holds inside `batched()`, in one transaction (nothing to do outside it)."""
+        """Write the replies `put` holds, in one transaction (nothing to do when none wait)."""
         if not self._pending:
             return
         rows, self._pending = list(self._pending.values()), {}

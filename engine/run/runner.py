@@ -19,7 +19,6 @@ before stays.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import os
 import time
@@ -218,9 +217,6 @@ class Runner:
         connector = aiohttp.TCPConnector(limit=self.config.concurrency, limit_per_host=0, ttl_dns_cache=300)
         timeout = aiohttp.ClientTimeout(total=None)
         committer = asyncio.create_task(self._commit_loop())
-        held = contextlib.ExitStack()
-        if self.config.response_cache is not None:   # replies are committed with the journal's rows (`_commit`)
-            held.enter_context(self.config.response_cache.batched())
         try:
             async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
                 client = self._client = OpenAIClient(session, api_keys, self.config.response_cache)
@@ -258,7 +254,6 @@ class Runner:
             if self._storage_error is None:
                 self._commit()
                 self.writer.flush()
-            held.close()   # paid replies are kept even when the journal failed
         if self._storage_error is not None:
             raise self._storage_error
         return self.stats
@@ -383,8 +378,6 @@ class Runner:
 
     def _commit(self) -> None:
         """Make pending rows durable, then count them as done."""
-        if self.config.response_cache is not None:
-            self.config.response_cache.commit()   # one transaction for the replies since the last commit
         if not self.journal.pending:
             return
         self.journal.commit()
