@@ -5,10 +5,17 @@ Every measurement runs in its own process against `bench/mock_server.py` (a sepa
 - non-streaming: 20,000 calls at concurrency 64 (raw aiohttp loop vs the engine's Runner);
 - streaming: 5,000 calls of 50 SSE chunks (raw loop reading the body vs full SSE parsing);
 - peak RSS of the engine for 100,000 results;
-- the whole `python -m engine run` process for 2,000 calls (suite loading, imports, manifest included).
+- the whole `python -m engine run` process for 2,000 calls (suite loading, imports, manifest included),
+  paired with a whole bare-loop process making the same 2,000 streamed calls and one `contains` check each.
 
 CPU is the process's CPU time (user + system) spent in the measured loop, divided by the calls.
 `--quick` divides the counts by 10 (for a smoke run). Figures go to bench/README.md.
+
+`--rounds N [--against TREE]`: N paired rounds instead (issue #22): each round runs the raw loop, TREE's
+engine (an export of an older commit, run with its own bench/bench_run.py), this tree's engine and the raw
+loop again against one mock server, non-streaming and streaming; then the whole processes (bare loop, TREE's
+`engine run`, this tree's); each engine's ratio is taken against the mean of its round's two raw runs.
+Medians and ranges are printed, and every round as a JSON line.
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ import asyncio
 import json
 import os
 import resource
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -110,6 +118,13 @@ async def _engine(base_url: str, calls: int, stream: bool, concurrency: int, out
 
 def child(kind: str, base_url: str, calls: int, stream: bool, concurrency: int, repeat: int = 1) -> None:
     """Measure one loop in this process and print a JSON line."""
+    if kind == "engine":
+        try:   # Arrow's allocator as `engine run` sets it (the CLI calls this before any command)
+            from engine._gc import prefer_system_allocator
+        except ImportError:   # an older tree (--against): Arrow's default, as its CLI had
+            pass
+        else:
+            prefer_system_allocator()
     import aiohttp  # noqa: F401  (imports are not part of the per-call cost)
     import pyarrow.parquet  # noqa: F401
 
@@ -131,34 +146,137 @@ def child(kind: str, base_url: str, calls: int, stream: bool, concurrency: int, 
                       "cpu_us_per_call": 1e6 * cpu / calls, "peak_rss_mb": _peak_rss_mb()}), flush=True)
 
 
-def _measure(kind: str, base_url: str, calls: int, stream: bool, concurrency: int, repeat: int = 1) -> dict:
-    out = subprocess.run([sys.executable, __file__, "--child", kind, base_url, str(calls), str(int(stream)),
-                          str(concurrency), str(repeat)], capture_output=True, text=True, cwd=ROOT, check=False)
+def _measure(kind: str, base_url: str, calls: int, stream: bool, concurrency: int, repeat: int = 1,
+             tree: Path = ROOT) -> dict:
+    out = subprocess.run([sys.executable, str(tree / "bench" / "bench_run.py"), "--child", kind, base_url, str(calls),
+                          str(int(stream)), str(concurrency), str(repeat)], capture_output=True, text=True, cwd=tree,
+                         check=False)
     if out.returncode != 0:
         raise SystemExit(f"{kind} child failed:\n{out.stderr}")
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def _whole_cli(base_url: str, calls: int) -> float:
-    """Wall seconds of a whole `python -m engine run` process for `calls` chat calls."""
+def _bare_process(base_url: str, calls: int) -> None:
+    """The whole-process baseline: what `_whole_cli` asks, as a bare aiohttp loop in a process of its own.
+
+    The same 2,000 requests as the engine's (a prompt per case, streamed, max_tokens 1024, temperature 0),
+    at concurrency 64, each answer's events split and decoded and one `contains` check made on it.
+    """
+    import aiohttp
+
+    url = base_url + "/chat/completions"
+    headers = {"Content-Type": "application/json"}
+    left = iter(range(calls))
+    passed = 0
+
+    async def worker(session: aiohttp.ClientSession) -> None:
+        nonlocal passed
+        for i in left:
+            payload = json.dumps({"model": "bench-model", "messages": [{"role": "user", "content": f"say ok {i}"}],
+                                  "max_tokens": 1024, "temperature": 0.0, "stream": True,
+                                  "stream_options": {"include_usage": True}}).encode()
+            async with session.post(url, data=payload, headers=headers) as resp:
+                buffer = b""
+                parts = []
+                async for chunk in resp.content.iter_any():
+                    buffer += chunk
+                    *events, buffer = buffer.split(b"\n\n")
+                    for event in events:
+                        data = event[6:]
+                        if data != b"[DONE]":
+                            for choice in json.loads(data)["choices"]:
+                                parts.append(choice["delta"].get("content") or "")
+                passed += "ok" in "".join(parts)
+
+    async def main() -> None:
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=64)) as session:
+            await asyncio.gather(*(worker(session) for _ in range(64)))
+
+    asyncio.run(main())
+    if passed != calls:
+        raise SystemExit(f"bare loop: {passed} of {calls} answers passed")
+
+
+def _whole_process(argv: list[str], env: dict[str, str] | None = None, cwd: Path = ROOT) -> dict:
+    """Run one whole process; its wall seconds, CPU seconds (user + system) and peak RSS in MB."""
+    start = time.perf_counter()
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, cwd=cwd)
+    assert proc.stderr is not None
+    err = proc.stderr.read()
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - start
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode != 0:
+        raise SystemExit(f"{argv[1:4]} failed:\n{err.decode(errors='replace')}")
+    return {"wall_s": wall, "cpu_s": usage.ru_utime + usage.ru_stime, "peak_rss_mb": usage.ru_maxrss / 1024.0}
+
+
+def _write_cli_suite(folder: Path, base_url: str, calls: int) -> None:
+    rows = "\n".join(f"      - {{n: {i}}}" for i in range(calls))
+    (folder / "bench.yaml").write_text(
+        "suite: bench\ntests:\n  - id: \"q-{{ n }}\"\n    prompt: \"say ok {{ n }}\"\n"
+        f"    eval: {{contains: ok}}\n    cases:\n{rows}\n")
+    (folder / "models.yaml").write_text(
+        f"models:\n  bench:\n    base_url: {base_url}\n    model: bench-model\n    concurrency: 64\n")
+
+
+def _whole_cli(base_url: str, calls: int, tree: Path = ROOT) -> dict:
+    """A whole `python -m engine run` process for `calls` chat calls, as a user runs it.
+
+    Default settings (streamed; the response cache on, as at temperature 0 by default) with a new, empty
+    cache file and results folder each time, so every call is made and stored.
+    """
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
-        rows = "\n".join(f"      - {{n: {i}}}" for i in range(calls))
-        (folder / "bench.yaml").write_text(
-            "suite: bench\ntests:\n  - id: \"q-{{ n }}\"\n    prompt: \"say ok {{ n }}\"\n"
-            f"    eval: {{contains: ok}}\n    cases:\n{rows}\n")
-        (folder / "models.yaml").write_text(
-            f"models:\n  bench:\n    base_url: {base_url}\n    model: bench-model\n    concurrency: 64\n")
-        env = dict(os.environ, PYTHONPATH=str(ROOT))
-        start = time.perf_counter()
-        done = subprocess.run([sys.executable, "-m", "engine", "run", str(folder / "bench.yaml"), "--models",
+        _write_cli_suite(folder, base_url, calls)
+        env = dict(os.environ, PYTHONPATH=str(tree), ENGINE_RESPONSE_CACHE=str(folder / "cache.sqlite"))
+        return _whole_process([sys.executable, "-m", "engine", "run", str(folder / "bench.yaml"), "--models",
                                str(folder / "models.yaml"), "--out", str(folder / "results"), "--quiet",
-                               "--concurrency", "64", "--no-cache"],   # calls, not the response cache
-                              capture_output=True, text=True, env=env, cwd=ROOT, check=False)
-        wall = time.perf_counter() - start
-        if done.returncode != 0:
-            raise SystemExit(f"engine run failed:\n{done.stderr}")
-    return wall
+                               "--concurrency", "64"], env=env, cwd=tree)
+
+
+def _whole_bare(base_url: str, calls: int) -> dict:
+    return _whole_process([sys.executable, __file__, "--bare-process", base_url, str(calls)])
+
+
+def _spread(values: list[float], fmt: str = "{:.2f}") -> str:
+    return (fmt + " (" + fmt + "-" + fmt + ")").format(statistics.median(values), min(values), max(values))
+
+
+def rounds(base_url: str, count: int, against: Path | None, scale: int) -> None:
+    """Paired rounds: raw loop, the older tree's engine, this engine, raw loop again (see the module doc)."""
+    trees = ([("before", against)] if against is not None else []) + [("after", ROOT)]
+    ratios: dict[str, list[float]] = {}
+    for n in range(count):
+        record: dict = {"round": n}
+        for label, calls, stream in (("non-streaming", 20_000 // scale, False), ("streaming", 5_000 // scale, True)):
+            first = _measure("raw", base_url, calls, stream, 64)
+            engines = {name: _measure("engine", base_url, calls, stream, 64, tree=tree) for name, tree in trees}
+            last = _measure("raw", base_url, calls, stream, 64)
+            raw_us = (first["cpu_us_per_call"] + last["cpu_us_per_call"]) / 2
+            record[label] = {"raw_us": raw_us}
+            for name, eng in engines.items():
+                ratio = eng["cpu_us_per_call"] / raw_us
+                record[label][name] = {"us": eng["cpu_us_per_call"], "ratio": ratio}
+                ratios.setdefault(f"{label} {name} ratio", []).append(ratio)
+                ratios.setdefault(f"{label} {name} us", []).append(eng["cpu_us_per_call"])
+            ratios.setdefault(f"{label} raw us", []).append(raw_us)
+        bare = _whole_bare(base_url, 2000)
+        record["whole"] = {"bare": bare}
+        for name, tree in trees:
+            whole = record["whole"][name] = _whole_cli(base_url, 2000, tree)
+            ratios.setdefault(f"whole {name} cpu s", []).append(whole["cpu_s"])
+            ratios.setdefault(f"whole {name} peak MB", []).append(whole["peak_rss_mb"])
+            ratios.setdefault(f"whole {name} ratio", []).append(whole["cpu_s"] / bare["cpu_s"])
+        ratios.setdefault("whole bare cpu s", []).append(bare["cpu_s"])
+        ratios.setdefault("whole bare peak MB", []).append(bare["peak_rss_mb"])
+        print(json.dumps(record), flush=True)
+    for name, tree in trees:
+        big = _measure("engine", base_url, 100_000 // scale, False, 64, repeat=100, tree=tree)
+        ratios[f"100k results {name} peak MB"] = [big["peak_rss_mb"]]
+    print(f"{count} paired rounds: median (min-max)")
+    for key, values in ratios.items():
+        print(f"  {key}: {_spread(values)}")
 
 
 def main() -> int:
@@ -168,6 +286,11 @@ def main() -> int:
     try:
         assert server.stdout is not None
         base_url = f"http://127.0.0.1:{server.stdout.readline().strip()}/v1"
+        if "--rounds" in sys.argv:
+            against = sys.argv[sys.argv.index("--against") + 1] if "--against" in sys.argv else None
+            rounds(base_url, int(sys.argv[sys.argv.index("--rounds") + 1]),
+                   None if against is None else Path(against).resolve(), scale)
+            return 0
         results = {}
         for label, calls, stream in (("non-streaming", 20_000 // scale, False), ("streaming", 5_000 // scale, True)):
             raw = _measure("raw", base_url, calls, stream, 64)
@@ -181,8 +304,11 @@ def main() -> int:
         big = _measure("engine", base_url, 100_000 // scale, False, 64, repeat=100)
         print(f"peak RSS for {big['calls']} results (1,000 tests x 100 attempts): {big['peak_rss_mb']:.0f} MB "
               f"(target <= 250 MB); {big['wall_s']:.1f} s wall", flush=True)
-        wall = _whole_cli(base_url, 2000)
-        print(f"whole `python -m engine run` process, 2000 chat calls: {wall:.2f} s (target < 2 s)", flush=True)
+        bare, whole = _whole_bare(base_url, 2000), _whole_cli(base_url, 2000)
+        print(f"whole process, 2000 streamed chat calls + `contains`: bare aiohttp loop {bare['cpu_s']:.2f} s CPU, "
+              f"{bare['peak_rss_mb']:.0f} MB; `python -m engine run` {whole['cpu_s']:.2f} s CPU "
+              f"({whole['wall_s']:.2f} s wall), {whole['peak_rss_mb']:.0f} MB: "
+              f"{whole['cpu_s'] / bare['cpu_s']:.2f}x", flush=True)
         worst = max(r[2] for r in results.values())
         return 0 if worst <= 2.0 and big["peak_rss_mb"] <= 250 else 1
     finally:
@@ -194,5 +320,7 @@ if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "--child":
         kind, url, n, stream_flag, conc, rep = sys.argv[2:8]
         child(kind, url, int(n), stream_flag == "1", int(conc), int(rep))
+    elif len(sys.argv) > 1 and sys.argv[1] == "--bare-process":
+        _bare_process(sys.argv[2], int(sys.argv[3]))
     else:
         sys.exit(main())

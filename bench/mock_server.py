@@ -54,7 +54,8 @@ async def _handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) ->
                 if line[:15].lower() == b"content-length:":
                     length = int(line[15:])
             body = await reader.readexactly(length) if length else b""
-            writer.write(STREAM if b'"stream": true' in body else WHOLE)
+            # json.dumps writes `"stream": true`, compact encoders (orjson) `"stream":true`
+            writer.write(STREAM if b'"stream": true' in body or b'"stream":true' in body else WHOLE)
     except (asyncio.IncompleteReadError, ConnectionError, asyncio.LimitOverrunError):
         pass
     finally:

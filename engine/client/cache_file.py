@@ -6,7 +6,8 @@ What they share is here:
 
 - where: `$<ENV>` when set, else `$XDG_CACHE_HOME/llm-eval-engine/<kind>/<kind>.sqlite` (default `~/.cache`);
 - opening: WAL journal (readers never wait for a writer; several processes and shards may share the file),
-  a 30 s busy timeout, every write committed at once (a killed run keeps what it paid for);
+  a 30 s busy timeout, every write committed at once (a killed run keeps what it paid for), or a batch of
+  them in one transaction (`write_many`: the response cache's replies of one event-loop turn);
 - failing soft: a file that cannot be opened, read or written (a corrupt file, a read-only folder) is never
   a reason to lose a run. `problem` says why; reads then miss and writes are skipped.
 
@@ -96,6 +97,20 @@ class CacheFile:
                 self._db.commit()
                 return max(0, changed)
             except sqlite3.Error as exc:
+                self.problem = f"{self.what} {self.path} could not be written ({exc})"
+                return 0
+
+    def write_many(self, sql: str, rows: Sequence[Sequence[Any]]) -> int:
+        """Run one statement for each of `rows` in one transaction; the rows it changed (0 when failed, noted)."""
+        if self._db is None or not rows:
+            return 0
+        with self._lock:
+            try:
+                changed = self._db.executemany(sql, rows).rowcount
+                self._db.commit()
+                return max(0, changed)
+            except sqlite3.Error as exc:
+                self._db.rollback()
                 self.problem = f"{self.what} {self.path} could not be written ({exc})"
                 return 0
 

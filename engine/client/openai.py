@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from engine.base.jsontext import dumps_ascii
+from engine.base.jsontext import dumps_compact
 from engine.client import retry
 from engine.client.deadline import Deadlines, TaskDeadline
 from engine.client.replicas import ReplicaSet
@@ -215,7 +215,7 @@ class OpenAIClient:
         return result
 
     async def _call(self, model: ModelConfig, request: PreparedRequest, deadline: TaskDeadline | None) -> CallResult:
-        payload = dumps_ascii(request.body).encode()   # what json.dumps(body) writes
+        payload = dumps_compact(request.body)   # orjson: 0.3 us against 3.2 us for json.dumps (jsontext.py)
         headers = self._headers.get(model.name) or {"Content-Type": "application/json"}
         redact = self._redactors.get(model.name)
         if redact is None:

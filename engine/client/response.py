@@ -23,6 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from engine.base.jsontext import loads as fast_loads
 from engine.client import retry
 from engine.client.retry import type_name, wrong_type
 from engine.client.tool_calls import ToolCallAccumulator, arguments_text, loads, optional_str, tool_call
@@ -74,7 +75,10 @@ __all__ = ["CallResult", "ToolCallAccumulator", "apply_event", "apply_usage", "d
 def parse_whole(raw: bytes, result: CallResult, redact: Redactor) -> None:
     """Read a whole (non-streaming) chat or completions reply into `result`."""
     try:
-        data = loads(raw, "the response body")
+        # orjson unless the reply carries tool calls, whose object-valued arguments keep their numbers exactly
+        data = loads(raw, "the response body", exact=b'"tool_calls"' in raw)
+        if type(data) is dict and _inexact_usage(data.get("usage")):
+            data = loads(raw, "the response body")
     except ValueError:
         text = raw[:2 * _EXCERPT].decode("utf-8", "replace")
         raise retry.stream_error(f"the response body is not JSON: {redact.excerpt(text, _EXCERPT)}") from None
@@ -151,6 +155,22 @@ def apply_usage(usage: Any, result: CallResult) -> None:
                                          result)
 
 
+def _inexact_usage(usage: Any) -> bool:
+    """Whether orjson may have read a token count differently from `json.loads`.
+
+    orjson reads an integer beyond 64 bits as a float; such a count is refused either way, but its note
+    should show the number as sent, so a reply with one is decoded again by `json.loads`.
+    """
+    if type(usage) is not dict:
+        return False
+    for value in usage.values():
+        if type(value) is float and abs(value) >= 2.0**63:
+            return True
+        if type(value) is dict and _inexact_usage(value):
+            return True
+    return False
+
+
 def _count(container: Mapping[str, Any], key: str, where: str, result: CallResult) -> int | None:
     value = container.get(key)
     if type(value) is int and 0 <= value <= MAX_TOKEN_COUNT:   # the usual case, first
@@ -187,16 +207,30 @@ def decode_events(datas: list[str], redact: Redactor) -> list[dict[str, Any]]:
     if not datas:
         return []
     if len(datas) > 1:
+        batch = "[" + ",".join(datas) + "]"
+        # orjson (25 us for a 52-event answer against 62 us) unless tool calls ride in it: their
+        # object-valued arguments keep their numbers exactly with `json.loads`
+        exact = '"tool_calls"' in batch
         try:
-            events = json.loads("[" + ",".join(datas) + "]")
+            events = json.loads(batch) if exact else fast_loads(batch)
         except (ValueError, RecursionError):
             events = None
-        if type(events) is list and len(events) == len(datas) and all(type(e) is dict for e in events):
-            return events
+        if type(events) is list and len(events) == len(datas):
+            again = False
+            for event in events:
+                if type(event) is not dict:
+                    break
+                usage = event.get("usage")
+                if usage and not exact and _inexact_usage(usage):
+                    again = True
+            else:
+                return json.loads(batch) if again else events
     out = []
     for data in datas:
         try:
-            event = loads(data, "a server-sent event")
+            event = loads(data, "a server-sent event", exact='"tool_calls"' in data)
+            if type(event) is dict and _inexact_usage(event.get("usage")):
+                event = loads(data, "a server-sent event")
         except ValueError:
             raise retry.stream_error(f"malformed server-sent event: not JSON: {redact.excerpt(data, _EXCERPT)}") \
                 from None

@@ -20,20 +20,27 @@ What is stored: successful, complete replies only - never an error, a truncated 
 `length`, a stream cut short) or a bad response; those are asked again next time. A hit comes back as a
 `CallResult` with `cached=True`, no latency or TTFT (nothing was timed) and no retries.
 
+When stored: a reply `put` while an event loop runs waits in memory (answering `get` from there) until the
+end of the loop's current turn, and every reply of that turn is committed in one transaction (a transaction
+per reply was ~47 us per new call, bench/README.md "Issue #22"); without a running loop, at once. A kill -9
+loses at most the replies of one turn: calls that were in flight together, never more than the concurrency.
+
 Where: `$ENGINE_RESPONSE_CACHE`, else `$XDG_CACHE_HOME/llm-eval-engine/responses/responses.sqlite`
 (`engine.client.cache_file`, shared with the judge cache). `engine cache info|clear` reads and trims it.
 """
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import hashlib
-import json
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from engine.base.jsontext import dumps_compact_text, dumps_sorted_unicode, loads
 from engine.client.cache_file import CacheFile, user_cache_path
 from engine.client.response import CallResult
 from engine.client.tool_calls import tool_call
@@ -50,6 +57,7 @@ _NOT_KEYED = frozenset({"stream", "stream_options"})   # the same answer either 
 _SCHEMA = ["CREATE TABLE IF NOT EXISTS responses (key TEXT PRIMARY KEY, model TEXT NOT NULL, endpoint TEXT, "
            "created REAL NOT NULL, value TEXT NOT NULL)",
            "CREATE INDEX IF NOT EXISTS responses_model ON responses (model)"]
+_INSERT = "INSERT OR REPLACE INTO responses VALUES (?, ?, ?, ?, ?)"
 
 
 def default_path() -> Path:
@@ -92,10 +100,18 @@ def cache_key(url: str, body: Mapping[str, Any], sample: int) -> str:
         body: The request body as sent.
         sample: The attempt index (0 unless an explicit `--cache` runs repeats).
     """
-    masked = mask_url(url) or ""
-    identity = {"url": masked, "body": {k: v for k, v in body.items() if k not in _NOT_KEYED}, "sample": sample}
-    text = json.dumps(identity, sort_keys=True, ensure_ascii=False, default=str)
-    return hashlib.sha256(text.encode()).hexdigest()
+    identity = {"url": _masked(url), "body": {k: v for k, v in body.items() if k not in _NOT_KEYED},
+                "sample": sample}
+    # The text of `json.dumps(identity, sort_keys=True, ensure_ascii=False, default=str)`, byte for byte, so
+    # entries stored by earlier versions keep answering (a compact orjson text would make every key new);
+    # the encoder is built once instead of per call (9.9 -> 5.6 us per key, bench/README.md "Issue #22").
+    return hashlib.sha256(dumps_sorted_unicode(identity).encode()).hexdigest()
+
+
+@functools.lru_cache(maxsize=64)
+def _masked(url: str) -> str:
+    """`mask_url(url)` of a run's few endpoint URLs, worked out once each."""
+    return mask_url(url) or ""
 
 
 def storable(result: CallResult) -> bool:
@@ -104,18 +120,18 @@ def storable(result: CallResult) -> bool:
 
 
 def _encode(result: CallResult) -> str:
-    return json.dumps({
+    return dumps_compact_text({
         "text": result.text, "reasoning": result.reasoning,
         "tool_calls": [[c.id, c.name, c.raw_arguments] for c in result.tool_calls],
         "finish_reason": result.finish_reason, "served_model": result.served_model,
         "system_fingerprint": result.system_fingerprint, "prompt_tokens": result.prompt_tokens,
         "completion_tokens": result.completion_tokens, "cached_tokens": result.cached_tokens,
         "reasoning_tokens": result.reasoning_tokens, "notes": list(result.notes),
-    }, ensure_ascii=False)
+    })
 
 
 def _decode(text: str) -> CallResult:
-    data = json.loads(text)
+    data = loads(text)
     return CallResult(
         text=data["text"], reasoning=data.get("reasoning"),
         tool_calls=tuple(tool_call(name, raw, call_id) for call_id, name, raw in data.get("tool_calls") or ()),
@@ -151,6 +167,8 @@ class ResponseCache:
         self._file = CacheFile(path, _SCHEMA, "the response cache")
         self.hits = 0
         self.stored = 0
+        # key -> the row to insert, until the commit scheduled at the end of the event loop's turn
+        self._pending: dict[str, tuple[str, str, str, float, str]] = {}
 
     @property
     def problem(self) -> str | None:
@@ -164,18 +182,23 @@ class ResponseCache:
 
     def get(self, key: str) -> CallResult | None:
         """The stored reply (`cached=True`), or None; an entry that cannot be read is a miss."""
-        rows = self._file.read("SELECT value FROM responses WHERE key = ?", (key,))
-        if not rows:
-            return None
+        held = self._pending.get(key)
+        if held is not None:
+            text = held[4]
+        else:
+            rows = self._file.read("SELECT value FROM responses WHERE key = ?", (key,))
+            if not rows:
+                return None
+            text = str(rows[0][0])
         try:
-            result = _decode(str(rows[0][0]))
+            result = _decode(text)
         except (ValueError, TypeError, KeyError):
             return None
         self.hits += 1
         return result
 
     def put(self, key: str, url: str, model_id: str, result: CallResult) -> None:
-        """Keep a reply when it is `storable` (committed at once).
+        """Keep a reply when it is `storable` (committed at the end of the event loop's turn, or at once).
 
         Args:
             key: `cache_key` of the request.
@@ -185,12 +208,27 @@ class ResponseCache:
         """
         if not storable(result):
             return
-        if self._file.write("INSERT OR REPLACE INTO responses VALUES (?, ?, ?, ?, ?)",
-                            (key, model_id, _endpoint(url), time.time(), _encode(result))):
-            self.stored += 1
+        row = (key, model_id, _endpoint(url), time.time(), _encode(result))
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:   # no event loop: nothing to gather replies with
+            if self._file.write(_INSERT, row):
+                self.stored += 1
+            return
+        if not self._pending:
+            loop.call_soon(self.commit)   # after every callback of this turn: the turn's replies together
+        self._pending[key] = row
+
+    def commit(self) -> None:
+        """Write the replies `put` holds, in one transaction (nothing to do when none wait)."""
+        if not self._pending:
+            return
+        rows, self._pending = list(self._pending.values()), {}
+        self.stored += self._file.write_many(_INSERT, rows)
 
     def info(self) -> CacheInfo:
         """Entries, size and entries by model."""
+        self.commit()
         rows = self._file.read("SELECT model, COUNT(*), MIN(created), MAX(created) FROM responses GROUP BY model")
         by_model = {str(model): int(n) for model, n, _, _ in sorted(rows)}
         size = sum(p.stat().st_size for p in (self.path, self.path.with_name(self.path.name + "-wal")) if p.exists())
@@ -200,6 +238,7 @@ class ResponseCache:
 
     def clear(self, *, model: str | None = None, older_than_days: float | None = None) -> int:
         """Delete entries (all, or those of one model id and/or older than some days); how many went."""
+        self.commit()
         where: list[str] = []
         args: list[Any] = []
         if model is not None:
@@ -215,5 +254,6 @@ class ResponseCache:
         return removed
 
     def close(self) -> None:
-        """Close the file."""
+        """Commit what is held, and close the file."""
+        self.commit()
         self._file.close()

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from engine.base.jsontext import loads as fast_loads
 from engine.client import retry
 from engine.client.retry import wrong_type
 from engine.model import ToolCall
@@ -25,15 +26,21 @@ def optional_str(container: dict[str, Any], key: str, where: str) -> str | None:
     raise wrong_type(f"{where}.{key}" if where else key, value, "a string")
 
 
-def loads(text: str | bytes, what: str) -> Any:
+def loads(text: str | bytes, what: str, *, exact: bool = True) -> Any:
     """`json.loads`, with nesting past the decoder's limit reported as a bad response.
+
+    Args:
+        text: The JSON text.
+        what: What it is, for the message.
+        exact: False: decoded by orjson where it can (`engine.base.jsontext.loads`: 2-2.5x faster), which
+            reads an integer beyond 64 bits as a float; True where numbers are kept (tool-call arguments).
 
     Raises:
         ValueError: the text is not JSON (the caller says what that means where it is).
         BadResponse: nested too deep to decode.
     """
     try:
-        return json.loads(text)
+        return json.loads(text) if exact else fast_loads(text)
     except RecursionError:
         raise retry.bad_response(f"{what} is nested too deep to read") from None
 

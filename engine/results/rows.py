@@ -7,6 +7,7 @@ the journal can store them as JSON text and the writer can hand a batch straight
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -47,6 +48,7 @@ def key_of_row(row: dict[str, Any]) -> str:
     return key if not row.get("variant") else f"{key}\x1f{row['variant']}"
 
 
+@functools.lru_cache(maxsize=256)   # a run asks a few models and is served a few names: worked out once each
 def is_fallback(asked: str, served: str | None) -> bool | None:
     """Whether the server answered with a different model than the one asked for.
 
@@ -96,6 +98,8 @@ def judge_node_fields(node: Verdict) -> dict[str, Any]:
 
 
 _JUDGE_SUMS = ("judge_calls", "judge_prompt_tokens", "judge_completion_tokens")
+_NO_JUDGE: dict[str, Any] = dict.fromkeys(("judge_calls", "judge_cost", "judge_prompt_tokens",
+                                           "judge_completion_tokens"))
 
 
 def judge_columns(verdict: Verdict | None) -> dict[str, Any]:
@@ -196,7 +200,8 @@ def build_row(*, run_id: str, model: ModelConfig, test: Test, attempt: int, requ
         "evaluators": evaluators,
         "isolation": isolation,
         "notes": "; ".join(result.notes) if result.notes else None,
-        **judge_columns(verdict),
+        # a leaf without details (every verdict but a judge's or a tree's) has no judge figures to sum
+        **(_NO_JUDGE if verdict is None or not (verdict.children or verdict.details) else judge_columns(verdict)),
         **_NO_AGENT,
         "started_at": started_us,
         "ended_at": ended_us,

@@ -189,3 +189,5 @@ COLUMNS: list[tuple[str, pa.DataType]] = [
 SCHEMA = pa.schema(COLUMNS, metadata={b"schema_version": str(SCHEMA_VERSION).encode()})
 
 COLUMN_NAMES = [name for name, _ in COLUMNS]
+#: The top-level float columns (the journal checks them for NaN before its fast encoder: journal.py).
+FLOAT_COLUMNS = tuple(name for name, kind in COLUMNS if kind == pa.float64())
