@@ -7,7 +7,7 @@ RESULTS ?= results
 # When make started (seconds since the epoch): `make run` prints its whole time, set-up included.
 START   := $(shell date +%s)
 
-.PHONY: run test test-local lint bench clean
+.PHONY: run test test-slow test-local lint bench clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -34,12 +34,21 @@ run: $(VENV)/.local
 	@t=$$(( $$(date +%s) - $(START) )); d="$$t s"; [ $$t -lt 60 ] || d="$$((t / 60)) min $$((t % 60)) s"; \
 	 echo "make run took $$d, set-up included; the report: $(RESULTS)/report.html"
 
+PYTEST  := $(BIN)/python -m pytest -q -p no:cacheprovider
+# One pytest worker per core (pytest-xdist); `make test JOBS=0` runs in one process.
+JOBS    ?= auto
+
+# Every test but the `slow` and `local_model` ones (see test-slow and test-local; .ci/run runs all three).
 test: $(VENV)/.dev lint
-	$(BIN)/python -m pytest -q -p no:cacheprovider
+	$(PYTEST) -n $(JOBS)
+
+# End to end through heavy outside parts: a two-node Ray cluster, moto's S3 server, headless Chromium.
+test-slow: $(VENV)/.dev
+	$(PYTEST) -m slow
 
 # The tests that start the real embedded models (gemma-3-270m, SmolLM2-135M-Instruct under llama-cpp-python).
 test-local: $(VENV)/.dev $(VENV)/.local
-	$(BIN)/python -m pytest -q -p no:cacheprovider -m local_model
+	$(PYTEST) -m local_model
 
 lint: $(VENV)/.dev
 	$(BIN)/ruff check .

@@ -35,6 +35,13 @@ def fake_openai():
 
 
 @pytest.fixture(autouse=True)
-def _own_response_cache(tmp_path_factory, monkeypatch):
-    """Each test its own response cache file (engine.client.response_cache), never the user's ~/.cache one."""
-    monkeypatch.setenv("ENGINE_RESPONSE_CACHE", str(tmp_path_factory.mktemp("response-cache") / "responses.sqlite"))
+def _own_caches(tmp_path_factory, monkeypatch):
+    """Each test its own response, judge and remote-results caches, never the user's ~/.cache ones.
+
+    Also what makes the suite safe to run in parallel (`make test` runs pytest-xdist): two tests in two
+    workers never share a cache file. A test that names its own cache (env= of a subprocess) still wins.
+    """
+    caches = tmp_path_factory.mktemp("caches")
+    monkeypatch.setenv("ENGINE_RESPONSE_CACHE", str(caches / "responses.sqlite"))
+    monkeypatch.setenv("ENGINE_JUDGE_CACHE", str(caches / "judge.sqlite"))
+    monkeypatch.setenv("ENGINE_REMOTE_CACHE", str(caches / "remote"))

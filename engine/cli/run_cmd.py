@@ -10,8 +10,9 @@ from pathlib import Path
 
 import typer
 
-from engine.cli.app import app
-from engine.suite.schema_source import (
+# engine.base.limits, not engine.suite.schema_source: importing anything of engine.suite loads the suite
+# loader, the evaluators and jsonschema, which every command (`engine analyze`, `--help`) then paid for at start.
+from engine.base.limits import (
     INT32_MAX,
     INT64_MAX,
     INT64_MIN,
@@ -20,6 +21,7 @@ from engine.suite.schema_source import (
     MAX_RESPONSE_MB,
     MAX_RETRIES,
 )
+from engine.cli.app import app
 
 
 @app.command("run")

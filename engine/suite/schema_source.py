@@ -16,6 +16,17 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from engine.base.limits import (  # the bounds, shared with the `engine run` options (engine/base/limits.py)
+    DEFAULT_RESPONSE_MB,
+    INT32_MAX,
+    INT64_MAX,
+    INT64_MIN,
+    MAX_CONCURRENCY,
+    MAX_REPEAT,
+    MAX_RESPONSE_MB,
+    MAX_RETRIES,
+    MAX_TIMEOUT_S,
+)
 from engine.evaluators import KINDS
 from engine.evaluators.base import COMMON_OPTIONS
 from engine.paths import data_dir
@@ -24,17 +35,6 @@ from engine.workspace.spec import BUILTIN_NAMES
 SCHEMA_DIR = data_dir("schemas")
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
 
-# Bounds on the numbers a suite, a models file or the command line may give: each value must fit its
-# results column (max_tokens int32, seed int64) and stay a sane amount of work. `engine run` options use
-# these same constants, so `engine validate` and the command line refuse the same values.
-INT32_MAX = 2**31 - 1
-INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
-MAX_REPEAT = 1000
-MAX_CONCURRENCY = 4096          # calls in flight from one process; each holds a socket
-MAX_RETRIES = 100
-MAX_TIMEOUT_S = 86_400.0
-MAX_RESPONSE_MB = 4096.0
-DEFAULT_RESPONSE_MB = 32.0
 MAX_TOKENS = {"type": "integer", "minimum": 1, "maximum": INT32_MAX, "description": "Most tokens the model may "
               "write.", "examples": [32]}
 SEED = {"type": "integer", "minimum": INT64_MIN, "maximum": INT64_MAX,

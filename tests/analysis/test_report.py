@@ -93,6 +93,7 @@ def _chromium(args: list[str], profile: Path) -> subprocess.CompletedProcess[str
 
 
 @pytest.mark.browser
+@pytest.mark.slow      # two Chromium starts: `make test-slow` (.ci/run runs it)
 @pytest.mark.skipif(not CHROMIUM.exists(), reason="headless Chromium not installed (/usr/bin/chromium): "
                                                   "apt-get install -y chromium")
 def test_report_renders_in_headless_chromium(report_file: Path, tmp_path: Path) -> None:

@@ -66,6 +66,7 @@ def _no_secret_anywhere(texts: list[bytes], folder: Path | None = None) -> None:
         assert SECRET.encode() not in blob and ACCESS.encode() not in blob
 
 
+@pytest.mark.slow      # moto's S3 server and five engine processes: `make test-slow` (.ci/run runs it)
 def test_s3_out_stop_resume_elsewhere_and_analyze(tmp_path: Path, fake_openai: FakeOpenAI,
                                                   s3: tuple[dict[str, str], object]) -> None:
     env, client = s3

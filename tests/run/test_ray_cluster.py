@@ -28,6 +28,8 @@ from tests.fake_openai import FakeOpenAI, Reply
 from tests.run.e2e import ROOT, engine, write_project
 
 pytest.importorskip("ray")
+# Starting two Ray nodes and stopping them costs ~30 s: `make test-slow` (which .ci/run runs), not `make test`.
+pytestmark = pytest.mark.slow
 
 RAY = Path(os.environ.get("VIRTUAL_ENV", "")) / "bin" / "ray"
 if not RAY.exists():
