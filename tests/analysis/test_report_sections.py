@@ -141,6 +141,7 @@ TERMINAL_TO_REPORT = {
 
 
 @pytest.mark.browser
+@pytest.mark.slow
 @pytest.mark.skipif(not CHROMIUM.exists(), reason="headless Chromium not installed (/usr/bin/chromium): "
                                                   "apt-get install -y chromium")
 def test_every_terminal_section_is_in_the_rendered_report(run_folder: Path, tmp_path: Path) -> None:
@@ -207,6 +208,7 @@ def test_every_terminal_section_is_in_the_rendered_report(run_folder: Path, tmp_
 
 
 @pytest.mark.browser
+@pytest.mark.slow
 @pytest.mark.skipif(not CHROMIUM.exists(), reason="headless Chromium not installed (/usr/bin/chromium): "
                                                   "apt-get install -y chromium")
 def test_report_irt_shows_the_fit_engine_analyze_irt_prints(tmp_path: Path) -> None:
