@@ -239,7 +239,7 @@ def _build(value: Any, options: Mapping[str, Any]) -> Any:
             outcome = await _ask(caller, model, prompt, schema, scale, scale_text, temperature, max_tokens, sample,
                                  tally)
             if isinstance(outcome, str):
-                return _error(outcome, model, tally.details(grades))
+                return _error(outcome, model, {**tally.details(grades), "scale": scale.name})
             grades.append(outcome[0])
             reasons.append(outcome[1])
         return _verdict(scale, grades, reasons, model, tally)
@@ -247,7 +247,7 @@ def _build(value: Any, options: Mapping[str, Any]) -> Any:
     async def judge(answer: Answer, ctx: ScoringContext) -> Verdict:
         if ctx.caller is None:
             return _error("judge: no model caller here (this context calls no model: validate's golden check "
-                          "does not run judges)", model, {})
+                          "does not run judges)", model, {"scale": scale.name})
         return await grade(answer.text, _prompt_text(ctx), None, ctx.caller)
 
     judge.judge_model = model  # type: ignore[attr-defined]  # read by the run layer to resolve the model early
@@ -305,6 +305,8 @@ class _Tally:
 
 
 def _error(reason: str, model: str | None, details: dict[str, Any]) -> Verdict:
+    """An error verdict; `details` carries the scale too, so an unreadable reply is pooled with its judge's
+    other verdicts (model + scale) in `engine analyze` instead of under a judge of unknown scale."""
     return Verdict(score=0.0, passed=False, reason=reason, kind=KIND, error=True,
                    details={"judge_model": model, **details})
 

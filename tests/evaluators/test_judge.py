@@ -89,6 +89,14 @@ def test_the_reask_carries_the_bad_reply_and_a_good_second_reply_counts() -> Non
     assert "[Rubric]\nsays Paris" in first and "[Reference answer]\nParis" in first and "Capital?" in first
 
 
+def test_a_reply_unreadable_twice_is_an_error_that_keeps_its_scale() -> None:
+    # `engine analyze` pools verdicts by (judge model, scale): an error without its scale was listed under "(?)"
+    caller = Scripted("looks fine", '{ "reasoning": "cut off by max_tok')
+    verdict = grade({"judge": {"rubric": "r", "scale": "1-5"}}, caller)
+    assert verdict.error and not verdict.passed and "unreadable twice" in verdict.reason
+    assert verdict.details["scale"] == "1-5" and verdict.details["judge_calls"] == 2
+
+
 def test_the_docs_quote_the_judge_prompt_and_the_reask_verbatim() -> None:
     doc = (ROOT / "docs" / "evaluators.md").read_text(encoding="utf-8")
     assert "```jinja\n" + JUDGE_PROMPT + "\n```" in doc
