@@ -42,7 +42,11 @@ models:
   golden: {{builtin: golden}}
   gemma-chat: {{base_url: "{url}", model: sharp-1, timeout_s: 10, max_retries: 0, price: {{input: 1.0, output: 2.0}}}}
   dull: {{base_url: "{url}", model: dull-1, timeout_s: 10, max_retries: 0}}
+  # suites/judged.yaml's judge and embedder: only judge and embed here (not among the run's --model names)
+  smollm2-tools: {{base_url: "{url}", model: judge-1, timeout_s: 10, max_retries: 0}}
+  smollm2-embed: {{base_url: "{url}", model: embed-1, timeout_s: 10, max_retries: 0}}
 """
+ANSWERING = ("--model", "golden", "--model", "gemma-chat", "--model", "dull")
 # (model, variant) -> the questions it answers right; the bad variant costs both models.
 PASSES = {("sharp-1", "MODE-GOOD"): {0, 1, 2, 3, 4, 5}, ("sharp-1", "MODE-BAD"): {0, 1},
           ("dull-1", "MODE-GOOD"): {0, 1, 2}, ("dull-1", "MODE-BAD"): set()}
@@ -52,7 +56,7 @@ def respond(body: dict[str, Any]) -> Reply:
     """The fake models: graded answers for the variants suite, capitals for judged, prose for workspaces."""
     messages = body["messages"]
     first = str(messages[0].get("content"))
-    if "[Answer to grade]" in first:             # a judge call (gemma-chat judges suites/judged.yaml)
+    if "[Answer to grade]" in first:             # a judge call (smollm2-tools and gemma-chat judge suites/judged.yaml)
         answer = first.split("[Answer to grade]\n", 1)[1].split("\n", 1)[0]
         grade = "pass" if any(city in answer for city in ("Nairobi", "Canberra")) else "fail"
         return Reply(content=json.dumps({"reasoning": "checked the city", "grade": grade}))
@@ -85,8 +89,8 @@ def run_folder(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     try:
         server.responder = respond
         (root / "models.yaml").write_text(MODELS.format(url=server.base_url))
-        done = engine("run", str(suites), "--models", str(root / "models.yaml"), "--out", str(root / "results"),
-                      "--quiet", env={"ENGINE_JUDGE_CACHE": str(root / "cache" / "judge.sqlite")})
+        done = engine("run", str(suites), "--models", str(root / "models.yaml"), *ANSWERING,
+                      "--out", str(root / "results"), "--quiet", env={"ENGINE_JUDGE_CACHE": str(root / "cache" / "judge.sqlite")})
         assert done.returncode in (0, 1), done.stderr
     finally:
         server.stop()
