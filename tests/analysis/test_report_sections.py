@@ -90,7 +90,8 @@ def run_folder(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         server.responder = respond
         (root / "models.yaml").write_text(MODELS.format(url=server.base_url))
         done = engine("run", str(suites), "--models", str(root / "models.yaml"), *ANSWERING,
-                      "--out", str(root / "results"), "--quiet", env={"ENGINE_JUDGE_CACHE": str(root / "cache" / "judge.sqlite")})
+                      "--out", str(root / "results"), "--quiet",
+                      env={"ENGINE_JUDGE_CACHE": str(root / "cache" / "judge.sqlite")})
         assert done.returncode in (0, 1), done.stderr
     finally:
         server.stop()
