@@ -14,7 +14,6 @@ plus its judge calls; cost: `cost` + `judge_cost` over the rows (null when nothi
 from __future__ import annotations
 
 import datetime as dt
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -23,6 +22,7 @@ import numpy as np
 
 from engine.analysis.cells import ITEM_KEY, build_cells
 from engine.analysis.items import DEFAULT_ALPHA, DEFAULT_CORRECTION, per_test
+from engine.results.folder import read_manifest
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -77,12 +77,14 @@ def _manifest_starts(files: list[Path]) -> dict[str, dt.datetime]:
     """run_id -> the earliest `started_at` of the `_manifest.json` files beside (or one folder above) `files`."""
     starts: dict[str, dt.datetime] = {}
     for folder in {f.parent for f in files}:
-        for manifest in (folder / "_manifest.json", folder.parent / "_manifest.json"):
+        for run_dir in (folder, folder.parent):   # a shard's parts: the combined manifest is one folder up
+            data = read_manifest(run_dir)
+            if data is None:
+                continue
             try:
-                data = json.loads(manifest.read_text(encoding="utf-8"))
                 when = parse_since(str(data["started_at"]))
                 run_id = str(data["run_id"])
-            except (OSError, ValueError, KeyError, TypeError):
+            except (ValueError, KeyError, TypeError):
                 continue
             starts[run_id] = min(when, starts.get(run_id, when))
     return starts

@@ -15,8 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.base.sequential import describe
-
-MANIFEST = "_manifest.json"
+from engine.results.folder import read_manifest
 
 
 def decisions(files: Iterable[Path]) -> list[dict[str, Any]]:
@@ -28,11 +27,10 @@ def decisions(files: Iterable[Path]) -> list[dict[str, Any]]:
         if folder in seen:
             continue
         seen.add(folder)
-        try:
-            manifest = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+        manifest = read_manifest(folder)
+        if manifest is None:
             continue   # no manifest (a bare Parquet file, a run still going): nothing recorded
-        record = manifest.get("until_decided") if isinstance(manifest, dict) else None
+        record = manifest.get("until_decided")
         if isinstance(record, dict) and "verdict" in record:
             found.append({**record, "folder": str(folder), "completed": bool(manifest.get("complete"))
                           and manifest.get("stopped") is None})

@@ -106,10 +106,22 @@ def _move_journal_aside(path: Path) -> Path:
     return aside
 
 
+def read_manifest(run_dir: Path) -> dict[str, Any] | None:
+    """The run folder's `_manifest.json`, or None when it is missing, unreadable or not a JSON object.
+
+    The one reader of a finished manifest: resume (its settings), `engine analyze`'s until-decided section and
+    `--saturated-since` (the run's start) all take it from here.
+    """
+    with contextlib.suppress(OSError, ValueError):
+        manifest = json.loads((run_dir / MANIFEST).read_text(encoding="utf-8"))
+        if isinstance(manifest, dict):
+            return manifest
+    return None
+
+
 def _manifest_settings(run_dir: Path) -> dict[str, Any]:
     """run_id, started_at and invocation from `_manifest.json` (empty when it is missing or unreadable)."""
-    with contextlib.suppress(OSError, ValueError):
-        manifest = json.loads((run_dir / MANIFEST).read_text())
-        if isinstance(manifest, dict) and isinstance(manifest.get("invocation"), dict):
-            return {k: manifest[k] for k in ("run_id", "started_at", "invocation") if manifest.get(k) is not None}
+    manifest = read_manifest(run_dir)
+    if manifest is not None and isinstance(manifest.get("invocation"), dict):
+        return {k: manifest[k] for k in ("run_id", "started_at", "invocation") if manifest.get(k) is not None}
     return {}
