@@ -27,13 +27,14 @@ def _not_serialisable(value: Any) -> Any:
     raise TypeError(f"Object of type {value.__class__.__name__} is not JSON serializable")
 
 
-def _make(ensure_ascii: bool, *, sort_keys: bool = False,
+def _make(ensure_ascii: bool, *, sort_keys: bool = False, separators: tuple[str, str] = (", ", ": "),
           default: Callable[[Any], Any] = _not_serialisable) -> Callable[[Any], str]:
+    item_separator, key_separator = separators
     if c_make_encoder is None:
         return json.JSONEncoder(ensure_ascii=ensure_ascii, check_circular=False, sort_keys=sort_keys,
-                                default=default).encode
+                                separators=separators, default=default).encode
     string = json.encoder.encode_basestring_ascii if ensure_ascii else json.encoder.encode_basestring
-    encoder = c_make_encoder(None, default, string, None, ": ", ", ", sort_keys, False, True)
+    encoder = c_make_encoder(None, default, string, None, key_separator, item_separator, sort_keys, False, True)
 
     def encode(value: Any) -> str:
         if isinstance(value, str):
@@ -49,6 +50,11 @@ dumps_unicode: Callable[[Any], str] = _make(ensure_ascii=False)
 dumps_ascii: Callable[[Any], str] = _make(ensure_ascii=True)
 #: `json.dumps(value, sort_keys=True, ensure_ascii=False, default=str)` (the response cache's key text).
 dumps_sorted_unicode: Callable[[Any], str] = _make(ensure_ascii=False, sort_keys=True, default=str)
+#: `json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)`: the canonical
+#: text test hashes are made of (engine.suite.hashing). 4.5x faster than `json.dumps` on a scalar, 2.3x on a
+#: message list (timeit, issue #22).
+dumps_canonical: Callable[[Any], str] = _make(ensure_ascii=False, sort_keys=True, separators=(",", ":"),
+                                              default=str)
 
 
 # -- compact JSON and fast decoding (orjson), for the per-call hot path --------------------------------

@@ -8,40 +8,16 @@ or sampling settings gives it a new hash, so `resume` and `diff` can tell a chan
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from engine.base.jsontext import dumps_canonical
+
 __all__ = ["TestHasher", "canonical_json", "test_hash"]
 
-_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
-
-
-def _direct_encoder() -> Callable[[Any], str] | None:
-    """`_ENCODER.encode` without its per-call set-up, or None where that cannot be had.
-
-    `JSONEncoder.encode` builds a new C encoder (`json.encoder.c_make_encoder`) on every call; this one is
-    built once, with the same options and no circular-reference bookkeeping (YAML values cannot be circular:
-    the loader refuses an alias inside itself). 4.5x faster on a scalar, 2.3x on a message list (timeit,
-    issue #22). It is used only if it gives `_ENCODER.encode`'s text on a probe of every kind of value, so a
-    Python whose C encoder differs falls back to the plain call.
-    """
-    make = getattr(json.encoder, "c_make_encoder", None)
-    if make is None:
-        return None
-    try:
-        encoder = make(None, _ENCODER.default, json.encoder.encode_basestring, None, ":", ",", True, False, True)
-
-        def encode(value: Any) -> str:
-            return "".join(encoder(value, 0))
-
-        probe = {"b": [1, 2.5, -0.0, 1e300, float("inf"), None, True], "a": "é\n\"x\"", "c": {"z": (1,), "y": {3}}}
-        return encode if encode(probe) == _ENCODER.encode(probe) and encode("é") == _ENCODER.encode("é") else None
-    except Exception:  # noqa: BLE001 - another Python's C encoder: use the plain call
-        return None
-
-
-_ENCODE: Callable[[Any], str] = _direct_encoder() or _ENCODER.encode
+# The one encoder of canonical JSON, built once (engine/base/jsontext.py; equal to `json.dumps` with these
+# options, tests/base/test_jsontext.py): hashes key resume and the caches, so its text never changes.
+_ENCODE: Callable[[Any], str] = dumps_canonical
 
 
 def canonical_json(value: Any) -> str:

@@ -29,6 +29,22 @@ def test_dumps_ascii_is_plain_json_dumps(value: Any) -> None:
     assert jsontext.dumps_ascii(value) == json.dumps(value)
 
 
+_KEYED = VALUES | st.dictionaries(st.text(max_size=8), st.sets(st.integers()) | VALUES, max_size=5)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_KEYED)
+def test_dumps_sorted_unicode_is_the_cache_keys_json_dumps(value: Any) -> None:
+    assert jsontext.dumps_sorted_unicode(value) == json.dumps(value, sort_keys=True, ensure_ascii=False, default=str)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_KEYED)
+def test_dumps_canonical_is_the_test_hashes_json_dumps(value: Any) -> None:
+    assert jsontext.dumps_canonical(value) == json.dumps(value, sort_keys=True, separators=(",", ":"),
+                                                         ensure_ascii=False, default=str)
+
+
 def test_unserialisable_values_raise_as_json_dumps_does() -> None:
     with pytest.raises(TypeError, match="not JSON serializable"):
         jsontext.dumps_unicode({"when": object()})
