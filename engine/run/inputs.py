@@ -91,7 +91,7 @@ def judges(invocation: Invocation, tests: list[Test], configs: dict[str, ModelCo
     if not any(node.kind in ("judge", "similar") and node.scorer is not None
                for test in tests if test.evaluator is not None for _, node in test.evaluator.walk()):
         # No judge and no `similar`: resolve_judges would return None. Not importing the judge client for
-        # such a run saves ~20 ms of a 2,000-call `engine run` (bench/README.md, issue #22 second pass).
+        # such a run saves ~20 ms of -X importtime (bench/README.md, issue #22 second pass).
         return None
     from engine.client.judge import resolve_judges
 
