@@ -227,7 +227,7 @@ class Runner:
                 client = self._client = OpenAIClient(session, api_keys, self.config.response_cache)
                 cache = None
                 if self.config.judges is not None:
-                    # Imported only for a run with a judge: ~20 ms of a 2,000-call `engine run` without one
+                    # Imported only for a run with a judge: ~20 ms of -X importtime for a run without one
                     # (bench/README.md, issue #22 second pass).
                     from engine.client.judge import ModelJudgeCaller
 
