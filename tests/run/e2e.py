@@ -60,11 +60,13 @@ def write_project(folder: Path, base_url: str, *, tests: int = 0, concurrency: i
 
 def engine(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None,
            **kwargs) -> subprocess.CompletedProcess[str]:
-    """Run `python -m engine ARGS` in a real subprocess."""
+    """Run `python -m engine ARGS` (forked from the test fork server, tests/engine_proc.py)."""
+    from tests.engine_proc import run_engine
+
     full_env = dict(os.environ, **(env or {}))
-    full_env["PYTHONPATH"] = str(ROOT) + os.pathsep + full_env.get("PYTHONPATH", "")
-    return subprocess.run([sys.executable, "-m", "engine", *args], capture_output=True, text=True, check=False,
-                          env=full_env, cwd=cwd, timeout=120, **kwargs)
+    if full_env.get("PYTHONPATH", "").split(os.pathsep)[0] != str(ROOT):
+        full_env["PYTHONPATH"] = str(ROOT) + os.pathsep + full_env.get("PYTHONPATH", "")
+    return run_engine(*args, env=full_env, cwd=cwd, **kwargs)
 
 
 def start_engine(*args: str, env: dict[str, str], cwd: Path | None = None) -> subprocess.Popen[str]:
