@@ -19,8 +19,8 @@ fully audited for that (see the branch report).
 
 from __future__ import annotations
 
-import array
 import atexit
+import contextlib
 import json
 import os
 import signal
@@ -39,7 +39,6 @@ __all__ = ["run_engine", "start_engine"]
 ROOT = Path(__file__).resolve().parents[1]
 _lock = threading.Lock()
 _zygote: dict[str, Any] = {}
-_failed = False
 
 
 def _needs_fresh(env: dict[str, str] | None) -> bool:
@@ -55,12 +54,11 @@ def _needs_fresh(env: dict[str, str] | None) -> bool:
 def _real(args: tuple[str, ...], env: dict[str, str] | None, cwd: Any, input: str | None,
           timeout: float) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "engine", *args], env=env, cwd=cwd, input=input,
-                          capture_output=True, text=True, timeout=timeout)
+                          capture_output=True, text=True, timeout=timeout, check=False)
 
 
 def _start() -> socket.socket | None:
-    global _failed
-    if _failed:
+    if _zygote.get("failed"):
         return None
     if "sock" in _zygote:
         return _zygote["sock"]
@@ -73,7 +71,7 @@ def _start() -> socket.socket | None:
         if ready != b"ready\n":
             raise RuntimeError(f"zygote said {ready!r}")
     except Exception as exc:  # noqa: BLE001
-        _failed = True
+        _zygote["failed"] = True
         warnings.warn(f"engine zygote did not start ({exc}); using real subprocesses", stacklevel=3)
         return None
     _zygote.update(sock=parent, proc=proc)
@@ -105,7 +103,6 @@ def run_engine(*args: str, env: dict[str, str] | None = None, cwd: str | os.Path
                input: str | None = None, timeout: float = 120, fresh: bool = False
                ) -> subprocess.CompletedProcess[str]:
     """Run `engine *args` like `subprocess.run([python, -m, engine, ...], capture_output=True, text=True)`."""
-    global _failed
     args = tuple(str(a) for a in args)
     if fresh or _needs_fresh(env):
         return _real(args, env, cwd, input, timeout)
@@ -132,7 +129,7 @@ def run_engine(*args: str, env: dict[str, str] | None = None, cwd: str | os.Path
                     try:
                         os.killpg(pid, signal.SIGKILL)
                     except ProcessLookupError:  # finished (or not yet its own group) meanwhile
-                        with __import__("contextlib").suppress(ProcessLookupError):
+                        with contextlib.suppress(ProcessLookupError):
                             os.kill(pid, signal.SIGKILL)
                     sock.settimeout(None)
                     _recv_line(sock)
@@ -142,7 +139,7 @@ def run_engine(*args: str, env: dict[str, str] | None = None, cwd: str | os.Path
                 finally:
                     sock.settimeout(None)
             except (ConnectionError, OSError, ValueError) as exc:
-                _failed = True
+                _zygote["failed"] = True
                 _stop()
                 warnings.warn(f"engine zygote died ({exc}); using real subprocesses", stacklevel=2)
                 return _real(args, env, cwd, input, timeout)
@@ -165,7 +162,7 @@ def _child(argv: list[str], cwd: str, env: dict[str, str], fds: list[int]) -> No
     import runpy
     import traceback
 
-    with __import__("contextlib").suppress(OSError):
+    with contextlib.suppress(OSError):
         os.setpgid(0, 0)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     for i, fd in enumerate(fds):
@@ -232,7 +229,7 @@ def _serve(fd: int) -> None:
         if pid == 0:
             sock.close()
             _child(req["argv"], req["cwd"], req["env"], fds)
-        with __import__("contextlib").suppress(OSError):
+        with contextlib.suppress(OSError):
             os.setpgid(pid, pid)
         for f in fds:
             os.close(f)
@@ -243,5 +240,4 @@ def _serve(fd: int) -> None:
 
 
 if __name__ == "__main__" and sys.argv[1:2] == ["--zygote"]:
-    _ = array  # kept for fd arrays on older Pythons
     _serve(int(sys.argv[2]))
