@@ -5,7 +5,6 @@ from __future__ import annotations
 import csv
 import io
 import json
-import shutil
 import subprocess
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -13,13 +12,15 @@ from pathlib import Path
 import pytest
 from builders import grid_rows, write_run
 
+from tests.engine_proc import run_engine
+
 GOOD = {f"t{i}": [1] * 5 for i in range(20)}
 WEAK = {f"t{i}": [1 if i < 8 else 0] * 5 for i in range(20)}
 
 
 def engine(*args: str) -> subprocess.CompletedProcess[str]:
-    exe = shutil.which("engine") or str(Path(__file__).resolve().parents[2] / ".venv" / "bin" / "engine")
-    return subprocess.run([exe, *args], check=False, capture_output=True, text=True, timeout=120)
+    """`engine ARGS` as a separate process (tests/engine_proc.py: forked from a pre-imported interpreter)."""
+    return run_engine(*args)
 
 
 @pytest.fixture()

@@ -9,7 +9,6 @@ import csv
 import io
 import json
 import re
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -19,11 +18,12 @@ from builders import grid_rows, write_run
 
 from engine.analysis import analyze, load
 from engine.analysis.render import render
+from tests.engine_proc import run_engine
 
 
 def engine(*args: str) -> subprocess.CompletedProcess[str]:
-    exe = shutil.which("engine") or str(Path(__file__).resolve().parents[2] / ".venv" / "bin" / "engine")
-    return subprocess.run([exe, *args], check=False, capture_output=True, text=True, timeout=120)
+    """`engine ARGS` as a separate process (tests/engine_proc.py: forked from a pre-imported interpreter)."""
+    return run_engine(*args)
 
 
 def strict_json(text: str) -> Any:

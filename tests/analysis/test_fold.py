@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -20,11 +19,12 @@ from engine.analysis import load
 from engine.analysis.fold import FOLD_ROWS, drop_zero_columns, fold_passk, fold_rows, hoist_common_text
 from engine.analysis.passk import pass_k_table
 from engine.analysis.render import render
+from tests.engine_proc import run_engine
 
 
 def engine(*args: str) -> subprocess.CompletedProcess[str]:
-    exe = shutil.which("engine") or str(Path(__file__).resolve().parents[2] / ".venv" / "bin" / "engine")
-    return subprocess.run([exe, *args], check=False, capture_output=True, text=True, timeout=120)
+    """`engine ARGS` as a separate process (tests/engine_proc.py: forked from a pre-imported interpreter)."""
+    return run_engine(*args)
 
 
 def test_fold_rows_keeps_the_first_rows_and_counts_the_rest() -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -14,6 +13,7 @@ from builders import grid_rows, write_run
 
 from engine.analysis import IRTResult, build_cells, fit_2pl, load
 from engine.analysis.irt import irt_sections
+from tests.engine_proc import run_engine
 
 
 def simulate(seed: int, models: int = 12, tests: int = 200, attempts: int = 10
@@ -119,8 +119,8 @@ def test_tests_everyone_passes_or_fails_stay_finite_and_are_flagged() -> None:
 
 
 def engine(*args: str) -> subprocess.CompletedProcess[str]:
-    exe = shutil.which("engine") or str(Path(__file__).resolve().parents[2] / ".venv" / "bin" / "engine")
-    return subprocess.run([exe, *args], check=False, capture_output=True, text=True, timeout=120)
+    """`engine ARGS` as a separate process (tests/engine_proc.py: forked from a pre-imported interpreter)."""
+    return run_engine(*args)
 
 
 def write_simulated_run(folder: Path, models: int, tests: int = 24, attempts: int = 3, seed: int = 9) -> Path:

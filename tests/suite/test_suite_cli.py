@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
+
+from tests.engine_proc import run_engine
 
 VALID = Path(__file__).resolve().parent / "fixtures" / "valid"
 
 
 def engine(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "engine", *args], capture_output=True, text=True, cwd=cwd, check=False)
+    return run_engine(*args, cwd=cwd)
 
 
 def test_validate_valid_suite_exits_0() -> None:
