@@ -17,7 +17,7 @@ $(BIN)/python:
 # (measured on a fresh clone, bench/README.md "make test"); pip stays the fallback (no network to uv's index,
 # an index only pip.conf names) and installs [local], whose llama-cpp-python wheel sits in pip's cache.
 $(VENV)/.dev: pyproject.toml | $(BIN)/python
-	$(BIN)/pip install -q uv && $(BIN)/uv pip install -q --python $(BIN)/python -e '.[dev]' \
+	$(BIN)/pip install -q uv && $(BIN)/uv pip install -q --compile-bytecode --python $(BIN)/python -e '.[dev]' \
 	  || { echo "uv could not install [dev]; falling back to pip" >&2; $(BIN)/pip install -q -e '.[dev]'; }
 	touch $@
 
