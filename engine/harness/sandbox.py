@@ -250,6 +250,18 @@ _uid_lock = threading.Lock()
 _uids_free = list(range(_UID_BASE + 1, _UID_BASE + _UID_COUNT))
 
 
+def _fresh_uids_after_fork() -> None:
+    """A forked child is a run of its own (tests/engine_proc.py forks one per CLI call): without its own uid
+    range, two children's "kill every process of this uid" could hit each other's programs."""
+    global _UID_BASE, _uids_free, _uid_lock  # noqa: PLW0603 (module state a fork must renew)
+    _UID_BASE = 610_000 + (os.getpid() % 1000) * 256
+    _uids_free = list(range(_UID_BASE + 1, _UID_BASE + _UID_COUNT))
+    _uid_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_fresh_uids_after_fork)
+
+
 def _take_uid() -> int:
     with _uid_lock:
         if not _uids_free:
