@@ -10,11 +10,16 @@ socket. Each request carries argv, cwd, the full env and three fds (stdin/stdout
 to the exit code and traceback a real interpreter gives, runs atexit handlers, flushes and `os._exit`s. The
 child is its own process group; the zygote replies with its pid, then its exit status.
 
-Limits: calls whose env changes interpreter start-up (PYTHON* variables differing from the zygote's) or
-`fresh=True` run a real `subprocess.run([sys.executable, "-m", "engine", ...])`; `ENGINE_TEST_FRESH=1`
-makes every call real. If the zygote cannot start or dies, calls fall back to real subprocesses (one
-warning). Modules that read env/cwd/argv at import time are inherited from the zygote; engine/ was not
-fully audited for that (see the branch report).
+Every call's environment has this checkout first on PYTHONPATH (`checkout_env`), the zygote's too, so the
+engine processes a test starts, and the ones they start (shards, sandboxes), import this tree's `engine`.
+
+Limits: a call whose environment differs from the zygote's in what is read at start-up or by a pre-imported
+module at import (`_startup_env`: PYTHON*, typer's and aiohttp's import-time switches, ARROW_*), or that says
+`fresh=True`, runs a real `subprocess.run([sys.executable, "-m", "engine", ...])`; `ENGINE_TEST_FRESH=1`
+makes every call real. `CompletedProcess.args` says which ran: `["engine", ...]` for a forked child,
+`[python, "-m", "engine", ...]` for a real one. If the zygote cannot start or dies, calls fall back to real
+subprocesses (one warning). engine/ itself reads no environment at import; what it keeps per process (the
+sandbox's private uid range) is renewed after a fork (`os.register_at_fork`).
 """
 
 from __future__ import annotations
@@ -31,27 +36,38 @@ import sys
 import tempfile
 import threading
 import warnings
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-__all__ = ["run_engine", "start_engine"]
+__all__ = ["checkout_env", "run_engine"]
 
 ROOT = Path(__file__).resolve().parents[1]
 _lock = threading.Lock()
 _zygote: dict[str, Any] = {}
 
 
-def _needs_fresh(env: dict[str, str] | None) -> bool:
-    if os.environ.get("ENGINE_TEST_FRESH") == "1":
-        return True
-    if env is None:
-        return False
-    here = {k: v for k, v in os.environ.items() if k.startswith("PYTHON")}
-    there = {k: v for k, v in env.items() if k.startswith("PYTHON")}
-    return here != there
+# Read when the interpreter starts or when a module the zygote pre-imports loads (typer: TYPER_USE_RICH,
+# TERMINAL_WIDTH, FORCE_COLOR, PY_COLORS, GITHUB_ACTIONS, _TYPER_FORCE_DISABLE_TERMINAL; aiohttp:
+# AIOHTTP_NO_EXTENSIONS, AIOHTTP_NOSENDFILE; pyarrow: ARROW_*). A forked child would keep the zygote's.
+_STARTUP_PREFIXES = ("PYTHON", "TYPER_", "_TYPER_", "AIOHTTP_", "ARROW_")
+_STARTUP_NAMES = frozenset({"TERMINAL_WIDTH", "FORCE_COLOR", "PY_COLORS", "GITHUB_ACTIONS"})
 
 
-def _real(args: tuple[str, ...], env: dict[str, str] | None, cwd: Any, input: str | None,
+def _startup_env(env: Mapping[str, str]) -> dict[str, str]:
+    return {k: v for k, v in env.items() if k.startswith(_STARTUP_PREFIXES) or k in _STARTUP_NAMES}
+
+
+def checkout_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """`env` (default: this process's) with this checkout first on PYTHONPATH."""
+    out = dict(os.environ if env is None else env)
+    path = out.get("PYTHONPATH", "")
+    if path.split(os.pathsep)[0] != str(ROOT):
+        out["PYTHONPATH"] = str(ROOT) + os.pathsep + path
+    return out
+
+
+def _real(args: tuple[str, ...], env: dict[str, str], cwd: Any, input: str | None,
           timeout: float) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "engine", *args], env=env, cwd=cwd, input=input,
                           capture_output=True, text=True, timeout=timeout, check=False)
@@ -64,8 +80,9 @@ def _start() -> socket.socket | None:
         return _zygote["sock"]
     try:
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        env = checkout_env()
         proc = subprocess.Popen([sys.executable, __file__, "--zygote", str(child.fileno())],
-                                pass_fds=(child.fileno(),), cwd=str(ROOT))
+                                pass_fds=(child.fileno(),), cwd=str(ROOT), env=env)
         child.close()
         ready = parent.recv(16)
         if ready != b"ready\n":
@@ -74,7 +91,7 @@ def _start() -> socket.socket | None:
         _zygote["failed"] = True
         warnings.warn(f"engine zygote did not start ({exc}); using real subprocesses", stacklevel=3)
         return None
-    _zygote.update(sock=parent, proc=proc)
+    _zygote.update(sock=parent, proc=proc, startup=_startup_env(env))
     atexit.register(_stop)
     return parent
 
@@ -104,11 +121,12 @@ def run_engine(*args: str, env: dict[str, str] | None = None, cwd: str | os.Path
                ) -> subprocess.CompletedProcess[str]:
     """Run `engine *args` like `subprocess.run([python, -m, engine, ...], capture_output=True, text=True)`."""
     args = tuple(str(a) for a in args)
-    if fresh or _needs_fresh(env):
+    env = checkout_env(env)
+    if fresh or os.environ.get("ENGINE_TEST_FRESH") == "1":
         return _real(args, env, cwd, input, timeout)
     with _lock:
         sock = _start()
-        if sock is None:
+        if sock is None or _startup_env(env) != _zygote["startup"]:
             return _real(args, env, cwd, input, timeout)
         with tempfile.TemporaryFile("w+b") as fin, tempfile.TemporaryFile("w+b") as fout, \
                 tempfile.TemporaryFile("w+b") as ferr:
@@ -117,7 +135,7 @@ def run_engine(*args: str, env: dict[str, str] | None = None, cwd: str | os.Path
                 fin.flush()
                 fin.seek(0)
             req = json.dumps({"argv": list(args), "cwd": str(cwd) if cwd is not None else os.getcwd(),
-                              "env": dict(env if env is not None else os.environ)}).encode() + b"\n"
+                              "env": env}).encode() + b"\n"
             try:
                 socket.send_fds(sock, [struct.pack("!I", len(req))], [fin.fileno(), fout.fileno(), ferr.fileno()])
                 sock.sendall(req)
@@ -150,11 +168,6 @@ def run_engine(*args: str, env: dict[str, str] | None = None, cwd: str | os.Path
     return subprocess.CompletedProcess(["engine", *args], code, out, err)
 
 
-def start_engine(*args: str, **kwargs: Any) -> subprocess.Popen[str]:
-    """A real `python -m engine` Popen (for tests that send signals)."""
-    return subprocess.Popen([sys.executable, "-m", "engine", *args], text=True, **kwargs)
-
-
 # ------------------------------------------------------------------ zygote side
 
 
@@ -172,6 +185,7 @@ def _child(argv: list[str], cwd: str, env: dict[str, str], fds: list[int]) -> No
     sys.stdout = open(1, "w", closefd=False)  # noqa: SIM115
     sys.stderr = open(2, "w", closefd=False)  # noqa: SIM115
     os.chdir(cwd)
+    sys.path[0] = cwd  # `python -m` puts the working directory first (the zygote's is its script's folder)
     os.environ.clear()
     os.environ.update(env)
     import engine
@@ -200,7 +214,6 @@ def _child(argv: list[str], cwd: str, env: dict[str, str], fds: list[int]) -> No
 
 
 def _serve(fd: int) -> None:
-    sys.path.insert(0, os.getcwd())
     from engine._gc import prefer_system_allocator
 
     prefer_system_allocator()

@@ -63,15 +63,12 @@ def engine(*args: str, env: dict[str, str] | None = None, cwd: Path | None = Non
     """Run `python -m engine ARGS` (forked from the test fork server, tests/engine_proc.py)."""
     from tests.engine_proc import run_engine
 
-    full_env = dict(os.environ, **(env or {}))
-    if full_env.get("PYTHONPATH", "").split(os.pathsep)[0] != str(ROOT):
-        full_env["PYTHONPATH"] = str(ROOT) + os.pathsep + full_env.get("PYTHONPATH", "")
-    return run_engine(*args, env=full_env, cwd=cwd, **kwargs)
+    return run_engine(*args, env=dict(os.environ, **(env or {})), cwd=cwd, **kwargs)
 
 
 def start_engine(*args: str, env: dict[str, str], cwd: Path | None = None) -> subprocess.Popen[str]:
     """Start `python -m engine ARGS` without waiting."""
-    full_env = dict(os.environ, **env)
-    full_env["PYTHONPATH"] = str(ROOT) + os.pathsep + full_env.get("PYTHONPATH", "")
+    from tests.engine_proc import checkout_env
+
     return subprocess.Popen([sys.executable, "-m", "engine", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=full_env, cwd=cwd)
+                            stderr=subprocess.PIPE, text=True, env=checkout_env(dict(os.environ, **env)), cwd=cwd)
