@@ -125,6 +125,8 @@ def _fixed_count_once(x: np.ndarray, n: np.ndarray, seed: int) -> np.ndarray:
     if key not in _FIXED:
         _FIXED[key] = fixed_count(x, n, seed)
     return _FIXED[key].copy()
+
+
 def simulate_2pl(rng: np.random.Generator, models: int, tests: int, repeats: int, *, sd_theta: float = 1.0,
                  sd_b: float = 1.0, sd_log_a: float = 0.5) -> tuple[pd.DataFrame, np.ndarray]:
     """Rows drawn from a 2PL model (varying discrimination): (rows, the (tests × models) pass chances).
