@@ -167,10 +167,9 @@ def table_from_json_lines(count: int, data: bytes) -> pa.Table:
 def _with_timestamps(table: pa.Table) -> pa.Table:
     """The table as SCHEMA: the int64 microsecond columns viewed as timestamps, the rest as read.
 
-    A zero-copy `view` instead of `Table.cast`, whose first use imports `pyarrow.compute` (~50 ms); with
-    the lazy judge client, a 2,000-call `engine run` peaks at 118 MB instead of 125 (0.97x the CPU, inside
-    the noise; bench/README.md, issue #22 second pass). Any other difference from SCHEMA still goes
-    through `cast`.
+    A zero-copy `view` instead of `Table.cast`, whose first use imports `pyarrow.compute` (53 ms, 7.4 MB of
+    a 2,000-call `engine run`'s peak; bench/README.md, issue #22 second pass). Any other difference from
+    SCHEMA still goes through `cast`.
     """
     import pyarrow as pa
 

@@ -88,11 +88,6 @@ def load_models(invocation: Invocation) -> tuple[list[ModelConfig], dict[str, Mo
 def judges(invocation: Invocation, tests: list[Test], configs: dict[str, ModelConfig],
             defaults: dict[str, Any]) -> Any:
     """The judge models of the selected tests, resolved now: before any call is paid (UsageError, exit 2)."""
-    if not any(node.kind in ("judge", "similar") and node.scorer is not None
-               for test in tests if test.evaluator is not None for _, node in test.evaluator.walk()):
-        # No judge and no `similar`: resolve_judges would return None. Not importing the judge client for
-        # such a run saves ~20 ms of -X importtime (bench/README.md, issue #22 second pass).
-        return None
     from engine.client.judge import resolve_judges
 
     judges = resolve_judges(tests, configs, defaults.get("judge"),

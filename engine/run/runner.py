@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from engine.client.judge import JudgeModels, ModelJudgeCaller
 from engine.client.judge_cache import JudgeCache, default_path
 from engine.client.openai import CallResult, OpenAIClient, RequestSettings, prepare
 from engine.client.response_cache import ResponseCache, use_cache
@@ -43,7 +44,6 @@ from engine.run.jobs import Job, attempts
 from engine.suite.content_parts import ImageUnavailable
 
 if TYPE_CHECKING:
-    from engine.client.judge import JudgeModels, ModelJudgeCaller
     from engine.results.journal import Journal
     from engine.results.writer import ResultsWriter
     from engine.run.until_decided import DecisionGate
@@ -227,10 +227,6 @@ class Runner:
                 client = self._client = OpenAIClient(session, api_keys, self.config.response_cache)
                 cache = None
                 if self.config.judges is not None:
-                    # Imported only for a run with a judge: ~20 ms of -X importtime for a run without one
-                    # (bench/README.md, issue #22 second pass).
-                    from engine.client.judge import ModelJudgeCaller
-
                     cache = JudgeCache(self.config.judge_cache or default_path())
                     self._judge = ModelJudgeCaller(self.config.judges, cache, client, global_slots=global_slots,
                                                    on_cost=self._spend, in_flight=self._count_in_flight)
