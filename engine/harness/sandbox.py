@@ -49,8 +49,14 @@ __all__ = ["SANDBOX_PATH", "Limits", "RunResult", "isolation", "resolve_program"
 SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin"
 # Private uids for dropped children: one per concurrent run, so RLIMIT_NPROC (counted per real uid)
 # of one run never starves another, and "kill every process of this uid" hits only this run.
-_UID_BASE = 610_000 + (os.getpid() % 1000) * 256
 _UID_COUNT = 256
+
+
+def _uid_base() -> int:
+    return 610_000 + (os.getpid() % 1000) * 256
+
+
+_UID_BASE = _uid_base()
 _HARD_OUTPUT_FACTOR = 16  # kill the program once it has written this many times the kept output
 
 
@@ -254,7 +260,7 @@ def _fresh_uids_after_fork() -> None:
     """A forked child is a run of its own (tests/engine_proc.py forks one per CLI call): without its own uid
     range, two children's "kill every process of this uid" could hit each other's programs."""
     global _UID_BASE, _uids_free, _uid_lock  # noqa: PLW0603 (module state a fork must renew)
-    _UID_BASE = 610_000 + (os.getpid() % 1000) * 256
+    _UID_BASE = _uid_base()
     _uids_free = list(range(_UID_BASE + 1, _UID_BASE + _UID_COUNT))
     _uid_lock = threading.Lock()
 
