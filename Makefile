@@ -6,6 +6,11 @@ ENGINE  := $(BIN)/engine
 RESULTS ?= results
 # When make started (seconds since the epoch): `make run` prints its whole time, set-up included.
 START   := $(shell date +%s)
+# Python's bytecode cache stays on for everything make starts. A machine-wide PYTHONDONTWRITEBYTECODE=1 (this
+# workplace's shells set it) makes every interpreter compile each module it imports again: each pytest worker,
+# each `engine` subprocess, the checkout's own engine/ and tests/ (pytest's assertion rewriting too). Measured on
+# a fresh clone, bench/README.md "Issue #22 item 1, third pass". The caches land in .venv and gitignored __pycache__.
+unexport PYTHONDONTWRITEBYTECODE
 
 .PHONY: run test test-slow test-local lint bench clean
 
@@ -13,11 +18,13 @@ $(BIN)/python:
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 
-# Stamps re-install only when pyproject.toml changes. uv installs the [dev] tools in ~5 s where pip takes ~60 s
+# Stamps re-install only when pyproject.toml changes. uv installs the [dev] tools in ~4 s where pip takes ~60 s
 # (measured on a fresh clone, bench/README.md "make test"); pip stays the fallback (no network to uv's index,
 # an index only pip.conf names) and installs [local], whose llama-cpp-python wheel sits in pip's cache.
+# No --compile-bytecode: it compiles all 15,000 modules of [dev] (25-32 s) where the tests import ~1,900, which
+# Python compiles once on first import now that the bytecode cache is on (see unexport above).
 $(VENV)/.dev: pyproject.toml | $(BIN)/python
-	$(BIN)/pip install -q uv && $(BIN)/uv pip install -q --compile-bytecode --python $(BIN)/python -e '.[dev]' \
+	$(BIN)/pip install -q uv && $(BIN)/uv pip install -q --python $(BIN)/python -e '.[dev]' \
 	  || { echo "uv could not install [dev]; falling back to pip" >&2; $(BIN)/pip install -q -e '.[dev]'; }
 	touch $@
 
