@@ -16,6 +16,9 @@ engine (an export of an older commit, run with its own bench/bench_run.py), this
 loop again against one mock server, non-streaming and streaming; then the whole processes (bare loop, TREE's
 `engine run`, this tree's); each engine's ratio is taken against the mean of its round's two raw runs.
 Medians and ranges are printed, and every round as a JSON line.
+
+`--whole-rounds N [--against TREE] [--against-python PY]`: N paired rounds of the whole processes only (see
+`whole_rounds`): this tree against TREE, or against this tree run by another interpreter (a virtualenv).
 """
 
 from __future__ import annotations
@@ -220,7 +223,7 @@ def _write_cli_suite(folder: Path, base_url: str, calls: int) -> None:
         f"models:\n  bench:\n    base_url: {base_url}\n    model: bench-model\n    concurrency: 64\n")
 
 
-def _whole_cli(base_url: str, calls: int, tree: Path = ROOT) -> dict:
+def _whole_cli(base_url: str, calls: int, tree: Path = ROOT, python: str = sys.executable) -> dict:
     """A whole `python -m engine run` process for `calls` chat calls, as a user runs it.
 
     Default settings (streamed; the response cache on, as at temperature 0 by default) with a new, empty
@@ -230,9 +233,40 @@ def _whole_cli(base_url: str, calls: int, tree: Path = ROOT) -> dict:
         folder = Path(tmp)
         _write_cli_suite(folder, base_url, calls)
         env = dict(os.environ, PYTHONPATH=str(tree), ENGINE_RESPONSE_CACHE=str(folder / "cache.sqlite"))
-        return _whole_process([sys.executable, "-m", "engine", "run", str(folder / "bench.yaml"), "--models",
+        return _whole_process([python, "-m", "engine", "run", str(folder / "bench.yaml"), "--models",
                                str(folder / "models.yaml"), "--out", str(folder / "results"), "--quiet",
                                "--concurrency", "64"], env=env, cwd=tree)
+
+
+def whole_rounds(base_url: str, count: int, against: Path | None, against_python: str | None) -> None:
+    """Paired rounds of the whole processes only: bare loop, the two engines (order alternating), bare loop.
+
+    "after" is this tree with this interpreter; "before" is TREE (`--against`, default this tree) run by
+    `--against-python` (default this interpreter), e.g. another virtualenv with another typer. Each engine's
+    CPU is divided by the mean of its round's two bare runs, and after's by before's of the same round.
+    """
+    engines = {"after": (ROOT, sys.executable)}
+    if against is not None or against_python is not None:
+        engines["before"] = (against or ROOT, against_python or sys.executable)
+    series: dict[str, list[float]] = {}
+    for n in range(count):
+        first = _whole_bare(base_url, 2000)
+        order = list(engines) if n % 2 == 0 else list(reversed(engines))
+        runs = {name: _whole_cli(base_url, 2000, *engines[name]) for name in order}
+        last = _whole_bare(base_url, 2000)
+        bare = (first["cpu_s"] + last["cpu_s"]) / 2
+        series.setdefault("bare cpu s", []).append(bare)
+        series.setdefault("bare peak MB", []).append(max(first["peak_rss_mb"], last["peak_rss_mb"]))
+        for name, run in runs.items():
+            series.setdefault(f"{name} cpu s", []).append(run["cpu_s"])
+            series.setdefault(f"{name} / bare", []).append(run["cpu_s"] / bare)
+            series.setdefault(f"{name} peak MB", []).append(run["peak_rss_mb"])
+        if "before" in runs:
+            series.setdefault("after / before", []).append(runs["after"]["cpu_s"] / runs["before"]["cpu_s"])
+        print(json.dumps({"round": n, "order": order, "bare": [first, last], **runs}), flush=True)
+    print(f"{count} paired rounds of whole processes (2,000 streamed calls): median (min-max)")
+    for key, values in series.items():
+        print(f"  {key}: {_spread(values)}")
 
 
 def _whole_bare(base_url: str, calls: int) -> dict:
@@ -286,6 +320,12 @@ def main() -> int:
     try:
         assert server.stdout is not None
         base_url = f"http://127.0.0.1:{server.stdout.readline().strip()}/v1"
+        if "--whole-rounds" in sys.argv:
+            against = sys.argv[sys.argv.index("--against") + 1] if "--against" in sys.argv else None
+            python = sys.argv[sys.argv.index("--against-python") + 1] if "--against-python" in sys.argv else None
+            whole_rounds(base_url, int(sys.argv[sys.argv.index("--whole-rounds") + 1]),
+                         None if against is None else Path(against).resolve(), python)
+            return 0
         if "--rounds" in sys.argv:
             against = sys.argv[sys.argv.index("--against") + 1] if "--against" in sys.argv else None
             rounds(base_url, int(sys.argv[sys.argv.index("--rounds") + 1]),

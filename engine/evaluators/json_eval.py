@@ -20,10 +20,6 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-import jsonschema
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import SchemaError
-
 from engine.base.render import is_template
 from engine.base.words import did_you_mean, short
 from engine.errors import EvaluatorConfigError
@@ -98,6 +94,10 @@ def json_schema(value: Any, options: Mapping[str, Any]) -> Scorer:
     if not isinstance(value, Mapping):
         raise EvaluatorConfigError(f"json_schema: the schema must be a mapping, got {short(value)}",
                                    kind="json_schema")
+    # Imported here, as in `check_json_schema`: only a suite with a json_schema evaluator needs jsonschema
+    # (80-110 ms to import; issue #22 item 2, third pass).
+    import jsonschema
+
     try:
         cls = jsonschema.validators.validator_for(value)
         cls.check_schema(value)
@@ -321,6 +321,9 @@ _JSON_TYPES = ("string", "number", "integer", "boolean", "array", "object", "nul
 
 def check_json_schema(schema: Any) -> tuple[tuple[Any, ...], str] | None:
     """None when `schema` is a valid JSON Schema (2020-12), else (path inside it, reason)."""
+    from jsonschema import Draft202012Validator
+    from jsonschema.exceptions import SchemaError
+
     try:
         Draft202012Validator.check_schema(schema)
     except SchemaError as exc:

@@ -25,8 +25,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import jsonschema
-
 from engine.base.words import short
 from engine.model import ToolCall
 
@@ -154,6 +152,8 @@ def _validator(schema: Mapping[str, Any]) -> Any:
     held = _VALIDATORS.get(id(schema))
     if held is not None and held[0] is schema:
         return held[1]
+    import jsonschema  # here, not at the top: a run without tool calls never imports it (issue #22 item 2)
+
     validator = jsonschema.validators.validator_for(schema)(schema)
     if len(_VALIDATORS) >= _MAX_VALIDATORS:
         _VALIDATORS.clear()
@@ -164,10 +164,12 @@ def _validator(schema: Mapping[str, Any]) -> Any:
 def _strict_call(name: str, args: dict[str, Any], accepted: Mapping[str, list[Any]] | None,
                  schema: Mapping[str, Any], allow_extra: bool) -> str | None:
     if schema:
+        from jsonschema import SchemaError  # imported by `_validator` already: a dict look-up
+
         try:
             validator = _validator(schema)
             errors = sorted(validator.iter_errors(args), key=lambda e: list(e.absolute_path))
-        except jsonschema.SchemaError as exc:
+        except SchemaError as exc:
             return f"{name}: the tool's declared schema is invalid: {exc.message}"
         if errors:
             where = ".".join(str(p) for p in errors[0].absolute_path) or "arguments"

@@ -12,15 +12,16 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from functools import cache
-from typing import Any
-
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import ValidationError
+from typing import TYPE_CHECKING, Any
 
 from engine.base.words import TYPE_WORDS, describe_value, did_you_mean
 from engine.base.yaml import Positions
 from engine.errors import Diagnostic, HarnessError
 from engine.paths import data_dir
+
+if TYPE_CHECKING:  # imported by `validator`: only a run with an exec harness reads one (issue #22 item 2)
+    from jsonschema import Draft202012Validator
+    from jsonschema.exceptions import ValidationError
 
 __all__ = ["validate", "validator"]
 
@@ -31,6 +32,8 @@ Said = list[tuple[Path_, bool, str]]  # (path, point at the key rather than the 
 @cache
 def validator() -> Draft202012Validator:
     """The compiled validator of schemas/harness.schema.json, built once per process."""
+    from jsonschema import Draft202012Validator
+
     try:
         schema = json.loads((data_dir("schemas") / "harness.schema.json").read_text(encoding="utf-8"))
     except FileNotFoundError:

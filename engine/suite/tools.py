@@ -38,7 +38,6 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Literal
 
-import jsonschema
 from jinja2 import meta
 
 from engine.base.diagnostic import Path, Problem
@@ -154,7 +153,9 @@ class Tool:
             return f"the arguments must be a JSON object, got {json.dumps(arguments)[:80]}"
         if self.validator is None:
             return None
-        error = jsonschema.exceptions.best_match(self.validator.iter_errors(dict(arguments)))
+        from jsonschema.exceptions import best_match  # imported by `compile_tool` already: a dict look-up
+
+        error = best_match(self.validator.iter_errors(dict(arguments)))
         if error is None:
             return None
         where = ".".join(str(p) for p in error.absolute_path)
@@ -255,6 +256,9 @@ def compile_tool(name: str, spec: Any, path: Path = ()) -> tuple[Tool | None, li
                                 "object"))
         parameters = {}
     else:
+        # Here, not at the top: only a suite that declares tools needs jsonschema (issue #22 item 2).
+        import jsonschema
+
         try:
             cls = jsonschema.validators.validator_for(parameters)
             cls.check_schema(parameters)

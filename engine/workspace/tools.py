@@ -22,8 +22,6 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-import jsonschema
-
 from engine.errors import HarnessError
 from engine.workspace.spec import builtin_definition
 from engine.workspace.workspace import Workspace
@@ -58,13 +56,18 @@ class BuiltinTool:
         self.definition = builtin_definition(builtin, name)
         self.description = self.definition["function"]["description"]
         self.parameters = self.definition["function"]["parameters"]
-        self._validator = jsonschema.Draft202012Validator(self.parameters)
+        # Here, not at the top: only a workspace task binds built-in tools (issue #22 item 2).
+        from jsonschema import Draft202012Validator
+
+        self._validator = Draft202012Validator(self.parameters)
 
     def argument_problem(self, arguments: Any) -> str | None:
         """Why these decoded arguments do not fit the tool, or None."""
         if not isinstance(arguments, Mapping):
             return f"the arguments must be a JSON object, got {json.dumps(arguments)[:80]}"
-        error = jsonschema.exceptions.best_match(self._validator.iter_errors(dict(arguments)))
+        from jsonschema.exceptions import best_match  # imported by __init__ already: a dict look-up
+
+        error = best_match(self._validator.iter_errors(dict(arguments)))
         return None if error is None else error.message
 
     async def answer(self, arguments: Mapping[str, Any], state: Mapping[str, Any]) -> BuiltinAnswer:

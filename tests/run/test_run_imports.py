@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
+from pathlib import Path
+
+from tests.engine_proc import checkout_env
 
 
 def test_runner_and_a_parquet_part_leave_pyarrow_compute_unimported(tmp_path):
@@ -23,3 +27,42 @@ def test_runner_and_a_parquet_part_leave_pyarrow_compute_unimported(tmp_path):
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.splitlines() == ["timestamp[us, tz=UTC] 1764756000000000", "[]"]
+
+
+# A whole `engine run` in a fresh interpreter (not the tests' fork server, which pre-imports the CLI), then
+# the modules it imported. Run the way `python -m engine` runs it.
+_RUN_THEN_LIST_MODULES = (
+    "import json, runpy, sys\n"
+    "sys.argv = ['engine', *sys.argv[1:]]\n"
+    "try:\n"
+    "    runpy.run_module('engine', run_name='__main__', alter_sys=True)\n"
+    "except SystemExit as exc:\n"
+    "    assert exc.code in (0, None), exc.code\n"
+    "print('IMPORTED', json.dumps(sorted(m for m in ('jsonschema', 'fastjsonschema') if m in sys.modules)))\n"
+)
+
+
+def _imported_by_a_run(tmp_path: Path, base_url: str, suite: str) -> list[str]:
+    (tmp_path / "suite.yaml").write_text(suite)
+    (tmp_path / "models.yaml").write_text(f"models:\n  m:\n    base_url: {base_url}\n    model: m-1\n")
+    out = subprocess.run([sys.executable, "-c", _RUN_THEN_LIST_MODULES, "run", str(tmp_path / "suite.yaml"),
+                          "--models", str(tmp_path / "models.yaml"), "--out", str(tmp_path / "results"), "--quiet"],
+                         capture_output=True, text=True, env=checkout_env(), check=False)
+    assert out.returncode == 0, out.stderr
+    assert list((tmp_path / "results").glob("*/part-*.parquet")), "the run wrote no results"
+    line = next(line for line in out.stdout.splitlines() if line.startswith("IMPORTED "))
+    return json.loads(line[len("IMPORTED "):])
+
+
+def test_a_plain_run_never_imports_jsonschema(tmp_path: Path, fake_openai) -> None:
+    # jsonschema costs 80-110 ms to import: a valid suite is checked by the compiled fastjsonschema
+    # pre-check, and only the evaluators and tools that need jsonschema import it.
+    suite = ("suite: plain\ntests:\n  - id: a\n    prompt: say ok\n    eval: {contains: ok}\n"
+             "  - id: \"b-{{ n }}\"\n    prompt: \"say {{ n }}\"\n    eval: {regex: ok}\n    cases: [{n: 1}, {n: 2}]\n")
+    assert _imported_by_a_run(tmp_path, fake_openai.base_url, suite) == ["fastjsonschema"]
+
+
+def test_a_run_with_a_json_schema_evaluator_imports_it(tmp_path: Path, fake_openai) -> None:
+    # The other side of the test above: the check sees jsonschema when a suite needs it.
+    suite = "suite: js\ntests:\n  - id: a\n    prompt: say ok\n    eval: {json_schema: {type: object}}\n"
+    assert _imported_by_a_run(tmp_path, fake_openai.base_url, suite) == ["fastjsonschema", "jsonschema"]
