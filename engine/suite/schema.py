@@ -347,7 +347,7 @@ def validate(data: Any, positions: Positions, file: str, schema_name: str = "sui
     Returns:
         One diagnostic per problem, in file order, each pointing at the offending key or value.
     """
-    big = len(positions.values) >= fastcheck.FAST_PATH_MIN_NODES
+    big = positions.count >= fastcheck.FAST_PATH_MIN_NODES
     if big and fastcheck.quickly_valid(schema_name, load_schema(schema_name), data):
         return []
     mapper = _Mapper(positions)

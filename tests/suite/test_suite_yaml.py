@@ -16,6 +16,35 @@ def test_positions_of_values_and_keys_are_one_based() -> None:
     assert loaded.positions.of(("tests", 0, "missing", 3)) == (3, 5)  # nearest ancestor
 
 
+def _of_by_path(values: dict, keys: dict, path: tuple, key: bool) -> tuple[int, int]:
+    """`Positions.of` as it was written over path-keyed dicts (before issue #22 kept positions as a tree)."""
+    if key and path in keys:
+        return keys[path]
+    while path:
+        if path in values:
+            return values[path]
+        path = path[:-1]
+    return values.get((), (1, 1))
+
+
+def test_positions_of_answers_as_path_keyed_dicts_for_every_path_and_beyond() -> None:
+    """Every value's path, and steps past it that are not there (a missing key, an index out of range, a
+    negative index, a key on a list, an index on a mapping), give what the path-keyed lookup gave."""
+    text = ("suite: s\ntools: {t: {description: d}}\ntests:\n  - id: a\n    prompt: hi\n    cases:\n"
+            "      - {x: 1, y: [1, {z: 2}]}\n      - {x: 2}\n  - &t {id: b, prompt: '1'}\n  - *t\n")
+    positions = load_yaml_text(text, "f.yaml").positions
+    values, keys = positions.values, positions.keys
+    assert positions.count == len(values) == 24
+    assert values[("tests", 2)] == values[("tests", 1)] == (9, 5)   # an alias is where its anchor is written
+    assert keys[("tests", 0, "cases")] == (6, 5) and ("tests", 0) not in keys
+    probes = [p + extra for p in values for extra in ((), ("nope",), (0,), (-1,), (99,), ("0",), (1, "z"))]
+    assert len(probes) == 7 * len(values)
+    for probe in probes:
+        for key in (False, True):
+            assert positions.of(probe, key=key) == _of_by_path(values, keys, probe, key), (probe, key)
+    assert suite_yaml.Positions().of(("tests", 0)) == (1, 1)
+
+
 def test_yaml_12_scalars_no_is_text_and_numbers_keep_their_source() -> None:
     loaded = load_yaml_text("a: no\nb: yes\nc: 1.10\nd: 0x1F\ne: ~\nf: True\ng: '7'\nh: .inf\ni: 1e3\n", "f.yaml")
     assert loaded.data == {"a": "no", "b": "yes", "c": 1.1, "d": 31, "e": None, "f": True, "g": "7",
