@@ -85,15 +85,15 @@ class _Loader(pyyaml.CSafeLoader if pyyaml.__with_libyaml__ else pyyaml.SafeLoad
                 return _STR
             if value and value[0] not in _MAY_BE_SPECIAL:  # most scalars are words: skip the regexes
                 return _STR
-            if value[:1] in _WORD_START:
+            first = value[:1]
+            if first in _WORD_START:
                 # Keys and words such as `tests`, `name`, `Town5`: only the null and bool words among them are
                 # not text, and a plain scalar never ends in a line break (which `$` would also match), so a set
                 # lookup says what the four regexes said. They ran on 117,000 scalars of the bench suite.
                 return _NULL if value in _NULL_WORDS else _BOOL if value in _BOOL_WORDS else _STR
-            if _NULL_RE.match(value):
-                return _NULL
-            if _BOOL_RE.match(value):
-                return _BOOL
+            if not value or first == "~":
+                return _NULL if value in ("", "~") else _STR   # `~x` is text: no number starts with `~`
+            # A digit, sign or dot: never null or a bool, so only the number regexes are asked.
             if _INT_RE.match(value):
                 return _INT
             if _FLOAT_RE.match(value):

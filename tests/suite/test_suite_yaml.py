@@ -122,6 +122,7 @@ def test_plain_scalar_resolution_says_what_the_core_schema_regexes_say() -> None
     loader = suite_yaml._Loader("a: 1")
     letters = "nNtTfFrueaslULE0x.1~+-"
     values = {"".join(chars) for size in range(5) for chars in itertools.product(letters[:8], repeat=size)}
+    values |= {"".join(chars) for size in range(5) for chars in itertools.product("n0x.1~+-eI", repeat=size)}
     values |= {"null", "Null", "NULL", "nULL", "true", "True", "TRUE", "tRUE", "false", "False", "FALSE", "no",
                "Town5", "tests", "~", "", ".nan", ".inf", "-.inf", "0x1F", "0o7", "1e3", "1.5", "-3", "+3", "fals"}
     tags = {value: loader.resolve(suite_yaml.pyyaml.ScalarNode, value, (True, False)) for value in values}
