@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
-from engine.base.jsontext import dumps_unicode
+from engine.base.jsontext import dumps_ascii, dumps_unicode
 
 if TYPE_CHECKING:
     from engine.evaluators.node import Node
@@ -43,8 +43,13 @@ class ToolCall:
 
     @classmethod
     def from_arguments(cls, name: str, arguments: Any, id: str | None = None) -> ToolCall:
-        """Build a call from already-decoded arguments (goldens, replayed data)."""
-        return cls(name=name, arguments=arguments, raw_arguments=json.dumps(arguments), valid_json=True, id=id)
+        """Build a call from already-decoded arguments (goldens, replayed data).
+
+        `raw_arguments` is `json.dumps(arguments)`'s text, from the encoder built once (engine.base.jsontext:
+        `json.dumps` builds one per call: 3.5 -> 1.1 µs for a one-argument call, timeit, min of 7; every tool-call
+        golden of `engine validate` comes here, issue #22 item 3, third pass).
+        """
+        return cls(name=name, arguments=arguments, raw_arguments=dumps_ascii(arguments), valid_json=True, id=id)
 
     @classmethod
     def from_raw(cls, name: str, raw_arguments: str, id: str | None = None) -> ToolCall:

@@ -20,7 +20,8 @@ harness files"), and the default keeps the suite's words.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -70,6 +71,9 @@ class FileKind:
 SUITE_FILE = FileKind("suite", "a suite needs at least `suite:` and `tests:`", "split it into several suites")
 
 _MAY_BE_SPECIAL = frozenset("0123456789+-.~nNtTfF")
+_WORD_START = frozenset("nNtTfF")   # of those, the letters: only words (null, true, false) can start with them
+_NULL_WORDS = frozenset({"null", "Null", "NULL"})
+_BOOL_WORDS = frozenset({"true", "True", "TRUE", "false", "False", "FALSE"})
 
 
 class _Loader(pyyaml.CSafeLoader if pyyaml.__with_libyaml__ else pyyaml.SafeLoader):  # type: ignore[misc]
@@ -81,10 +85,15 @@ class _Loader(pyyaml.CSafeLoader if pyyaml.__with_libyaml__ else pyyaml.SafeLoad
                 return _STR
             if value and value[0] not in _MAY_BE_SPECIAL:  # most scalars are words: skip the regexes
                 return _STR
-            if _NULL_RE.match(value):
-                return _NULL
-            if _BOOL_RE.match(value):
-                return _BOOL
+            first = value[:1]
+            if first in _WORD_START:
+                # Keys and words such as `tests`, `name`, `Town5`: only the null and bool words among them are
+                # not text, and a plain scalar never ends in a line break (which `$` would also match), so a set
+                # lookup says what the four regexes said. They ran on 117,000 scalars of the bench suite.
+                return _NULL if value in _NULL_WORDS else _BOOL if value in _BOOL_WORDS else _STR
+            if not value or first == "~":
+                return _NULL if value in ("", "~") else _STR   # `~x` is text: no number starts with `~`
+            # A digit, sign or dot: never null or a bool, so only the number regexes are asked.
             if _INT_RE.match(value):
                 return _INT
             if _FLOAT_RE.match(value):
@@ -92,31 +101,81 @@ class _Loader(pyyaml.CSafeLoader if pyyaml.__with_libyaml__ else pyyaml.SafeLoad
             return _STR
         return _SEQ if kind is pyyaml.SequenceNode else _MAP
 
+    # The composer calls these two around every node (133,000 times each for the bench suite) for YAML path
+    # resolvers, which this loader never has: nothing to look up. Composing that suite: medians of 15 runs in
+    # turn with PyYAML's, 0.91x and 0.86x (issue #22 item 3, third pass).
+    def descend_resolver(self, current_node: Any, current_index: Any) -> None:
+        return None
 
-@dataclass
+    def ascend_resolver(self) -> None:
+        return None
+
+
+# One recorded value: (its key's position or None, its own position, the entries inside it or None for a scalar:
+# key -> entry for a mapping, a list of entries for a list). Positions are a tree of these, one per built value.
+_Entry = tuple[tuple[int, int] | None, tuple[int, int], "dict[str, _Entry] | list[_Entry] | None"]
+
+
 class Positions:
     """Where each value (and each mapping key) starts in the file, 1-based, by path.
 
+    Kept as a tree that follows the document (a mapping's entries by key, a list's by index) instead of two
+    dicts keyed by every value's path: the builder then makes no path tuple per value and hashes none. Recording
+    the bench suite's 74,000 values cost 0.065 s of its 0.15 s build with the path-keyed dicts (issue #22,
+    bench/README.md "Issue #22 item 3, third pass"). `of` answers exactly as the dicts did: the tree holds the
+    same paths.
+
     Args:
-        values: path -> (line, col) of the value at that path.
-        keys: path -> (line, col) of the mapping key whose value is at that path.
+        root: The document's entry, or None when nothing was built (then every path is at 1:1).
         raw: path -> the source text of a plain scalar that became a number/bool/null (for hints).
+        count: How many values were built (the document's size in YAML nodes).
     """
 
-    values: dict[Path_, tuple[int, int]] = field(default_factory=dict)
-    keys: dict[Path_, tuple[int, int]] = field(default_factory=dict)
-    raw: dict[Path_, str] = field(default_factory=dict)
+    def __init__(self, root: _Entry | None = None, raw: dict[Path_, str] | None = None, count: int = 0) -> None:
+        self._root = root
+        self.raw: dict[Path_, str] = raw if raw is not None else {}
+        self.count = count
 
     def of(self, path: Path_, *, key: bool = False) -> tuple[int, int]:
         """The position of `path` (its key when `key` and there is one), else of its nearest ancestor."""
-        path = tuple(path)
-        if key and path in self.keys:
-            return self.keys[path]
-        while path:
-            if path in self.values:
-                return self.values[path]
-            path = path[:-1]
-        return self.values.get((), (1, 1))
+        entry = self._root
+        if entry is None:
+            return (1, 1)
+        for step in path:
+            inner = entry[2]
+            if inner is None:
+                return entry[1]
+            if isinstance(inner, dict):
+                found = inner.get(step) if isinstance(step, str) else None
+            else:
+                found = inner[step] if isinstance(step, int) and 0 <= step < len(inner) else None
+            if found is None:
+                return entry[1]
+            entry = found
+        if key and entry[0] is not None:
+            return entry[0]
+        return entry[1]
+
+    @property
+    def values(self) -> dict[Path_, tuple[int, int]]:
+        """path -> (line, col) of the value at that path (built from the tree when asked)."""
+        return {path: entry[1] for path, entry in self._walk()}
+
+    @property
+    def keys(self) -> dict[Path_, tuple[int, int]]:
+        """path -> (line, col) of the mapping key whose value is at that path (built from the tree when asked)."""
+        return {path: entry[0] for path, entry in self._walk() if entry[0] is not None}
+
+    def _walk(self) -> Iterator[tuple[Path_, _Entry]]:
+        stack: list[tuple[Path_, _Entry]] = [((), self._root)] if self._root is not None else []
+        while stack:
+            path, entry = stack.pop()
+            yield path, entry
+            inner = entry[2]
+            if isinstance(inner, dict):
+                stack.extend((path + (k,), e) for k, e in inner.items())
+            elif inner is not None:
+                stack.extend((path + (i,), e) for i, e in enumerate(inner))
 
 
 @dataclass
@@ -159,35 +218,45 @@ class _Builder:
     The hot loop of every load (74,000 nodes in the 10,003-test bench suite): attribute lookups are hoisted
     into locals and text, the usual scalar, returns first. Building that suite's values took 0.22 s of CPU
     with the previous one-method-per-step builder and 0.13-0.15 s with this one (runs back to back, load ~6;
-    issue #22, bench/README.md).
+    issue #22, bench/README.md); positions as a tree (`Positions`) instead of path-keyed dicts took it to
+    0.09 s (issue #22 item 3, third pass).
     """
 
     def __init__(self, budget: int, noun: str) -> None:
-        self.positions = Positions()
         self.noun = noun
         self.budget = budget
         self.built = 0
         self.open: set[int] = set()
+        self.raw: dict[Path_, str] = {}
+        self.root: _Entry | None = None
+
+    @property
+    def positions(self) -> Positions:
+        """What was recorded (nothing, when the build was refused before it finished)."""
+        return Positions(self.root, self.raw, self.built)
 
     def build(self, node: Any, path: Path_) -> Any:
-        values, keys, raw = self.positions.values, self.positions.keys, self.positions.raw
+        raw = self.raw
         open_nodes, noun, budget = self.open, self.noun, self.budget
         scalar_node, sequence_node = pyyaml.ScalarNode, pyyaml.SequenceNode
         allowed, text_tag, seq_tag, map_tag, merge_tag = _ALLOWED_TAGS, _STR, _SEQ, _MAP, _CORE + "merge"
         built = self.built
+        # What the last `value_of` call built: its position and the entries inside it (None for a scalar).
+        made_pos: tuple[int, int] = (1, 1)
+        made_inner: dict[str, _Entry] | list[_Entry] | None = None
 
         def value_of(node: Any, path: Path_) -> Any:
-            nonlocal built
+            nonlocal built, made_pos, made_inner
             built += 1
             mark = node.start_mark
             pos = (mark.line + 1, mark.column + 1)
             if built > budget:
                 raise _Refused(*pos, "this file repeats anchors (&name / *name) too many times; it would expand "
                                      "to a huge document, so it is refused. Write the values out instead")
-            values[path] = pos
             tag = node.tag
             kind = node.__class__
             if kind is scalar_node and tag == text_tag:
+                made_pos, made_inner = pos, None
                 return node.value
             if tag not in allowed:
                 shown = tag.replace(_CORE, "!!")
@@ -197,6 +266,7 @@ class _Builder:
                 value, plain = _scalar(node, tag)
                 if plain:
                     raw[path] = node.value
+                made_pos, made_inner = pos, None
                 return value
             marker = id(node)
             if marker in open_nodes:
@@ -205,12 +275,18 @@ class _Builder:
             if kind is sequence_node or isinstance(node, sequence_node):
                 if tag != seq_tag:
                     raise _Refused(*pos, f"a list cannot have the tag '{tag.replace(_CORE, '!!')}'")
-                out_list = [value_of(item, path + (i,)) for i, item in enumerate(node.value)]
+                out_list = []
+                items: list[_Entry] = []
+                for i, item in enumerate(node.value):
+                    out_list.append(value_of(item, path + (i,)))
+                    items.append((None, made_pos, made_inner))
                 open_nodes.discard(marker)
+                made_pos, made_inner = pos, items
                 return out_list
             if tag != map_tag:
                 raise _Refused(*pos, f"a mapping cannot have the tag '{tag.replace(_CORE, '!!')}'")
             out: dict[str, Any] = {}
+            entries: dict[str, _Entry] = {}
             for key_node, value_node in node.value:
                 kmark = key_node.start_mark
                 kpos = (kmark.line + 1, kmark.column + 1)
@@ -221,17 +297,20 @@ class _Builder:
                 key = key_node.value  # keys are always names: `1: x` has the key "1", `no:` the key "no"
                 if key_node.tag == merge_tag or (key == "<<" and not key_node.style):
                     raise _Refused(*kpos, "merge keys ('<<') are not supported; write the keys out")
-                key_path = path + (key,)
                 if key in out:
-                    raise _Refused(*kpos, f"duplicate key '{key}' (first written on line {keys[key_path][0]}); "
+                    first = entries[key][0] or kpos   # a mapping's entries always have their key's position
+                    raise _Refused(*kpos, f"duplicate key '{key}' (first written on line {first[0]}); "
                                           "keep one of them")
-                keys[key_path] = kpos
-                out[key] = value_of(value_node, key_path)
+                out[key] = value_of(value_node, path + (key,))
+                entries[key] = (kpos, made_pos, made_inner)
             open_nodes.discard(marker)
+            made_pos, made_inner = pos, entries
             return out
 
         try:
-            return value_of(node, path)
+            value = value_of(node, path)
+            self.root = (None, made_pos, made_inner)
+            return value
         finally:
             self.built = built
 

@@ -9,7 +9,7 @@ Compiled templates are cached: a 10,000-test suite repeats the same few strings.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -75,16 +75,36 @@ def template_names(text: str) -> frozenset[str] | str:
     return frozenset(meta.find_undeclared_variables(parsed)) - _GLOBALS
 
 
-def walk_strings(value: Any, path: tuple[Any, ...]) -> Iterator[tuple[tuple[Any, ...], str]]:
-    """Every string inside a YAML value, with its path."""
-    if isinstance(value, str):
-        yield path, value
+def walk_strings(value: Any, path: tuple[Any, ...]) -> list[tuple[tuple[Any, ...], str]]:
+    """Every string inside a YAML value (in mappings and lists), with its path, in document order.
+
+    A list filled by one recursive walk, not a chain of generators (each string was passed up through one
+    generator per level): 0.79 -> 0.32 µs for a one-string spec, 2.8 -> 1.2 µs for a tool-call golden (timeit,
+    min of 7); it runs on every test's golden and evaluator (issue #22 item 3, third pass).
+    """
+    found: list[tuple[tuple[Any, ...], str]] = []
+    _strings_into(value, path, found)
+    return found
+
+
+def _strings_into(value: Any, path: tuple[Any, ...], found: list[tuple[tuple[Any, ...], str]]) -> None:
+    kind = type(value)   # the exact types YAML gives first; `Mapping` is an ABC and slow to ask
+    if kind is str:
+        found.append((path, value))
+    elif kind is dict:
+        for key, item in value.items():
+            _strings_into(item, path + (key,), found)
+    elif kind is list:
+        for index, item in enumerate(value):
+            _strings_into(item, path + (index,), found)
+    elif isinstance(value, str):
+        found.append((path, value))
     elif isinstance(value, Mapping):
         for key, item in value.items():
-            yield from walk_strings(item, path + (key,))
+            _strings_into(item, path + (key,), found)
     elif isinstance(value, list):
         for index, item in enumerate(value):
-            yield from walk_strings(item, path + (index,))
+            _strings_into(item, path + (index,), found)
 
 
 class EvaluatorResolver:

@@ -22,7 +22,7 @@ from engine.suite.agent import AgentSettings, GoldenTurn, compile_golden, merge_
 from engine.suite.cases_from import CaseOrigin, open_cases
 from engine.suite.checks import EvaluatorResolver, Report, check_golden_shape
 from engine.suite.content_parts import content_text, render_parts
-from engine.suite.hashing import TestHasher, canonical_json
+from engine.suite.hashing import TestHasher, canonical_json, chat_json
 from engine.suite.tools import Problem, Tool, compile_tools
 from engine.suite.variable_checks import VariableChecks
 from engine.workspace.spec import WorkspaceSpec, builtin_definition, compile_workspace, split_tools
@@ -344,6 +344,7 @@ class Expander:
                 variables["golden"] = golden
             system = frame.system
             system_text = render(system, variables) if isinstance(system, str) else None
+            messages_json: str | None = None
             if "messages" in raw:
                 messages = [{"role": m["role"], "content": render(m["content"], variables)
                              if not isinstance(m["content"], list) else
@@ -357,6 +358,7 @@ class Expander:
                 messages = ([{"role": "system", "content": system_text}] if system_text else [])
                 messages.append({"role": "user", "content": user})
                 prompt = f"{system_text}\n\n{user}" if system_text else user
+                messages_json = chat_json(system_text, user)   # what the hash encodes, from its two strings
         except Exception as exc:  # noqa: BLE001 - sandbox refusals, undefined attributes, type errors in expressions
             self.report.error(path, f"cannot fill in this test's templates{where}: {exc}")
             return None
@@ -377,7 +379,8 @@ class Expander:
                 return None
             golden_turns = compiled
         hashed_vars = {k: v for k, v in variables.items() if k != "test_id" and k != "suite"}
-        digest = frame.hasher.digest(messages=messages, prompt=prompt, variables=hashed_vars)
+        digest = frame.hasher.digest(messages=messages, prompt=prompt, variables=hashed_vars,
+                                     messages_json=messages_json)
         agent_fields: dict[str, Any] = {}
         if agent is not None:
             agent_fields = {"agent": agent[0], "initial_state": agent[1], "golden_turns": golden_turns,

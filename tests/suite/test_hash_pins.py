@@ -79,3 +79,13 @@ def test_canonical_json_is_json_dumps_with_its_options(value: Any) -> None:
     tuples, non-ASCII text, and values JSON has no word for (a set: `default=str`)."""
     assert canonical_json(value) == json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
                                                default=str)
+
+
+@settings(max_examples=300, deadline=None)
+@given(system=st.none() | st.text(max_size=8), user=st.text(max_size=8))
+def test_chat_json_is_the_canonical_json_of_the_messages_it_stands_for(system: str | None, user: str) -> None:
+    """`chat_json` (the hashed messages of a `prompt:` test, written from its two strings) is byte for byte
+    `canonical_json` of the messages the expander builds: no system turn for None or "", quotes, control
+    characters and non-ASCII text escaped as the encoder escapes them."""
+    messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": user}]
+    assert hashing.chat_json(system, user) == canonical_json(messages)
