@@ -6,6 +6,7 @@ reason text belongs to the evaluators).
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
