@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
+
+from tests.engine_proc import run_engine
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "agent"
 
 
 def _validate(*paths: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "engine", "validate", *map(str, paths)],
-                          capture_output=True, text=True, timeout=120, check=False)
+    return run_engine("validate", *paths, timeout=120)
 
 
 def test_golden_conversations_of_the_examples_pass_validate() -> None:

@@ -98,9 +98,9 @@ def test_analyze_shows_the_agent_table_and_exports_it(agent_run: Path) -> None:
     rows = list(csv.DictReader(io.StringIO(render(analysis, "csv", table="agents"))))
     assert [(r["model"], r["capped"]) for r in rows] == [("a", "0"), ("b", "2")]
     assert [r["model"] for r in json.loads(render(analysis, "json"))["agents"]] == ["a", "b"]
-    engine = shutil.which("engine") or str(Path(__file__).resolve().parents[2] / ".venv" / "bin" / "engine")
-    done = subprocess.run([engine, "analyze", str(agent_run), "-f", "markdown"], check=False, capture_output=True,
-                          text=True)
+    from tests.engine_proc import run_engine
+
+    done = run_engine("analyze", agent_run, "-f", "markdown")
     assert done.returncode == 0 and "Agents (multi-turn" in done.stdout, done.stderr
 
 

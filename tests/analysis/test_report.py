@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-import shutil
 import struct
 import subprocess
 import zlib
@@ -131,13 +130,11 @@ def test_report_renders_in_headless_chromium(report_file: Path, tmp_path: Path) 
 
 def test_cli_report_writes_the_file(tmp_path: Path) -> None:
     write_run(tmp_path / "run", grid_rows(GRID))
-    engine = shutil.which("engine") or str(Path(__file__).resolve().parents[2] / ".venv" / "bin" / "engine")
+    from tests.engine_proc import run_engine
+
     out = tmp_path / "r.html"
-    done = subprocess.run([engine, "report", str(tmp_path / "run"), "-o", str(out)],
-                          check=False, capture_output=True, text=True)
+    done = run_engine("report", tmp_path / "run", "-o", out)
     assert done.returncode == 0, done.stderr
     assert out.exists() and "report-data" in out.read_text()
-    missing = subprocess.run([engine, "report", str(tmp_path / "nope"), "-o", str(out)],
-                             check=False, capture_output=True,
-                             text=True)
+    missing = run_engine("report", tmp_path / "nope", "-o", out)
     assert missing.returncode == 2 and "no such file or folder" in missing.stderr and "Traceback" not in missing.stderr

@@ -71,9 +71,10 @@ def respond(body: dict[str, Any]) -> Reply:
 
 
 def engine(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    exe = shutil.which("engine") or str(ROOT / ".venv" / "bin" / "engine")
-    return subprocess.run([exe, *args], check=False, capture_output=True, text=True, timeout=300,
-                          env={**os.environ, **(env or {})})
+    """`engine ARGS`, forked from the test fork server (tests/engine_proc.py)."""
+    from tests.engine_proc import run_engine
+
+    return run_engine(*args, env={**os.environ, **(env or {})}, timeout=300)
 
 
 @pytest.fixture(scope="module")

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 from pathlib import Path
 
 from builders import row, write_run
 
 from engine.analysis import diff, load
+from tests.engine_proc import run_engine
 
 SUITE = """\
 suite: geo
@@ -22,10 +21,6 @@ tests:
     golden: Lima
     eval: {contains: "{{ golden }}"}
 """
-
-
-def _engine() -> str:
-    return shutil.which("engine") or str(Path(__file__).resolve().parents[2] / ".venv" / "bin" / "engine")
 
 
 def test_rescore_fixes_a_broken_golden_without_calling_a_model(tmp_path: Path) -> None:
@@ -44,8 +39,7 @@ def test_rescore_fixes_a_broken_golden_without_calling_a_model(tmp_path: Path) -
     suites.mkdir()
     (suites / "geo.yaml").write_text(SUITE)
 
-    done = subprocess.run([_engine(), "rescore", str(tmp_path / "results" / "run-1"), "--suites", str(suites)],
-                          check=False, capture_output=True, text=True)
+    done = run_engine("rescore", tmp_path / "results" / "run-1", "--suites", suites)
     assert done.returncode == 0, done.stderr
     assert "rescored 4 rows" in done.stdout
     assert "1 tests of" in done.stderr and "geo/gone" in done.stderr
@@ -69,9 +63,7 @@ def test_rescore_fixes_a_broken_golden_without_calling_a_model(tmp_path: Path) -
 def test_rescore_reports_suite_errors_and_missing_results(tmp_path: Path) -> None:
     write_run(tmp_path / "run", [row(suite="geo", test_id="capital-france", score=1.0, passed=True)])
     (tmp_path / "bad.yaml").write_text("suite: geo\ntests:\n  - id: x\n    prompt: q\n    eval: {nope: 1}\n")
-    bad = subprocess.run([_engine(), "rescore", str(tmp_path / "run"), "--suites", str(tmp_path / "bad.yaml")],
-                         check=False, capture_output=True, text=True)
+    bad = run_engine("rescore", tmp_path / "run", "--suites", tmp_path / "bad.yaml")
     assert bad.returncode == 2 and "bad.yaml" in bad.stderr and "Traceback" not in bad.stderr
-    missing = subprocess.run([_engine(), "rescore", str(tmp_path / "nope"), "--suites", str(tmp_path / "bad.yaml")],
-                             check=False, capture_output=True, text=True)
+    missing = run_engine("rescore", tmp_path / "nope", "--suites", tmp_path / "bad.yaml")
     assert missing.returncode == 2 and "no such file" in missing.stderr and "Traceback" not in missing.stderr

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from scipy.stats import binomtest, pearsonr
 
 from engine.analysis.stats import (
     benjamini_hochberg,
@@ -22,6 +21,9 @@ from engine.analysis.stats import (
 
 @pytest.mark.parametrize("only_a,only_b", [(0, 0), (0, 1), (3, 10), (10, 3), (7, 7), (0, 25), (120, 180), (400, 610)])
 def test_mcnemar_matches_scipy_binomtest(only_a: int, only_b: int) -> None:
+    # scipy is imported in the test, not at collection: ~1 CPU-s per pytest-xdist worker otherwise.
+    from scipy.stats import binomtest
+
     expected = 1.0 if only_a + only_b == 0 else binomtest(only_a, only_a + only_b, 0.5).pvalue
     assert mcnemar_exact(only_a, only_b) == pytest.approx(expected, rel=1e-9, abs=1e-300)
 
@@ -75,6 +77,8 @@ def test_empty_and_all_nan_give_nan_not_an_error() -> None:
 
 
 def test_rowwise_corr_matches_scipy_and_refuses_too_few_points() -> None:
+    from scipy.stats import pearsonr
+
     rng = np.random.default_rng(3)
     x, y = rng.random((4, 6)), rng.random((4, 6))
     x[1, 2] = np.nan

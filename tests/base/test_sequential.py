@@ -12,7 +12,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from scipy.stats import beta
 
 from engine.base.sequential import PairedBettingTest, simulate_stops
 
@@ -24,6 +23,9 @@ ALPHA = 0.05
 
 def clopper_pearson(hits: int, runs: int, level: float = 0.95) -> tuple[float, float]:
     """The exact binomial interval of a simulated rate."""
+    # scipy is imported in the test, not at collection: ~1 CPU-s per pytest-xdist worker otherwise.
+    from scipy.stats import beta
+
     tail = (1 - level) / 2
     lo = 0.0 if hits == 0 else float(beta.ppf(tail, hits, runs - hits + 1))
     hi = 1.0 if hits == runs else float(beta.ppf(1 - tail, hits + 1, runs - hits))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,7 @@ from engine.importers.bfcl import (
     unmeetable,
 )
 from engine.model import Answer
+from tests.engine_proc import run_engine
 
 
 @pytest.fixture(scope="module")
@@ -135,20 +135,14 @@ def test_decode_prompting_calls_refuses_prose(text: str) -> None:
 
 
 def test_cli_imports_and_reports_errors_without_traceback(bfcl_dir: Path, tmp_path: Path) -> None:
-    ok = subprocess.run([sys.executable, "-m", "engine", "import", "bfcl", "parallel", "--data", str(bfcl_dir),
-                         "--out", str(tmp_path), "--limit", "3"], capture_output=True, text=True, timeout=120,
-                        check=False)
+    ok = run_engine("import", "bfcl", "parallel", "--data", bfcl_dir, "--out", tmp_path, "--limit", "3")
     assert ok.returncode == 0, ok.stderr
     assert f"wrote {tmp_path / 'bfcl_parallel.yaml'}" in ok.stdout
-    live = subprocess.run([sys.executable, "-m", "engine", "import", "bfcl", "live_parallel", "--data", str(bfcl_dir),
-                           "--out", str(tmp_path), "--limit", "3"], capture_output=True, text=True, timeout=120,
-                          check=False)
+    live = run_engine("import", "bfcl", "live_parallel", "--data", bfcl_dir, "--out", tmp_path, "--limit", "3")
     assert live.returncode == 0, live.stderr  # the live categories were refused as unknown
     assert f"wrote {tmp_path / 'bfcl_live_parallel.yaml'}" in live.stdout
     assert (tmp_path / "bfcl_parallel.yaml").exists()
-    bad = subprocess.run([sys.executable, "-m", "engine", "import", "bfcl", "parallel", "--data", str(tmp_path),
-                          "--out", str(tmp_path)], capture_output=True, text=True, timeout=120,
-                        check=False)
+    bad = run_engine("import", "bfcl", "parallel", "--data", tmp_path, "--out", tmp_path)
     assert bad.returncode == 2
     assert "BFCL_v4_parallel.json not found; point --data at the folder" in bad.stderr
     assert "Traceback" not in bad.stderr

@@ -10,6 +10,7 @@ import pandas as pd
 from engine.model import Test
 from engine.suite import load_suites
 from tests.agent.scripted_server import ScriptedServer, Turn, model_turns
+from tests.engine_proc import run_engine
 from tests.run.helpers import make_model, run_jobs
 
 SUITE = """\
@@ -84,16 +85,13 @@ async def test_an_agent_test_on_a_completions_model_gets_no_job_no_call_and_no_r
 def test_dry_run_lists_no_agent_test_for_a_completions_model(tmp_path: Path) -> None:
     """`--dry-run` shows what the run would send: agent tests on completions-API models are left out there too."""
     import json
-    import subprocess
-    import sys
 
     models = tmp_path / "models.yaml"
     models.write_text("models:\n"
                       "  comp: {base_url: 'http://127.0.0.1:9/v1', model: x, api: completions}\n"
                       "  chat: {base_url: 'http://127.0.0.1:9/v1', model: x}\n", encoding="utf-8")
     suite = Path(__file__).resolve().parents[2] / "suites" / "agent_booking.yaml"
-    done = subprocess.run([sys.executable, "-m", "engine", "run", str(suite), "--models", str(models), "--dry-run",
-                           "--out", str(tmp_path / "out")], capture_output=True, text=True, timeout=120, check=False)
+    done = run_engine("run", suite, "--models", models, "--dry-run", "--out", tmp_path / "out")
     assert done.returncode == 0, done.stderr
     listed = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
     assert listed and {item["model"] for item in listed} == {"chat"}

@@ -27,7 +27,6 @@ from engine.results.rows import key_of_row
 from tests.fake_openai import FakeOpenAI, Reply
 from tests.run.e2e import ROOT, engine, write_project
 
-pytest.importorskip("ray")
 # Starting two Ray nodes and stopping them costs ~30 s: `make test-slow` (which .ci/run runs), not `make test`.
 pytestmark = pytest.mark.slow
 
@@ -96,6 +95,9 @@ def _nodes_alive(address: str, env: dict[str, str]) -> int:
 @pytest.fixture(scope="module")
 def ray_cluster() -> Iterator[str]:
     """A two-node Ray cluster on a loopback address: its GCS address."""
+    # Here, not at module level: every pytest-xdist worker of `make test` collects this (slow) module, and
+    # importing ray there cost each of them ~0.5 CPU-s for tests it deselects.
+    pytest.importorskip("ray")
     temp = tempfile.mkdtemp(prefix="rayt", dir="/tmp")   # short: Ray's unix socket paths must fit 107 bytes
     env = dict(os.environ, ENGINE_TEST_KEY="k", PYTHONPATH=str(ROOT), ENGINE_REMOTE_CACHE=f"{temp}/cache", **LOOPBACK)
     env.pop("RAY_ADDRESS", None)

@@ -9,6 +9,7 @@ import pytest
 
 from engine.run.ray_dispatch import run_on_ray
 from engine.run.session import Invocation
+from tests.engine_proc import run_engine
 from tests.fake_openai import FakeOpenAI
 from tests.run.e2e import write_project
 
@@ -32,7 +33,6 @@ def test_ray_with_shard_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureF
 
 def test_ray_without_an_address_is_the_issue_form(tmp_path: Path, fake_openai: FakeOpenAI) -> None:
     """`engine run SUITES --ray` (no ADDRESS, as issue #17 writes it) parses as `--ray local`."""
-    import subprocess
 
     from engine.cli import fill_optional_values
 
@@ -45,8 +45,7 @@ def test_ray_without_an_address_is_the_issue_form(tmp_path: Path, fake_openai: F
     # Through the real entry point: a dry run parses the bare option and plans the run without calling anyone.
     import os
 
-    done = subprocess.run([sys.executable, "-m", "engine", "run", str(suites), "--models", str(models), "--dry-run",
-                           "--ray"], capture_output=True, text=True, check=False,
-                          env={**os.environ, "ENGINE_TEST_KEY": "k"})
+    done = run_engine("run", suites, "--models", models, "--dry-run", "--ray",
+                      env={**os.environ, "ENGINE_TEST_KEY": "k"})
     assert done.returncode == 0, done.stderr
     assert "requires an argument" not in done.stderr and fake_openai.requests == []

@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pandas as pd
 import pyarrow.parquet as pq
-from scipy import stats
 
 from engine.analysis import load
 from engine.analysis.summary import analyze
@@ -56,6 +55,9 @@ def project(folder: Path, url: str) -> tuple[Path, Path]:
 
 def t_interval(diffs: list[float], level: float = 0.95) -> tuple[float, float, float]:
     """The textbook one-sample t-interval (one attempt per test: one item per cluster)."""
+    # scipy is imported in the test, not at collection: ~1 CPU-s per pytest-xdist worker otherwise.
+    from scipy import stats
+
     n = len(diffs)
     mean = sum(diffs) / n
     sd = math.sqrt(sum((d - mean) ** 2 for d in diffs) / (n - 1))

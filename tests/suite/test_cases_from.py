@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pyarrow as pa
@@ -14,6 +12,7 @@ import pyarrow.parquet as pq
 
 from engine.model import Test
 from engine.suite import load_suites
+from tests.engine_proc import run_engine
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "cases_from"
 
@@ -209,8 +208,7 @@ def test_engine_validate_reports_a_file_row_golden_and_exits_1(tmp_path: Path) -
     (tmp_path / "c.csv").write_text("id,question,golden\na,q1,Paris\nb,q2,Lyon\n", encoding="utf-8")
     (tmp_path / "s.yaml").write_text("suite: s\ntests:\n  - id: '{{ id }}'\n    prompt: '{{ question }}'\n"
                                      "    eval: {contains: Paris}\n    cases_from: c.csv\n", encoding="utf-8")
-    done = subprocess.run([sys.executable, "-m", "engine", "validate", "s.yaml"], capture_output=True, text=True,
-                          cwd=tmp_path, check=False)
+    done = run_engine("validate", "s.yaml", cwd=tmp_path)
     assert done.returncode == 1
     expected = "c.csv:3:3: error: test 'b' (defined at s.yaml:3): the golden answer scores 0.00"
     assert expected in done.stdout + done.stderr

@@ -13,8 +13,6 @@ import pytest
 
 from engine.suite import load_suites
 
-datasets = pytest.importorskip("datasets")
-
 TEST = """suite: s
 tests:
   - id: q-{{ id }}
@@ -32,14 +30,21 @@ def load(tmp_path: Path, cases_from: str, *, key: str = "cases_from") -> tuple[l
     return [t for s in suites for t in s.tests], [str(d).replace(str(tmp_path) + "/", "") for d in diagnostics]
 
 
+@pytest.fixture
+def datasets() -> Any:
+    """The `datasets` module, imported here rather than at collection: it costs each pytest-xdist worker
+    ~0.7 CPU-s to import (pandas, fsspec, huggingface_hub), and only the worker running these tests needs it."""
+    return pytest.importorskip("datasets")
+
+
 @pytest.fixture(autouse=True)
-def offline(monkeypatch: pytest.MonkeyPatch) -> None:
+def offline(monkeypatch: pytest.MonkeyPatch, datasets: Any) -> None:
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True, raising=False)
 
 
-def test_a_saved_dataset_gives_the_same_tests_as_inline_cases(tmp_path: Path) -> None:
+def test_a_saved_dataset_gives_the_same_tests_as_inline_cases(tmp_path: Path, datasets: Any) -> None:
     datasets.Dataset.from_dict(ROWS).save_to_disk(str(tmp_path / "capitals"))
     from_ds, problems = load(tmp_path, "{dataset: capitals, columns: [id, question, golden], filter: 'level < 3'}")
     assert problems == []
@@ -51,7 +56,7 @@ def test_a_saved_dataset_gives_the_same_tests_as_inline_cases(tmp_path: Path) ->
     assert from_ds == inline
 
 
-def test_a_dataset_dict_picks_test_or_the_named_split(tmp_path: Path) -> None:
+def test_a_dataset_dict_picks_test_or_the_named_split(tmp_path: Path, datasets: Any) -> None:
     both = datasets.DatasetDict({"train": datasets.Dataset.from_dict({k: v[:1] for k, v in ROWS.items()}),
                                  "test": datasets.Dataset.from_dict({k: v[1:] for k, v in ROWS.items()})})
     both.save_to_disk(str(tmp_path / "dd"))
@@ -63,7 +68,7 @@ def test_a_dataset_dict_picks_test_or_the_named_split(tmp_path: Path) -> None:
     assert problems == ["dd: error: this dataset has no split 'validation'; its splits are: train, test"]
 
 
-def test_a_golden_failing_in_a_dataset_row_names_the_row(tmp_path: Path) -> None:
+def test_a_golden_failing_in_a_dataset_row_names_the_row(tmp_path: Path, datasets: Any) -> None:
     rows = dict(ROWS, golden=["Paris", "Kyoto", "Reykjavík"])
     datasets.Dataset.from_dict(rows).save_to_disk(str(tmp_path / "bad"))
     path = tmp_path / "s.yaml"

@@ -6,13 +6,13 @@ reason text belongs to the evaluators).
 
 from __future__ import annotations
 
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
 from engine.suite import load_suites
+from tests.engine_proc import run_engine
 
 CORPUS = Path(__file__).resolve().parents[1] / "fixtures" / "bad_suites"
 FILES = sorted(CORPUS.glob("*.yaml"))
@@ -47,8 +47,7 @@ def test_bad_suite_is_reported_as_expected(path: Path) -> None:
 @pytest.mark.parametrize("name", ["unknown_evaluator", "yaml_tab_indent", "many_errors_one_pass"])
 def test_cli_reports_corpus_files_gcc_style(name: str, tmp_path: Path) -> None:
     path = CORPUS / f"{name}.yaml"
-    proc = subprocess.run([sys.executable, "-m", "engine", "validate", str(path)],
-                          capture_output=True, text=True, check=False)
+    proc = run_engine("validate", path)
     assert proc.returncode == 1
     assert "Traceback" not in proc.stderr
     lines = proc.stderr.strip().splitlines()

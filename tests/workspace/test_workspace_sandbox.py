@@ -17,7 +17,7 @@ from engine.workspace.workspace import Workspace
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "harness"))
 from harness_helpers import live_processes
-from test_evil_programs import CANARY_VAR, EVIL, EXPECTED_REASON
+from test_evil_programs import CANARY_VAR, EVIL, EXPECTED_REASON, timeout_for
 
 # Where the exec harness fails a program on its stdout (the harness expected the child's line too), the
 # command itself exits 0: run_command shows the stdout, the child's line missing.
@@ -32,8 +32,11 @@ def canary(monkeypatch: pytest.MonkeyPatch) -> str:
 
 
 @pytest.fixture
-def workspace() -> Workspace:
-    ws = Workspace.create(WorkspaceSpec(files={"keep.txt": "kept\n"}, timeout_s=2, memory_mb=256))
+def workspace(request: pytest.FixtureRequest) -> Workspace:
+    # An evil program's test gets that program's deadline (1 s for one that never ends, see test_evil_programs).
+    name = getattr(getattr(request.node, "callspec", None), "params", {}).get("name")
+    timeout_s = timeout_for(name) if name in EVIL else 2
+    ws = Workspace.create(WorkspaceSpec(files={"keep.txt": "kept\n"}, timeout_s=timeout_s, memory_mb=256))
     yield ws
     ws.close()
 
