@@ -88,23 +88,15 @@ def walk_strings(value: Any, path: tuple[Any, ...]) -> list[tuple[tuple[Any, ...
 
 
 def _strings_into(value: Any, path: tuple[Any, ...], found: list[tuple[tuple[Any, ...], str]]) -> None:
-    kind = type(value)   # the exact types YAML gives first; `Mapping` is an ABC and slow to ask
-    if kind is str:
+    # Concrete types first: YAML gives str, list and dict, and `Mapping` is an ABC, slow to ask.
+    if isinstance(value, str):
         found.append((path, value))
-    elif kind is dict:
-        for key, item in value.items():
-            _strings_into(item, path + (key,), found)
-    elif kind is list:
-        for index, item in enumerate(value):
-            _strings_into(item, path + (index,), found)
-    elif isinstance(value, str):
-        found.append((path, value))
-    elif isinstance(value, Mapping):
-        for key, item in value.items():
-            _strings_into(item, path + (key,), found)
     elif isinstance(value, list):
         for index, item in enumerate(value):
             _strings_into(item, path + (index,), found)
+    elif isinstance(value, (dict, Mapping)):
+        for key, item in value.items():
+            _strings_into(item, path + (key,), found)
 
 
 class EvaluatorResolver:
