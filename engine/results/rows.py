@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from engine.model import ModelConfig, Test, Verdict, cost_of
-from engine.results.schema import SCHEMA_VERSION
+from engine.results.version import SCHEMA_VERSION
 
 if TYPE_CHECKING:
     from engine.agent.transcript import Transcript

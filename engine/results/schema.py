@@ -1,15 +1,15 @@
 """The results table: one row per (run, model, test, case, attempt), declared as data.
 
-Bump SCHEMA_VERSION when a column changes meaning or type; adding a nullable column is a minor
-change that readers handle (analysis keeps columns only later runs have). docs/results.md documents
-every column.
+Bump SCHEMA_VERSION (engine/results/version.py) when a column changes meaning or type; adding a nullable
+column is a minor change that readers handle (analysis keeps columns only later runs have). docs/results.md
+documents every column.
 """
 
 from __future__ import annotations
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 1
+from engine.results.version import SCHEMA_VERSION
 
 EVALUATOR_NODE = pa.struct([
     ("path", pa.string()),        # "all/0.contains"

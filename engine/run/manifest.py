@@ -60,7 +60,7 @@ def build_manifest(invocation: Invocation, run_id: str, journal: Any, models: li
 
 
 def _schema_version() -> int:
-    from engine.results.schema import SCHEMA_VERSION
+    from engine.results.version import SCHEMA_VERSION
 
     return SCHEMA_VERSION
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from engine._arrow import load_pyarrow_without_numpy
 from engine.errors import EngineError, StorageError, UsageError
 from engine.model import ModelConfig, Test
 from engine.redact import mask_url, public_params
@@ -107,8 +108,6 @@ def run_session(invocation: Invocation, *, dry_run: bool = False, resume: Path |
 
 def _run(invocation: Invocation, *, dry_run: bool, resume: Path | None, retry_errors: bool, quiet: bool,
          model_slots: Any = None, until_decided: UntilDecided | None = None) -> int:
-    from engine.results import folder
-    from engine.results.journal import Journal
     from engine.run.shards import Shard, check_run_id, new_shard_folder, resume_folder
 
     journal = None
@@ -131,6 +130,8 @@ def _run(invocation: Invocation, *, dry_run: bool, resume: Path | None, retry_er
         remote_out = remote.normalize(invocation.out)
         invocation = dataclasses.replace(invocation, out=remote_out)
     if resume is not None:
+        from engine.results import folder
+
         resume = resume_folder(resume, shard)
         if not folder.is_run_folder(resume):
             raise UsageError(f"--resume {resume}: not a run folder (no _journal.sqlite, _manifest.json or "
@@ -181,6 +182,11 @@ def _run(invocation: Invocation, *, dry_run: bool, resume: Path | None, retry_er
         return 0
 
     if journal is None:
+        # The suites are loaded: pyarrow (imported from here on) need not bring numpy (engine/_arrow.py).
+        load_pyarrow_without_numpy()
+        from engine.results import folder
+        from engine.results.journal import Journal
+
         run_id = invocation.run_id or time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-" + secrets.token_hex(3)
         run_dir = Path(invocation.out or DEFAULT_OUT) / run_id
         if remote_out is not None:

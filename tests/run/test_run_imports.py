@@ -38,7 +38,8 @@ _RUN_THEN_LIST_MODULES = (
     "    runpy.run_module('engine', run_name='__main__', alter_sys=True)\n"
     "except SystemExit as exc:\n"
     "    assert exc.code in (0, None), exc.code\n"
-    "print('IMPORTED', json.dumps(sorted(m for m in ('jsonschema', 'fastjsonschema') if m in sys.modules)))\n"
+    "watched = ('jsonschema', 'fastjsonschema', 'numpy', 'pandas')\n"
+    "print('IMPORTED', json.dumps(sorted(m for m in watched if m in sys.modules)))\n"
 )
 
 
@@ -54,9 +55,10 @@ def _imported_by_a_run(tmp_path: Path, base_url: str, suite: str) -> list[str]:
     return json.loads(line[len("IMPORTED "):])
 
 
-def test_a_plain_run_never_imports_jsonschema(tmp_path: Path, fake_openai) -> None:
+def test_a_plain_run_never_imports_jsonschema_numpy_or_pandas(tmp_path: Path, fake_openai) -> None:
     # jsonschema costs 80-110 ms to import: a valid suite is checked by the compiled fastjsonschema
-    # pre-check, and only the evaluators and tools that need jsonschema import it.
+    # pre-check, and only the evaluators and tools that need jsonschema import it. numpy: pyarrow is
+    # loaded without it (engine/_arrow.py, 11 MB and ~0.2 s), and pandas is never needed.
     suite = ("suite: plain\ntests:\n  - id: a\n    prompt: say ok\n    eval: {contains: ok}\n"
              "  - id: \"b-{{ n }}\"\n    prompt: \"say {{ n }}\"\n    eval: {regex: ok}\n    cases: [{n: 1}, {n: 2}]\n")
     assert _imported_by_a_run(tmp_path, fake_openai.base_url, suite) == ["fastjsonschema"]
