@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from engine.base.jsontext import dumps_ascii, dumps_unicode
@@ -206,16 +205,37 @@ class Test:
     variant: str | None = None
     images: tuple[tuple[str, int, int], ...] = field(default=(), compare=False, repr=False)
     workspace: WorkspaceSpec | None = field(default=None, compare=False, repr=False)
+    # Filled on first use by `messages_json` and `golden_json`; set to None by `__post_init__`, so that a
+    # Test's __dict__ has every key from __init__ on. Keys added later (as two `cached_property`s did,
+    # or init=False fields, which dataclasses leave as class attributes) end CPython's key sharing between
+    # instances: each Test's dict grew from 288 to 1,584 bytes on its first results row (2.6 MB of a
+    # 2,000-call `engine run`'s peak; bench/README.md "Issue #22 item 2, fourth pass").
+    _messages_json: str | None = field(default=None, init=False, repr=False, compare=False)
+    _golden_json: str | None = field(default=None, init=False, repr=False, compare=False)
 
-    @cached_property
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_messages_json", None)
+        object.__setattr__(self, "_golden_json", None)
+
+    @property
     def messages_json(self) -> str:
         """The messages as JSON text (the results row's `prompt`), computed once: repeats and models share it."""
-        return dumps_unicode(list(self.messages))
+        text = self._messages_json
+        if text is None:
+            text = dumps_unicode(list(self.messages))
+            object.__setattr__(self, "_messages_json", text)
+        return text
 
-    @cached_property
+    @property
     def golden_json(self) -> str | None:
         """The golden answer as JSON text (the results row's `golden`), or None; computed once."""
-        return None if self.golden is None else json.dumps(self.golden, ensure_ascii=False, default=str)
+        if self.golden is None:
+            return None
+        text = self._golden_json
+        if text is None:
+            text = json.dumps(self.golden, ensure_ascii=False, default=str)
+            object.__setattr__(self, "_golden_json", text)
+        return text
 
     @property
     def tool_schemas(self) -> dict[str, Mapping[str, Any]]:
