@@ -135,7 +135,7 @@ def child(kind: str, base_url: str, calls: int, stream: bool, concurrency: int, 
     import pyarrow.parquet  # noqa: F401
 
     import engine.evaluators
-    import engine.results.writer  # noqa: F401
+    import engine.results.writer
 
     tests: list = []
     if kind == "engine":
