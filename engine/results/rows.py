@@ -149,7 +149,11 @@ def build_row(*, run_id: str, model: ModelConfig, test: Test, attempt: int, requ
         error_kind, error_message = result.error.kind, str(result.error)
     elif evaluator_error is not None:
         error_kind, error_message = "evaluator", evaluator_error
-    messages_json, golden_json = test.messages_json, test.golden_json
+    # A test without a golden answer (most) skips the cached_property: its first read takes a lock and
+    # stores into the Test's __dict__, once per test, i.e. once per row of a single-attempt run. build_row of
+    # a fresh test each row (its messages_json already read), timeit, 7 x 20,000: 9.0 -> 6.3 us.
+    messages_json = test.messages_json
+    golden_json = None if test.golden is None else test.golden_json
     if verdict is not None:
         evaluators, isolation = evaluator_nodes(verdict)
         if error_kind is None:
