@@ -90,23 +90,26 @@ async def _raw(base_url: str, calls: int, stream: bool, concurrency: int) -> Non
         await asyncio.gather(*(worker(session) for _ in range(concurrency)))
 
 
-async def _engine(base_url: str, calls: int, stream: bool, concurrency: int, out: Path, repeat: int = 1) -> int:
-    from engine.client.openai import RequestSettings
+def _bench_tests(calls: int, repeat: int) -> list:
+    """The suite's tests, as the loader hands them to `engine run` (built before the measured loop)."""
     from engine.evaluators import compile_spec
-    from engine.model import ModelConfig, Test
+    from engine.model import Test
+
+    spec = {"contains": "ok"}
+    evaluator = compile_spec(spec)   # as the loader does: a spec without templates is compiled once
+    return [Test(suite="bench", id=f"t{i}", file="bench.yaml", line=1,
+                 messages=({"role": "user", "content": "say ok"},), prompt="say ok",
+                 eval=spec, hash=f"h{i}", max_tokens=64, evaluator=evaluator) for i in range(calls // repeat)]
+
+
+async def _engine(base_url: str, calls: int, stream: bool, concurrency: int, out: Path, tests: list,
+                  repeat: int = 1) -> int:
+    from engine.client.openai import RequestSettings
+    from engine.model import ModelConfig
     from engine.results.journal import Journal
     from engine.results.writer import ResultsWriter
     from engine.run.jobs import iter_jobs
     from engine.run.runner import RunConfig, Runner
-
-    spec = {"contains": "ok"}
-    evaluator = compile_spec(spec)   # as the loader does: a spec without templates is compiled once
-
-    def tests():
-        for i in range(calls // repeat):
-            yield Test(suite="bench", id=f"t{i}", file="bench.yaml", line=1,
-                       messages=({"role": "user", "content": "say ok"},), prompt="say ok",
-                       eval=spec, hash=f"h{i}", max_tokens=64, evaluator=evaluator)
 
     model = ModelConfig(name="bench", model="bench-model", base_url=base_url, concurrency=concurrency,
                         stream=stream)
@@ -114,7 +117,7 @@ async def _engine(base_url: str, calls: int, stream: bool, concurrency: int, out
     writer = ResultsWriter(out, journal)
     runner = Runner(RunConfig(run_id="bench", concurrency=concurrency, settings=RequestSettings(stream=stream)),
                     journal, writer)
-    stats = await runner.run({"bench": (model, iter_jobs(model, list(tests()), repeat))}, calls, {"bench": None})
+    stats = await runner.run({"bench": (model, iter_jobs(model, tests, repeat))}, calls, {"bench": None})
     journal.close()
     return stats.done
 
@@ -132,18 +135,28 @@ def child(kind: str, base_url: str, calls: int, stream: bool, concurrency: int, 
     import pyarrow.parquet  # noqa: F401
 
     import engine.evaluators
-    import engine.results.writer  # noqa: F401
+    import engine.results.writer
 
+    tests: list = []
+    if kind == "engine":
+        # Imported and built before `cpu0`, as aiohttp is for the raw loop: the modules a run imports and the
+        # suite's Test objects are not per-call cost (before 2026-12-03's fourth pass they were inside the
+        # measured window, so figures from before it are not comparable with later ones: bench/README.md).
+        import engine.client.openai
+        import engine.results.journal
+        import engine.run.jobs
+        import engine.run.runner  # noqa: F401
+        from engine._gc import tuned_gc
+
+        tests = _bench_tests(calls, repeat)
     with tempfile.TemporaryDirectory() as tmp:
         cpu0, wall0 = _cpu(), time.perf_counter()
         if kind == "raw":
             asyncio.run(_raw(base_url, calls, stream, concurrency))
             done = calls
         else:
-            from engine._gc import tuned_gc
-
             with tuned_gc():   # the collector setting `engine run` runs under (the CLI enters it)
-                done = asyncio.run(_engine(base_url, calls, stream, concurrency, Path(tmp), repeat))
+                done = asyncio.run(_engine(base_url, calls, stream, concurrency, Path(tmp), tests, repeat))
         cpu, wall = _cpu() - cpu0, time.perf_counter() - wall0
     print(json.dumps({"kind": kind, "calls": calls, "done": done, "stream": stream, "cpu_s": cpu, "wall_s": wall,
                       "cpu_us_per_call": 1e6 * cpu / calls, "peak_rss_mb": _peak_rss_mb()}), flush=True)

@@ -84,12 +84,16 @@ def stopped_early(tmp_path: Path, server: FakeOpenAI, tests: int, *, cwd: Path |
 
 @pytest.fixture
 def small_disk(tmp_path: Path):  # type: ignore[no-untyped-def]
-    """A 160 KiB tmpfs (root only); yields (mount point, grow) where grow() frees space by resizing it."""
+    """A 384 KiB tmpfs (root only); yields (mount point, grow) where grow() frees space by resizing it.
+
+    Room for the run folder, a new journal (16 KB pages: its schema and meta alone are ~200 KB of WAL) and a
+    few rows, not for all 200: the run fills it part-way (was 160 KiB with 4 KB journal pages).
+    """
     if os.geteuid() != 0:
         pytest.skip(f"disk-full test needs root to mount a small tmpfs (running as uid {os.geteuid()})")
     mount = tmp_path / "disk"
     mount.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=160k", "tmpfs", str(mount)], capture_output=True,
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=384k", "tmpfs", str(mount)], capture_output=True,
                           text=True, check=False)
     if done.returncode != 0:
         pytest.skip(f"disk-full test: cannot mount a tmpfs here: {done.stderr.strip()}")
