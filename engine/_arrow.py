@@ -3,8 +3,8 @@
 pyarrow imports numpy when it can (`pyarrow/lib.pyx`: `try: import numpy`) and runs without it when it
 cannot, which pyarrow supports. A run uses Arrow for one thing, writing results parts from JSON text
 (engine/results/writer.py), and needs no numpy for it. numpy's import is 11 MB of peak RSS and ~0.2 s of
-CPU in a whole `engine run` of 2,000 calls: peak 108.8 -> 98.6 MB, CPU 1.85 -> 1.65 s (bench/README.md,
-"Issue #22 item 2, fourth pass").
+CPU in a whole `engine run` of 2,000 calls: peak 108.8 -> 99.3 MB, CPU 0.1-0.2 s less (3-4 whole-process
+pairs; bench/README.md, "Issue #22 item 2, fourth pass").
 
 What it costs, and the guard: a pyarrow loaded without numpy keeps `np = None` for the life of the
 process, and its pandas conversions (`Table.to_pandas`) then crash the interpreter (SIGSEGV) instead of
@@ -27,13 +27,13 @@ import sys
 from collections.abc import Sequence
 from types import ModuleType
 
-__all__ = ["PANDAS_REFUSED", "load_pyarrow_without_numpy", "numpy_free"]
+__all__ = ["load_pyarrow_without_numpy"]
 
 # What a run imports of Arrow (the writer's JSON reader and Parquet writer), all loaded while numpy is hidden:
 # `pyarrow.parquet` would import numpy itself if it could.
 _ARROW_MODULES = ("pyarrow", "pyarrow.json", "pyarrow.parquet")
 
-PANDAS_REFUSED = (
+_PANDAS_REFUSED = (
     "pandas cannot be used in this process: `engine run` loaded pyarrow without numpy (engine/_arrow.py), and "
     "pyarrow's pandas conversions would crash it. Code a run needs must not import pandas; analysis runs in "
     "its own command (engine analyze)."
@@ -69,10 +69,6 @@ def load_pyarrow_without_numpy() -> bool:
             importlib.import_module(name)
     finally:
         sys.meta_path.remove(hidden)
-    sys.meta_path.insert(0, _Refuse(frozenset({"pandas"}), PANDAS_REFUSED))
+    sys.meta_path.insert(0, _Refuse(frozenset({"pandas"}), _PANDAS_REFUSED))
     return True
 
-
-def numpy_free() -> bool:
-    """Whether this process's pyarrow was loaded without numpy (by `load_pyarrow_without_numpy`)."""
-    return any(isinstance(finder, _Refuse) and finder.why == PANDAS_REFUSED for finder in sys.meta_path)
