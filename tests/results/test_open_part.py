@@ -78,3 +78,44 @@ def test_part_rows_come_in_key_order_as_sqlite_orders_them(tmp_path: Path) -> No
     count, lines = journal.json_lines_of_part(writer.journal.open_part or "")
     expected = [d for (d,) in journal._db.execute("SELECT CAST(data AS BLOB) FROM rows ORDER BY key")]
     assert count == 6 and lines.split(b"\n") == expected
+
+
+def test_the_open_part_is_made_from_the_committed_texts_as_sqlite_holds_them(tmp_path: Path) -> None:
+    journal = Journal(tmp_path / "_journal.sqlite")
+    ResultsWriter(tmp_path, journal)
+    for batch in ((3, 1), (4, 0, 2)):
+        for i in batch:
+            journal.add(*row(i))
+        journal.commit()
+    assert journal._kept is not None and len(journal._kept) == 5   # every row went in: kept
+    count, lines = journal.json_lines_of_part("part-00000.parquet")
+    assert journal._kept is None                                   # handed over once
+    expected = [d for (d,) in journal._db.execute("SELECT CAST(data AS BLOB) FROM rows ORDER BY key")]
+    assert count == 5 and lines.split(b"\n") == expected
+    assert journal.json_lines_of_part("part-00000.parquet") == (count, lines)   # read back from SQLite: the same
+
+
+def test_a_key_ignored_at_commit_sends_the_part_back_to_sqlite(tmp_path: Path) -> None:
+    journal = Journal(tmp_path / "_journal.sqlite")
+    writer = ResultsWriter(tmp_path, journal)
+    journal.add(*row(0))
+    journal.commit()
+    journal.add(*row(1))
+    journal.add(*row(0))                           # already done: ignored, so the kept texts are not the part's
+    journal.commit()
+    assert journal._kept is None
+    writer.flush()
+    assert sorted(pq.read_table(tmp_path / "part-00000.parquet").column("test_id").to_pylist()) == ["t0", "t1"]
+
+
+def test_replace_errors_writes_its_parts_from_sqlite(tmp_path: Path) -> None:
+    journal = Journal(tmp_path / "_journal.sqlite", replace_errors=True)
+    writer = ResultsWriter(tmp_path, journal)
+    journal.add(*row(0, error=True))
+    journal.commit()
+    journal.add(*row(0))                           # a success replaces the error row: one row, not two
+    journal.commit()
+    assert journal._kept is None
+    writer.flush()
+    table = pq.read_table(tmp_path / "part-00000.parquet")
+    assert table.num_rows == 1 and table.column("error_kind").to_pylist() == [None]
