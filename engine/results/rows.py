@@ -191,7 +191,7 @@ def build_row(*, run_id: str, model: ModelConfig, test: Test, attempt: int, requ
         "retries": result.retries,
         "rate_limit_wait_s": result.rate_limit_wait_s,
         "truncated": result.truncated,
-        "cost": _cost(model, result),
+        "cost": row_cost(model, result),
         "score": score,
         "passed": passed,
         "threshold": test.threshold,
@@ -213,8 +213,8 @@ def build_row(*, run_id: str, model: ModelConfig, test: Test, attempt: int, requ
     }
 
 
-def _cost(model: ModelConfig, result: CallResult) -> float | None:
-    """What the call cost: 0 when the response cache answered (nothing was paid), null when unpriced."""
+def row_cost(model: ModelConfig, result: CallResult) -> float | None:
+    """The row's `cost`: 0 when the response cache answered (nothing was paid), null when unpriced."""
     cost = cost_of(model, result.prompt_tokens, result.completion_tokens)
     return 0.0 if cost is not None and result.cached else cost
 
