@@ -107,18 +107,6 @@ class Journal:
         # spares an UPDATE that would rewrite every row once more when the part is cut.
         self.open_part: str | None = None
         self.open_part_rows = 0
-        # The (key, JSON text) of every row this process committed into `open_part`, while they are known to
-        # be all of its rows; None once that is not known (a key ignored as already done, `replace_errors`'s
-        # upserts, a part set without `start_part`). The writer then writes the part from these texts
-        # instead of reading them back from SQLite (`json_lines_of_part`).
-        self._kept: list[tuple[str, str]] | None = None
-        self._kept_part: str | None = None
-
-    def start_part(self, part: str) -> None:
-        """Commit rows into `part` from now on (the writer's next part: no row is named to it yet)."""
-        self.open_part = part
-        self.open_part_rows = 0
-        self._kept, self._kept_part = [], part
 
     def close(self) -> None:
         """Commit what is pending (unless a write already failed) and close."""
@@ -188,13 +176,6 @@ class Journal:
             raise
         if part is not None:   # only decides when the writer cuts the part; it checks the table itself
             self.open_part_rows += changed if changed >= 0 else len(rows)
-            kept = self._kept
-            if kept is not None:
-                # every row went in, as it was sent (an upsert of `replace_errors` may not have)
-                if part == self._kept_part and changed == len(rows) and not self.replace_errors:
-                    kept.extend([(key, data) for key, _, data in batch])
-                else:
-                    self._kept = None
         return [key for key, _, _ in batch]
 
     def assign_part(self, part: str) -> int:
@@ -275,24 +256,10 @@ class Journal:
     def json_lines_of_part(self, part: str) -> tuple[int, bytes]:
         """(rows, their JSON texts as UTF-8, one per line) of one part, in key order.
 
-        The open part is made from the texts this process committed into it when they are all of its rows
-        (see `start_part`), once; any other part, or the open part otherwise, is read from SQLite: as bytes
-        straight from SQLite (no str per row, no second copy to encode) for Arrow's JSON reader, sorted here
-        rather than by `ORDER BY`, which makes SQLite copy every row into its sorter: Python's order of str
-        keys is SQLite's BINARY order (code points = UTF-8 bytes).
+        Read as bytes straight from SQLite (no str per row, no second copy to encode) for Arrow's
+        JSON reader. Sorted here rather than by `ORDER BY`, which makes SQLite copy every row into
+        its sorter: Python's order of str keys is SQLite's BINARY order (code points = UTF-8 bytes).
         """
-        kept = self._kept
-        if kept is not None and part == self._kept_part:
-            self._kept = None   # handed over once; a second write of the part reads SQLite
-            count = len(kept)
-            if count == self.rows_in(part):   # rows named to it otherwise (`assign_part`) are not in `kept`
-                # The texts this process committed, not read back: 4.3 us of the ~18 us a row's part cost
-                # inside a 20,000-call run (bench/README.md "Issue #22 item 2, fifth pass"). The same bytes
-                # in the same order: SQLite's TEXT is this UTF-8 and its BINARY order is Python's str order.
-                kept.sort()
-                text = "\n".join([data for _, data in kept])
-                del kept[:]   # the list's texts go before the bytes are made: the part's peak stays 2 copies
-                return count, text.encode()
         found = self._db.execute("SELECT key, CAST(data AS BLOB) FROM rows WHERE part = ?", (part,)).fetchall()
         found.sort()   # keys are unique: only keys are compared
         return len(found), b"\n".join([data for _, data in found])
