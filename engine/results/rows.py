@@ -28,9 +28,11 @@ AGENT_COLUMNS = ("transcript", "ledger", "tool_events", "turns", "prose_turns", 
                  "failed_commands", "refused_paths", "workspace_files", "workspace_diff")
 _NO_AGENT: dict[str, Any] = dict.fromkeys(AGENT_COLUMNS)
 #: Columns a single-turn row leaves out, as they are null on every one: the agent columns, context trimming's
-#: counts, and the judge sums unless a model-graded node is in its verdict. The row's JSON is 1,109 bytes
-#: instead of 1,518 in `bench/bench_run.py`; a missing field is read as null (Arrow's JSON reader with the
-#: explicit schema, `Table.from_pylist`), so the Parquet table is the same, and a reader of the dict uses `get`.
+#: counts, and the judge sums unless a model-graded node is in its verdict. A missing field is read as null
+#: (Arrow's JSON reader with the explicit schema, `Table.from_pylist`), so the Parquet table is the same; a
+#: reader of the dict uses `get`. The row's JSON is 1,109 bytes instead of 1,518 in `bench/bench_run.py`:
+#: 100,000 results peak at 112.9 MB instead of 115.3 MB (2 runs each); CPU per call no different measurably
+#: (12 pairs, 0.99x; bench/README.md "Issue #22 item 2, fifth pass").
 SINGLE_TURN_NULLS = (*AGENT_COLUMNS, "trimmed_requests", "trimmed_messages", "judge_calls", "judge_cost",
                      "judge_prompt_tokens", "judge_completion_tokens")
 
