@@ -1,4 +1,5 @@
-"""One results row (a plain dict keyed by `schema.COLUMN_NAMES`) from a call and its verdict.
+"""One results row (a plain dict keyed by `schema.COLUMN_NAMES`; a single-turn row leaves out the columns
+null on every one, `SINGLE_TURN_NULLS`) from a call and its verdict.
 
 Rows travel as dicts of JSON-friendly values (timestamps as integer microseconds since the epoch) so
 the journal can store them as JSON text and the writer can hand a batch straight to
@@ -26,6 +27,14 @@ AGENT_COLUMNS = ("transcript", "ledger", "tool_events", "turns", "prose_turns", 
                  # workspace tests only (engine/run/conversation.py fills them)
                  "failed_commands", "refused_paths", "workspace_files", "workspace_diff")
 _NO_AGENT: dict[str, Any] = dict.fromkeys(AGENT_COLUMNS)
+#: Columns a single-turn row leaves out, as they are null on every one: the agent columns, context trimming's
+#: counts, and the judge sums unless a model-graded node is in its verdict. A missing field is read as null
+#: (Arrow's JSON reader with the explicit schema, `Table.from_pylist`), so the Parquet table is the same; a
+#: reader of the dict uses `get`. The row's JSON is 1,109 bytes instead of 1,518 in `bench/bench_run.py`:
+#: 100,000 results peak at 112.9 MB instead of 115.3 MB (2 runs each); CPU per call no different measurably
+#: (12 pairs, 0.99x; bench/README.md "Issue #22 item 2, fifth pass").
+SINGLE_TURN_NULLS = (*AGENT_COLUMNS, "trimmed_requests", "trimmed_messages", "judge_calls", "judge_cost",
+                     "judge_prompt_tokens", "judge_completion_tokens")
 
 _DATE_SUFFIX = re.compile(r"-(\d{4}-\d{2}-\d{2}|\d{8}|\d{4})$")
 
@@ -156,7 +165,7 @@ def build_row(*, run_id: str, model: ModelConfig, test: Test, attempt: int, requ
             score = float(verdict.score)
             # score() already applied the test threshold, node thresholds and `must` gates at the root.
             passed = bool(verdict.passed)
-    return {
+    row: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
         "run_id": run_id,
         "model": model.name,
@@ -191,7 +200,7 @@ def build_row(*, run_id: str, model: ModelConfig, test: Test, attempt: int, requ
         "retries": result.retries,
         "rate_limit_wait_s": result.rate_limit_wait_s,
         "truncated": result.truncated,
-        "cost": _cost(model, result),
+        "cost": row_cost(model, result),
         "score": score,
         "passed": passed,
         "threshold": test.threshold,
@@ -200,21 +209,21 @@ def build_row(*, run_id: str, model: ModelConfig, test: Test, attempt: int, requ
         "evaluators": evaluators,
         "isolation": isolation,
         "notes": "; ".join(result.notes) if result.notes else None,
-        # a leaf without details (every verdict but a judge's or a tree's) has no judge figures to sum
-        **(_NO_JUDGE if verdict is None or not (verdict.children or verdict.details) else judge_columns(verdict)),
-        **_NO_AGENT,
         "started_at": started_us,
         "ended_at": ended_us,
         "served_by": result.served_by,
-        "trimmed_requests": None,   # agent rows only (build_agent_row)
-        "trimmed_messages": None,
         "variant": test.variant,
         "cached": result.cached,
     }
+    # A leaf without details (every verdict but a judge's or a tree's) has no judge figures to sum: its judge
+    # columns, like the agent and trimming ones (`build_agent_row` adds those), are left out (SINGLE_TURN_NULLS).
+    if verdict is not None and (verdict.children or verdict.details):
+        row.update(judge_columns(verdict))
+    return row
 
 
-def _cost(model: ModelConfig, result: CallResult) -> float | None:
-    """What the call cost: 0 when the response cache answered (nothing was paid), null when unpriced."""
+def row_cost(model: ModelConfig, result: CallResult) -> float | None:
+    """The row's `cost`: 0 when the response cache answered (nothing was paid), null when unpriced."""
     cost = cost_of(model, result.prompt_tokens, result.completion_tokens)
     return 0.0 if cost is not None and result.cached else cost
 
@@ -245,8 +254,11 @@ def build_agent_row(*, run_id: str, model: ModelConfig, test: Test, attempt: int
     row = build_row(run_id=run_id, model=model, test=test, attempt=attempt, request=request,
                     result=summary, verdict=verdict,  # type: ignore[arg-type]  # the fields build_row reads
                     evaluator_error=evaluator_error, started_us=started_us, ended_us=ended_us)
+    for name in _NO_JUDGE:   # an agent row keeps every column, null or not (build_row leaves these out)
+        row.setdefault(name, None)
     fallbacks = [entry.fallback for entry in transcript.ledger]
     row.update({
+        **_NO_AGENT,   # the workspace columns stay null outside a workspace test
         "fallback": True if any(fallbacks) else (None if None in fallbacks or not fallbacks else False),
         "latency_s": None if summary.cached else transcript.elapsed_s,
         "cost": _conversation_cost(model, transcript, replies),

@@ -10,7 +10,7 @@ import sys
 import time
 from typing import Any, TextIO
 
-from engine.run.runner import RunStats
+from engine.run.run_config import RunStats
 
 
 def _tokens_per_s(stats: RunStats, elapsed: float) -> str:

@@ -57,4 +57,4 @@ def test_a_single_turn_row_has_no_transcript() -> None:
     row = build_row(run_id="r", model=model, test=test, attempt=0, request=prepare(model, test, RequestSettings()),
                     result=CallResult(text="x"), verdict=None, evaluator_error=None, started_us=0, ended_us=1)
     assert transcript_of_row(row) is None
-    assert all(row[c] is None for c in ("transcript", "ledger", "tool_events", "turns", "outcome", "state"))
+    assert all(row.get(c) is None for c in ("transcript", "ledger", "tool_events", "turns", "outcome", "state"))

@@ -12,7 +12,7 @@ from engine.client.openai import CallResult, PreparedRequest
 from engine.errors import HTTPStatusError
 from engine.model import ModelConfig, ToolCall, Verdict
 from engine.results.journal import Journal
-from engine.results.rows import build_row, is_fallback, row_key
+from engine.results.rows import AGENT_COLUMNS, SINGLE_TURN_NULLS, build_row, is_fallback, row_key
 from engine.results.schema import COLUMN_NAMES, SCHEMA
 from engine.results.writer import ResultsWriter
 from tests.factories import make_test
@@ -37,7 +37,9 @@ def row(i: int, *, error: bool = False) -> tuple[str, dict]:
 
 def test_row_matches_the_schema_exactly(tmp_path: Path) -> None:
     key, built = row(0)
-    assert list(built) == COLUMN_NAMES
+    # a single-turn row leaves out only the columns null on every one; the part has every column all the same
+    assert set(built) <= set(COLUMN_NAMES) and set(COLUMN_NAMES) - set(built) <= set(SINGLE_TURN_NULLS)
+    assert not set(built) & set(AGENT_COLUMNS)
     journal = Journal(tmp_path / "_journal.sqlite")
     journal.add(key, built)
     journal.commit()
@@ -50,6 +52,22 @@ def test_row_matches_the_schema_exactly(tmp_path: Path) -> None:
     assert record["isolation"] == "none" and record["golden"] == '{"a": 1}'
     assert record["tool_calls"] == [{"id": "c1", "name": "f", "arguments": '{"x": 1}', "valid_json": True}]
     assert str(record["started_at"]) == "2023-11-14 22:13:20+00:00"
+    assert all(record[c] is None for c in SINGLE_TURN_NULLS)
+
+
+def test_a_row_without_its_null_columns_makes_the_same_part_as_with_them(tmp_path: Path) -> None:
+    tables = []
+    for folder, fill in ((tmp_path / "sparse", False), (tmp_path / "full", True)):
+        folder.mkdir()
+        journal = Journal(folder / "_journal.sqlite")
+        writer = ResultsWriter(folder, journal)
+        for i in range(3):
+            key, built = row(i, error=(i == 1))
+            journal.add(key, {c: built.get(c) for c in COLUMN_NAMES} if fill else built)
+        journal.commit()
+        writer.flush()
+        tables.append(pq.read_table(folder / "part-00000.parquet"))
+    assert tables[0].equals(tables[1], check_metadata=True)
 
 
 @pytest.mark.parametrize("asked, served, expected", [

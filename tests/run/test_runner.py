@@ -117,6 +117,27 @@ async def test_crashing_evaluator_is_an_error_row(tmp_path: Path, fake_openai: F
     assert "kaboom" in df["error_message"].iloc[0]
 
 
+async def test_a_row_that_cannot_be_built_is_raised_after_the_others_are_committed(
+        tmp_path: Path, fake_openai: FakeOpenAI, monkeypatch) -> None:
+    import pytest
+
+    from engine.run import runner as runner_module
+
+    real = runner_module.build_row
+
+    def build_row(**kwargs):  # stands in for a bug in building one row (the committer builds them)
+        if kwargs["test"].id == "t1":
+            raise RuntimeError("cannot build")
+        return real(**kwargs)
+
+    monkeypatch.setattr(runner_module, "build_row", build_row)
+    with pytest.raises(RuntimeError, match="cannot build"):
+        await run_jobs(tmp_path, [make_model(fake_openai.base_url)], [make_test(i) for i in range(6)], concurrency=1)
+    df = read(tmp_path)
+    assert "t1" not in set(df["test_id"]) and "t0" in set(df["test_id"])
+    assert len(df) == len(fake_openai.requests) - 1   # every other finished call's row is committed and written
+
+
 async def test_budget_stops_dispatch(tmp_path: Path, fake_openai: FakeOpenAI) -> None:
     fake_openai.responder = lambda body: Reply(usage={"prompt_tokens": 1_000_000, "completion_tokens": 0})
     model = make_model(fake_openai.base_url, price_in=1.0, price_out=1.0, concurrency=1)

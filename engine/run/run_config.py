@@ -1,0 +1,125 @@
+"""The runner's settings and counters: what `engine run` asks of it, and what it reports back."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from engine.client.judge import JudgeModels
+from engine.client.openai import RequestSettings
+from engine.client.response_cache import ResponseCache
+
+# What the counters need of a row until it is committed: model name, retries, completion tokens, cost,
+# latency, fallback, error kind, passed, cached.
+Summary = tuple[str, int, int | None, float | None, float | None, bool | None, str | None, bool | None, bool]
+
+
+@dataclass
+class ModelStats:
+    """Counters for one model (committed rows of this session)."""
+
+    done: int = 0
+    passed: int = 0
+    failed: int = 0
+    unscored: int = 0
+    errors: int = 0
+    fallbacks: int = 0
+    retries: int = 0
+    cost: float = 0.0
+    priced: int = 0                      # rows with a known cost (0: the model has no price, show "-")
+    completion_tokens: int = 0
+    latency_sum: float = 0.0
+    timed: int = 0                       # rows with a latency (a reply from the response cache has none)
+    cached: int = 0                      # rows answered from the response cache
+    error_kinds: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
+class RunStats:
+    """What the progress display and the summary read."""
+
+    total: int = 0
+    done: int = 0
+    passed: int = 0
+    errors: int = 0
+    retries: int = 0
+    completion_tokens: int = 0
+    token_rows: int = 0                  # rows whose server reported token counts (llama.cpp streams none)
+    in_flight: int = 0
+    retrying: int = 0                    # calls in flight that are waiting to retry
+    spend: float = 0.0
+    started: float = field(default_factory=time.monotonic)
+    stopped: str | None = None           # None | "interrupted" | "budget" | "storage"
+    by_model: dict[str, ModelStats] = field(default_factory=dict)
+
+    def count(self, summaries: list[Summary]) -> None:
+        """Count rows just committed (their summaries) as done."""
+        for name, retries, completion_tokens, cost, latency_s, fallback, kind, passed, cached in summaries:
+            model = self.by_model[name]
+            model.done += 1
+            self.done += 1
+            model.retries += retries
+            self.retries += retries
+            if completion_tokens is not None:
+                model.completion_tokens += completion_tokens
+                self.completion_tokens += completion_tokens
+                self.token_rows += 1
+            if cost is not None:
+                model.cost += cost
+                model.priced += 1
+            if latency_s is not None:
+                model.latency_sum += latency_s
+                model.timed += 1
+            model.cached += cached
+            if fallback:
+                model.fallbacks += 1
+            if kind:
+                model.errors += 1
+                self.errors += 1
+                model.error_kinds[kind] = model.error_kinds.get(kind, 0) + 1
+            elif passed is None:
+                model.unscored += 1
+            elif passed:
+                model.passed += 1
+                self.passed += 1
+            else:
+                model.failed += 1
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """How to run.
+
+    Args:
+        run_id: The run's id (copied to every row).
+        concurrency: The global cap on calls in flight.
+        settings: Request settings (temperature, max_tokens, seed, stream).
+        max_cost: Stop dispatch once priced spend passes this, or None.
+        commit_interval_s: The longest a finished row waits to be committed.
+        commit_rows: Commit as soon as this many rows wait.
+        judges: The judge models the suites' `judge` evaluators may call (resolved before the run), or None.
+        judge_cache: Where judge replies are kept (opened by the runner), or None for the default path.
+        response_cache: The open response cache, or None for none (`engine.client.response_cache`).
+        cache: `--cache` (True), `--no-cache` (False) or neither (None): `response_cache.use_cache`.
+        repeat: `--repeat`, or None for each test's own (how many attempts a test gets decides the cache).
+        model_slots: model name -> a cap shared beyond this process (`engine.run.ray_dispatch`: one Ray actor
+            per model holds the cluster-wide cap), entered around each model call before the global slot; None
+            when this process's workers are the only ones calling the model.
+    """
+
+    run_id: str
+    concurrency: int = 32
+    settings: RequestSettings = field(default_factory=RequestSettings)
+    max_cost: float | None = None
+    commit_interval_s: float = 0.05
+    commit_rows: int = 512
+    judges: JudgeModels | None = None
+    judge_cache: Path | None = None
+    response_cache: ResponseCache | None = None
+    cache: bool | None = None
+    repeat: int | None = None
+    model_slots: Callable[[str], AbstractAsyncContextManager[Any] | None] | None = None
