@@ -25,6 +25,7 @@ __all__ = [
     "is_template",
     "render",
     "render_value",
+    "single_name",
     "undeclared_variables",
 ]
 
@@ -132,6 +133,18 @@ def render_value(value: Any, variables: Mapping[str, Any]) -> Any:
     if isinstance(value, (list, tuple)):
         return [render_value(v, variables) for v in value]
     return value
+
+
+@lru_cache(maxsize=4096)
+def single_name(text: str) -> str | None:
+    """The variable's name when `render_value(text, variables)` returns that variable's value itself (`text` is
+    exactly `{{ name }}` and `name` is in the variables), else None. `render_value`'s own test, asked once per
+    text (engine.evaluators.plan asks it once per spec instead of once per row)."""
+    single = _SINGLE_EXPR.match(text)
+    if not single or "{{" in single.group("expr"):
+        return None
+    expr = single.group("expr").strip()
+    return expr if _PLAIN_NAME.fullmatch(expr) and expr not in _NOT_SIMPLE_NAMES else None
 
 
 def undeclared_variables(text: str) -> set[str]:

@@ -33,7 +33,8 @@ class VariableChecks:
         self._told: set[tuple[tuple[Any, ...], str]] = set()   # (test, variable) missing from a file row, said
 
     def templates(self, raw: Mapping[str, Any], path: tuple[Any, ...], system: Any,
-                  system_path: tuple[Any, ...], spec: Any, eval_path: tuple[Any, ...] | None) -> list[Template]:
+                  system_path: tuple[Any, ...], spec: Any, eval_path: tuple[Any, ...] | None,
+                  eval_found: list[Template] | None = None) -> list[Template]:
         """The test's templates; one that does not compile is an error here (and is left out).
 
         Args:
@@ -41,6 +42,7 @@ class VariableChecks:
             path: Its path (`("tests", 3)`).
             system: Its system text (its own or the default's), at `system_path`.
             spec: The evaluator spec as written (its own or the default's) at `eval_path`; None: no evaluator.
+            eval_found: `eval_templates(spec, eval_path)` when the caller has it (engine.suite.spec_memo).
         """
         report = self.report
         found: list[Template] = []
@@ -61,7 +63,7 @@ class VariableChecks:
                 elif names:
                     found.append((src_path, _describe(src_path), names))
         if eval_path is not None:
-            found.extend(self._eval_templates(spec, eval_path))
+            found.extend(self.eval_templates(spec, eval_path) if eval_found is None else eval_found)
         return found
 
     def check_rows(self, rows: Iterable[Any], templates: list[Template], path: tuple[Any, ...],
@@ -82,8 +84,8 @@ class VariableChecks:
                 self._undefined(name, uses, path, row_index if row is not None else None, available,
                                 getattr(row, "origin", None))
 
-    def _eval_templates(self, spec: Any, path: tuple[Any, ...]) -> list[Template]:
-        """(where, what, variables) for each template in an evaluator spec; named ones at their `use:`."""
+    def eval_templates(self, spec: Any, path: tuple[Any, ...]) -> list[Template]:
+        """(where, what, variables) for each template in an evaluator spec at `path`; named ones at their `use:`."""
         out: list[Template] = []
         if not isinstance(spec, Mapping):
             return out
@@ -95,9 +97,9 @@ class VariableChecks:
         for key, value in spec.items():
             if key in ("all", "any") and isinstance(value, list):
                 for i, child in enumerate(value):
-                    out.extend(self._eval_templates(child, path + (key, i)))
+                    out.extend(self.eval_templates(child, path + (key, i)))
             elif key == "not":
-                out.extend(self._eval_templates(value, path + (key,)))
+                out.extend(self.eval_templates(value, path + (key,)))
             elif key not in COMMON_KEYS or isinstance(value, str):
                 for text_path, text in walk_strings(value, path + (key,)):
                     used = template_names(text)
@@ -109,7 +111,7 @@ class VariableChecks:
         if name not in self._named_vars:
             self._named_vars[name] = frozenset()  # guards loops; the resolver reports them
             found: set[str] = set()
-            for _, _, names in self._eval_templates(self.resolver.named.get(name), ("evaluators", name)):
+            for _, _, names in self.eval_templates(self.resolver.named.get(name), ("evaluators", name)):
                 found |= names
             self._named_vars[name] = frozenset(found)
         return self._named_vars[name]
