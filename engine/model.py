@@ -83,6 +83,8 @@ class Answer:
         Text stays text; a JSON value is scored as its JSON text; a mapping with `tool_calls`
         (and optional `content`) is a tool-call envelope.
         """
+        if type(golden) is str:   # the usual golden: text, answered before `Mapping`'s slower ABC check
+            return cls(text=golden, finish_reason="stop")
         if isinstance(golden, Mapping) and "tool_calls" in golden:
             calls = tuple(
                 ToolCall.from_arguments(str(c.get("name", "")), c.get("arguments", {}))

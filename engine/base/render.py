@@ -74,22 +74,38 @@ def simple_names(text: str) -> tuple[str, ...] | None:
     return names
 
 
-def _substitute(text: str, variables: Mapping[str, Any]) -> str:
-    def value(match: re.Match[str]) -> str:
-        name = match.group(1)
+@lru_cache(maxsize=16384)
+def _simple_parts(text: str) -> tuple[str, ...] | None:
+    """A `simple_names` template split once into text, name, text, name, ..., text; None when not simple."""
+    if simple_names(text) is None:
+        return None
+    return tuple(_SIMPLE_VAR.split(text))
+
+
+def _substitute(parts: tuple[str, ...], variables: Mapping[str, Any]) -> str:
+    """The text with each name replaced by `str()` of its value, left to right (the first undefined one raises).
+
+    From the parts split once per text instead of `re.sub` with a callback per placeholder: 1.35 -> 0.60 µs
+    for "What is {{ a }} + {{ b }}?" (timeit, min of 5); the bench suite renders ~13,000 such ids and prompts
+    (issue #22 item 3, fourth pass). tests/base/test_render_fast_paths.py compares it with Jinja.
+    """
+    out = [parts[0]]
+    for i in range(1, len(parts), 2):
+        name = parts[i]
         if name not in variables:
             raise UndefinedError(f"'{name}' is undefined")
-        return str(variables[name])
-
-    return _SIMPLE_VAR.sub(value, text)
+        out.append(str(variables[name]))
+        out.append(parts[i + 1])
+    return "".join(out)
 
 
 def render(text: str, variables: Mapping[str, Any]) -> str:
     """Render a template string to text. Raises UndefinedError / TemplateSyntaxError."""
     if not is_template(text):
         return text
-    if simple_names(text) is not None:
-        return _substitute(text, variables)
+    parts = _simple_parts(text)
+    if parts is not None:
+        return _substitute(parts, variables)
     return render_bounded(_template(text), variables)
 
 
