@@ -330,7 +330,8 @@ class Expander(SuiteTools):
             return None   # an image part's problem (reported at the image)
         spec, node = frame.spec, frame.node
         if spec is not None and node is None:
-            seen = {**variables, "golden": variables.get("golden")}
+            # What the evaluator's templates see: `golden` always there (None without one); only read.
+            seen = variables if "golden" in variables else {**variables, "golden": None}
             # A plan compiles the row as compile_spec does (None: a problem, which _compile then reports).
             node = frame.plan(seen) if frame.plan is not None else None
             if node is None:
@@ -345,7 +346,8 @@ class Expander(SuiteTools):
             if compiled is None:
                 return None
             golden_turns = compiled
-        hashed_vars = {k: v for k, v in variables.items() if k != "test_id" and k != "suite"}
+        hashed_vars = dict(variables)   # what the hash covers: the variables but the test's id and suite
+        del hashed_vars["test_id"], hashed_vars["suite"]
         digest = frame.hasher.digest(messages=messages, prompt=prompt, variables=hashed_vars,
                                      messages_json=messages_json)
         agent_fields: dict[str, Any] = {}

@@ -94,7 +94,7 @@ class TestHasher:
         if messages_json is None:
             messages_json = _ENCODE(list(messages))
         text = (self._before_messages + messages_json + ',"prompt":' + _ENCODE(prompt)
-                + self._before_variables + _ENCODE(dict(variables)) + "}")
+                + self._before_variables + _ENCODE(variables if type(variables) is dict else dict(variables)) + "}")
         return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
 

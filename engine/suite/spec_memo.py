@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from engine.base.flat import FlatKey, flat_key
 from engine.evaluators import Node, compile_spec
 from engine.evaluators.judge_prompt import JudgePrompt, with_judge_prompt
 from engine.evaluators.node import has_template
@@ -28,23 +29,6 @@ from engine.suite.hashing import canonical_json
 from engine.suite.variable_checks import Template, VariableChecks
 
 __all__ = ["SpecFacts", "SpecMemo", "flat_key"]
-
-_PLAIN = frozenset({str, int, float, bool, type(None)})
-FlatKey = tuple[tuple[Any, type, Any], ...]
-
-
-def flat_key(spec: Any) -> FlatKey | None:
-    """The memo key of a spec as written: its items with each value's type; None when it is not flat."""
-    if type(spec) is not dict:
-        return None
-    key = []
-    for name, value in spec.items():
-        kind = type(value)
-        if kind not in _PLAIN:
-            return None
-        key.append((name, kind, value))
-    return tuple(key)
-
 
 @dataclass(frozen=True, slots=True)
 class SpecFacts:
