@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from engine.workspace.spec import WorkspaceSpec
 
 
+@dict_init   # one per golden and per streamed call: engine/base/frozen_init.py
 @dataclass(frozen=True)
 class ToolCall:
     """One function call the model made.

@@ -46,7 +46,7 @@ def test_the_generated_init_gives_what_the_dataclasses_init_gives(kwargs: dict[s
     assert fast_class(a=1).c is not fast_class(a=1).c   # a new dict per instance, as default_factory gives
 
 
-@pytest.mark.parametrize("cls", [Test, Verdict, Answer])
+@pytest.mark.parametrize("cls", [Test, Verdict, Answer, ToolCall])
 def test_model_classes_keep_their_signature_and_shared_keys(cls: Any) -> None:
     generated = dataclass(frozen=True)(type(cls.__name__, (), {"__annotations__": {
         f.name: f.type for f in dataclasses.fields(cls)}, **{f.name: f for f in dataclasses.fields(cls)}}))
@@ -54,7 +54,8 @@ def test_model_classes_keep_their_signature_and_shared_keys(cls: Any) -> None:
         [(p.name, p.kind, repr(p.default)) for p in inspect.signature(generated.__init__).parameters.values()]
     kwargs: dict[str, Any] = {"Test": {"suite": "s", "id": "t", "file": "f", "line": 1, "messages": (), "prompt": "p",
                                        "eval": None},
-                              "Verdict": {"score": 1.0, "passed": True, "reason": "r"}, "Answer": {}}[cls.__name__]
+                              "Verdict": {"score": 1.0, "passed": True, "reason": "r"}, "Answer": {},
+                              "ToolCall": {"name": "f"}}[cls.__name__]
     one = cls(**kwargs)
     assert list(one.__dict__) == [f.name for f in dataclasses.fields(cls)]   # Test's two caches were set last before
     # The instances share their keys as the dataclass's own instances do: no more memory each than those take
@@ -95,6 +96,6 @@ def test_what_it_cannot_reproduce_is_refused() -> None:
     class Mutable:
         a: int
 
-    for cls in (Keywords, Mutable, ToolCall.__mro__[1]):
+    for cls in (Keywords, Mutable, ToolCall.__mro__[1], dataclass(frozen=True, slots=True)(type("S", (), {}))):
         with pytest.raises(TypeError):
             dict_init(cls)

@@ -27,6 +27,11 @@ tests:
   - {id: e, prompt: p, golden: x, eval: {contains: x, weight: 2}}
   - {id: f, prompt: p, golden: x, eval: {contains: x}}
   - {id: g, prompt: p, golden: x, eval: {contains: x}}
+  - {id: g2, prompt: p, golden: x, eval: {contains: x}, threshold: 0.5}
+  - {id: g3, prompt: p, golden: x, eval: {contains: x}, threshold: 1}
+  - {id: g4, prompt: p, golden: x, eval: {contains: x}, temperature: 0.0, max_tokens: 5}
+  - {id: g5, prompt: p, golden: x, eval: {contains: x}, temperature: -0.0, max_tokens: 5.0}
+  - {id: g6, prompt: p, golden: x, eval: {contains: x}, temperature: 0, tags: [own]}
   - {id: h, prompt: p, golden: Word, eval: {use: one_word}}
   - {id: i, prompt: p, golden: Other, eval: {use: one_word, weight: 2}}
   - {id: j, prompt: p, golden: Word, eval: {use: one_word}}
@@ -78,7 +83,7 @@ def test_the_memo_changes_no_test_and_no_diagnostic(where: str, tmp_path: Path,
     assert _load(paths) == remembered
     tests, diagnostics = remembered
     if where == "written":
-        assert len(tests) == 15 and diagnostics == []
+        assert len(tests) == 20 and diagnostics == []
     if where == "broken":
         # The two tests that write a broken spec alike both get their error (m/n: an undefined variable; o/q:
         # a bad regex), and so do the goldens a shared plan cannot compile (r/t), not the sound one (s).
@@ -99,6 +104,9 @@ def test_equal_values_of_other_types_are_other_specs(tmp_path: Path) -> None:
                                               temperature=test.temperature, threshold=test.threshold)
     assert by_id["f"].eval is not by_id["g"].eval and by_id["f"].eval == by_id["g"].eval
     assert by_id["f"].evaluator is by_id["g"].evaluator   # a spec without templates: compiled once
+    # Settings of other values or types give other hashes (a threshold is read as a float: 1 is 1.0).
+    assert by_id["g"].hash == by_id["g3"].hash
+    assert len({by_id[i].hash for i in ("g", "g2", "g4", "g5", "g6")}) == 5
 
 
 def test_flat_key() -> None:
