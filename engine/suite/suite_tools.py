@@ -51,7 +51,9 @@ class SuiteTools:
     def _check_tool_names(self, names: Any, path: tuple[Any, ...]) -> bool:
         ok = True
         for i, name in enumerate(names or ()):
-            if not isinstance(name, str) or split_tools([name], self.tools, ())[1]:
+            if not isinstance(name, str) or name in self.tools:
+                continue   # a declared tool (asked first: split_tools never reads a declared name as a built-in)
+            if split_tools([name], self.tools, ())[1]:
                 continue   # a built-in workspace tool (engine.workspace.spec.split_tools checks those)
             if name not in self.tools:
                 guess = did_you_mean(name, self.tools)
