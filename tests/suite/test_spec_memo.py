@@ -113,3 +113,13 @@ def test_flat_key() -> None:
     assert flat_key({"contains": "x", "weight": 1}) == (("contains", str, "x"), ("weight", int, 1))
     assert flat_key({"contains": "x", "weight": 1}) != flat_key({"contains": "x", "weight": 1.0})
     assert flat_key({"contains": ["x"]}) is None and flat_key("x") is None
+
+
+def test_number_traps_are_still_found_beside_plain_numbers(tmp_path: Path) -> None:
+    # engine.suite.loader passes plain ASCII digits without parsing them; a leading zero or a fraction is still read.
+    (tmp_path / "n.yaml").write_text(
+        "suite: n\ntests:\n  - id: \"t-{{ v }}\"\n    prompt: \"{{ v }}\"\n    golden: x\n    eval: {contains: x}\n"
+        "    cases: [{v: 0}, {v: 10}, {v: 007}, {v: 1.10}, {v: 00}, {v: 7}]\n", encoding="utf-8")
+    _, diagnostics = load_suites([tmp_path / "n.yaml"])
+    assert sorted(d.message.split(" as ")[0] for d in diagnostics if d.message.startswith("YAML reads")) == [
+        "YAML reads 00", "YAML reads 007", "YAML reads 1.10"]
