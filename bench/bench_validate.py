@@ -153,6 +153,13 @@ def paired(path: Path, baseline: Path, rounds: int) -> None:
     base, new = medians["baseline"], medians["this tree"]
     print(f"{'ratio':12s} " + " ".join(f"{new[k] / base[k]:{w}.2f}x" for k, w in
                                         (("load_cpu", 8), ("load_wall", 9), ("cli_cpu", 12), ("cli_wall", 13))))
+    # Ranges: each tree's fastest and slowest round, and the ratio of each round's pair (this tree / baseline).
+    for key in ("load_cpu", "load_wall", "cli_cpu", "cli_wall"):
+        pairs = [b[key] and n[key] / b[key] for b, n in zip(runs["baseline"], runs["this tree"], strict=True)]
+        ranges = "  ".join(f"{name} {min(r[key] for r in rs):.3f}-{max(r[key] for r in rs):.3f}"
+                           for name, rs in runs.items())
+        print(f"{key:10s} range: {ranges}  per-round ratio {min(pairs):.2f}-{max(pairs):.2f}x "
+              f"(median {statistics.median(pairs):.2f}x)")
 
 
 def main() -> None:

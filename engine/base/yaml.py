@@ -20,7 +20,6 @@ harness files"), and the default keeps the suite's words.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,6 +27,7 @@ from typing import Any
 import yaml as pyyaml
 
 from engine.base.diagnostic import Diagnostic
+from engine.base.positions import START, Entry, Path_, Positions, at
 
 __all__ = ["MAX_BYTES", "SUITE_FILE", "FileKind", "LoadedYaml", "Positions", "load_yaml_file", "load_yaml_text",
            "yaml_hint"]
@@ -37,7 +37,6 @@ MAX_BYTES = 5 * 1024 * 1024
 _EXPANSION_FACTOR = 20
 _EXPANSION_FLOOR = 10_000
 
-Path_ = tuple[Any, ...]
 
 _CORE = "tag:yaml.org,2002:"
 _STR, _INT, _FLOAT, _BOOL, _NULL = (_CORE + k for k in ("str", "int", "float", "bool", "null"))
@@ -111,73 +110,6 @@ class _Loader(pyyaml.CSafeLoader if pyyaml.__with_libyaml__ else pyyaml.SafeLoad
         return None
 
 
-# One recorded value: (its key's position or None, its own position, the entries inside it or None for a scalar:
-# key -> entry for a mapping, a list of entries for a list). Positions are a tree of these, one per built value.
-_Entry = tuple[tuple[int, int] | None, tuple[int, int], "dict[str, _Entry] | list[_Entry] | None"]
-
-
-class Positions:
-    """Where each value (and each mapping key) starts in the file, 1-based, by path.
-
-    Kept as a tree that follows the document (a mapping's entries by key, a list's by index) instead of two
-    dicts keyed by every value's path: the builder then makes no path tuple per value and hashes none. Recording
-    the bench suite's 74,000 values cost 0.065 s of its 0.15 s build with the path-keyed dicts (issue #22,
-    bench/README.md "Issue #22 item 3, third pass"). `of` answers exactly as the dicts did: the tree holds the
-    same paths.
-
-    Args:
-        root: The document's entry, or None when nothing was built (then every path is at 1:1).
-        raw: path -> the source text of a plain scalar that became a number/bool/null (for hints).
-        count: How many values were built (the document's size in YAML nodes).
-    """
-
-    def __init__(self, root: _Entry | None = None, raw: dict[Path_, str] | None = None, count: int = 0) -> None:
-        self._root = root
-        self.raw: dict[Path_, str] = raw if raw is not None else {}
-        self.count = count
-
-    def of(self, path: Path_, *, key: bool = False) -> tuple[int, int]:
-        """The position of `path` (its key when `key` and there is one), else of its nearest ancestor."""
-        entry = self._root
-        if entry is None:
-            return (1, 1)
-        for step in path:
-            inner = entry[2]
-            if inner is None:
-                return entry[1]
-            if isinstance(inner, dict):
-                found = inner.get(step) if isinstance(step, str) else None
-            else:
-                found = inner[step] if isinstance(step, int) and 0 <= step < len(inner) else None
-            if found is None:
-                return entry[1]
-            entry = found
-        if key and entry[0] is not None:
-            return entry[0]
-        return entry[1]
-
-    @property
-    def values(self) -> dict[Path_, tuple[int, int]]:
-        """path -> (line, col) of the value at that path (built from the tree when asked)."""
-        return {path: entry[1] for path, entry in self._walk()}
-
-    @property
-    def keys(self) -> dict[Path_, tuple[int, int]]:
-        """path -> (line, col) of the mapping key whose value is at that path (built from the tree when asked)."""
-        return {path: entry[0] for path, entry in self._walk() if entry[0] is not None}
-
-    def _walk(self) -> Iterator[tuple[Path_, _Entry]]:
-        stack: list[tuple[Path_, _Entry]] = [((), self._root)] if self._root is not None else []
-        while stack:
-            path, entry = stack.pop()
-            yield path, entry
-            inner = entry[2]
-            if isinstance(inner, dict):
-                stack.extend((path + (k,), e) for k, e in inner.items())
-            elif inner is not None:
-                stack.extend((path + (i,), e) for i, e in enumerate(inner))
-
-
 @dataclass
 class LoadedYaml:
     """A parsed document: its Python value, the positions of its nodes, and what went wrong."""
@@ -228,7 +160,7 @@ class _Builder:
         self.built = 0
         self.open: set[int] = set()
         self.raw: dict[Path_, str] = {}
-        self.root: _Entry | None = None
+        self.root: Entry | None = None
 
     @property
     def positions(self) -> Positions:
@@ -242,69 +174,67 @@ class _Builder:
         allowed, text_tag, seq_tag, map_tag, merge_tag = _ALLOWED_TAGS, _STR, _SEQ, _MAP, _CORE + "merge"
         built = self.built
         # What the last `value_of` call built: its position and the entries inside it (None for a scalar).
-        made_pos: tuple[int, int] = (1, 1)
-        made_inner: dict[str, _Entry] | list[_Entry] | None = None
+        made_pos: Any = START
+        made_inner: dict[str, Entry] | list[Entry] | None = None
 
         def value_of(node: Any, path: Path_) -> Any:
             nonlocal built, made_pos, made_inner
             built += 1
             mark = node.start_mark
-            pos = (mark.line + 1, mark.column + 1)
             if built > budget:
-                raise _Refused(*pos, "this file repeats anchors (&name / *name) too many times; it would expand "
+                raise _Refused(*at(mark), "this file repeats anchors (&name / *name) too many times; it would expand "
                                      "to a huge document, so it is refused. Write the values out instead")
             tag = node.tag
             kind = node.__class__
             if kind is scalar_node and tag == text_tag:
-                made_pos, made_inner = pos, None
+                made_pos, made_inner = mark, None
                 return node.value
             if tag not in allowed:
                 shown = tag.replace(_CORE, "!!")
-                raise _Refused(*pos, f"the tag '{shown}' is not allowed in {noun} files (only plain YAML "
+                raise _Refused(*at(mark), f"the tag '{shown}' is not allowed in {noun} files (only plain YAML "
                                      "values are); remove it")
             if kind is scalar_node or isinstance(node, scalar_node):
                 value, plain = _scalar(node, tag)
                 if plain:
                     raw[path] = node.value
-                made_pos, made_inner = pos, None
+                made_pos, made_inner = mark, None
                 return value
             marker = id(node)
             if marker in open_nodes:
-                raise _Refused(*pos, "an alias (*name) refers to the value that contains it; remove the loop")
+                raise _Refused(*at(mark), "an alias (*name) refers to the value that contains it; remove the loop")
             open_nodes.add(marker)   # no try/finally: a refusal ends the whole build
             if kind is sequence_node or isinstance(node, sequence_node):
                 if tag != seq_tag:
-                    raise _Refused(*pos, f"a list cannot have the tag '{tag.replace(_CORE, '!!')}'")
+                    raise _Refused(*at(mark), f"a list cannot have the tag '{tag.replace(_CORE, '!!')}'")
                 out_list = []
-                items: list[_Entry] = []
+                items: list[Entry] = []
                 for i, item in enumerate(node.value):
                     out_list.append(value_of(item, path + (i,)))
                     items.append((None, made_pos, made_inner))
                 open_nodes.discard(marker)
-                made_pos, made_inner = pos, items
+                made_pos, made_inner = mark, items
                 return out_list
             if tag != map_tag:
-                raise _Refused(*pos, f"a mapping cannot have the tag '{tag.replace(_CORE, '!!')}'")
+                raise _Refused(*at(mark), f"a mapping cannot have the tag '{tag.replace(_CORE, '!!')}'")
             out: dict[str, Any] = {}
-            entries: dict[str, _Entry] = {}
+            entries: dict[str, Entry] = {}
             for key_node, value_node in node.value:
                 kmark = key_node.start_mark
-                kpos = (kmark.line + 1, kmark.column + 1)
                 if key_node.__class__ is not scalar_node and not isinstance(key_node, scalar_node):
                     if key_node.tag == merge_tag:
-                        raise _Refused(*kpos, "merge keys ('<<') are not supported; write the keys out")
-                    raise _Refused(*kpos, "a key must be a plain name, not a list or mapping")
+                        raise _Refused(*at(kmark), "merge keys ('<<') are not supported; write the keys out")
+                    raise _Refused(*at(kmark), "a key must be a plain name, not a list or mapping")
                 key = key_node.value  # keys are always names: `1: x` has the key "1", `no:` the key "no"
                 if key_node.tag == merge_tag or (key == "<<" and not key_node.style):
-                    raise _Refused(*kpos, "merge keys ('<<') are not supported; write the keys out")
+                    raise _Refused(*at(kmark), "merge keys ('<<') are not supported; write the keys out")
                 if key in out:
-                    first = entries[key][0] or kpos   # a mapping's entries always have their key's position
-                    raise _Refused(*kpos, f"duplicate key '{key}' (first written on line {first[0]}); "
-                                          "keep one of them")
+                    first = at(entries[key][0] or kmark)   # a mapping's entries always have their key's mark
+                    raise _Refused(*at(kmark), f"duplicate key '{key}' (first written on line {first[0]}); "
+                                                "keep one of them")
                 out[key] = value_of(value_node, path + (key,))
-                entries[key] = (kpos, made_pos, made_inner)
+                entries[key] = (kmark, made_pos, made_inner)
             open_nodes.discard(marker)
-            made_pos, made_inner = pos, entries
+            made_pos, made_inner = mark, entries
             return out
 
         try:
@@ -313,6 +243,11 @@ class _Builder:
             return value
         finally:
             self.built = built
+            # `value_of` calls itself, so it and its cells are a reference cycle, and the cells held the whole
+            # positions tree: it lived on, after its file was loaded, until the collector ran. The collection
+            # after `engine validate`'s load walked it (the bench suite's 133,000 marks and 125,000 tuples).
+            made_inner = None
+            value_of = None  # type: ignore[assignment]
 
 
 def _scalar(node: Any, tag: str) -> tuple[Any, bool]:

@@ -23,7 +23,7 @@ from engine.errors import EvaluatorConfigError
 from engine.evaluators.base import COMMON_KEYS, Kind, Scorer
 from engine.evaluators.registry import COMPOSITIONS, KINDS
 
-__all__ = ["Node", "compile_spec", "has_template", "node_kind"]
+__all__ = ["Node", "common_options", "compile_spec", "has_template", "node_kind"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,7 +105,8 @@ def node_kind(spec: Mapping[str, Any]) -> str:
                                "wrap several in `all: [...]`")
 
 
-def _common(spec: Mapping[str, Any], variables: Mapping[str, Any]) -> tuple[float, float | None, str | None, bool]:
+def common_options(spec: Mapping[str, Any],
+                   variables: Mapping[str, Any]) -> tuple[float, float | None, str | None, bool]:
     """Weight, threshold, name and must, checked (they may be templates too)."""
     # An option not written is not rendered: float(render_value(1)) is 1.0 and bool(render_value(False)) False.
     weight = float(render_value(spec["weight"], variables)) if "weight" in spec else 1.0
@@ -140,7 +141,7 @@ def compile_spec(spec: Any, variables: Mapping[str, Any] | None = None) -> Node:
     except EvaluatorConfigError as exc:
         return Node(kind="", problem=str(exc))
     try:
-        weight, threshold, name, must = _common(spec, values)
+        weight, threshold, name, must = common_options(spec, values)
     except EvaluatorConfigError as exc:
         return Node(kind=kind, problem=str(exc))
     except (UndefinedError, TemplateSyntaxError) as exc:

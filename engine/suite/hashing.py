@@ -70,14 +70,17 @@ class TestHasher:
 
     def __init__(self, *, tools: Sequence[Mapping[str, Any]], eval_spec: Any, max_tokens: int | None,
                  temperature: float | None, threshold: float, agent: Mapping[str, Any] | None = None,
-                 returns: Mapping[str, Any] | None = None, tools_json: str | None = None) -> None:
-        """`tools_json`: `canonical_json(list(tools))` when the caller has it (tests that share their tools)."""
+                 returns: Mapping[str, Any] | None = None, tools_json: str | None = None,
+                 eval_json: str | None = None) -> None:
+        """`tools_json`: `canonical_json(list(tools))` when the caller has it (tests that share their tools);
+        `eval_json`: `canonical_json(eval_spec)` likewise (engine.suite.spec_memo, specs many tests share)."""
         tools_text = _ENCODE(list(tools)) if tools_json is None else tools_json
+        eval_text = _ENCODE(eval_spec) if eval_json is None else eval_json
         # The canonical text is the keys in sorted order: agent, eval, max_tokens, messages, prompt, returns,
         # temperature, threshold, tools, variables (`agent` and `returns` only for agent tests, as in `test_hash`).
         agent_text = "" if agent is None else f'"agent":{_ENCODE(dict(agent))},'
         returns_text = "" if agent is None else f',"returns":{_ENCODE(dict(returns or {}))}'
-        self._before_messages = (f'{{{agent_text}"eval":{_ENCODE(eval_spec)},"max_tokens":{_ENCODE(max_tokens)},'
+        self._before_messages = (f'{{{agent_text}"eval":{eval_text},"max_tokens":{_ENCODE(max_tokens)},'
                                  '"messages":')
         self._before_variables = (f'{returns_text},"temperature":{_ENCODE(temperature)},"threshold":'
                                   f'{_ENCODE(threshold)},"tools":{tools_text},"variables":')
@@ -91,7 +94,7 @@ class TestHasher:
         if messages_json is None:
             messages_json = _ENCODE(list(messages))
         text = (self._before_messages + messages_json + ',"prompt":' + _ENCODE(prompt)
-                + self._before_variables + _ENCODE(dict(variables)) + "}")
+                + self._before_variables + _ENCODE(variables if type(variables) is dict else dict(variables)) + "}")
         return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
 

@@ -104,3 +104,45 @@ def test_unwritten_common_options_compile_as_their_defaults(spec: dict[str, Any]
     assert node.problem is None
     assert node.weight == float(reference_render_value(spec.get("weight", 1), VARIABLES))
     assert node.must == bool(reference_render_value(spec.get("must", False), VARIABLES))
+
+
+_LITERALS = st.sampled_from(["", "What is ", " + ", "?", "id-", "é ", "{ x }", "}", "{"])
+_PLACEHOLDERS = st.builds(lambda name, left, right: "{{" + left + name + right + "}}",
+                          st.sampled_from(["a", "b", "name", "missing", "golden", "true"]),
+                          st.sampled_from(["", " ", "  "]), st.sampled_from(["", " "]))
+
+
+def reference_render(text: str, variables: Mapping[str, Any]) -> str:
+    """`render` before the parts were split once per text (655f782): `re.sub` with a callback per placeholder."""
+    import re
+
+    from engine.base.render import _SIMPLE_VAR, _template, render_bounded, simple_names
+
+    if not is_template(text):
+        return text
+    if simple_names(text) is None:
+        return render_bounded(_template(text), variables)
+
+    def value(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name not in variables:
+            raise UndefinedError(f"'{name}' is undefined")
+        return str(variables[name])
+
+    return _SIMPLE_VAR.sub(value, text)
+
+
+@settings(max_examples=400, deadline=None)
+@given(parts=st.lists(st.one_of(_LITERALS, _PLACEHOLDERS), max_size=6),
+       values=st.fixed_dictionaries({}, optional={"a": st.integers(-5, 5), "b": st.sampled_from(["x", "", "2.5"]),
+                                                  "name": st.sampled_from([None, True, 1.5, [1], {"k": 1}]),
+                                                  "golden": st.text(max_size=3)}))
+def test_simple_placeholders_render_as_before(parts: list[str], values: dict[str, Any]) -> None:
+    text = "".join(parts)
+    outcomes = []
+    for fn in (reference_render, render):
+        try:
+            outcomes.append(fn(text, values))
+        except Exception as exc:  # noqa: BLE001 - the same failure, with the same words, is expected of both
+            outcomes.append((type(exc), str(exc)))
+    assert outcomes[0] == outcomes[1], text

@@ -100,6 +100,16 @@ def test_the_compiled_fast_validator_is_loaded_from_its_cache(monkeypatch: pytes
     valid = {"suite": "s", "tests": [{"id": "a", "prompt": "q", "eval": {"contains": "x"}}]}
     assert fastcheck.quickly_valid("suite", load_schema("suite"), valid)
     assert not fastcheck.quickly_valid("suite", load_schema("suite"), {**valid, "tests": [{"id": "a"}]})
+    # The branches' exception is the light one (no Python `__init__`), and still fastjsonschema's kind.
+    rejected = second.__globals__["JsonSchemaValueException"]
+    assert rejected.__init__ is Exception.__init__ and issubclass(rejected, fastjsonschema.JsonSchemaValueException)
+    # The evaluator check remembers the flat evaluators it passed, and still rejects a bad one every time.
+    (evaluator,) = [name for name in second.__globals__ if name.endswith(fastcheck._EVALUATOR)]
+    assert second.__globals__[evaluator].__name__ == "remembered"
+    for _ in range(2):
+        assert fastcheck.quickly_valid("suite", load_schema("suite"), valid)
+        assert not fastcheck.quickly_valid("suite", load_schema("suite"), {
+            **valid, "tests": [{"id": "a", "prompt": "q", "eval": {"contains": "x", "weight": "heavy"}}]})
 
 
 def test_the_fast_validator_formats_no_names_and_judges_as_fastjsonschema_does(monkeypatch: pytest.MonkeyPatch,
