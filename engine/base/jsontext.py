@@ -82,11 +82,29 @@ def dumps_compact(value: Any) -> bytes:
 
 
 def dumps_compact_text(value: Any) -> str:
-    """`dumps_compact` as text (a journal row: SQLite keeps it as TEXT)."""
+    """`dumps_compact` as text (a journal row, a cached reply: SQLite keeps it as TEXT), always valid UTF-8.
+
+    Text orjson refuses goes through `json.dumps`; a string holding half a UTF-16 pair (a reply's `"\\ud800"`
+    escape, which `json.loads` accepts) is written with U+FFFD in its place (`utf8_safe`).
+    """
     try:
         return orjson.dumps(value).decode()
     except _OrjsonError:
-        return dumps_unicode(value)
+        return utf8_safe(dumps_unicode(value))
+
+
+def utf8_safe(text: str) -> str:
+    """`text` with every unpaired UTF-16 surrogate replaced by U+FFFD, so UTF-8 can hold it.
+
+    JSON may escape half a surrogate pair (`"\\ud800"`) and Python's decoder reads it as a lone surrogate,
+    which no UTF-8 text can hold: SQLite, Arrow and a UTF-8 file refuse it (`UnicodeEncodeError`). The
+    check is one encode, paid only on the fallback paths that may meet such text (orjson refuses it first).
+    """
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    return text
 
 
 def loads(data: str | bytes) -> Any:

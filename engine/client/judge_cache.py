@@ -24,6 +24,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from engine.base.jsontext import utf8_safe
 from engine.client.cache_file import CacheFile, user_cache_path
 from engine.model import ModelConfig
 
@@ -43,7 +44,9 @@ def cache_key(model: ModelConfig, body: Mapping[str, Any], sample: int) -> str:
     identity = {"base_url": model.cache_identity or model.base_url, "api": model.api, "model": model.model,
                 "params": dict(model.params), "body": body, "sample": sample}
     text = json.dumps(identity, sort_keys=True, ensure_ascii=False, default=str)
-    return hashlib.sha256(text.encode()).hexdigest()
+    # surrogatepass: an answer holding half a UTF-16 pair (a reply's "\\ud800" escape) still has a key; every
+    # other text encodes to the same bytes as before, so stored judgements keep answering
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 class JudgeCache:
@@ -75,8 +78,8 @@ class JudgeCache:
 
     def put(self, key: str, text: str, prompt_tokens: int | None, completion_tokens: int | None) -> None:
         """Store one reply (committed at once)."""
-        self._file.write("INSERT OR REPLACE INTO judge VALUES (?, ?, ?, ?)", (key, text, prompt_tokens,
-                                                                              completion_tokens))
+        self._file.write("INSERT OR REPLACE INTO judge VALUES (?, ?, ?, ?)",
+                         (key, utf8_safe(text), prompt_tokens, completion_tokens))
 
     def get_vector(self, key: str) -> tuple[float, ...] | None:
         """A stored embedding vector (the `embedding` table, keyed like a judgement), or None."""

@@ -105,7 +105,8 @@ def cache_key(url: str, body: Mapping[str, Any], sample: int) -> str:
     # The text of `json.dumps(identity, sort_keys=True, ensure_ascii=False, default=str)`, byte for byte, so
     # entries stored by earlier versions keep answering (a compact orjson text would make every key new);
     # the encoder is built once instead of per call (9.9 -> 5.6 us per key, bench/README.md "Issue #22").
-    return hashlib.sha256(dumps_sorted_unicode(identity).encode()).hexdigest()
+    # surrogatepass: a conversation holding half a UTF-16 pair (a reply's "\\ud800" escape) still has a key
+    return hashlib.sha256(dumps_sorted_unicode(identity).encode("utf-8", "surrogatepass")).hexdigest()
 
 
 @functools.lru_cache(maxsize=64)

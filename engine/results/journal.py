@@ -26,7 +26,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from engine.base.jsontext import dumps_compact_text, dumps_unicode
+from engine.base.jsontext import dumps_compact_text, dumps_unicode, utf8_safe
 from engine.errors import StorageError
 from engine.results.schema import FLOAT_COLUMNS
 
@@ -55,7 +55,7 @@ def _encode(row: dict[str, Any]) -> str:
     for name in FLOAT_COLUMNS:
         value = row.get(name)
         if value is not None and (value != value or value == _INFINITY or value == -_INFINITY):
-            return dumps_unicode(row)
+            return utf8_safe(dumps_unicode(row))
     return dumps_compact_text(row)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from typing import Any
 
@@ -10,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from engine.base import jsontext
+from engine.base.jsontext import dumps_compact_text, utf8_safe
 
 _SCALARS = (st.none() | st.booleans() | st.integers(min_value=-(2**70), max_value=2**70)
             | st.floats(allow_nan=True, allow_infinity=True) | st.text())
@@ -48,3 +50,33 @@ def test_dumps_canonical_is_the_test_hashes_json_dumps(value: Any) -> None:
 def test_unserialisable_values_raise_as_json_dumps_does() -> None:
     with pytest.raises(TypeError, match="not JSON serializable"):
         jsontext.dumps_unicode({"when": object()})
+
+
+@given(st.text())
+def test_utf8_safe_leaves_every_valid_text_as_it_is(text: str) -> None:
+    # hypothesis' text() draws no surrogates: every one of these is valid
+    assert utf8_safe(text) is text
+
+
+@pytest.mark.parametrize(("text", "safe"), [
+    ("a\ud800b", "a\ufffdb"), ("\udfff", "\ufffd"), ("x\udbff\udbffy", "x\ufffd\ufffdy"),
+    ("\ud83d\ude00", "\U0001f600"),   # a whole pair left as two halves is one character again
+])
+def test_utf8_safe_replaces_each_unpaired_surrogate(text: str, safe: str) -> None:
+    assert utf8_safe(text) == safe
+    assert json.loads(dumps_compact_text({"answer": text})) == {"answer": safe}
+
+
+def test_the_cache_keys_of_text_with_a_surrogate_exist_and_other_keys_are_unchanged() -> None:
+    from engine.client import judge_cache, response_cache
+    from engine.model import ModelConfig
+
+    model = ModelConfig(name="m", model="m-1", base_url="http://127.0.0.1:1/v1")
+    body = {"messages": [{"role": "assistant", "content": "half \ud800 a pair"}]}
+    assert response_cache.cache_key("http://127.0.0.1:1/v1", body, 0) != response_cache.cache_key(
+        "http://127.0.0.1:1/v1", {"messages": []}, 0)
+    assert len(judge_cache.cache_key(model, body, 0)) == 64
+    plain = {"messages": [{"role": "user", "content": "é"}]}
+    text = json.dumps({"body": plain, "sample": 0, "url": "http://127.0.0.1:1/v1"}, sort_keys=True,
+                      ensure_ascii=False, default=str)
+    assert response_cache.cache_key("http://127.0.0.1:1/v1", plain, 0) == hashlib.sha256(text.encode()).hexdigest()

@@ -244,3 +244,24 @@ def test_run_options_have_the_schemas_bounds() -> None:
     for name, (low, high) in expected.items():
         assert ranges[name] == (low, high), name
     assert ranges["max_response_mb"][1] == model["max_response_mb"]["maximum"]
+
+
+def test_a_reply_that_is_not_valid_unicode_is_stored_and_never_paid_twice(tmp_path: Path,
+                                                                          fake_openai: FakeOpenAI) -> None:
+    """JSON may escape half a UTF-16 pair (`\\ud800`), which no UTF-8 text can hold: SQLite, Parquet and the
+    response cache refuse it. The answer is kept with U+FFFD in its place, never lost with its batch."""
+    fake_openai.responder = lambda body: Reply(content="ok \ud800 and \udfff end", reasoning="why \udbff")
+    suites, models = write_suite(tmp_path, 3), write_models(tmp_path, fake_openai.base_url)
+    out = tmp_path / "results"
+    done = engine("run", str(suites), "--models", str(models), "--out", str(out), "--quiet")
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr + done.stdout
+    df = pd.read_parquet(out / "latest")
+    assert len(df) == 6 and df["error_kind"].isna().all() and df["passed"].all()
+    assert set(df["answer"]) == {"ok \ufffd and \ufffd end"}
+    assert set(df.loc[df["model"] == "whole", "reasoning"]) == {"why \ufffd"}
+    assert len(fake_openai.requests) == 6
+    again = engine("run", str(suites), "--models", str(models), "--out", str(tmp_path / "again"), "--quiet")
+    assert again.returncode == 0, again.stderr
+    assert len(fake_openai.requests) == 6                     # answered from the response cache
+    assert set(pd.read_parquet(tmp_path / "again" / "latest")["answer"]) == {"ok \ufffd and \ufffd end"}
