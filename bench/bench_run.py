@@ -132,6 +132,17 @@ def child(kind: str, base_url: str, calls: int, stream: bool, concurrency: int, 
         else:
             prefer_system_allocator()
     import aiohttp  # noqa: F401  (imports are not part of the per-call cost)
+    if os.environ.get("BENCH_ARROW") != "numpy":
+        # Both loops' processes hold the modules `engine run` holds, pyarrow loaded as it loads it: without numpy
+        # (engine/_arrow.py; the run session does it once the suites are loaded). BENCH_ARROW=numpy keeps
+        # numpy-aware pyarrow (as a Ray worker, --resume or a Hugging Face suite has it), as this bench did
+        # before 2026-12-04: the engine's CPU per call read ~7% higher there (bench/README.md).
+        try:
+            from engine._arrow import load_pyarrow_without_numpy
+        except ImportError:   # an older tree (--against): numpy-aware, as its CLI had
+            pass
+        else:
+            load_pyarrow_without_numpy()
     import pyarrow.parquet  # noqa: F401
 
     import engine.evaluators

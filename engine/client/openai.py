@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from engine.base.frozen_init import dict_init
 from engine.base.jsontext import dumps_compact
 from engine.client import retry
 from engine.client.deadline import Deadlines, TaskDeadline
@@ -62,6 +63,7 @@ class RequestSettings:
     stream: bool = True
 
 
+@dict_init   # one per call: 1.09 -> 0.41 us to build (timeit; engine/base/frozen_init.py)
 @dataclass(frozen=True)
 class PreparedRequest:
     """A request ready to send, and the resolved settings the results row records."""
