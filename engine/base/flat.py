@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["FlatKey", "flat_key"]
+__all__ = ["PLAIN_TYPES", "FlatKey", "flat_key"]
 
 FlatKey = tuple[tuple[Any, type, Any], ...]
-_PLAIN = frozenset({str, int, float, bool, type(None)})
+#: The types of a plain YAML/JSON scalar: text, numbers, booleans, null.
+PLAIN_TYPES = frozenset({str, int, float, bool, type(None)})
 
 
 def flat_key(value: Any) -> FlatKey | None:
@@ -22,7 +23,7 @@ def flat_key(value: Any) -> FlatKey | None:
     key = []
     for name, item in value.items():
         kind = type(item)
-        if kind not in _PLAIN:
+        if kind not in PLAIN_TYPES:
             return None
         key.append((name, kind, item))
     return tuple(key)

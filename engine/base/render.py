@@ -135,9 +135,10 @@ def render_value(value: Any, variables: Mapping[str, Any]) -> Any:
             return value
         single = _SINGLE_EXPR.match(value)
         if single and "{{" not in single.group("expr"):
+            name = single_name(value)
+            if name is not None and name in variables:
+                return variables[name]   # `{{ golden }}`: the value itself, as Jinja returns it, without a context
             expr = single.group("expr").strip()
-            if expr in variables and _PLAIN_NAME.fullmatch(expr) and expr not in _NOT_SIMPLE_NAMES:
-                return variables[expr]   # `{{ golden }}`: the value itself, as Jinja returns it, without a context
             with budget():
                 result = _expression(expr)(**variables)
             if isinstance(result, StrictUndefined):
@@ -154,8 +155,8 @@ def render_value(value: Any, variables: Mapping[str, Any]) -> Any:
 @lru_cache(maxsize=4096)
 def single_name(text: str) -> str | None:
     """The variable's name when `render_value(text, variables)` returns that variable's value itself (`text` is
-    exactly `{{ name }}` and `name` is in the variables), else None. `render_value`'s own test, asked once per
-    text (engine.evaluators.plan asks it once per spec instead of once per row)."""
+    exactly `{{ name }}` and `name` is in the variables), else None. `render_value` asks it; engine.evaluators.plan
+    asks it once per spec instead of once per row."""
     single = _SINGLE_EXPR.match(text)
     if not single or "{{" in single.group("expr"):
         return None

@@ -23,6 +23,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from engine.base.identity_memo import by_identity
+
 __all__ = ["METASCHEMA_KEYWORDS", "VALIDATOR_KEYWORDS", "instance_check", "metaschema_valid"]
 
 Check = Callable[[Any], bool]
@@ -267,23 +269,11 @@ def _compile(schema: Any) -> Check | None:
     return lambda v: all(check(v) for check in checks)
 
 
-# Schema (by identity, held so its id is never reused) -> its compiled check or None. A suite's tests offer
-# the same few tool schemas.
-_CHECKS: dict[int, tuple[Any, Check | None]] = {}
-_MAX_CHECKS = 256
-
-
+@by_identity(256)   # built once per schema object: a suite's tests offer the same few tool schemas
 def instance_check(schema: Any) -> Check | None:
     """A check whose True means jsonschema's validator for `schema` finds no error; None outside the subset.
 
     Args:
         schema: A JSON Schema; one with `$schema` (another draft) is outside the subset.
     """
-    held = _CHECKS.get(id(schema))
-    if held is not None and held[0] is schema:
-        return held[1]
-    check = _compile(schema)
-    if len(_CHECKS) >= _MAX_CHECKS:
-        _CHECKS.clear()
-    _CHECKS[id(schema)] = (schema, check)
-    return check
+    return _compile(schema)

@@ -21,6 +21,7 @@ import inspect
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from engine.base.flat import PLAIN_TYPES
 from engine.base.render import is_template, render_value, single_name
 from engine.evaluators.node import Node, common_options, compile_spec, has_template, node_kind
 from engine.evaluators.registry import COMPOSITIONS, KINDS
@@ -29,7 +30,6 @@ __all__ = ["Plan", "plan_spec"]
 
 # variables -> the row's Node, or None: compile this row with `compile_spec` (it reports the problem).
 Plan = Callable[[Mapping[str, Any]], Node | None]
-_PLAIN = frozenset({str, int, float, bool, type(None)})
 
 
 class _Unplanned(Exception):
@@ -107,7 +107,7 @@ def _leaf_plan(kind: str, spec: Mapping[str, Any], common: dict[str, Any]) -> Pl
     if build is None or entry.child:
         raise _Unplanned
     options = {k: v for k, v in spec.items() if k != kind and k not in ("weight", "threshold", "name", "must")}
-    if any(type(v) not in _PLAIN or (type(v) is str and is_template(v)) for v in options.values()):
+    if any(type(v) not in PLAIN_TYPES or (type(v) is str and is_template(v)) for v in options.values()):
         raise _Unplanned   # nested or templated options: rendered per row by compile_spec
     raw = spec[kind]
     # `{{ name }}` alone: the variable's value itself, as `render_value` returns it (else render_value per row).

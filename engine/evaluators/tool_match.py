@@ -25,6 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from engine.base.identity_memo import by_identity
 from engine.base.schema_subset import instance_check
 from engine.base.words import short
 from engine.model import ToolCall
@@ -143,24 +144,14 @@ def _strict_args(args: Mapping[str, Any], accepted: Mapping[str, Any], allow_ext
     return None
 
 
-# Tool schema (by identity, the object held so its id is never reused) -> its jsonschema validator. A suite's
-# tests offer the same few tool definitions; building the validator was 40% of checking one call's arguments.
-_VALIDATORS: dict[int, tuple[Mapping[str, Any], Any]] = {}
-_MAX_VALIDATORS = 256
-
-
+# Built once per tool schema object: a suite's tests offer the same few tool definitions, and building the
+# validator was 40% of checking one call's arguments.
+@by_identity(256)
 def schema_validator(schema: Mapping[str, Any]) -> Any:
     """jsonschema's validator for `schema` (the draft its `$schema` names, else 2020-12), built once per schema."""
-    held = _VALIDATORS.get(id(schema))
-    if held is not None and held[0] is schema:
-        return held[1]
     import jsonschema  # here, not at the top: a run without tool calls never imports it (issue #22 item 2)
 
-    validator = jsonschema.validators.validator_for(schema)(schema)
-    if len(_VALIDATORS) >= _MAX_VALIDATORS:
-        _VALIDATORS.clear()
-    _VALIDATORS[id(schema)] = (schema, validator)
-    return validator
+    return jsonschema.validators.validator_for(schema)(schema)
 
 
 def _strict_call(name: str, args: dict[str, Any], accepted: Mapping[str, list[Any]] | None,

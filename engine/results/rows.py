@@ -27,14 +27,16 @@ AGENT_COLUMNS = ("transcript", "ledger", "tool_events", "turns", "prose_turns", 
                  # workspace tests only (engine/run/conversation.py fills them)
                  "failed_commands", "refused_paths", "workspace_files", "workspace_diff")
 _NO_AGENT: dict[str, Any] = dict.fromkeys(AGENT_COLUMNS)
+#: The judge columns summed over a row's model-graded nodes (`judge_columns`).
+JUDGE_SUM_COLUMNS = ("judge_calls", "judge_cost", "judge_prompt_tokens", "judge_completion_tokens")
+_NO_JUDGE: dict[str, Any] = dict.fromkeys(JUDGE_SUM_COLUMNS)
 #: Columns a single-turn row leaves out, as they are null on every one: the agent columns, context trimming's
 #: counts, and the judge sums unless a model-graded node is in its verdict. A missing field is read as null
 #: (Arrow's JSON reader with the explicit schema, `Table.from_pylist`), so the Parquet table is the same; a
 #: reader of the dict uses `get`. The row's JSON is 1,109 bytes instead of 1,518 in `bench/bench_run.py`:
 #: 100,000 results peak at 112.9 MB instead of 115.3 MB (2 runs each); CPU per call no different measurably
 #: (12 pairs, 0.99x; bench/README.md "Issue #22 item 2, fifth pass").
-SINGLE_TURN_NULLS = (*AGENT_COLUMNS, "trimmed_requests", "trimmed_messages", "judge_calls", "judge_cost",
-                     "judge_prompt_tokens", "judge_completion_tokens")
+SINGLE_TURN_NULLS = (*AGENT_COLUMNS, "trimmed_requests", "trimmed_messages", *JUDGE_SUM_COLUMNS)
 
 _DATE_SUFFIX = re.compile(r"-(\d{4}-\d{2}-\d{2}|\d{8}|\d{4})$")
 
@@ -106,9 +108,7 @@ def judge_node_fields(node: Verdict) -> dict[str, Any]:
             "judge_completion_tokens": details.get("judge_completion_tokens"), "judge_cost": details.get("judge_cost")}
 
 
-_JUDGE_SUMS = ("judge_calls", "judge_prompt_tokens", "judge_completion_tokens")
-_NO_JUDGE: dict[str, Any] = dict.fromkeys(("judge_calls", "judge_cost", "judge_prompt_tokens",
-                                           "judge_completion_tokens"))
+_JUDGE_SUMS = ("judge_calls", "judge_prompt_tokens", "judge_completion_tokens")   # the integer ones
 
 
 def judge_columns(verdict: Verdict | None) -> dict[str, Any]:
@@ -117,8 +117,7 @@ def judge_columns(verdict: Verdict | None) -> dict[str, Any]:
 
     `judge_cost` is null when no judge call was priced; cache hits count nowhere (nothing was paid).
     """
-    out: dict[str, Any] = {"judge_calls": None, "judge_cost": None, "judge_prompt_tokens": None,
-                           "judge_completion_tokens": None}
+    out: dict[str, Any] = dict(_NO_JUDGE)
     if verdict is None:
         return out
     for _, node in (((verdict.kind, verdict),) if not verdict.children else verdict.walk()):

@@ -59,6 +59,12 @@ _Finished = tuple[ModelConfig, Job, PreparedRequest, CallResult, Verdict | None,
 _UNSCORED: Any = object()
 
 
+def _answer(result: CallResult) -> Answer:
+    """What the evaluators see of a successful reply."""
+    return Answer(text=result.text, tool_calls=result.tool_calls, finish_reason=result.finish_reason,
+                  reasoning=result.reasoning)
+
+
 def _crashed(exc: BaseException) -> str:
     return f"the evaluator crashed: {type(exc).__name__}: {exc}"[:500]
 
@@ -252,8 +258,7 @@ class Runner:
                 self._finish((model, job, request, result, _UNSCORED, None, started_us, time.time_ns() // 1000))
                 continue
             if result.error is None:
-                answer = Answer(text=result.text, tool_calls=result.tool_calls,
-                                finish_reason=result.finish_reason, reasoning=result.reasoning)
+                answer = _answer(result)
                 if node is not None and node.is_async:
                     # a scorer awaits (a judge's model call); an exec beside it runs in a thread all the same
                     verdict, evaluator_error = _outcome(await score_async(
@@ -322,9 +327,7 @@ class Runner:
         run_id = self.config.run_id
         for model, job, request, result, verdict, evaluator_error, started_us, ended_us in finished:
             if verdict is _UNSCORED:
-                verdict, evaluator_error = _score(job.test, Answer(
-                    text=result.text, tool_calls=result.tool_calls, finish_reason=result.finish_reason,
-                    reasoning=result.reasoning))
+                verdict, evaluator_error = _score(job.test, _answer(result))
             try:
                 row = build_row(run_id=run_id, model=model, test=job.test, attempt=job.attempt, request=request,
                                 result=result, verdict=verdict, evaluator_error=evaluator_error,
