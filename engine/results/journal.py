@@ -59,6 +59,29 @@ def _encode(row: dict[str, Any]) -> str:
     return dumps_compact_text(row)
 
 
+#: Rows a statement of `_insert_new` inserts: 800 parameters, under the 999 of SQLite before 3.32.
+_ROWS_PER_INSERT = 200
+
+
+def _insert_new(db: sqlite3.Connection, rows: list[tuple[str, int, str | None, str]]) -> int:
+    """INSERT OR IGNORE the rows, `_ROWS_PER_INSERT` a statement; how many were new.
+
+    One statement of many VALUES rather than `executemany`, which binds and steps one statement per row:
+    20,000 rows of `bench/bench_run.py` in batches of 330, insert and commit: 4.5 -> 3.7 us per row (5 runs
+    each; bench/README.md "Issue #22, 2026-12-04 evening"). Each size's statement is compiled once (sqlite3
+    keeps 128): the full chunks share one, a batch's tail is one more.
+    """
+    changed = 0
+    for start in range(0, len(rows), _ROWS_PER_INSERT):
+        chunk = rows[start:start + _ROWS_PER_INSERT]
+        count = db.execute("INSERT OR IGNORE INTO rows(key, is_error, part, data) VALUES "
+                           + ",".join(["(?,?,?,?)"] * len(chunk)), [v for row in chunk for v in row]).rowcount
+        if count < 0:
+            return -1
+        changed += count
+    return changed
+
+
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS rows(key TEXT PRIMARY KEY, is_error INTEGER NOT NULL, part TEXT, data TEXT NOT NULL);
 CREATE INDEX IF NOT EXISTS rows_part ON rows(part);
@@ -162,8 +185,7 @@ class Journal:
                     "ON CONFLICT(key) DO UPDATE SET is_error = excluded.is_error, part = excluded.part, "
                     "data = excluded.data WHERE rows.is_error = 1 AND excluded.is_error = 0", rows).rowcount
             else:
-                changed = db.executemany(
-                    "INSERT OR IGNORE INTO rows(key, is_error, part, data) VALUES (?, ?, ?, ?)", rows).rowcount
+                changed = _insert_new(db, rows)
             db.execute("COMMIT")
         except BaseException as exc:
             # SQLite has already rolled back after SQLITE_FULL / SQLITE_IOERR; a second ROLLBACK would

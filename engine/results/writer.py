@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 from engine.results.journal import Journal, storage_error
-from engine.results.rows import key_of_row
+from engine.results.rows import SINGLE_TURN_NULLS, key_of_row
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -141,27 +141,78 @@ def table_from_json_lines(count: int, data: bytes) -> pa.Table:
         data: The rows' JSON texts as UTF-8, one per line, in the order the table should have.
     """
     import pyarrow as pa
-    import pyarrow.json as pa_json
 
     from engine.results.schema import SCHEMA
 
     try:
-        table = pa_json.read_json(
-            pa.BufferReader(data),
-            # One block holds everything: a row larger than the block size would be refused.
-            read_options=pa_json.ReadOptions(use_threads=False, block_size=len(data) + 1),
-            parse_options=pa_json.ParseOptions(explicit_schema=_read_schema(), unexpected_field_behavior="ignore",
-                                               newlines_in_values=False),
-            # The system allocator, not Arrow's default mimalloc: mimalloc hands each part's
-            # buffers fresh memory, and the kernel zeroing its huge pages cost ~10 us per call
-            # in `bench/bench_run.py` (perf: `clear_page_erms` under `mi_page_free_list_extend`);
-            # glibc malloc reuses the memory freed by the previous part.
-            memory_pool=pa.system_memory_pool())
+        # Single-turn rows first: Arrow's reader fills every field of its schema on every row, present or not, and
+        # the agent columns and judge fields cost it as much as the fields a row has. Read without them (any row
+        # that has one refuses the narrow read: "unexpected field"), then add them as null columns. 5,335 rows of
+        # `bench/bench_run.py`: 7.6 -> 5.3 us per row (bench/README.md "Issue #22, 2026-12-04 evening").
+        table = _read_lines(data, _single_turn_schema(), "error")
+        if table.num_rows == count:
+            return _with_timestamps(_widened(table))
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
+        pass
+    try:
+        table = _read_lines(data, _read_schema(), "ignore")
         if table.num_rows == count:
             return _with_timestamps(table.select(SCHEMA.names))
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
         pass
     return pa.Table.from_pylist([json.loads(line) for line in data.split(b"\n")] if count else [], schema=SCHEMA)
+
+
+def _read_lines(data: bytes, schema: pa.Schema, unexpected: str) -> pa.Table:
+    """Arrow's JSON reader over `data` (one object per line) with `schema`; `unexpected`: what other fields do."""
+    import pyarrow as pa
+    import pyarrow.json as pa_json
+
+    return pa_json.read_json(
+        pa.BufferReader(data),
+        # One block holds everything: a row larger than the block size would be refused.
+        read_options=pa_json.ReadOptions(use_threads=False, block_size=len(data) + 1),
+        parse_options=pa_json.ParseOptions(explicit_schema=schema, unexpected_field_behavior=unexpected,
+                                           newlines_in_values=False),
+        # The system allocator, not Arrow's default mimalloc: mimalloc hands each part's
+        # buffers fresh memory, and the kernel zeroing its huge pages cost ~10 us per call
+        # in `bench/bench_run.py` (perf: `clear_page_erms` under `mi_page_free_list_extend`);
+        # glibc malloc reuses the memory freed by the previous part.
+        memory_pool=pa.system_memory_pool())
+
+
+def _widened(table: pa.Table) -> pa.Table:
+    """A table read with `_single_turn_schema` as `_read_schema`: the columns and evaluator fields it left out
+    added as nulls (buffers reused, nothing copied or cast, so `pyarrow.compute` stays unimported)."""
+    import pyarrow as pa
+
+    from engine.results.schema import EVALUATOR_NODE
+
+    count = table.num_rows
+    columns = []
+    for field in _read_schema():
+        index = table.schema.get_field_index(field.name)
+        if index < 0:
+            columns.append(pa.nulls(count, field.type))
+        elif field.name == "evaluators":
+            columns.append(pa.chunked_array([_with_judge_fields(chunk, EVALUATOR_NODE)
+                                             for chunk in table.column(index).chunks], type=field.type))
+        else:
+            columns.append(table.column(index))
+    return pa.Table.from_arrays(columns, schema=_read_schema())
+
+
+def _with_judge_fields(entries: pa.ListArray, node: pa.StructType) -> pa.ListArray:
+    """A list<struct> chunk of evaluator entries read without the judge fields, with them as null children."""
+    import pyarrow as pa
+
+    values = entries.values
+    children = [values.field(i) for i in range(values.type.num_fields)]
+    children += [pa.nulls(len(values), node.field(i).type) for i in range(len(children), node.num_fields)]
+    struct = pa.Array.from_buffers(node, len(values), values.buffers()[:1], null_count=values.null_count,
+                                   offset=values.offset, children=children)
+    return pa.Array.from_buffers(pa.list_(node), len(entries), entries.buffers()[:2], null_count=entries.null_count,
+                                 offset=entries.offset, children=[struct])  # type: ignore[return-value]
 
 
 def _with_timestamps(table: pa.Table) -> pa.Table:
@@ -183,6 +234,19 @@ def _with_timestamps(table: pa.Table) -> pa.Table:
             column = pa.chunked_array([chunk.view(field.type) for chunk in column.chunks], type=field.type)
         columns.append(column)
     return pa.Table.from_arrays(columns, schema=SCHEMA)
+
+
+@functools.cache
+def _single_turn_schema() -> pa.Schema:
+    """`_read_schema` as a single-turn row without a judge fills it: no `SINGLE_TURN_NULLS` column, and the
+    evaluator entries without their `judge_*` fields (the fields a node of every kind has come first)."""
+    import pyarrow as pa
+
+    from engine.results.schema import EVALUATOR_NODE
+
+    common = pa.struct([field for field in EVALUATOR_NODE if not field.name.startswith("judge_")])
+    return pa.schema([pa.field(f.name, pa.list_(common), f.nullable) if f.name == "evaluators" else f
+                      for f in _read_schema() if f.name not in SINGLE_TURN_NULLS])
 
 
 @functools.cache
