@@ -69,17 +69,31 @@ def _insert_new(db: sqlite3.Connection, rows: list[tuple[str, int, str | None, s
     One statement of many VALUES rather than `executemany`, which binds and steps one statement per row:
     20,000 rows of `bench/bench_run.py` in batches of 330, insert and commit: 4.5 -> 3.7 us per row (5 runs
     each; bench/README.md "Issue #22, 2026-12-04 evening"). Each size's statement is compiled once (sqlite3
-    keeps 128): the full chunks share one, a batch's tail is one more.
+    keeps 128): the full chunks share one, a batch's tail takes its powers of two (`_statement_rows`).
     """
     changed = 0
-    for start in range(0, len(rows), _ROWS_PER_INSERT):
-        chunk = rows[start:start + _ROWS_PER_INSERT]
-        count = db.execute("INSERT OR IGNORE INTO rows(key, is_error, part, data) VALUES "
-                           + ",".join(["(?,?,?,?)"] * len(chunk)), [v for row in chunk for v in row]).rowcount
+    start = 0
+    while start < len(rows):
+        size = _statement_rows(len(rows) - start)
+        chunk = rows[start:start + size]
+        start += size
+        count = db.execute(_INSERTS[size], [v for row in chunk for v in row]).rowcount
         if count < 0:
             return -1
         changed += count
     return changed
+
+
+def _statement_rows(left: int) -> int:
+    """The rows of the next statement: `_ROWS_PER_INSERT`, or the largest power of two in what is left."""
+    return _ROWS_PER_INSERT if left >= _ROWS_PER_INSERT else 1 << (left.bit_length() - 1)
+
+
+#: The statements `_insert_new` runs, by their row count: 9 sizes at most, so the connection's statement cache
+#: (128 compiled statements) holds them all; a statement per tail length filled it with up to 128 statements of
+#: as many as 200 rows each (+9.7 MB of peak RSS for 100,000 results in bench_run).
+_INSERTS = {size: "INSERT OR IGNORE INTO rows(key, is_error, part, data) VALUES " + ",".join(["(?,?,?,?)"] * size)
+            for size in (_ROWS_PER_INSERT, *(1 << bit for bit in range(_ROWS_PER_INSERT.bit_length())))}
 
 
 _SCHEMA = """
