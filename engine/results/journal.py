@@ -59,15 +59,16 @@ def _encode(row: dict[str, Any]) -> str:
     return dumps_compact_text(row)
 
 
-#: Rows a statement of `_insert_new` inserts: 800 parameters, under the 999 of SQLite before 3.32.
-_ROWS_PER_INSERT = 200
+#: Rows a statement of `_insert_new` inserts at most (256 parameters, under the 999 of SQLite before 3.32): as fast
+#: per row as 200 (3.8-4.1 against 3.7-4.1 us, 4 runs each), and smaller compiled statements to keep.
+_ROWS_PER_INSERT = 64
 
 
 def _insert_new(db: sqlite3.Connection, rows: list[tuple[str, int, str | None, str]]) -> int:
     """INSERT OR IGNORE the rows, `_ROWS_PER_INSERT` a statement; how many were new.
 
     One statement of many VALUES rather than `executemany`, which binds and steps one statement per row:
-    20,000 rows of `bench/bench_run.py` in batches of 330, insert and commit: 4.5 -> 3.7 us per row (5 runs
+    20,000 rows of `bench/bench_run.py` in batches of 330, insert and commit: 4.5-5.4 -> 3.7-4.1 us per row (9 runs
     each; bench/README.md "Issue #22, 2026-12-04 evening"). Each size's statement is compiled once (sqlite3
     keeps 128): the full chunks share one, a batch's tail takes its powers of two (`_statement_rows`).
     """
@@ -89,9 +90,9 @@ def _statement_rows(left: int) -> int:
     return _ROWS_PER_INSERT if left >= _ROWS_PER_INSERT else 1 << (left.bit_length() - 1)
 
 
-#: The statements `_insert_new` runs, by their row count: 9 sizes at most, so the connection's statement cache
-#: (128 compiled statements) holds them all; a statement per tail length filled it with up to 128 statements of
-#: as many as 200 rows each (+9.7 MB of peak RSS for 100,000 results in bench_run).
+#: The statements `_insert_new` runs, by their row count: 7 sizes (1, 2, 4 ... 64), so the connection's statement
+#: cache (128 compiled statements) holds them all; a statement per tail length filled it with up to 128 statements
+#: of as many as 200 rows each (+9.7 MB of peak RSS for 100,000 results in bench_run).
 _INSERTS = {size: "INSERT OR IGNORE INTO rows(key, is_error, part, data) VALUES " + ",".join(["(?,?,?,?)"] * size)
             for size in (_ROWS_PER_INSERT, *(1 << bit for bit in range(_ROWS_PER_INSERT.bit_length())))}
 
