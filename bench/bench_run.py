@@ -12,9 +12,9 @@ CPU is the process's CPU time (user + system) spent in the measured loop, divide
 `--quick` divides the counts by 10 (for a smoke run). Figures go to bench/README.md.
 
 `--rounds N [--against TREE]`: N paired rounds instead (issue #22): each round runs the raw loop, TREE's
-engine (an export of an older commit, run with its own bench/bench_run.py), this tree's engine and the raw
-loop again against one mock server, non-streaming and streaming; then the whole processes (bare loop, TREE's
-`engine run`, this tree's); each engine's ratio is taken against the mean of its round's two raw runs.
+engine (an export of an older commit, run with its own bench/bench_run.py) and this tree's, in turns first,
+and the raw loop again against one mock server, non-streaming and streaming; then the whole processes (bare
+loop, then the two `engine run`s in turns); each engine's ratio is taken against its round's raw runs.
 Medians and ranges are printed, and every round as a JSON line.
 
 `--whole-rounds N [--against TREE] [--against-python PY]`: N paired rounds of the whole processes only (see
@@ -309,7 +309,10 @@ def rounds(base_url: str, count: int, against: Path | None, scale: int) -> None:
         record: dict = {"round": n}
         for label, calls, stream in (("non-streaming", 20_000 // scale, False), ("streaming", 5_000 // scale, True)):
             first = _measure("raw", base_url, calls, stream, 64)
-            engines = {name: _measure("engine", base_url, calls, stream, 64, tree=tree) for name, tree in trees}
+            # The two engines take turns going first: a fixed order read the second one 1.01x of the first
+            # where alternating pairs of the same trees read 0.93-0.99x (bench/README.md, 2026-12-04 evening).
+            order = trees if n % 2 == 0 else list(reversed(trees))
+            engines = {name: _measure("engine", base_url, calls, stream, 64, tree=tree) for name, tree in order}
             last = _measure("raw", base_url, calls, stream, 64)
             raw_us = (first["cpu_us_per_call"] + last["cpu_us_per_call"]) / 2
             record[label] = {"raw_us": raw_us}
@@ -319,9 +322,12 @@ def rounds(base_url: str, count: int, against: Path | None, scale: int) -> None:
                 ratios.setdefault(f"{label} {name} ratio", []).append(ratio)
                 ratios.setdefault(f"{label} {name} us", []).append(eng["cpu_us_per_call"])
             ratios.setdefault(f"{label} raw us", []).append(raw_us)
+            if len(engines) == 2:
+                ratios.setdefault(f"{label} after / before", []).append(
+                    engines["after"]["cpu_us_per_call"] / engines["before"]["cpu_us_per_call"])
         bare = _whole_bare(base_url, 2000)
         record["whole"] = {"bare": bare}
-        for name, tree in trees:
+        for name, tree in (trees if n % 2 == 0 else list(reversed(trees))):
             whole = record["whole"][name] = _whole_cli(base_url, 2000, tree)
             ratios.setdefault(f"whole {name} cpu s", []).append(whole["cpu_s"])
             ratios.setdefault(f"whole {name} peak MB", []).append(whole["peak_rss_mb"])

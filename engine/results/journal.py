@@ -68,8 +68,8 @@ def _insert_new(db: sqlite3.Connection, rows: list[tuple[str, int, str | None, s
     """INSERT OR IGNORE the rows, `_ROWS_PER_INSERT` a statement; how many were new.
 
     One statement of many VALUES rather than `executemany`, which binds and steps one statement per row:
-    20,000 rows of `bench/bench_run.py` in batches of 330, insert and commit: 4.5-5.4 -> 3.7-4.1 us per row (9 runs
-    each; bench/README.md "Issue #22, 2026-12-04 evening"). Each size's statement is compiled once (sqlite3
+    20,000 rows of `bench/bench_run.py` in batches of 330, insert and commit: 4.4-5.5 -> 3.6-4.3 us per row
+    (14 runs each; bench/README.md "Issue #22, 2026-12-04 evening"). Each size's statement is compiled once (sqlite3
     keeps 128): the full chunks share one, a batch's tail takes its powers of two (`_statement_rows`).
     """
     changed = 0
