@@ -66,7 +66,9 @@ _NOT_SIMPLE_NAMES = frozenset({"true", "false", "none", "True", "False", "None"}
 def simple_names(text: str) -> tuple[str, ...] | None:
     """The variables of a template made only of `{{ name }}` placeholders, else None (use Jinja)."""
     rest = _SIMPLE_VAR.sub("", text)
-    if "{{" in rest or "{%" in rest or "{#" in rest:
+    # "{{{" is Jinja's to read: `{{{a}}` is a syntax error there (and `{{{'k': 1}['k']}}` a dict), where the
+    # substitution would have matched `{{a}}` and kept the brace.
+    if "{{" in rest or "{%" in rest or "{#" in rest or "{{{" in text:
         return None
     names = tuple(dict.fromkeys(_SIMPLE_VAR.findall(text)))
     if any(name in _NOT_SIMPLE_NAMES for name in names):

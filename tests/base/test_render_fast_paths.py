@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from jinja2 import Environment, StrictUndefined, TemplateSyntaxError
 
 from engine.base.render import UndefinedError, is_template, render, render_value
 from engine.evaluators import compile_spec
@@ -146,3 +147,19 @@ def test_simple_placeholders_render_as_before(parts: list[str], values: dict[str
         except Exception as exc:  # noqa: BLE001 - the same failure, with the same words, is expected of both
             outcomes.append((type(exc), str(exc)))
     assert outcomes[0] == outcomes[1], text
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("{{{a}}", TemplateSyntaxError), ("x {{{ a }} y", TemplateSyntaxError), ("{{{'k': 7}['k']}}", "7"),
+    ("{ {{a}}", "{ 1"), ("{{a}}}", "1}"), ("{{ a }}{{ a }}", "11"),
+])
+def test_a_brace_before_a_placeholder_is_read_as_jinja_reads_it(text: str, expected: str | type) -> None:
+    """The substitution shortcut matched `{{a}}` inside `{{{a}}` and kept the brace; Jinja refuses the text."""
+    jinja = Environment(undefined=StrictUndefined)
+    if isinstance(expected, str):
+        assert render(text, {"a": 1}) == jinja.from_string(text).render(a=1) == expected
+    else:
+        with pytest.raises(expected):
+            jinja.from_string(text)
+        with pytest.raises(expected):
+            render(text, {"a": 1})
