@@ -140,10 +140,15 @@ class Journal:
                 raise storage_error(exc, str(path)) from exc
             raise   # sqlite3.DatabaseError: not a journal (see engine.results.folder.open_journal)
         self._pending: list[tuple[str, int, str]] = []
-        # The part that committed rows go straight into (set by the writer; None = no part yet, as
+        # The part that committed rows go straight into (set by the writer, `start_part`; None = no part yet, as
         # `assign_part` then gives one), and how many rows it holds: naming the part at insert time
         # spares an UPDATE that would rewrite every row once more when the part is cut.
         self.open_part: str | None = None
+        self.open_part_rows = 0
+
+    def start_part(self, part: str) -> None:
+        """Commit rows into `part` from now on, counting its rows from none (the writer's next part)."""
+        self.open_part = part
         self.open_part_rows = 0
 
     def close(self) -> None:

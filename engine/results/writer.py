@@ -274,8 +274,7 @@ class ResultsWriter:
         self.journal = journal
         self.rows_per_part = rows_per_part
         self._next = self._next_index()
-        journal.open_part = self._part_name(self._next)   # committed rows go straight into the next part
-        journal.open_part_rows = 0
+        journal.start_part(self._part_name(self._next))   # committed rows go straight into the next part
 
     @staticmethod
     def _part_name(index: int) -> str:
@@ -336,8 +335,7 @@ class ResultsWriter:
         if moved or self.journal.rows_in(part):
             self._write_part(part)
             self._next += 1
-            self.journal.open_part = self._part_name(self._next)
-            self.journal.open_part_rows = 0
+            self.journal.start_part(self._part_name(self._next))
 
     def _write_part(self, part: str) -> None:
         import pyarrow.parquet as pq

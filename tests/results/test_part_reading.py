@@ -116,7 +116,7 @@ def test_rows_the_reader_refuses_still_make_their_table() -> None:
 def test_one_commit_of_many_rows_inserts_each_new_key_once(tmp_path: Path) -> None:
     """Rows go in by statements of many VALUES: duplicates in a batch and keys already there are skipped."""
     journal = Journal(tmp_path / "_journal.sqlite")
-    journal.open_part = "part-00000.parquet"
+    journal.start_part("part-00000.parquet")
     _, template = PLAIN[0]
     for i in range(150):
         journal.add(f"k{i}", template)
