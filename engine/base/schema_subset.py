@@ -25,7 +25,7 @@ from typing import Any
 
 from engine.base.identity_memo import by_identity
 
-__all__ = ["METASCHEMA_KEYWORDS", "VALIDATOR_KEYWORDS", "instance_check", "metaschema_valid"]
+__all__ = ["METASCHEMA_KEYWORDS", "VALIDATOR_KEYWORDS", "instance_check", "metaschema_valid", "surely_fits"]
 
 Check = Callable[[Any], bool]
 
@@ -277,3 +277,9 @@ def instance_check(schema: Any) -> Check | None:
         schema: A JSON Schema; one with `$schema` (another draft) is outside the subset.
     """
     return _compile(schema)
+
+
+def surely_fits(schema: Any, instance: Any) -> bool:
+    """True only when jsonschema's validator for `schema` surely finds no error in `instance`; False: ask it."""
+    check = instance_check(schema)
+    return check is not None and check(instance)

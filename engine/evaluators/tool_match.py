@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine.base.identity_memo import by_identity
-from engine.base.schema_subset import instance_check
+from engine.base.schema_subset import surely_fits
 from engine.base.words import short
 from engine.model import ToolCall
 
@@ -159,8 +159,7 @@ def _strict_call(name: str, args: dict[str, Any], accepted: Mapping[str, list[An
     # Arguments that surely fit a plain tool schema need no jsonschema (engine.base.schema_subset): its import
     # and a validator walk per call were 45-50 ms plus ~8 µs per tool-call golden of the bench suite's first
     # load (issue #22 item 3, fourth pass). Any doubt goes to jsonschema, which gives the verdict and message.
-    quick = instance_check(schema) if schema else None
-    if schema and (quick is None or not quick(args)):
+    if schema and not surely_fits(schema, args):
         from jsonschema import SchemaError
 
         try:

@@ -42,7 +42,7 @@ from jinja2 import meta
 
 from engine.base.diagnostic import Path, Problem
 from engine.base.render import ENV, TemplateSyntaxError, is_template, render_value
-from engine.base.schema_subset import instance_check, metaschema_valid
+from engine.base.schema_subset import metaschema_valid, surely_fits
 from engine.evaluators.tool_match import plain, schema_validator, strict_equal
 
 __all__ = [
@@ -151,8 +151,7 @@ class Tool:
         if not isinstance(arguments, Mapping):
             return f"the arguments must be a JSON object, got {json.dumps(arguments)[:80]}"
         arguments = dict(arguments)
-        quick = instance_check(self.parameters)   # surely fits a plain schema: no jsonschema (see compile_tool)
-        if quick is not None and quick(arguments):
+        if surely_fits(self.parameters, arguments):   # a plain schema: no jsonschema (see compile_tool)
             return None
         from jsonschema.exceptions import best_match
 
