@@ -28,7 +28,8 @@ from engine.suite.checks import EvaluatorResolver, Report
 from engine.suite.hashing import canonical_json
 from engine.suite.variable_checks import Template, VariableChecks
 
-__all__ = ["SpecFacts", "SpecMemo", "flat_key"]
+__all__ = ["SpecFacts", "SpecMemo"]
+
 
 @dataclass(frozen=True, slots=True)
 class SpecFacts:
@@ -37,7 +38,6 @@ class SpecFacts:
     Args:
         resolved: The spec with `use` inlined, as the resolver returned it (each test gets a copy).
         templates: Its templates as `VariableChecks` lists them, paths relative to the spec.
-        templated: Whether the resolved spec has a template (then each row compiles it).
         eval_json: The canonical JSON of the resolved spec with the suite's judge prompt: what the hash encodes.
         plan: Compiles a row of a templated spec (engine.evaluators.plan), or None: `compile_spec` per row.
         node: The compiled tree of a spec without templates (shared by its tests; Nodes are immutable).
@@ -45,7 +45,6 @@ class SpecFacts:
 
     resolved: Mapping[str, Any]
     templates: tuple[Template, ...]
-    templated: bool
     eval_json: str
     plan: Plan | None
     node: Node | None
@@ -100,14 +99,13 @@ class SpecMemo:
 
     def _facts(self, written: Any, spec: Any) -> SpecFacts | None:
         as_compiled = with_judge_prompt(spec, self.judge_prompt)
-        templated = has_template(spec)
         node: Node | None = None
         plan: Plan | None = None
-        if templated:
+        if has_template(spec):
             plan = plan_spec(as_compiled)
         else:
             node = compile_spec(as_compiled, {})
             if any(n.problem is not None for _, n in node.walk()):
                 return None   # each test reports it (Expander._compile)
         return SpecFacts(resolved=spec, templates=tuple(self.variables.eval_templates(written, ())),
-                         templated=templated, eval_json=canonical_json(as_compiled), plan=plan, node=node)
+                         eval_json=canonical_json(as_compiled), plan=plan, node=node)

@@ -55,11 +55,10 @@ class SuiteTools:
                 continue   # a declared tool (asked first: split_tools never reads a declared name as a built-in)
             if split_tools([name], self.tools, ())[1]:
                 continue   # a built-in workspace tool (engine.workspace.spec.split_tools checks those)
-            if name not in self.tools:
-                guess = did_you_mean(name, self.tools)
-                hint = f" — did you mean '{guess}'?" if guess else " — define it under `tools:` at the top"
-                self.report.error(path + (i,), f"unknown tool '{name}'{hint}")
-                ok = False
+            guess = did_you_mean(name, self.tools)
+            hint = f" — did you mean '{guess}'?" if guess else " — define it under `tools:` at the top"
+            self.report.error(path + (i,), f"unknown tool '{name}'{hint}")
+            ok = False
         return ok
 
     def _offered(self, names: tuple[str, ...]) -> tuple[tuple[dict[str, Any], ...], str]:

@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
+from engine.base.flat import flat_key
 from engine.evaluators import score
 from engine.model import Answer
 from engine.suite import hashing, load_suites, spec_memo
-from engine.suite.spec_memo import flat_key
 
 ROOT = Path(__file__).resolve().parents[2]
 
