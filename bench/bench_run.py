@@ -307,11 +307,11 @@ def rounds(base_url: str, count: int, against: Path | None, scale: int) -> None:
     ratios: dict[str, list[float]] = {}
     for n in range(count):
         record: dict = {"round": n}
+        # The two engines take turns going first: a fixed order read the second one 1.01x of the first where
+        # alternating pairs of the same trees read 0.93-0.99x (bench/README.md, 2026-12-04 evening).
+        order = trees if n % 2 == 0 else list(reversed(trees))
         for label, calls, stream in (("non-streaming", 20_000 // scale, False), ("streaming", 5_000 // scale, True)):
             first = _measure("raw", base_url, calls, stream, 64)
-            # The two engines take turns going first: a fixed order read the second one 1.01x of the first
-            # where alternating pairs of the same trees read 0.93-0.99x (bench/README.md, 2026-12-04 evening).
-            order = trees if n % 2 == 0 else list(reversed(trees))
             engines = {name: _measure("engine", base_url, calls, stream, 64, tree=tree) for name, tree in order}
             last = _measure("raw", base_url, calls, stream, 64)
             raw_us = (first["cpu_us_per_call"] + last["cpu_us_per_call"]) / 2
@@ -327,7 +327,7 @@ def rounds(base_url: str, count: int, against: Path | None, scale: int) -> None:
                     engines["after"]["cpu_us_per_call"] / engines["before"]["cpu_us_per_call"])
         bare = _whole_bare(base_url, 2000)
         record["whole"] = {"bare": bare}
-        for name, tree in (trees if n % 2 == 0 else list(reversed(trees))):
+        for name, tree in order:
             whole = record["whole"][name] = _whole_cli(base_url, 2000, tree)
             ratios.setdefault(f"whole {name} cpu s", []).append(whole["cpu_s"])
             ratios.setdefault(f"whole {name} peak MB", []).append(whole["peak_rss_mb"])
