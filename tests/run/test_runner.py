@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
 
+from engine.results.journal import Journal
+from engine.results.writer import ResultsWriter
 from engine.run.jobs import iter_jobs, select_tests
+from engine.run.runner import RunConfig, Runner
 from tests.fake_openai import FakeOpenAI, Reply
 from tests.run.helpers import make_model, make_test, run_jobs
 
@@ -226,3 +230,24 @@ async def _count_tasks_while(seen: list[int]) -> None:
     while True:
         seen.append(len(asyncio.all_tasks()))
         await asyncio.sleep(0.01)
+
+
+async def test_the_committer_ends_when_woken_as_the_run_ends(tmp_path: Path) -> None:
+    # The run's end used to cancel the committer inside `asyncio.wait_for`; a row's wake-up landing in the same
+    # turn of the loop made Python 3.11 swallow the cancellation, and `engine run` never ended.
+    journal = Journal(tmp_path / "_journal.sqlite")
+    runner = Runner(RunConfig(run_id="run-1", concurrency=1, commit_interval_s=0.01), journal,
+                    ResultsWriter(tmp_path, journal))
+    try:
+        committer = asyncio.create_task(runner._commit_loop())
+        await asyncio.sleep(0)       # the committer waits for a wake-up
+        runner._wake.set()            # a finished row wakes it ...
+        await asyncio.sleep(0)       # ... its event's waiter is done, the committer not yet resumed
+        ending = asyncio.create_task(runner._end_committer(committer))
+        for _ in range(50):          # turns of the loop, not seconds: a swallowed stop never ends
+            if ending.done():
+                break
+            await asyncio.sleep(0)
+        assert ending.done() and committer.done()
+    finally:
+        journal.close()
