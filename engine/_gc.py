@@ -52,7 +52,7 @@ def freeze_for_exit() -> None:
 
     Called by the CLI once its command is over. Finalisation collects the oldest generation as it clears
     the modules (`_PyGC_CollectNoFail`), walking every object a command leaves: the imports (pyarrow,
-    numpy, aiohttp, the suite) and what the command built. After `engine run` of 2,000 calls that was
+    numpy, the HTTP client, the suite) and what the command built. After `engine run` of 2,000 calls that was
     0.13-0.15 s of CPU, 0.015 s with this: whole process 0.95x (10 paired rounds, bench/README.md "Issue
     #22 item 2, third pass"). What it gives up: a reference cycle still alive at exit is not collected,
     so its objects' finalizers do not run; CPython never promises they run at exit, `atexit` handlers and

@@ -71,6 +71,7 @@ class Reply:
         retry_after: `Retry-After` header value for http_* faults.
         retry_after_ms: `retry-after-ms` header value.
         should_retry: `x-should-retry` header value ("true"/"false").
+        location: `Location` header value for http_3xx faults.
         delay_s: Wait this long before answering (for concurrency tests).
         chunk_chars: Content characters per streamed chunk.
         arg_chunks: Pieces each tool call's arguments are split into.
@@ -91,6 +92,7 @@ class Reply:
     retry_after: str | None = None
     retry_after_ms: str | None = None
     should_retry: str | None = None
+    location: str | None = None
     delay_s: float = 0.0
     chunk_chars: int = 4
     arg_chunks: int = 3
@@ -263,6 +265,8 @@ class FakeOpenAI:
             headers["retry-after-ms"] = reply.retry_after_ms
         if reply.should_retry is not None:
             headers["x-should-retry"] = reply.should_retry
+        if reply.location is not None:
+            headers["Location"] = reply.location
         message = reply.error_message or f"fake error {status}"
         return web.json_response({"error": {"message": message, "code": status}},
                                  status=status, headers=headers)

@@ -1,6 +1,6 @@
 """The typer application every command module registers on.
 
-Command modules import heavy libraries (pandas, aiohttp) inside the command functions, so
+Command modules import heavy libraries (pandas, pyarrow) inside the command functions, so
 `engine --help` and `engine validate` start fast.
 """
 

@@ -1,6 +1,6 @@
 """`engine run`: call every selected model on every selected test and record the results.
 
-Heavy modules (aiohttp, pyarrow, the suite loader) are imported inside the command so
+Heavy modules (pyarrow, the HTTP client, the suite loader) are imported inside the command so
 `engine --help` stays fast. The work is in `engine.run.session`; this module only parses options.
 """
 

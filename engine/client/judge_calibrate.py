@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from engine.client.http1 import Pool
 from engine.client.judge import JudgeModels, ModelJudgeCaller
 from engine.client.judge_cache import JudgeCache
 from engine.client.openai import OpenAIClient
@@ -117,15 +118,15 @@ async def grade_calibrations(targets: list[Target], judges: JudgeModels, cache: 
     Returns:
         (one run per target, judge calls paid).
     """
-    import aiohttp
-
-    connector = aiohttp.TCPConnector(limit=concurrency, limit_per_host=0)
-    async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=None)) as session:
-        caller = ModelJudgeCaller(judges, cache, OpenAIClient(session, api_keys),
+    pool = Pool(concurrency)
+    try:
+        caller = ModelJudgeCaller(judges, cache, OpenAIClient(pool, api_keys),
                                   global_slots=asyncio.Semaphore(concurrency))
         runs = await asyncio.gather(*(_grade(test, path, spec, members, judges, caller)
                                       for test, path, spec, members in targets))
         return list(runs), caller.calls
+    finally:
+        await pool.close()
 
 
 async def _grade(test: Test, path: str, spec: JudgeSpec, members: list[list[str]], judges: JudgeModels,

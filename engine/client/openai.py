@@ -1,6 +1,6 @@
 """Request building and reading replies from OpenAI-compatible endpoints, nothing else.
 
-One `OpenAIClient` wraps one aiohttp session (one bounded connector) for the whole run. `call`
+One `OpenAIClient` wraps one connection pool (`engine.client.http1`) for the whole run. `call`
 sends a prepared body, retries as `engine.client.retry` decides, and always returns a `CallResult`:
 a failed call is a result with `error` set, never an exception, so the runner can write its row.
 The bytes of a reply are read here, under the model's size cap; what they mean is decided in
@@ -13,12 +13,13 @@ import asyncio
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from engine.base.frozen_init import dict_init
 from engine.base.jsontext import dumps_compact
 from engine.client import retry
 from engine.client.deadline import Deadlines, TaskDeadline
+from engine.client.http1 import Pool, Response, TransportFailure
 from engine.client.replicas import ReplicaSet
 from engine.client.response import (
     CallResult,
@@ -35,9 +36,6 @@ from engine.errors import ClientError
 from engine.model import ModelConfig, Test
 from engine.redact import Redactor, mask_urls, url_secrets
 from engine.suite.content_parts import wire_messages
-
-if TYPE_CHECKING:
-    import aiohttp
 
 __all__ = ["CallResult", "OpenAIClient", "PreparedRequest", "RequestSettings", "endpoint_url", "prepare"]
 
@@ -150,19 +148,19 @@ class _Failed(Exception):
 
 
 class OpenAIClient:
-    """Calls OpenAI-compatible endpoints over one shared aiohttp session.
+    """Calls OpenAI-compatible endpoints over one shared connection pool.
 
     Args:
-        session: The run's session (its connector bounds the open connections).
+        pool: The run's connections (`Pool(limit)` bounds the requests in flight).
         api_keys: model name -> API key, read from the env by the caller. Keys are put in the
             Authorization header and nowhere else (never in results, errors or logs).
         cache: The response cache a call may be answered from (when its caller passes `cache_as`), or None.
         clock: Monotonic seconds for the replicas' cool-downs (`engine.client.replicas`; tests inject one).
     """
 
-    def __init__(self, session: aiohttp.ClientSession, api_keys: Mapping[str, str | None],
+    def __init__(self, pool: Pool, api_keys: Mapping[str, str | None],
                  cache: ResponseCache | None = None, *, clock: Callable[[], float] = time.monotonic) -> None:
-        self._session = session
+        self._pool = pool
         self._cache = cache
         self._clock = clock
         self._replicas: dict[str, ReplicaSet] = {}
@@ -172,7 +170,7 @@ class OpenAIClient:
         self.retrying = 0   # calls waiting out a retry delay now (the progress display shows it)
         self._headers: dict[str, dict[str, str]] = {}
         for name, key in api_keys.items():
-            headers = {"Content-Type": "application/json", "Accept": "application/json"}
+            headers = {"Content-Type": "application/json", "Accept": "application/json"}   # checked once by the pool
             if key:
                 headers["Authorization"] = f"Bearer {key}"
             self._headers[name] = headers
@@ -289,23 +287,22 @@ class OpenAIClient:
 
     async def _once(self, request: PreparedRequest, payload: bytes, headers: dict[str, str],
                     result: CallResult, redact: Redactor, limit: int, url: str) -> None:
-        import aiohttp
-
         started = time.perf_counter()
+        resp = None
         try:
-            async with self._session.post(url, data=payload, headers=headers) as resp:
-                if resp.status >= 300:
-                    # Read past the cut by a key's length, so the key is masked whole before the cut.
-                    raw = await resp.content.read(_ERROR_BODY_CHARS + redact.longest)
-                    body = redact.clean(raw.decode("utf-8", "replace"))[:_ERROR_BODY_CHARS]
-                    raise _Failed(retry.status_error(resp.status, resp.headers, body), resp.headers)
-                if request.stream:
-                    await _read_stream(resp, result, started, "prompt" in request.body, redact, limit)
-                else:
-                    raw = await _read_body(resp, limit)
-                    result.ttft_provider_s = time.perf_counter() - started
-                    (request.reader or parse_whole)(raw, result, redact)
-        except aiohttp.ClientError as exc:
+            resp = await self._pool.post(url, payload, headers)
+            if resp.status >= 300:
+                # Read past the cut by a key's length, so the key is masked whole before the cut.
+                raw = await resp.read_at_most(_ERROR_BODY_CHARS + redact.longest)
+                body = redact.clean(raw.decode("utf-8", "replace"))[:_ERROR_BODY_CHARS]
+                raise _Failed(retry.status_error(resp.status, resp.headers, body), resp.headers)
+            if request.stream:
+                await _read_stream(resp, result, started, "prompt" in request.body, redact, limit)
+            else:
+                raw = await _read_body(resp, limit)
+                result.ttft_provider_s = time.perf_counter() - started
+                (request.reader or parse_whole)(raw, result, redact)
+        except TransportFailure as exc:
             during = "reading the response" if result.ttft_provider_s is not None else "connecting"
             raise _Failed(retry.transport_error(exc, during=during), None) from None
         except ClientError as exc:  # a reply that cannot be read, found while parsing
@@ -317,6 +314,8 @@ class OpenAIClient:
             raise _Failed(retry.bad_response(f"{during} the reply failed: {type(exc).__name__}: "
                                              f"{str(exc)[:200]}"), None) from None
         finally:
+            if resp is not None:
+                resp.release()
             result.latency_s = time.perf_counter() - started
         split_think(result)
         if result.finish_reason == "length":
@@ -351,16 +350,16 @@ def _mask_result(result: CallResult, redact: Redactor) -> None:
             result.error = _with_message(result.error, clean)
 
 
-async def _read_body(resp: aiohttp.ClientResponse, limit: int) -> bytes:
+async def _read_body(resp: Response, limit: int) -> bytes:
     """A whole response body, refused as soon as it passes `limit` bytes."""
     length = resp.content_length
     if length is not None:
         if length > limit:
             raise retry.too_large(limit)
-        return await resp.read()   # aiohttp reads exactly Content-Length bytes
+        return await resp.read()   # llhttp delivers exactly Content-Length bytes
     parts = []
     size = 0
-    async for chunk in resp.content.iter_any():
+    while chunk := await resp.next_chunk():
         size += len(chunk)
         if size > limit:
             raise retry.too_large(limit)
@@ -368,7 +367,7 @@ async def _read_body(resp: aiohttp.ClientResponse, limit: int) -> bytes:
     return b"".join(parts)
 
 
-async def _read_stream(resp: aiohttp.ClientResponse, result: CallResult, started: float, completions: bool,
+async def _read_stream(resp: Response, result: CallResult, started: float, completions: bool,
                        redact: Redactor, limit: int) -> None:
     """Read an SSE response into `result`; raise when it is malformed, cut short or over `limit` bytes."""
     decoder = SSEDecoder()
@@ -380,7 +379,7 @@ async def _read_stream(resp: aiohttp.ClientResponse, result: CallResult, started
     size = 0
     perf = time.perf_counter
     try:
-        async for chunk in resp.content.iter_any():
+        while chunk := await resp.next_chunk():
             if result.ttft_provider_s is None:
                 result.ttft_provider_s = perf() - started
             size += len(chunk)

@@ -24,6 +24,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from engine.errors import BadResponse, CallTimeout, ClientError, HTTPStatusError, StreamError, TransportError
+from engine.redact import mask_url
 
 INITIAL_DELAY_S = 0.5
 MAX_DELAY_S = 8.0
@@ -36,7 +37,7 @@ def should_retry_status(status: int, headers: Mapping[str, str]) -> bool:
 
     Args:
         status: The HTTP status code.
-        headers: The response headers (case-insensitive mapping, as aiohttp gives).
+        headers: The response headers, names lower-cased (`engine.client.http1.Response.headers`).
     """
     override = headers.get("x-should-retry")
     if override == "true":
@@ -56,6 +57,9 @@ def status_error(status: int, headers: Mapping[str, str], body: str) -> HTTPStat
     """
     detail = " ".join(body.split())[:300]
     message = f"HTTP {status} from the server" + (f": {detail}" if detail else "")
+    location = headers.get("location") if 300 <= status < 400 else None
+    if location:   # redirects are not followed (engine/client/http1.py): say where to point base_url instead
+        message += f" (the endpoint moved to {mask_url(location[:300])}: point base_url there)"
     return HTTPStatusError(message, kind=f"http_{status}", retryable=should_retry_status(status, headers),
                            status=status)
 
@@ -64,7 +68,7 @@ def transport_error(exc: BaseException, *, during: str) -> TransportError:
     """A failed connection (refused, reset, closed early), which is always retryable.
 
     Args:
-        exc: The aiohttp / OS exception.
+        exc: The transport's exception (`engine.client.http1.TransportFailure`).
         during: What the client was doing ("connecting", "reading the stream").
     """
     name = type(exc).__name__

@@ -11,9 +11,9 @@ import json
 from dataclasses import replace
 from typing import Any
 
-import aiohttp
 import pytest
 
+from engine.client.http1 import Pool
 from engine.client.openai import CallResult, OpenAIClient, RequestSettings, prepare
 from engine.client.tool_calls import MAX_ARGUMENT_DEPTH
 from engine.model import ModelConfig, Test
@@ -99,8 +99,8 @@ def model_for(server: FakeOpenAI, **overrides: Any) -> ModelConfig:
 
 async def call(server: FakeOpenAI, *, stream: bool, **model_fields: Any) -> CallResult:
     model = model_for(server, **model_fields)
-    async with aiohttp.ClientSession() as session:
-        client = OpenAIClient(session, {"m": "sk-test"})
+    async with Pool(64) as pool:
+        client = OpenAIClient(pool, {"m": "sk-test"})
         return await client.call(model, prepare(model, TEST, RequestSettings(stream=stream)))
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-import aiohttp
 import pytest
 
+from engine.client.http1 import Pool
 from engine.client.openai import CallResult, OpenAIClient, RequestSettings, prepare
 from engine.model import ModelConfig, Test
 from tests.factories import make_test
@@ -22,8 +22,8 @@ def model_for(server: FakeOpenAI, **overrides: Any) -> ModelConfig:
 
 async def call(server: FakeOpenAI, *, stream: bool = True, test: Test = TEST, **model_fields: Any) -> CallResult:
     model = model_for(server, **model_fields)
-    async with aiohttp.ClientSession() as session:
-        client = OpenAIClient(session, {"m": "sk-test"})
+    async with Pool(64) as pool:
+        client = OpenAIClient(pool, {"m": "sk-test"})
         return await client.call(model, prepare(model, test, RequestSettings(stream=stream)))
 
 
@@ -123,6 +123,17 @@ async def test_400_is_never_retried(fake_openai: FakeOpenAI) -> None:
     assert len(fake_openai.requests) == 1
 
 
+@pytest.mark.parametrize("stream", [True, False])
+async def test_a_redirect_is_not_followed_and_says_where_the_endpoint_moved(fake_openai: FakeOpenAI,
+                                                                            stream: bool) -> None:
+    fake_openai.script(Reply(fault="http_308", location="https://u:pw@api.example.com/v2/chat/completions"),
+                       Reply())
+    result = await call(fake_openai, stream=stream)
+    assert result.error is not None and result.error.kind == "http_308" and result.retries == 0
+    assert "the endpoint moved to https://***@api.example.com/v2/chat/completions" in str(result.error)
+    assert len(fake_openai.requests) == 1
+
+
 async def test_reset_mid_stream_is_a_retried_connection_error(fake_openai: FakeOpenAI) -> None:
     fake_openai.script(*[Reply(fault="reset", content="a fairly long answer here")] * 3)
     result = await call(fake_openai, max_retries=1)
@@ -177,8 +188,8 @@ async def test_length_finish_is_truncated(fake_openai: FakeOpenAI) -> None:
 
 async def test_connection_refused(unused_tcp_port: int) -> None:
     model = ModelConfig(name="m", model="x", base_url=f"http://127.0.0.1:{unused_tcp_port}/v1", max_retries=1)
-    async with aiohttp.ClientSession() as session:
-        result = await OpenAIClient(session, {}).call(model, prepare(model, TEST, RequestSettings()))
+    async with Pool(64) as pool:
+        result = await OpenAIClient(pool, {}).call(model, prepare(model, TEST, RequestSettings()))
     assert result.error is not None and result.error.kind == "connection" and result.retries == 1
 
 
@@ -203,8 +214,8 @@ async def test_calls_waiting_to_retry_are_counted(fake_openai: FakeOpenAI) -> No
 
     fake_openai.script(Reply(fault="http_429", retry_after="0.5"), Reply(content="Paris"))
     model = model_for(fake_openai)
-    async with aiohttp.ClientSession() as session:
-        client = OpenAIClient(session, {})
+    async with Pool(64) as pool:
+        client = OpenAIClient(pool, {})
         task = asyncio.create_task(client.call(model, prepare(model, TEST, RequestSettings())))
         seen = 0
         while not task.done():

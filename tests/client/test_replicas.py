@@ -11,9 +11,9 @@ from collections import Counter
 from dataclasses import replace
 from typing import Any
 
-import aiohttp
 import pytest
 
+from engine.client.http1 import Pool
 from engine.client.openai import CallResult, OpenAIClient, RequestSettings, prepare
 from engine.client.replicas import COOL_DOWN_S, ReplicaSet
 from engine.model import ModelConfig
@@ -122,8 +122,8 @@ def replica_model(servers: list[FakeOpenAI], **overrides: Any) -> ModelConfig:
 
 async def calls(model: ModelConfig, n: int, clock: Clock, *, concurrent: bool = False,
                 between: Any = None) -> tuple[list[CallResult], OpenAIClient]:
-    async with aiohttp.ClientSession() as session:
-        client = OpenAIClient(session, {"m": None}, clock=clock)
+    async with Pool(64) as pool:
+        client = OpenAIClient(pool, {"m": None}, clock=clock)
         request = prepare(model, TEST, RequestSettings())
         if concurrent:
             return list(await asyncio.gather(*(client.call(model, request) for _ in range(n)))), client
