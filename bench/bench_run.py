@@ -13,7 +13,8 @@ CPU is the process's CPU time (user + system) spent in the measured loop, divide
 
 `--rounds N [--against TREE]`: N paired rounds instead (issue #22): each round runs the raw loop, TREE's
 engine (an export of an older commit, run with its own bench/bench_run.py) and this tree's, in turns first,
-and the raw loop again against one mock server, non-streaming and streaming; then the whole processes (bare
+the same bare loop over the engine's own HTTP client (`raw-http1`: what the engine adds besides HTTP), and
+the raw loop again against one mock server, non-streaming and streaming; then the whole processes (bare
 loop, then the two `engine run`s in turns); each engine's ratio is taken against its round's raw runs.
 Medians and ranges are printed, and every round as a JSON line.
 
@@ -90,6 +91,47 @@ async def _raw(base_url: str, calls: int, stream: bool, concurrency: int) -> Non
         await asyncio.gather(*(worker(session) for _ in range(concurrency)))
 
 
+async def _raw_http1(base_url: str, calls: int, stream: bool, concurrency: int) -> None:
+    """The second baseline: `_raw`'s loop over the engine's own HTTP client (`engine.client.http1`).
+
+    The engine's CPU over this one is the price of everything but HTTP (runner, client, rows, journal, Parquet);
+    over `_raw`'s, the issue's figure, it also holds the HTTP client's gain over aiohttp's.
+    """
+    from engine.client.http1 import Pool
+
+    body = dict(BODY, stream=stream)
+    if stream:
+        body["stream_options"] = {"include_usage": True}
+    payload = json.dumps(body).encode()
+    headers = {"Content-Type": "application/json"}
+    url = base_url + "/chat/completions"
+    left = iter(range(calls))
+
+    async def worker(pool: Pool) -> None:
+        for _ in left:
+            resp = await pool.post(url, payload, headers)
+            try:
+                if stream:
+                    buffer = b""
+                    parts = []
+                    while chunk := await resp.next_chunk():
+                        buffer += chunk
+                        *events, buffer = buffer.split(b"\n\n")
+                        for event in events:
+                            data = event[6:]
+                            if data != b"[DONE]":
+                                for choice in json.loads(data)["choices"]:
+                                    parts.append(choice["delta"].get("content") or "")
+                    "".join(parts)
+                else:
+                    json.loads(await resp.read())
+            finally:
+                resp.release()
+
+    async with Pool(concurrency) as pool:
+        await asyncio.gather(*(worker(pool) for _ in range(concurrency)))
+
+
 def _bench_tests(calls: int, repeat: int) -> list:
     """The suite's tests, as the loader hands them to `engine run` (built before the measured loop)."""
     from engine.evaluators import compile_spec
@@ -156,7 +198,7 @@ def child(kind: str, base_url: str, calls: int, stream: bool, concurrency: int, 
         import engine.client.openai
         import engine.results.journal
         import engine.run.jobs
-        import engine.run.runner  # noqa: F401
+        import engine.run.runner
         from engine._gc import tuned_gc
 
         tests = _bench_tests(calls, repeat)
@@ -164,6 +206,11 @@ def child(kind: str, base_url: str, calls: int, stream: bool, concurrency: int, 
         cpu0, wall0 = _cpu(), time.perf_counter()
         if kind == "raw":
             asyncio.run(_raw(base_url, calls, stream, concurrency))
+            done = calls
+        elif kind == "raw-http1":
+            import engine.client.http1  # noqa: F401  (as aiohttp is imported before `cpu0` for the raw loop)
+
+            asyncio.run(_raw_http1(base_url, calls, stream, concurrency))
             done = calls
         else:
             with tuned_gc():   # the collector setting `engine run` runs under (the CLI enters it)
@@ -313,9 +360,13 @@ def rounds(base_url: str, count: int, against: Path | None, scale: int) -> None:
         for label, calls, stream in (("non-streaming", 20_000 // scale, False), ("streaming", 5_000 // scale, True)):
             first = _measure("raw", base_url, calls, stream, 64)
             engines = {name: _measure("engine", base_url, calls, stream, 64, tree=tree) for name, tree in order}
+            own = _measure("raw-http1", base_url, calls, stream, 64)
             last = _measure("raw", base_url, calls, stream, 64)
             raw_us = (first["cpu_us_per_call"] + last["cpu_us_per_call"]) / 2
-            record[label] = {"raw_us": raw_us}
+            record[label] = {"raw_us": raw_us, "raw_http1_us": own["cpu_us_per_call"]}
+            ratios.setdefault(f"{label} raw-http1 us", []).append(own["cpu_us_per_call"])
+            ratios.setdefault(f"{label} after / raw-http1", []).append(
+                engines["after"]["cpu_us_per_call"] / own["cpu_us_per_call"])
             for name, eng in engines.items():
                 ratio = eng["cpu_us_per_call"] / raw_us
                 record[label][name] = {"us": eng["cpu_us_per_call"], "ratio": ratio}
