@@ -52,6 +52,28 @@ def _peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
+def _raw_request(base_url: str, stream: bool) -> tuple[bytes, dict[str, str], str]:
+    """The bare loops' request: body bytes, headers and URL."""
+    body = dict(BODY, stream=stream)
+    if stream:
+        body["stream_options"] = {"include_usage": True}
+    return json.dumps(body).encode(), {"Content-Type": "application/json"}, base_url + "/chat/completions"
+
+
+def _take_events(buffer: bytes, parts: list[str]) -> bytes:
+    """The bare loops' SSE reading: split the whole events off `buffer`, add each one's content to `parts`.
+
+    Returns the rest of `buffer` (an event not yet complete).
+    """
+    *events, rest = buffer.split(b"\n\n")
+    for event in events:
+        data = event[6:]
+        if data != b"[DONE]":
+            for choice in json.loads(data)["choices"]:
+                parts.append(choice["delta"].get("content") or "")
+    return rest
+
+
 async def _raw(base_url: str, calls: int, stream: bool, concurrency: int) -> None:
     """The baseline: the same requests with a bare aiohttp loop.
 
@@ -60,12 +82,7 @@ async def _raw(base_url: str, calls: int, stream: bool, concurrency: int) -> Non
     """
     import aiohttp
 
-    body = dict(BODY, stream=stream)
-    if stream:
-        body["stream_options"] = {"include_usage": True}
-    payload = json.dumps(body).encode()
-    headers = {"Content-Type": "application/json"}
-    url = base_url + "/chat/completions"
+    payload, headers, url = _raw_request(base_url, stream)
     left = iter(range(calls))
 
     async def worker(session: aiohttp.ClientSession) -> None:
@@ -73,15 +90,9 @@ async def _raw(base_url: str, calls: int, stream: bool, concurrency: int) -> Non
             async with session.post(url, data=payload, headers=headers) as resp:
                 if stream:
                     buffer = b""
-                    parts = []
+                    parts: list[str] = []
                     async for chunk in resp.content.iter_any():
-                        buffer += chunk
-                        *events, buffer = buffer.split(b"\n\n")
-                        for event in events:
-                            data = event[6:]
-                            if data != b"[DONE]":
-                                for choice in json.loads(data)["choices"]:
-                                    parts.append(choice["delta"].get("content") or "")
+                        buffer = _take_events(buffer + chunk, parts)
                     "".join(parts)
                 else:
                     json.loads(await resp.read())
@@ -99,12 +110,7 @@ async def _raw_http1(base_url: str, calls: int, stream: bool, concurrency: int) 
     """
     from engine.client.http1 import Pool
 
-    body = dict(BODY, stream=stream)
-    if stream:
-        body["stream_options"] = {"include_usage": True}
-    payload = json.dumps(body).encode()
-    headers = {"Content-Type": "application/json"}
-    url = base_url + "/chat/completions"
+    payload, headers, url = _raw_request(base_url, stream)
     left = iter(range(calls))
 
     async def worker(pool: Pool) -> None:
@@ -113,15 +119,9 @@ async def _raw_http1(base_url: str, calls: int, stream: bool, concurrency: int) 
             try:
                 if stream:
                     buffer = b""
-                    parts = []
+                    parts: list[str] = []
                     while chunk := await resp.next_chunk():
-                        buffer += chunk
-                        *events, buffer = buffer.split(b"\n\n")
-                        for event in events:
-                            data = event[6:]
-                            if data != b"[DONE]":
-                                for choice in json.loads(data)["choices"]:
-                                    parts.append(choice["delta"].get("content") or "")
+                        buffer = _take_events(buffer + chunk, parts)
                     "".join(parts)
                 else:
                     json.loads(await resp.read())
@@ -251,15 +251,9 @@ def _bare_process(base_url: str, calls: int) -> None:
                                   "stream_options": {"include_usage": True}}).encode()
             async with session.post(url, data=payload, headers=headers) as resp:
                 buffer = b""
-                parts = []
+                parts: list[str] = []
                 async for chunk in resp.content.iter_any():
-                    buffer += chunk
-                    *events, buffer = buffer.split(b"\n\n")
-                    for event in events:
-                        data = event[6:]
-                        if data != b"[DONE]":
-                            for choice in json.loads(data)["choices"]:
-                                parts.append(choice["delta"].get("content") or "")
+                    buffer = _take_events(buffer + chunk, parts)
                 passed += "ok" in "".join(parts)
 
     async def main() -> None:
