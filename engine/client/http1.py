@@ -1,27 +1,18 @@
 """HTTP/1.1 over asyncio: the one HTTP client the engine's model calls go through.
 
 Why not aiohttp: a call's own work in the engine is ~50 µs, and aiohttp's request path (URL object,
-header multidicts, tracing hooks, timers, its stream reader) costs ~80 µs more on top of that (issue #22,
-bench/README.md). This client does only what an OpenAI-compatible endpoint needs: POST a body whose bytes
-are ready, read the status, the headers and the body (whole or as it arrives). That takes 29-35 µs a call in
-the same bench. What it leaves out on purpose: proxies (the aiohttp session before it did not read the
-environment's proxy settings either), cookies, redirects (a 3xx reply is an error that names where it
-points: an API base URL that moved is a config fix, and a POST that silently turns into a GET is worse),
-HTTP/2, and compression other than gzip and deflate (it asks for none; a server that sends one anyway is
-decoded).
-
-Parsing is llhttp's, Node's parser (through httptools, as uvicorn uses it): chunked bodies, keep-alive,
-bodies delimited by Content-Length or by the end of the connection, 1xx informational replies skipped.
-
-Failures are exceptions by class::
-
-    TransportFailure                 the try failed in transit (retried: `engine.client.retry.transport_error`)
-     ├── ConnectFailure              no connection: refused, unresolvable host, TLS handshake, bad scheme
-     ├── ConnectionClosed            the server closed the connection before the reply was complete
-     └── ProtocolFailure             the bytes that came back are not an HTTP/1.1 reply
+header multidicts, tracing hooks, timers, its stream reader) cost ~80 µs more on top of that; over this
+client the bare loop of bench_run.py takes ~16 µs a call (issue #22, bench/README.md "seventh pass"). It does
+only what an OpenAI-compatible endpoint needs: POST a body whose bytes are ready, read the status, the
+headers and the body (whole or as it arrives; `engine.client.http1_reply`). What it leaves out on purpose:
+proxies (the aiohttp session before it did not read the environment's proxy settings either), cookies,
+redirects (a 3xx reply is an error that names where it points: an API base URL that moved is a config fix,
+and a POST that silently turns into a GET is worse), HTTP/2, and compression other than gzip and deflate (it
+asks for none; a server that sends one anyway is decoded).
 
 Connections are kept per (scheme, host, port) and reused, newest first. `Pool(limit)` bounds the requests in
-flight (and so the connections in use) as aiohttp's connector `limit` did.
+flight (and so the connections in use) as aiohttp's connector `limit` did. Failures are the classes of
+`engine.client.http1_reply` (`TransportFailure` and its three kinds), re-exported here.
 """
 
 from __future__ import annotations
@@ -29,34 +20,23 @@ from __future__ import annotations
 import asyncio
 import base64
 import ssl
-import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import quote, unquote, urlsplit
 
-import httptools
+from engine.client.http1_reply import (
+    ConnectFailure,
+    Connection,
+    ConnectionClosed,
+    ProtocolFailure,
+    Response,
+    TransportFailure,
+)
 
 __all__ = ["ConnectFailure", "ConnectionClosed", "Pool", "ProtocolFailure", "Response", "TransportFailure"]
 
 USER_AGENT = "llm-eval-engine"
-_PAUSE_AT = 1 << 20   # unread body bytes past which the socket stops being read until the reader catches up
 _PATH_SAFE = "/%:@!$&'()*+,;=-._~?"
-
-
-class TransportFailure(Exception):
-    """A try that failed in transit: no reply, or no complete one."""
-
-
-class ConnectFailure(TransportFailure):
-    """No connection could be made (refused, unknown host, TLS handshake, a scheme other than http(s))."""
-
-
-class ConnectionClosed(TransportFailure):
-    """The server closed the connection (or it was reset) before the reply was complete."""
-
-
-class ProtocolFailure(TransportFailure):
-    """What came back is not an HTTP/1.1 reply llhttp accepts."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,249 +88,6 @@ def _header_block(headers: Mapping[str, str], basic_auth: bool) -> bytes:
     return "".join(lines).encode("utf-8")
 
 
-class Response:
-    """One reply being read: `status` and `headers` (names lower-cased) are set; the body comes as it arrives.
-
-    Call `release()` when done with it (a `finally`): a reply read to its end gives its connection back
-    for the next request; anything else closes it.
-    """
-
-    __slots__ = (
-        "_buffered",
-        "_chunks",
-        "_complete",
-        "_connection",
-        "_decoder",
-        "_error",
-        "_pool",
-        "_released",
-        "_waiter",
-        "headers",
-        "status",
-    )
-
-    def __init__(self, connection: _Connection, pool: Pool) -> None:
-        self.status = 0
-        self.headers: dict[str, str] = {}
-        self._connection = connection
-        self._pool = pool
-        self._chunks: list[bytes] = []
-        self._buffered = 0
-        self._complete = False
-        self._error: TransportFailure | None = None
-        self._waiter: asyncio.Future[None] | None = None
-        self._decoder: zlib._Decompress | None = None
-        self._released = False
-
-    @property
-    def content_length(self) -> int | None:
-        """The Content-Length the server sent (llhttp has checked it is a number), or None."""
-        value = self.headers.get("content-length")
-        return int(value) if value is not None and self._decoder is None else None
-
-    async def read(self) -> bytes:
-        """The whole body (the caller has checked its size is acceptable: `content_length`)."""
-        parts: list[bytes] = []
-        while True:
-            chunk = await self.next_chunk()
-            if not chunk:
-                return b"".join(parts)
-            parts.append(chunk)
-
-    async def read_at_most(self, size: int) -> bytes:
-        """The body's first `size` bytes, or what came of it before its end or a failure (an error reply's message)."""
-        while self._buffered < size and not self._complete and self._error is None:
-            await self._wait()
-        data = b"".join(self._chunks)[:size]
-        self._chunks.clear()
-        self._buffered = 0
-        return data
-
-    async def next_chunk(self) -> bytes:
-        """The body bytes that arrived since the last call (waiting for some); b"" once the body is complete."""
-        while not self._chunks:
-            if self._error is not None:
-                raise self._error
-            if self._complete:
-                return b""
-            await self._wait()
-        chunks = self._chunks
-        data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
-        chunks.clear()
-        if self._buffered >= _PAUSE_AT:
-            self._connection.resume()
-        self._buffered = 0
-        return data
-
-    def release(self) -> None:
-        """Give the connection back (reply read whole, server keeps it open) or close it. Idempotent."""
-        if self._released:
-            return
-        self._released = True
-        self._pool._give_back(self._connection, self._complete and self._error is None)
-
-    async def _wait(self) -> None:
-        self._waiter = waiter = asyncio.get_running_loop().create_future()
-        try:
-            await waiter
-        finally:
-            self._waiter = None
-
-    def _wake(self) -> None:
-        waiter = self._waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
-
-    def _body(self, data: bytes) -> None:
-        if self._error is not None:
-            return
-        if self._decoder is not None:
-            try:
-                data = self._decoder.decompress(data)
-            except zlib.error as exc:
-                self._fail(ProtocolFailure(f"the reply's compressed body does not decode: {exc}"))
-                return
-        self._chunks.append(data)
-        self._buffered += len(data)
-        if self._buffered >= _PAUSE_AT:
-            self._connection.pause()
-        self._wake()
-
-    def _start_body(self, status: int) -> None:
-        self.status = status
-        encoding = self.headers.get("content-encoding", "identity").strip().lower()
-        if encoding in ("gzip", "x-gzip", "deflate"):
-            self._decoder = zlib.decompressobj(zlib.MAX_WBITS | 32)   # +32: gzip or zlib, read from the header
-        elif encoding != "identity":
-            self._fail(ProtocolFailure(f"the reply is compressed as {encoding!r}, which this client cannot read"))
-
-    def _finish(self) -> None:
-        if self._decoder is not None:
-            tail = self._decoder.flush()
-            if tail:
-                self._chunks.append(tail)
-        self._complete = True
-        self._wake()
-
-    def _fail(self, error: TransportFailure) -> None:
-        if self._error is None and not self._complete:
-            self._error = error
-        self._wake()
-
-
-class _Connection(asyncio.Protocol):
-    """One keep-alive connection; llhttp's callbacks fill the reply being read, one reply at a time."""
-
-    def __init__(self, key: tuple[str, str, int]) -> None:
-        self.key = key
-        self.transport: asyncio.Transport | None = None
-        self.closed = False
-        self._parser = httptools.HttpResponseParser(self)
-        self._response: Response | None = None
-        self._headers: asyncio.Future[None] | None = None
-        self._informational = False
-        self._paused = False
-
-    # -- asyncio.Protocol ----------------------------------------------------------------------------------
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
-
-    def data_received(self, data: bytes) -> None:
-        if self._response is None:   # nothing asked: bytes a server has no business sending
-            self.close()
-            return
-        try:
-            self._parser.feed_data(data)
-        except httptools.HttpParserError as exc:
-            cause = exc.__cause__ or exc
-            self._failed(ProtocolFailure(f"the reply is not valid HTTP/1.1: {type(cause).__name__}: {cause}"))
-            self.close()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.closed = True
-        response = self._response
-        if response is None or response._complete:
-            return
-        if response.status and exc is None and "content-length" not in response.headers and \
-                "transfer-encoding" not in response.headers:
-            response._finish()   # a body delimited by the end of the connection (HTTP/1.0 style)
-            return
-        why = f": {type(exc).__name__}: {exc}" if exc is not None else ""
-        self._failed(ConnectionClosed(f"the server closed the connection before the reply was complete{why}"))
-
-    # -- llhttp callbacks ----------------------------------------------------------------------------------
-    def on_message_begin(self) -> None:
-        response = self._response
-        if response is None or response._complete:   # a second reply to one request: the stream is out of step
-            raise ProtocolFailure("the server sent more than one reply to one request")
-
-    def on_header(self, name: bytes, value: bytes) -> None:
-        assert self._response is not None
-        self._response.headers[name.decode("latin-1").lower()] = value.decode("latin-1")
-
-    def on_headers_complete(self) -> None:
-        response = self._response
-        assert response is not None
-        status = self._parser.get_status_code()
-        if status < 200:   # 1xx: informational, the real reply follows
-            self._informational = True
-            response.headers.clear()
-            return
-        response._start_body(status)
-        headers, self._headers = self._headers, None
-        if headers is not None and not headers.done():
-            headers.set_result(None)
-
-    def on_body(self, body: bytes) -> None:
-        assert self._response is not None
-        self._response._body(body)
-
-    def on_message_complete(self) -> None:
-        if self._informational:
-            self._informational = False
-            return
-        response = self._response
-        assert response is not None
-        if not self._parser.should_keep_alive():
-            self.closed = True   # the server said `Connection: close` (or spoke HTTP/1.0)
-        response._finish()
-
-    # -- the client's side ---------------------------------------------------------------------------------
-    def send(self, data: bytes, response: Response) -> asyncio.Future[None]:
-        """Write a whole request; the future is done when the reply's headers are in."""
-        assert self.transport is not None
-        self._response = response
-        self._headers = headers = asyncio.get_running_loop().create_future()
-        self.transport.write(data)
-        return headers
-
-    def _failed(self, error: TransportFailure) -> None:
-        if self._response is not None:
-            self._response._fail(error)
-        headers, self._headers = self._headers, None
-        if headers is not None and not headers.done():
-            headers.set_exception(error)
-
-    def pause(self) -> None:
-        if not self._paused and self.transport is not None:
-            self._paused = True
-            self.transport.pause_reading()
-
-    def resume(self) -> None:
-        if self._paused and self.transport is not None and not self.closed:
-            self._paused = False
-            self.transport.resume_reading()
-
-    def finished(self) -> None:
-        """The reply was read whole: ready for the next request."""
-        self._response = None
-
-    def close(self) -> None:
-        self.closed = True
-        if self.transport is not None:
-            self.transport.close()
-
-
 class Pool:
     """Keep-alive connections for the run, and the bound on requests in flight.
 
@@ -362,7 +99,7 @@ class Pool:
     def __init__(self, limit: int, ssl_context: ssl.SSLContext | None = None) -> None:
         self._slots = asyncio.Semaphore(max(1, limit))
         self._limit = max(1, limit)
-        self._idle: dict[tuple[str, str, int], list[_Connection]] = {}
+        self._idle: dict[tuple[str, str, int], list[Connection]] = {}
         self._targets: dict[str, _Target] = {}
         self._ssl = ssl_context
         self._closed = False
@@ -382,10 +119,10 @@ class Pool:
         data = b"".join((target.head, _header_block(headers, target.basic_auth),
                          b"Content-Length: %d\r\n\r\n" % len(body), body))
         await self._slots.acquire()
-        connection: _Connection | None = None
+        connection: Connection | None = None
         try:
             connection = self._reuse(target.key) or await self._connect(target)
-            response = Response(connection, self)
+            response = Response(connection, self._give_back)
             await connection.send(data, response)
             return response
         except BaseException:
@@ -409,7 +146,7 @@ class Pool:
         self._idle.clear()
         await asyncio.sleep(0)   # let the transports run their close callbacks
 
-    def _reuse(self, key: tuple[str, str, int]) -> _Connection | None:
+    def _reuse(self, key: tuple[str, str, int]) -> Connection | None:
         idle = self._idle.get(key)
         while idle:
             connection = idle.pop()
@@ -418,14 +155,14 @@ class Pool:
                 return connection
         return None
 
-    async def _connect(self, target: _Target) -> _Connection:
+    async def _connect(self, target: _Target) -> Connection:
         loop = asyncio.get_running_loop()
         context = None
         if target.tls:
             context = self._ssl = self._ssl or ssl.create_default_context()
         try:
             _, connection = await loop.create_connection(
-                lambda: _Connection(target.key), target.host, target.port, ssl=context,
+                lambda: Connection(target.key), target.host, target.port, ssl=context,
                 server_hostname=target.host if target.tls else None,
                 happy_eyeballs_delay=0.25)   # RFC 8305's delay: an unreachable IPv6 address does not stall the call
         except OSError as exc:   # refused, unreachable, unknown host (gaierror), TLS (SSLError)
@@ -433,7 +170,7 @@ class Pool:
                 from None
         return connection
 
-    def _give_back(self, connection: _Connection, whole: bool) -> None:
+    def _give_back(self, connection: Connection, whole: bool) -> None:
         self._slots.release()
         if not whole or connection.closed or self._closed:
             connection.close()
