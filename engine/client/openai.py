@@ -3,8 +3,8 @@
 One `OpenAIClient` wraps one connection pool (`engine.client.http1`) for the whole run. `call`
 sends a prepared body, retries as `engine.client.retry` decides, and always returns a `CallResult`:
 a failed call is a result with `error` set, never an exception, so the runner can write its row.
-The bytes of a reply are read here, under the model's size cap; what they mean is decided in
-`engine.client.response`. API keys are masked in everything a reply brings back (`engine.redact`).
+The bytes of a reply are read under the model's size cap by `engine.client.reply_bytes`; what they
+mean is decided in `engine.client.response`. API keys are masked in everything a reply brings back (`engine.redact`).
 """
 
 from __future__ import annotations
@@ -19,19 +19,11 @@ from engine.base.frozen_init import dict_init
 from engine.base.jsontext import dumps_compact
 from engine.client import retry
 from engine.client.deadline import Deadlines, TaskDeadline
-from engine.client.http1 import Pool, Response, TransportFailure
+from engine.client.http1 import Pool, TransportFailure
 from engine.client.replicas import ReplicaSet
-from engine.client.response import (
-    CallResult,
-    ToolCallAccumulator,
-    apply_event,
-    decode_events,
-    parse_whole,
-    split_think,
-    tool_call,
-)
+from engine.client.reply_bytes import read_body, read_stream
+from engine.client.response import CallResult, parse_whole, split_think, tool_call
 from engine.client.response_cache import ResponseCache, cache_key, keyed_url
-from engine.client.sse import SSEDecoder
 from engine.errors import ClientError
 from engine.model import ModelConfig, Test
 from engine.redact import Redactor, mask_urls, url_secrets
@@ -297,9 +289,9 @@ class OpenAIClient:
                 body = redact.clean(raw.decode("utf-8", "replace"))[:_ERROR_BODY_CHARS]
                 raise _Failed(retry.status_error(resp.status, resp.headers, body), resp.headers)
             if request.stream:
-                await _read_stream(resp, result, started, "prompt" in request.body, redact, limit)
+                await read_stream(resp, result, started, "prompt" in request.body, redact, limit)
             else:
-                raw = await _read_body(resp, limit)
+                raw = await read_body(resp, limit)
                 result.ttft_provider_s = time.perf_counter() - started
                 (request.reader or parse_whole)(raw, result, redact)
         except TransportFailure as exc:
@@ -348,71 +340,3 @@ def _mask_result(result: CallResult, redact: Redactor) -> None:
         clean = mask_urls(redact.clean(message))
         if clean != message:
             result.error = _with_message(result.error, clean)
-
-
-async def _read_body(resp: Response, limit: int) -> bytes:
-    """A whole response body, refused as soon as it passes `limit` bytes."""
-    length = resp.content_length
-    if length is not None:
-        if length > limit:
-            raise retry.too_large(limit)
-        return await resp.read()   # llhttp delivers exactly Content-Length bytes
-    parts = []
-    size = 0
-    while chunk := await resp.next_chunk():
-        size += len(chunk)
-        if size > limit:
-            raise retry.too_large(limit)
-        parts.append(chunk)
-    return b"".join(parts)
-
-
-async def _read_stream(resp: Response, result: CallResult, started: float, completions: bool,
-                       redact: Redactor, limit: int) -> None:
-    """Read an SSE response into `result`; raise when it is malformed, cut short or over `limit` bytes."""
-    decoder = SSEDecoder()
-    text: list[str] = []
-    reasoning: list[str] = []
-    calls = ToolCallAccumulator()
-    done = False
-    visible = False
-    size = 0
-    perf = time.perf_counter
-    try:
-        while chunk := await resp.next_chunk():
-            if result.ttft_provider_s is None:
-                result.ttft_provider_s = perf() - started
-            size += len(chunk)
-            if size > limit:
-                result.truncated = True
-                raise retry.too_large(limit)
-            datas = decoder.feed(chunk)
-            if not datas:
-                continue
-            if "[DONE]" in datas:
-                datas = datas[:datas.index("[DONE]")]
-                done = True
-            for event in decode_events(datas, redact):
-                if apply_event(event, result, text, reasoning, calls, completions, redact) and not visible:
-                    visible = True
-                    result.ttft_visible_s = perf() - started
-            if done:
-                break
-        else:
-            datas = decoder.close()
-            if "[DONE]" in datas:
-                datas = datas[:datas.index("[DONE]")]
-                done = True
-            for event in decode_events(datas, redact):
-                apply_event(event, result, text, reasoning, calls, completions, redact)
-    finally:
-        # Kept on every way out: a stream cut short keeps the partial answer (marked truncated).
-        result.text = "".join(text)
-        result.reasoning = "".join(reasoning) if reasoning else None
-    result.tool_calls = calls.finish()
-    if not done:
-        result.truncated = True
-        raise retry.stream_error("the stream ended without [DONE]: the answer may be cut short")
-    if result.finish_reason is None:
-        result.truncated = True
-        raise retry.stream_error("the stream ended without a finish reason")
