@@ -97,8 +97,8 @@ class Pool:
     """
 
     def __init__(self, limit: int, ssl_context: ssl.SSLContext | None = None) -> None:
-        self._slots = asyncio.Semaphore(max(1, limit))
         self._limit = max(1, limit)
+        self._slots = asyncio.Semaphore(self._limit)
         self._idle: dict[tuple[str, str, int], list[Connection]] = {}
         self._targets: dict[str, _Target] = {}
         self._ssl = ssl_context

@@ -118,15 +118,12 @@ async def grade_calibrations(targets: list[Target], judges: JudgeModels, cache: 
     Returns:
         (one run per target, judge calls paid).
     """
-    pool = Pool(concurrency)
-    try:
+    async with Pool(concurrency) as pool:
         caller = ModelJudgeCaller(judges, cache, OpenAIClient(pool, api_keys),
                                   global_slots=asyncio.Semaphore(concurrency))
         runs = await asyncio.gather(*(_grade(test, path, spec, members, judges, caller)
                                       for test, path, spec, members in targets))
         return list(runs), caller.calls
-    finally:
-        await pool.close()
 
 
 async def _grade(test: Test, path: str, spec: JudgeSpec, members: list[list[str]], judges: JudgeModels,

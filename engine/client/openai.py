@@ -162,7 +162,7 @@ class OpenAIClient:
         self.retrying = 0   # calls waiting out a retry delay now (the progress display shows it)
         self._headers: dict[str, dict[str, str]] = {}
         for name, key in api_keys.items():
-            headers = {"Content-Type": "application/json", "Accept": "application/json"}   # checked once by the pool
+            headers = {"Content-Type": "application/json", "Accept": "application/json"}
             if key:
                 headers["Authorization"] = f"Bearer {key}"
             self._headers[name] = headers

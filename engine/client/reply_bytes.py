@@ -19,12 +19,10 @@ __all__ = ["read_body", "read_stream"]
 
 
 async def read_body(resp: Response, limit: int) -> bytes:
-    """A whole response body, refused as soon as it passes `limit` bytes."""
+    """A whole response body, refused as soon as it passes `limit` bytes (before any, by its Content-Length)."""
     length = resp.content_length
-    if length is not None:
-        if length > limit:
-            raise retry.too_large(limit)
-        return await resp.read()   # llhttp delivers exactly Content-Length bytes
+    if length is not None and length > limit:
+        raise retry.too_large(limit)
     parts = []
     size = 0
     while chunk := await resp.next_chunk():

@@ -24,7 +24,6 @@ from collections.abc import Mapping
 from typing import Any
 
 from engine.errors import BadResponse, CallTimeout, ClientError, HTTPStatusError, StreamError, TransportError
-from engine.redact import mask_url
 
 INITIAL_DELAY_S = 0.5
 MAX_DELAY_S = 8.0
@@ -59,7 +58,8 @@ def status_error(status: int, headers: Mapping[str, str], body: str) -> HTTPStat
     message = f"HTTP {status} from the server" + (f": {detail}" if detail else "")
     location = headers.get("location") if 300 <= status < 400 else None
     if location:   # redirects are not followed (engine/client/http1.py): say where to point base_url instead
-        message += f" (the endpoint moved to {mask_url(location[:300])}: point base_url there)"
+        # Any userinfo in it is masked by the client, with the rest of the error text (`mask_urls`).
+        message += f" (the endpoint moved to {location[:300]}: point base_url there)"
     return HTTPStatusError(message, kind=f"http_{status}", retryable=should_retry_status(status, headers),
                            status=status)
 

@@ -161,9 +161,8 @@ class Runner:
         global_slots = asyncio.Semaphore(self.config.concurrency)
         exec_slots = asyncio.Semaphore(os.cpu_count() or 1)
         committer = asyncio.create_task(self._commit_loop())
-        pool = Pool(self.config.concurrency)
         try:
-            try:
+            async with Pool(self.config.concurrency) as pool:
                 client = self._client = OpenAIClient(pool, api_keys, self.config.response_cache)
                 cache = None
                 if self.config.judges is not None:
@@ -190,8 +189,6 @@ class Runner:
                 for outcome in results:
                     if isinstance(outcome, BaseException) and not isinstance(outcome, asyncio.CancelledError):
                         raise outcome
-            finally:
-                await pool.close()
         finally:
             await self._end_committer(committer)
             if self._storage_error is None:
