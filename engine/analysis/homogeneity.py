@@ -44,7 +44,7 @@ MAX_EXACT_ATTEMPTS = 400  # N above this: the full DP table would pass ~1e6 cell
 _MAX_SCALE_CELLS = 3_000  # upper bound on the integer statistic's range, which sets the scale S
 # Above MAX_EXACT_ATTEMPTS, a sparse test (an expected count under 5) whose rarer outcome occurs at most this
 # often is computed exactly on rows 0..m. With 50 models, "an expected count under 5" means m < 5·50 = 250 when
-# attempt counts are equal; bench/README.md ("Analysis of 20M rows") has the measured cost.
+# attempt counts are equal.
 MAX_EXACT_MINORITY = 300
 # The minority DP's statistic range: the scale S is half the largest attempt count unless S·m would pass this.
 _MAX_MINORITY_COLUMNS = 8_000
@@ -108,8 +108,7 @@ def _step(dist: np.ndarray, n: int, scale: float, *, max_rows: int | None = None
         out_cols = min(out_cols, cap + 1)
     out = np.zeros((out_rows, out_cols))
     # Row blocks: the mass of row j lies in columns ≤ ceiling[j] (a wedge), so each block adds only its
-    # part of the table. On the bench's 20M-row layout the cap column saves 1.75× CPU, the wedge 1.11×, both
-    # 4.35× (bench/README.md, "Analysis of 20M rows").
+    # part of the table.
     block = 32
     for x in range(min(n, out_rows - 1) + 1):
         shift = int(inc[x])

@@ -97,8 +97,7 @@ def contains(value: Any, options: Mapping[str, Any]) -> Scorer:
     case_sensitive = _case_sensitive(options)
     folded = [_fold(n, case_sensitive) for n in needles]
     # Verdicts are immutable: the passes that do not depend on the answer are built once (`found_all` only where
-    # it can be given: one needle passes with `found_each[0]`; a Verdict less per compile, and the loader
-    # compiles a `{{ golden }}` spec once per row, issue #22 item 3, third pass).
+    # it can be given: one needle passes with `found_each[0]`).
     found_each = [verdict(1.0, f"found {short(n)}", "contains") for n in needles]
     found_all = verdict(1.0, f"found all of {short(needles)}", "contains") if len(needles) > 1 else None
 
