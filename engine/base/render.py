@@ -25,7 +25,6 @@ __all__ = [
     "is_template",
     "render",
     "render_value",
-    "single_name",
     "undeclared_variables",
 ]
 
@@ -157,8 +156,7 @@ def render_value(value: Any, variables: Mapping[str, Any]) -> Any:
 @lru_cache(maxsize=4096)
 def single_name(text: str) -> str | None:
     """The variable's name when `render_value(text, variables)` returns that variable's value itself (`text` is
-    exactly `{{ name }}` and `name` is in the variables), else None. `render_value` asks it; engine.evaluators.plan
-    asks it once per spec instead of once per row."""
+    exactly `{{ name }}` and `name` is in the variables), else None."""
     single = _SINGLE_EXPR.match(text)
     if not single or "{{" in single.group("expr"):
         return None

@@ -15,14 +15,12 @@ from engine.base.render import render, render_value
 from engine.evaluators import Node, compile_spec
 from engine.evaluators.judge_prompt import JudgePrompt, parse_judge_prompt, with_judge_prompt
 from engine.evaluators.node import has_template
-from engine.evaluators.plan import Plan
 from engine.model import Test
 from engine.suite.agent import AgentSettings, GoldenTurn, compile_golden, merge_agent
 from engine.suite.cases_from import CaseOrigin, open_cases
 from engine.suite.checks import EvaluatorResolver, Report, check_golden_shape
 from engine.suite.content_parts import content_text, render_parts
 from engine.suite.hashing import TestHasher, chat_json
-from engine.suite.spec_memo import SpecFacts, SpecMemo
 from engine.suite.suite_tools import SuiteTools
 from engine.suite.tools import Tool
 from engine.suite.variable_checks import VariableChecks
@@ -37,20 +35,13 @@ _Agent = tuple[AgentSettings, dict[str, Any], dict[str, Any], dict[str, Tool], W
 
 @dataclass(slots=True)
 class _Frame:
-    """What every case row of one test shares, worked out once per test instead of once per row.
-
-    Settings, tags and the hashed parts every row shares (engine.suite.hashing.TestHasher) are built once
-    per test: a table-driven test's rows differ only in their variables (issue #22, bench/README.md).
-    Not frozen, though never changed: a frozen dataclass sets each of its 17 fields through
-    `object.__setattr__`, 3.6 against 2.2 µs per frame (timeit, min of 5; one frame per test, 5,716 for the
-    bench suite; issue #22 item 3, fourth pass).
-    """
+    """What every case row of one test shares (settings, tags, the hashed parts), worked out once per test:
+    a table-driven test's rows differ only in their variables."""
 
     raw: Mapping[str, Any]
     path: tuple[Any, ...]
     spec: Any
     node: Node | None          # compiled once for all rows (a spec without templates), else None
-    plan: Plan | None          # compiles one row of a templated spec known to the suite's SpecMemo, else None
     eval_path: tuple[Any, ...]
     tools: tuple[Any, ...]
     system: Any
@@ -79,11 +70,9 @@ class Expander(SuiteTools):
         self._default_node: Node | None = None
         self.agent_tools: dict[str, Tool] = {}
         self.judge_prompt = self._judge_prompt(data.get("judge_prompt"))
-        self.specs = SpecMemo(self.resolver, self.variables, report, self.judge_prompt)
         self._suite_dir_text = str(suite_dir)
         self._offered_tools: dict[tuple[str, ...], tuple[tuple[dict[str, Any], ...], str]] = {}
         self._suite_tags: tuple[str, ...] | None = None   # the suite's and the defaults' tags, for tests without
-        self._hashers: dict[tuple[Any, ...], tuple[Any, Any, Any, TestHasher]] = {}
 
     def expand(self, skip: set[int]) -> list[Test]:
         self._check_tools()
@@ -142,10 +131,9 @@ class Expander(SuiteTools):
             report.error(tool_problem.path, tool_problem.message, key=tool_problem.key)
         tools_ok = self._check_tool_names(raw.get("tools", ()), path + ("tools",)) and not tool_problems
         workspace = self._workspace(raw, path, builtins)
-        facts: SpecFacts | None = None
         if "eval" in raw:
             eval_path = path + ("eval",)
-            spec, facts = self.specs.resolve(raw["eval"], eval_path)
+            spec = self.resolver.resolve(raw["eval"], eval_path)
         else:
             spec, eval_path = default_eval, ("defaults", "eval")
         golden_given = "golden" in raw
@@ -162,8 +150,7 @@ class Expander(SuiteTools):
         # Templates and the variables they use, checked once per test against every case row.
         has_eval = "eval" in raw or default_eval is not None
         templates = self.variables.templates(raw, path, system, system_path, raw.get("eval", self.defaults.get("eval")),
-                                             eval_path if has_eval else None,
-                                             facts.templates_at(eval_path) if facts is not None else None)
+                                             eval_path if has_eval else None)
         self.variables.check_rows(cases, templates, path, golden_given)
         agent = self._agent(raw, path, tool_names, workspace)
         if not tools_ok or any(d.severity == "error" for d in report.diagnostics[errors_before:]):
@@ -176,14 +163,12 @@ class Expander(SuiteTools):
         line = report.positions.of(path)[0]
         # Compiled once for all case rows when the spec has no template; else once per row (`_one`).
         node: Node | None = None
-        if facts is not None:
-            node = facts.node   # a spec many tests write alike: compiled once (engine.suite.spec_memo)
-        elif spec is not None and not has_template(spec):
+        if spec is not None and not has_template(spec):
             node = self._default_node if spec is default_eval else self._compile(spec, eval_path, {})
             if node is None:
                 return []   # its problems are reported (a broken default once, at `defaults:`)
         out: list[Test] = []
-        frame = self._frame(raw, path, spec, node, eval_path, tools, tools_json, system, line, agent, facts)
+        frame = self._frame(raw, path, spec, node, eval_path, tools, tools_json, system, line, agent)
         for row_index, row in enumerate(cases):
             test = self._one(frame, row, row_index if row is not None else None)
             if test is not None:
@@ -192,7 +177,7 @@ class Expander(SuiteTools):
 
     def _frame(self, raw: Mapping[str, Any], path: tuple[Any, ...], spec: Any, node: Node | None,
                eval_path: tuple[Any, ...], tools: tuple[Any, ...], tools_json: str | None, system: Any, line: int,
-               agent: _Agent | None, facts: SpecFacts | None) -> _Frame:
+               agent: _Agent | None) -> _Frame:
         max_tokens, temperature = self._setting(raw, "max_tokens"), self._setting(raw, "temperature")
         threshold = float(self._setting(raw, "threshold", 1.0))
         if "tags" in raw:
@@ -201,35 +186,21 @@ class Expander(SuiteTools):
             if self._suite_tags is None:
                 self._suite_tags = tuple(_unique([*self.data.get("tags", ()), *self.defaults.get("tags", ())]))
             tags = self._suite_tags
-        return _Frame(raw=raw, path=path, spec=spec, node=node, plan=facts.plan if facts is not None else None,
-                      eval_path=eval_path, tools=tools, system=system, line=line, agent=agent, max_tokens=max_tokens,
-                      temperature=temperature, threshold=threshold, repeat=int(self._setting(raw, "repeat", 1)),
-                      tags=tags, hasher=self._hasher(spec, tools, tools_json, max_tokens, temperature, threshold,
-                                                     agent, facts))
+        return _Frame(raw=raw, path=path, spec=spec, node=node, eval_path=eval_path, tools=tools, system=system,
+                      line=line, agent=agent, max_tokens=max_tokens, temperature=temperature, threshold=threshold,
+                      repeat=int(self._setting(raw, "repeat", 1)), tags=tags,
+                      hasher=self._hasher(spec, tools, tools_json, max_tokens, temperature, threshold, agent))
 
     def _hasher(self, spec: Any, tools: tuple[Any, ...], tools_json: str | None, max_tokens: Any, temperature: Any,
-                threshold: float, agent: _Agent | None, facts: SpecFacts | None) -> TestHasher:
-        """The test's hasher. Tests that write a spec alike (SpecMemo) with the same settings objects (the
-        defaults', usually) share one, held with those objects so that their ids stay theirs: a hasher encodes
-        three settings and joins its texts, ~2 µs, and 4,287 of the bench suite's 5,716 tests share three
-        (issue #22 item 3, fourth pass). An agent test's is its own."""
-        key = None
-        if facts is not None and agent is None and tools_json is not None:
-            key = (facts.eval_json, tools_json, id(max_tokens), id(temperature), id(threshold))
-            held = self._hashers.get(key)
-            if held is not None and held[0] is max_tokens and held[1] is temperature and held[2] is threshold:
-                return held[3]
+                threshold: float, agent: _Agent | None) -> TestHasher:
+        """The test's hasher: what its rows share, encoded once."""
         # a suite's judge_prompt changes how its judges score: it is in the hash (only of tests with a judge)
-        hasher = TestHasher(tools=tools, eval_spec=with_judge_prompt(spec, self.judge_prompt), max_tokens=max_tokens,
-                            temperature=temperature, threshold=threshold,
-                            agent=agent[2] if agent is not None else None,
-                            returns={t["function"]["name"]: self.tools[t["function"]["name"]].get("returns")
-                                     for t in tools if t["function"]["name"] in self.tools}
-                            if agent is not None else None, tools_json=tools_json,
-                            eval_json=facts.eval_json if facts is not None else None)
-        if key is not None:
-            self._hashers[key] = (max_tokens, temperature, threshold, hasher)
-        return hasher
+        return TestHasher(tools=tools, eval_spec=with_judge_prompt(spec, self.judge_prompt), max_tokens=max_tokens,
+                          temperature=temperature, threshold=threshold,
+                          agent=agent[2] if agent is not None else None,
+                          returns={t["function"]["name"]: self.tools[t["function"]["name"]].get("returns")
+                                   for t in tools if t["function"]["name"] in self.tools}
+                          if agent is not None else None, tools_json=tools_json)
 
     def _workspace(self, raw: Mapping[str, Any], path: tuple[Any, ...],
                    builtins: list[tuple[str, str]]) -> WorkspaceSpec | None:
@@ -356,10 +327,7 @@ class Expander(SuiteTools):
         if spec is not None and node is None:
             # What the evaluator's templates see: `golden` always there (None without one); only read.
             seen = variables if "golden" in variables else {**variables, "golden": None}
-            # A plan compiles the row as compile_spec does (None: a problem, which _compile then reports).
-            node = frame.plan(seen) if frame.plan is not None else None
-            if node is None:
-                node = self._compile(spec, frame.eval_path, seen, where)
+            node = self._compile(spec, frame.eval_path, seen, where)
             if node is None:
                 return None
         golden_turns: tuple[GoldenTurn, ...] = ()

@@ -70,12 +70,10 @@ class TestHasher:
 
     def __init__(self, *, tools: Sequence[Mapping[str, Any]], eval_spec: Any, max_tokens: int | None,
                  temperature: float | None, threshold: float, agent: Mapping[str, Any] | None = None,
-                 returns: Mapping[str, Any] | None = None, tools_json: str | None = None,
-                 eval_json: str | None = None) -> None:
-        """`tools_json`: `canonical_json(list(tools))` when the caller has it (tests that share their tools);
-        `eval_json`: `canonical_json(eval_spec)` likewise (engine.suite.spec_memo, specs many tests share)."""
+                 returns: Mapping[str, Any] | None = None, tools_json: str | None = None) -> None:
+        """`tools_json`: `canonical_json(list(tools))` when the caller has it (tests that share their tools)."""
         tools_text = _ENCODE(list(tools)) if tools_json is None else tools_json
-        eval_text = _ENCODE(eval_spec) if eval_json is None else eval_json
+        eval_text = _ENCODE(eval_spec)
         # The canonical text is the keys in sorted order: agent, eval, max_tokens, messages, prompt, returns,
         # temperature, threshold, tools, variables (`agent` and `returns` only for agent tests, as in `test_hash`).
         agent_text = "" if agent is None else f'"agent":{_ENCODE(dict(agent))},'

@@ -35,8 +35,7 @@ class VariableChecks:
         self._told: set[tuple[tuple[Any, ...], str]] = set()   # (test, variable) missing from a file row, said
 
     def templates(self, raw: Mapping[str, Any], path: tuple[Any, ...], system: Any,
-                  system_path: tuple[Any, ...], spec: Any, eval_path: tuple[Any, ...] | None,
-                  eval_found: list[Template] | None = None) -> list[Template]:
+                  system_path: tuple[Any, ...], spec: Any, eval_path: tuple[Any, ...] | None) -> list[Template]:
         """The test's templates; one that does not compile is an error here (and is left out).
 
         Args:
@@ -44,7 +43,6 @@ class VariableChecks:
             path: Its path (`("tests", 3)`).
             system: Its system text (its own or the default's), at `system_path`.
             spec: The evaluator spec as written (its own or the default's) at `eval_path`; None: no evaluator.
-            eval_found: `eval_templates(spec, eval_path)` when the caller has it (engine.suite.spec_memo).
         """
         report = self.report
         found: list[Template] = []
@@ -70,7 +68,7 @@ class VariableChecks:
                 elif names:
                     found.append((src_path, _describe(src_path), names))
         if eval_path is not None:
-            found.extend(self.eval_templates(spec, eval_path) if eval_found is None else eval_found)
+            found.extend(self.eval_templates(spec, eval_path))
         return found
 
     def check_rows(self, rows: Iterable[Any], templates: list[Template], path: tuple[Any, ...],
