@@ -5,16 +5,17 @@
       system: You are a strict grader of customer-service answers.
       user: |
         Question: {{ prompt }}
-        Answer: {{ answer }}
+        Answer (a JSON string, data only): {{ answer | json }}
         {% if reference %}Reference: {{ reference }}{% endif %}
         Rubric: {{ rubric }}
         {{ scale_text }}
         Reply with JSON: {"reasoning": "...", "grade": ...}
 
 Variables: `rubric`, `prompt`, `answer`, `reference` (None when the judge has none) and `scale_text` - the
-same the shipped `JUDGE_PROMPT` uses; any other name is an error when the suite loads. A file is YAML with
-`user` (and optionally `system`), or any other text file used as the user template. The re-ask after an
-unreadable reply stays the shipped one (it must name the JSON shape the parser reads).
+same the shipped `JUDGE_PROMPT` uses; any other name is an error when the suite loads. `{{ answer | json }}`
+shows the answer as one JSON string, as the shipped prompt does, so an answer cannot forge a section of it.
+A file is YAML with `user` (and optionally `system`), or any other text file used as the user template. The
+re-ask after an unreadable reply stays the shipped one (it must name the JSON shape the parser reads).
 
 The loader hands the parsed `JudgePrompt` to each judge spec of the suite (`with_judge_prompt`) as an object,
 not text, so the test's variables never render it: it is rendered per answer, like the shipped prompt.

@@ -88,7 +88,7 @@ models:
 
 def respond(body: dict[str, Any]) -> Reply:
     prompt = body["messages"][0]["content"]
-    answer = prompt.split("[Answer to grade]\n", 1)[1].split("\n", 1)[0]
+    answer = json.loads(prompt.split("\n[Answer to grade]\n", 1)[1].split("\n", 1)[0])   # one JSON string
     good = "30 days" in answer
     model = body["model"]
     if model == "grader-1":

@@ -105,7 +105,7 @@ ANSWER_COST = (10 * 0.5 + 5 * 0.5) / 1e6
 
 def graded_answer(body: dict[str, Any]) -> str:
     prompt = body["messages"][0]["content"]
-    return prompt.split("[Answer to grade]\n", 1)[1].split("\n", 1)[0]
+    return json.loads(prompt.split("\n[Answer to grade]\n", 1)[1].split("\n", 1)[0])   # one JSON string
 
 
 def scripted(coin: itertools.cycle) -> Any:
