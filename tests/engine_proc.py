@@ -222,7 +222,7 @@ def _serve(fd: int) -> None:
     # What `engine analyze` / `report` / `rescore` / `diff` import when they start: pre-imported, a forked
     # `engine analyze` of a small run takes 0.20 CPU-s instead of 0.52 (medians of 3). typer 0.29's pydantic
     # adapter (every command builds one) saves 0.02 more; typer 0.28, which pyproject pins, has none (skipped).
-    for name in ("aiohttp", "pyarrow.parquet", "jinja2", "yaml", "jsonschema", "fastjsonschema",
+    for name in ("aiohttp", "pyarrow.parquet", "jinja2", "yaml", "jsonschema",
                  "engine.run.runner", "engine.suite.loader", "typer._adapters", "pandas", "pyarrow.dataset",
                  "engine.analysis", "engine.analysis.render", "engine.analysis.report", "engine.cli.analyze_filters",
                  "engine.results.folder", "engine.results.remote"):

@@ -20,8 +20,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from engine.base.compiled_schema import schema_error, schema_validator
 from engine.base.render import is_template
-from engine.base.schema_subset import metaschema_valid
 from engine.base.words import did_you_mean, short
 from engine.errors import EvaluatorConfigError
 from engine.evaluators.base import COMMON_OPTIONS, CheckSite, Kind, Scorer, ScoringContext, check_regex, verdict
@@ -95,17 +95,11 @@ def json_schema(value: Any, options: Mapping[str, Any]) -> Scorer:
     if not isinstance(value, Mapping):
         raise EvaluatorConfigError(f"json_schema: the schema must be a mapping, got {short(value)}",
                                    kind="json_schema")
-    # Imported here, as in `check_json_schema`: only a suite with a json_schema evaluator needs jsonschema
-    # (80-110 ms to import; issue #22 item 2, third pass).
-    import jsonschema
-
-    try:
-        cls = jsonschema.validators.validator_for(value)
-        cls.check_schema(value)
-    except jsonschema.SchemaError as exc:
-        raise EvaluatorConfigError(f"json_schema: the schema itself is invalid: {exc.message}",
-                                   kind="json_schema") from None
-    validator = cls(value)
+    problem = schema_error(value)
+    if problem is not None:
+        raise EvaluatorConfigError(f"json_schema: the schema itself is invalid: {problem.message}",
+                                   kind="json_schema")
+    validator = schema_validator(value)
 
     def score(answer: Answer, ctx: ScoringContext) -> Verdict:
         found, problem = find_json(answer.text)
@@ -321,28 +315,17 @@ _JSON_TYPES = ("string", "number", "integer", "boolean", "array", "object", "nul
 
 
 def check_json_schema(schema: Any) -> tuple[tuple[Any, ...], str] | None:
-    """None when `schema` is a valid JSON Schema (2020-12), else (path inside it, reason).
-
-    A plain schema (`type`, `properties`, `required`, `enum`...) is answered without importing jsonschema
-    (engine.base.schema_subset; its import was 45-50 ms of the 10,003-test bench suite's ~1 s first load, whose
-    one tool is checked here, issue #22 item 3, fourth pass); any other schema, and every invalid one, is
-    checked by jsonschema, which gives the message.
-    """
-    if metaschema_valid(schema):
+    """None when `schema` is a valid JSON Schema (of the draft its `$schema` names, else 2020-12), else
+    (path inside it, reason)."""
+    error = schema_error(schema)
+    if error is None:
         return None
-    from jsonschema import Draft202012Validator
-    from jsonschema.exceptions import SchemaError
-
-    try:
-        Draft202012Validator.check_schema(schema)
-    except SchemaError as exc:
-        path = tuple(exc.absolute_path)
-        if path and path[-1] == "type" and isinstance(exc.instance, str):
-            guess = did_you_mean(exc.instance, _JSON_TYPES)
-            hint = f" — did you mean '{guess}'?" if guess else f"; use one of {', '.join(_JSON_TYPES)}"
-            return path, f"'{exc.instance}' is not a JSON Schema type{hint}"
-        return path, exc.message
-    return None
+    path = tuple(error.absolute_path)
+    if path and path[-1] == "type" and isinstance(error.instance, str):
+        guess = did_you_mean(error.instance, _JSON_TYPES)
+        hint = f" — did you mean '{guess}'?" if guess else f"; use one of {', '.join(_JSON_TYPES)}"
+        return path, f"'{error.instance}' is not a JSON Schema type{hint}"
+    return path, error.message
 
 
 def _check_json_schema(value: Any, spec: Mapping[str, Any], site: CheckSite) -> None:

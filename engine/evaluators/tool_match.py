@@ -25,8 +25,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from engine.base.identity_memo import by_identity
-from engine.base.schema_subset import surely_fits
+from jsonschema import SchemaError
+
+from engine.base.compiled_schema import schema_validator
 from engine.base.words import short
 from engine.model import ToolCall
 
@@ -144,27 +145,11 @@ def _strict_args(args: Mapping[str, Any], accepted: Mapping[str, Any], allow_ext
     return None
 
 
-# Built once per tool schema object: a suite's tests offer the same few tool definitions, and building the
-# validator was 40% of checking one call's arguments.
-@by_identity(256)
-def schema_validator(schema: Mapping[str, Any]) -> Any:
-    """jsonschema's validator for `schema` (the draft its `$schema` names, else 2020-12), built once per schema."""
-    import jsonschema  # here, not at the top: a run without tool calls never imports it (issue #22 item 2)
-
-    return jsonschema.validators.validator_for(schema)(schema)
-
-
 def _strict_call(name: str, args: dict[str, Any], accepted: Mapping[str, list[Any]] | None,
                  schema: Mapping[str, Any], allow_extra: bool) -> str | None:
-    # Arguments that surely fit a plain tool schema need no jsonschema (engine.base.schema_subset): its import
-    # and a validator walk per call were 45-50 ms plus ~8 µs per tool-call golden of the bench suite's first
-    # load (issue #22 item 3, fourth pass). Any doubt goes to jsonschema, which gives the verdict and message.
-    if schema and not surely_fits(schema, args):
-        from jsonschema import SchemaError
-
+    if schema:
         try:
-            validator = schema_validator(schema)
-            errors = sorted(validator.iter_errors(args), key=lambda e: list(e.absolute_path))
+            errors = sorted(schema_validator(schema).iter_errors(args), key=lambda e: list(e.absolute_path))
         except SchemaError as exc:
             return f"{name}: the tool's declared schema is invalid: {exc.message}"
         if errors:

@@ -1,4 +1,4 @@
-"""JSON Schema validation, with every error mapped to FILE:LINE:COL and said in plain words.
+"""JSON Schema validation with jsonschema, with every error mapped to FILE:LINE:COL and said in plain words.
 
 The validators are compiled once per process. jsonschema's own messages ("is not valid under any of
 the given schemas") are never shown: each error is rewritten from its keyword, the failing value and the
@@ -10,18 +10,16 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from functools import cache
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import ValidationError
 
 from engine.base.words import TYPE_WORDS, describe_value, did_you_mean
 from engine.base.yaml import Positions
 from engine.errors import Diagnostic
 from engine.evaluators.base import COMMON_KEYS
 from engine.paths import data_dir
-from engine.suite import fastcheck
-
-if TYPE_CHECKING:  # jsonschema is imported only to explain an invalid document (see `validate`)
-    from jsonschema import Draft202012Validator
-    from jsonschema.exceptions import ValidationError
 
 __all__ = ["SCHEMA_DIR", "describe_value", "did_you_mean", "load_schema", "validate", "validator"]
 
@@ -38,8 +36,6 @@ def load_schema(name: str) -> dict[str, Any]:
 @cache
 def validator(name: str) -> Draft202012Validator:
     """A compiled validator for schemas/<name>.schema.json, built once per process."""
-    from jsonschema import Draft202012Validator
-
     return Draft202012Validator(load_schema(name))
 
 
@@ -350,10 +346,6 @@ def validate(data: Any, positions: Positions, file: str, schema_name: str = "sui
     Returns:
         One diagnostic per problem, in file order, each pointing at the offending key or value.
     """
-    # A valid document never imports jsonschema (80-110 ms, ~5 MB): the compiled pre-check says so.
-    if positions.count >= fastcheck.FAST_PATH_MIN_NODES and fastcheck.quickly_valid(
-            schema_name, load_schema(schema_name), data):
-        return []
     mapper = _Mapper(positions)
     seen: set[tuple[int, int, str]] = set()
     out: list[Diagnostic] = []

@@ -39,11 +39,12 @@ from types import MappingProxyType
 from typing import Any, Literal
 
 from jinja2 import meta
+from jsonschema.exceptions import best_match
 
+from engine.base.compiled_schema import schema_error, schema_validator
 from engine.base.diagnostic import Path, Problem
 from engine.base.render import ENV, TemplateSyntaxError, is_template, render_value
-from engine.base.schema_subset import metaschema_valid, surely_fits
-from engine.evaluators.tool_match import plain, schema_validator, strict_equal
+from engine.evaluators.tool_match import plain, strict_equal
 
 __all__ = [
     "MAX_DELAY_S",
@@ -150,12 +151,7 @@ class Tool:
         """Why these decoded arguments do not fit the tool's parameters, or None when they do."""
         if not isinstance(arguments, Mapping):
             return f"the arguments must be a JSON object, got {json.dumps(arguments)[:80]}"
-        arguments = dict(arguments)
-        if surely_fits(self.parameters, arguments):   # a plain schema: no jsonschema (see compile_tool)
-            return None
-        from jsonschema.exceptions import best_match
-
-        error = best_match(schema_validator(self.parameters).iter_errors(arguments))
+        error = best_match(schema_validator(self.parameters).iter_errors(dict(arguments)))
         if error is None:
             return None
         where = ".".join(str(p) for p in error.absolute_path)
@@ -254,18 +250,9 @@ def compile_tool(name: str, spec: Any, path: Path = ()) -> tuple[Tool | None, li
         problems.append(Problem(path + ("parameters",), f"the parameters of tool '{name}' must be a JSON Schema "
                                 "object"))
         parameters = {}
-    elif not metaschema_valid(parameters):
-        # A plain schema surely passes the 2020-12 metaschema (engine.base.schema_subset; without `$schema`,
-        # 2020-12 is the draft `validator_for` picks) and imports no jsonschema: 45-50 ms of the 10,003-test
-        # bench suite's first load (issue #22 item 3, fourth pass). Any other schema is checked here, by the
-        # draft it names, and its jsonschema validator is built when an argument check needs it.
-        import jsonschema
-
-        try:
-            jsonschema.validators.validator_for(parameters).check_schema(parameters)
-        except jsonschema.SchemaError as exc:
-            problems.append(Problem(path + ("parameters",) + tuple(exc.absolute_path),
-                                    f"the parameters of tool '{name}' are not a valid JSON Schema: {exc.message}"))
+    elif (error := schema_error(parameters)) is not None:   # checked by the draft its `$schema` names
+        problems.append(Problem(path + ("parameters",) + tuple(error.absolute_path),
+                                f"the parameters of tool '{name}' are not a valid JSON Schema: {error.message}"))
     properties = parameters.get("properties")
     # With declared properties, a `when` or template naming anything else is a typo worth stopping.
     known = {str(k) for k in properties} if isinstance(properties, Mapping) and properties else None
