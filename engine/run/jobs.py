@@ -7,11 +7,15 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from engine.base.input_file import InputFileError, read_capped
 from engine.base.words import did_you_mean
 from engine.errors import UsageError
 from engine.model import ModelConfig, Test
 from engine.results.rows import row_key
 from engine.run.shards import Shard
+
+#: The largest `--filter-file` read: a million `suite/test_id` lines fit many times over.
+MAX_FILTER_FILE_BYTES = 64 * 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,12 +61,15 @@ def read_filter_file(path: Path) -> list[tuple[int, str]]:
     A comment is a line whose first non-blank character is `#`, or the rest of a line after a blank and `#`.
 
     Raises:
-        UsageError: The file cannot be read, or it lists no test.
+        UsageError: The file cannot be read, is not a regular file, is over `MAX_FILTER_FILE_BYTES`, or lists no test.
     """
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"--filter-file {path}: cannot read it ({exc})") from None
+        text = read_capped(path, "--filter-file", MAX_FILTER_FILE_BYTES).decode("utf-8")
+    except InputFileError as exc:
+        raise UsageError(str(exc)) from None
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"--filter-file {path}: not UTF-8 text ({exc.reason} at byte {exc.start}); a filter file "
+                         f"lists one `suite/test_id` a line") from None
     entries = []
     for number, line in enumerate(text.splitlines(), start=1):
         entry = line.strip()

@@ -7,20 +7,26 @@ file (one array) is the exception: the `json` module reads it whole; use JSON Li
 A problem in the data is a Diagnostic at FILE:LINE:COL, where COL is the field number for CSV/TSV and the
 character for JSON Lines. Formats without lines (Parquet, a JSON array, a dataset) use line 0 and name the row
 in the message. A bad row is reported and skipped, so one pass shows every bad row (up to `MAX_PROBLEMS`).
+
+A case file is opened as a regular file only (engine.base.input_file: a FIFO or a device is an error, never a
+hang), each line of CSV, TSV and JSON Lines is read at most `MAX_LINE_CHARS` at a time, and a JSON array file
+is at most `MAX_JSON_BYTES`: a file without line breaks is an error at its first line, not the whole file in memory.
 """
 
 from __future__ import annotations
 
 import csv
+import io
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from engine.base.input_file import InputFileError, capped_lines, open_regular, read_capped
 from engine.errors import Diagnostic
 
-__all__ = ["FORMATS", "MAX_PROBLEMS", "RawRow", "Sink", "read_file"]
+__all__ = ["FORMATS", "MAX_JSON_BYTES", "MAX_LINE_CHARS", "MAX_PROBLEMS", "RawRow", "Sink", "read_file"]
 
 # File suffix -> format. In a folder, files with other suffixes are not case files and are passed over.
 FORMATS = {".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "json",
@@ -28,6 +34,11 @@ FORMATS = {".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl", ".ndjson": "jsonl", 
 # Problems reported per file before reading stops: a file with every row broken says so in 20 lines, not 1M.
 MAX_PROBLEMS = 20
 _BATCH_ROWS = 4096   # Parquet rows decoded at a time
+#: The longest line of a CSV, TSV or JSON Lines case file (a quoted CSV field may span lines: each is capped).
+MAX_LINE_CHARS = 16 * 1024 * 1024
+#: The largest JSON (one array) case file, which is read whole; JSON Lines has no such cap.
+MAX_JSON_BYTES = 256 * 1024 * 1024
+_WHAT = "case file"
 
 
 class RawRow(NamedTuple):
@@ -100,8 +111,8 @@ def _delimited(path: Path, sink: Sink, delimiter: str) -> Iterator[RawRow]:
     name = "CSV" if delimiter == "," else "TSV"
     line = 0
     try:
-        with path.open(newline="", encoding="utf-8-sig") as handle:
-            reader = csv.reader(handle, delimiter=delimiter)
+        with io.TextIOWrapper(open_regular(path, _WHAT), encoding="utf-8-sig", newline="") as handle:
+            reader = csv.reader(capped_lines(handle, MAX_LINE_CHARS, _WHAT, path, _LONG_LINE), delimiter=delimiter)
             header: list[str] = []
             for record in reader:
                 if record:
@@ -128,12 +139,18 @@ def _delimited(path: Path, sink: Sink, delimiter: str) -> Iterator[RawRow]:
             if number == 0:
                 sink.error(0, 0, f"the file has a header row but no data rows; add one row per case below "
                                  f"the header ({', '.join(header)})")
+    except InputFileError as exc:
+        sink.error(exc.line, 1, exc.problem)
     except csv.Error as exc:
         sink.error(line + 1, 1, f"cannot read this {name} record: {exc}; check its quotes (a field holding "
                                 "the delimiter, a quote or a line break is quoted, a quote inside doubled: \"\")")
     except UnicodeDecodeError as exc:
         sink.error(line + 1, 1, f"the file is not UTF-8 text ({exc.reason} at byte {exc.start} of a block); "
                                 "save it as UTF-8 (Excel: 'CSV UTF-8')")
+
+
+_LONG_LINE = ("is the file's line break missing? A case file holds one row (CSV, TSV) or one JSON object "
+              "(JSON Lines) a line; split the data into rows")
 
 
 def _check_header(header: list[str], line: int, sink: Sink) -> bool:
@@ -171,8 +188,8 @@ def _json_lines(path: Path, sink: Sink) -> Iterator[RawRow]:
     number = 0
     line_no = 0
     try:
-        with path.open(encoding="utf-8-sig") as handle:
-            for line_no, text in enumerate(handle, 1):
+        with io.TextIOWrapper(open_regular(path, _WHAT), encoding="utf-8-sig") as handle:
+            for line_no, text in enumerate(capped_lines(handle, MAX_LINE_CHARS, _WHAT, path, _LONG_LINE), 1):
                 if not text.strip():
                     continue
                 number += 1
@@ -189,6 +206,9 @@ def _json_lines(path: Path, sink: Sink) -> Iterator[RawRow]:
                         return
                     continue
                 yield RawRow(value, line_no, number)
+    except InputFileError as exc:
+        sink.error(exc.line, 1, exc.problem)
+        return
     except UnicodeDecodeError as exc:
         sink.error(line_no + 1, 1, f"the file is not UTF-8 text ({exc.reason}); save it as UTF-8")
         return
@@ -198,8 +218,10 @@ def _json_lines(path: Path, sink: Sink) -> Iterator[RawRow]:
 
 def _json_array(path: Path, sink: Sink) -> Iterator[RawRow]:
     try:
-        with path.open(encoding="utf-8-sig") as handle:
-            data = json.load(handle)
+        data = json.loads(read_capped(path, _WHAT, MAX_JSON_BYTES).decode("utf-8-sig"))
+    except InputFileError as exc:
+        sink.error(0, 0, exc.problem)
+        return
     except json.JSONDecodeError as exc:
         sink.error(exc.lineno, exc.colno, f"not valid JSON ({exc.msg}); a JSON case file is one array of "
                                           "objects, [{\"name\": value}, ...]")
@@ -228,17 +250,23 @@ def _parquet(path: Path, sink: Sink) -> Iterator[RawRow]:
     import pyarrow.parquet as pq
 
     try:
-        parquet = pq.ParquetFile(path)
-    except (pa.ArrowException, OSError) as exc:
-        sink.error(0, 0, f"cannot read this Parquet file ({exc}); is it a Parquet file?")
+        handle = open_regular(path, _WHAT)
+    except InputFileError as exc:
+        sink.error(0, 0, exc.problem)
         return
-    with parquet:
-        sink.positions = {column: i + 1 for i, column in enumerate(parquet.schema_arrow.names)}
-        if parquet.metadata.num_rows == 0:
-            sink.error(0, 0, "the file has no rows; add one row per case")
+    with handle:
+        try:
+            parquet = pq.ParquetFile(handle)
+        except (pa.ArrowException, OSError) as exc:
+            sink.error(0, 0, f"cannot read this Parquet file ({exc}); is it a Parquet file?")
             return
-        number = 0
-        for batch in parquet.iter_batches(batch_size=_BATCH_ROWS):
-            for values in batch.to_pylist():
-                number += 1
-                yield RawRow(values, 0, number)
+        with parquet:
+            sink.positions = {column: i + 1 for i, column in enumerate(parquet.schema_arrow.names)}
+            if parquet.metadata.num_rows == 0:
+                sink.error(0, 0, "the file has no rows; add one row per case")
+                return
+            number = 0
+            for batch in parquet.iter_batches(batch_size=_BATCH_ROWS):
+                for values in batch.to_pylist():
+                    number += 1
+                    yield RawRow(values, 0, number)

@@ -144,8 +144,8 @@ def _files(spec: _Spec, where: tuple[Any, ...], report: Report, suite_dir: Path)
     path = written if written.is_absolute() else suite_dir / written
     shown = str(written if written.is_absolute() else Path(report.file).parent / written)
     at = where + ("file",)   # the short form has no `file:` key: its position falls back to `cases_from` itself
-    if path.is_dir():
-        found = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix.lower() in FORMATS
+    if path.is_dir():   # a FIFO or device named like a case file is kept: its reader says it is no regular file
+        found = sorted(p for p in path.rglob("*") if not p.is_dir() and p.suffix.lower() in FORMATS
                        and not any(part.startswith(".") for part in p.relative_to(path).parts))
         if not found:
             report.error(at, f"the folder {path} holds no case files; put .csv, .tsv, .jsonl, .json or .parquet "
@@ -153,8 +153,12 @@ def _files(spec: _Spec, where: tuple[Any, ...], report: Report, suite_dir: Path)
             return None
         return [(p, str(Path(shown) / p.relative_to(path)), spec.format or FORMATS[p.suffix.lower()])
                 for p in found]
-    if not path.is_file():
+    if not path.exists():
         report.error(at, f"no such file: {path}; `cases_from` paths are relative to the suite file's folder")
+        return None
+    if not path.is_file():   # a FIFO, a device, a socket: never opened (reading one would block or never end)
+        report.error(at, f"{path} is not a regular file; `cases_from` reads a regular file (or a folder of them): "
+                         "save the data to a file and name that file")
         return None
     kind = spec.format or FORMATS.get(path.suffix.lower())
     if kind is None:
