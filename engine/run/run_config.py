@@ -7,15 +7,31 @@ from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from engine.client.judge import JudgeModels
 from engine.client.openai import RequestSettings
 from engine.client.response_cache import ResponseCache
 
-# What the counters need of a row until it is committed: model name, retries, completion tokens, cost,
-# latency, fallback, error kind, passed, cached.
-Summary = tuple[str, int, int | None, float | None, float | None, bool | None, str | None, bool | None, bool]
+
+class RowSummary(NamedTuple):
+    """What the counters need of a row until it is committed (the row itself is freed once journaled)."""
+
+    model: str
+    retries: int
+    completion_tokens: int | None
+    cost: float | None
+    latency_s: float | None
+    fallback: bool | None
+    error_kind: str | None
+    passed: bool | None
+    cached: bool
+
+    @classmethod
+    def of(cls, row: dict[str, Any]) -> RowSummary:
+        """The summary of a results row."""
+        return cls(row["model"], row["retries"], row["completion_tokens"], row["cost"], row["latency_s"],
+                   row["fallback"], row["error_kind"], row["passed"], bool(row["cached"]))
 
 
 @dataclass
@@ -56,7 +72,7 @@ class RunStats:
     stopped: str | None = None           # None | "interrupted" | "budget" | "storage"
     by_model: dict[str, ModelStats] = field(default_factory=dict)
 
-    def count(self, summaries: list[Summary]) -> None:
+    def count(self, summaries: list[RowSummary]) -> None:
         """Count rows just committed (their summaries) as done."""
         for name, retries, completion_tokens, cost, latency_s, fallback, kind, passed, cached in summaries:
             model = self.by_model[name]

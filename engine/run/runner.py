@@ -5,12 +5,10 @@ iterator (`min(model.concurrency, its job count)` when its first jobs are agent 
 conversation holds a global slot only for each model call, not across its tool delays); a worker
 already holds its model's slot when it waits for one of the global slots (a semaphore), so a slow
 model never holds global slots it cannot use, and no coroutine exists per job (100k jobs start at once
-and memory stays flat). A finished call's cost is counted at once; a committer task scores the calls
-finished since its last turn (those whose checks run inline), builds their rows, journals them and makes
-them durable every `commit_interval_s` or `commit_rows` rows (a row `--until-decided` must read, an
-agent conversation's, or one scored by an awaited or threaded check, is built by its worker); a row
-counts as done (progress, summary) only once committed. Parquet parts are flushed every `rows_per_part`
-committed rows.
+and memory stays flat). The worker scores its answer (plain checks inline, a judge awaited, exec checks in
+a thread), builds the row, journals it and counts its cost; a committer task makes the journaled rows
+durable every `commit_interval_s` or `commit_rows` rows, and a row counts as done (progress, summary) only
+once committed. Parquet parts are flushed every `rows_per_part` committed rows.
 
 Stopping: `stop()` (first Ctrl-C, or the `--max-cost` budget) ends dispatch and lets calls in
 flight finish; `cancel()` (second Ctrl-C) cancels them - a cancelled call writes no row, so
@@ -27,23 +25,23 @@ import os
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractAsyncContextManager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-from engine.client.http1 import Pool
 from engine.client.judge import ModelJudgeCaller
 from engine.client.judge_cache import JudgeCache, default_path
 from engine.client.openai import CallResult, OpenAIClient, PreparedRequest, prepare
 from engine.client.response_cache import use_cache
+from engine.client.session import Sessions
 from engine.errors import ClientError, StorageError
 from engine.evaluators import score, score_async
 from engine.evaluators.base import ScoringContext
 from engine.evaluators.scoring import context
 from engine.local.registry import GOLDEN
 from engine.model import Answer, ModelConfig, Test, Verdict
-from engine.results.rows import build_row, row_cost
+from engine.results.rows import build_row
 from engine.run.conversation import golden_reply, run_agent_job
 from engine.run.jobs import Job, attempts
-from engine.run.run_config import ModelStats, RunConfig, RunStats, Summary
+from engine.run.run_config import ModelStats, RowSummary, RunConfig, RunStats
 from engine.suite.content_parts import ImageUnavailable
 
 __all__ = ["ModelStats", "RunConfig", "RunStats", "Runner"]
@@ -53,11 +51,22 @@ if TYPE_CHECKING:
     from engine.results.writer import ResultsWriter
     from engine.run.until_decided import DecisionGate
 
-# A finished call whose row the committer builds: model, job, request, result, verdict, evaluator error, start, end.
-_Finished = tuple[ModelConfig, Job, PreparedRequest, CallResult, Verdict | None, str | None, int, int]
+class Scored(NamedTuple):
+    """An answer's verdict (None: the call failed, or scoring crashed) and the row's evaluator error."""
 
-# The verdict of a finished call whose (inline) scoring is left to the committer, with its row.
-_UNSCORED: Any = object()
+    verdict: Verdict | None
+    error: str | None
+
+
+class _Call(NamedTuple):
+    """A call made: the request as sent, its result, and when it started (microseconds since the epoch)."""
+
+    request: PreparedRequest
+    result: CallResult
+    started_us: int
+
+
+_NOT_SCORED = Scored(None, None)
 
 
 def _answer(result: CallResult) -> Answer:
@@ -70,17 +79,17 @@ def _crashed(exc: BaseException) -> str:
     return f"the evaluator crashed: {type(exc).__name__}: {exc}"[:500]
 
 
-def _outcome(verdict: Verdict) -> tuple[Verdict, str | None]:
-    """(verdict, the evaluator error for the row: its reason when the evaluator could not judge)."""
-    return verdict, (verdict.reason if verdict.error else None)
+def _outcome(verdict: Verdict) -> Scored:
+    """The verdict, with its reason as the row's evaluator error when the evaluator could not judge."""
+    return Scored(verdict, verdict.reason if verdict.error else None)
 
 
-def _score(test: Test, answer: Answer, ctx: ScoringContext | None = None) -> tuple[Verdict | None, str | None]:
+def _score(test: Test, answer: Answer, ctx: ScoringContext | None = None) -> Scored:
     """`score`, guarded: it promises never to raise; if it ever does, the row says so and the run goes on."""
     try:
         return _outcome(score(test, answer) if ctx is None else score(test, answer, ctx))
     except Exception as exc:  # noqa: BLE001 - a bug in scoring becomes an error row, never a stopped run
-        return None, _crashed(exc)
+        return Scored(None, _crashed(exc))
 
 
 class _BothSlots:
@@ -123,9 +132,7 @@ class Runner:
         self.stats = RunStats()
         self._stopping = False
         self._workers: list[asyncio.Task[None]] = []
-        self._summaries: list[Summary] = []
-        self._finished: list[_Finished] = []
-        self._row_error: Exception | None = None
+        self._summaries: list[RowSummary] = []
         self._wake = asyncio.Event()
         self._closing = False   # the calls are over: the committer's loop ends (`_commit_loop`)
         self._client: OpenAIClient | None = None
@@ -162,8 +169,8 @@ class Runner:
         exec_slots = asyncio.Semaphore(os.cpu_count() or 1)
         committer = asyncio.create_task(self._commit_loop())
         try:
-            async with Pool(self.config.concurrency) as pool:
-                client = self._client = OpenAIClient(pool, api_keys, self.config.response_cache)
+            async with Sessions(self.config.concurrency) as sessions:
+                client = self._client = OpenAIClient(sessions, api_keys, self.config.response_cache)
                 cache = None
                 if self.config.judges is not None:
                     cache = JudgeCache(self.config.judge_cache or default_path())
@@ -196,79 +203,78 @@ class Runner:
                 self.writer.flush()
         if self._storage_error is not None:
             raise self._storage_error
-        if self._row_error is not None:
-            raise self._row_error
         return self.stats
 
     async def _worker(self, client: OpenAIClient, model: ModelConfig, jobs: Iterator[Job],
                       global_slots: asyncio.Semaphore, exec_slots: asyncio.Semaphore) -> None:
         settings = self.config.settings
-        deadline = client.task_deadline()
         slots: AbstractAsyncContextManager[Any] = global_slots
         shared = self.config.model_slots(model.name) if self.config.model_slots is not None else None
         if shared is not None:
             slots = _BothSlots(shared, global_slots)
-        for job in jobs:
-            if self._stopping:
-                return
-            if self._gate is not None and not await self._gate.admit(job):
-                continue   # `--until-decided` has no use for it (engine/run/until_decided.py)
-            if job.test.agent is not None:
-                row = await run_agent_job(
-                    client=client, model=model, test=job.test, attempt=job.attempt, run_id=self.config.run_id,
-                    settings=settings, global_slots=slots, deadline=deadline, on_cost=self._spend,
-                    in_flight=self._count_in_flight, caller=self._judge,
-                    cache_as=self._cache_as(model, job, prepare(model, job.test, settings).temperature),
-                    score_blocking=lambda test, answer, ctx: self._score_in_thread(answer, test, exec_slots, ctx))
-                self._record(model, job, row, spent=True)
-                continue
-            try:
-                request = prepare(model, job.test, settings)
-            except ImageUnavailable as exc:   # deleted or edited since load: an error row, nothing sent
-                request = prepare(model, job.test, settings, inline_images=False)
-                self._record(model, job, build_row(
-                    run_id=self.config.run_id, model=model, test=job.test, attempt=job.attempt, request=request,
-                    result=CallResult(error=ClientError(str(exc), kind="image")), verdict=None, evaluator_error=None,
-                    started_us=time.time_ns() // 1000, ended_us=time.time_ns() // 1000))
-                continue
-            cache_as = self._cache_as(model, job, request.temperature)
-            async with slots:
+        try:
+            for job in jobs:
                 if self._stopping:
                     return
-                started_us = time.time_ns() // 1000
-                self.stats.in_flight += 1
-                try:
-                    if model.builtin == GOLDEN:   # the scripted model: its golden, in-process
-                        result = golden_reply(model, job.test)
-                    else:
-                        result = await client.call(model, request, deadline, cache_as=cache_as)
-                finally:
-                    self.stats.in_flight -= 1
-            verdict: Verdict | None = None
-            evaluator_error = None
-            node = job.test.evaluator
-            if result.error is None and self._gate is None and (node is None or not (node.is_async or node.blocking)):
-                # the usual tree, scored inline with no coroutine: by the committer, with the row (`_finish`)
-                self._finish((model, job, request, result, _UNSCORED, None, started_us, time.time_ns() // 1000))
-                continue
-            if result.error is None:
-                answer = _answer(result)
-                if node is not None and node.is_async:
-                    # a scorer awaits (a judge's model call); an exec beside it runs in a thread all the same
-                    verdict, evaluator_error = _outcome(await score_async(
-                        job.test, answer, context(job.test, caller=self._judge)))
-                elif node is not None and node.blocking:   # exec runs programs: in a thread, at most one per CPU
-                    verdict, evaluator_error = await self._score_in_thread(answer, job.test, exec_slots)
-                else:   # the usual tree: scored inline, no coroutine
-                    verdict, evaluator_error = _score(job.test, answer)
-            ended_us = time.time_ns() // 1000
-            if self._gate is not None:   # `--until-decided` reads the row's score now
-                self._record(model, job, build_row(
-                    run_id=self.config.run_id, model=model, test=job.test, attempt=job.attempt, request=request,
-                    result=result, verdict=verdict, evaluator_error=evaluator_error, started_us=started_us,
-                    ended_us=ended_us))
-            else:
-                self._finish((model, job, request, result, verdict, evaluator_error, started_us, ended_us))
+                if self._gate is not None and not await self._gate.admit(job):
+                    continue   # `--until-decided` has no use for it (engine/run/until_decided.py)
+                if job.test.agent is not None:
+                    row = await run_agent_job(
+                        client=client, model=model, test=job.test, attempt=job.attempt, run_id=self.config.run_id,
+                        settings=settings, global_slots=slots, on_cost=self._spend,
+                        in_flight=self._count_in_flight, caller=self._judge,
+                        cache_as=self._cache_as(model, job, prepare(model, job.test, settings).temperature),
+                        score_blocking=lambda test, answer, ctx: self._score_in_thread(answer, test, exec_slots, ctx))
+                    self._record(job, row, spent=True)   # its cost was counted reply by reply
+                    continue
+                call = await self._call(client, model, job, slots)
+                if call is None:
+                    return   # stopped while it waited for a slot
+                scored = await self._scored(job.test, call.result, exec_slots)
+                self._record(job, build_row(
+                    run_id=self.config.run_id, model=model, test=job.test, attempt=job.attempt, request=call.request,
+                    result=call.result, verdict=scored.verdict, evaluator_error=scored.error,
+                    started_us=call.started_us, ended_us=time.time_ns() // 1000))
+        except Exception:
+            self._stopping = True   # a bug (a row that cannot be built): no more calls lost the same way
+            raise
+
+    async def _call(self, client: OpenAIClient, model: ModelConfig, job: Job,
+                    slots: AbstractAsyncContextManager[Any]) -> _Call | None:
+        """Make the job's call under its slots; None when the run stopped while it waited for them."""
+        settings = self.config.settings
+        try:
+            request = prepare(model, job.test, settings)
+        except ImageUnavailable as exc:   # deleted or edited since load: an error row, nothing sent
+            request = prepare(model, job.test, settings, inline_images=False)
+            return _Call(request, CallResult(error=ClientError(str(exc), kind="image")), time.time_ns() // 1000)
+        cache_as = self._cache_as(model, job, request.temperature)
+        async with slots:
+            if self._stopping:
+                return None
+            started_us = time.time_ns() // 1000
+            self.stats.in_flight += 1
+            try:
+                if model.builtin == GOLDEN:   # the scripted model: its golden, in-process
+                    result = golden_reply(model, job.test)
+                else:
+                    result = await client.call(model, request, cache_as=cache_as)
+            finally:
+                self.stats.in_flight -= 1
+        return _Call(request, result, started_us)
+
+    async def _scored(self, test: Test, result: CallResult, exec_slots: asyncio.Semaphore) -> Scored:
+        """The answer scored: plain checks inline, a tree with an awaited check (a judge) on the loop, one that
+        runs programs (exec) in a thread; nothing for a failed call."""
+        if result.error is not None:
+            return _NOT_SCORED
+        answer = _answer(result)
+        node = test.evaluator
+        if node is not None and node.is_async:
+            return _outcome(await score_async(test, answer, context(test, caller=self._judge)))
+        if node is not None and node.blocking:
+            return await self._score_in_thread(answer, test, exec_slots)
+        return _score(test, answer)
 
     def _cache_as(self, model: ModelConfig, job: Job, temperature: float | None) -> int | None:
         """The sample index the job's calls are cached under, or None when the cache is not used for it."""
@@ -278,60 +284,17 @@ class Runner:
             return None
         return job.attempt
 
-    def _record(self, model: ModelConfig, job: Job, row: dict[str, Any], *, spent: bool = False) -> None:
-        """Journal a finished row; count its cost (unless `spent`: an agent job counted each reply as it came,
-        `_finish` each call as it finished)."""
+    def _record(self, job: Job, row: dict[str, Any], *, spent: bool = False) -> None:
+        """Journal a finished row (durable at the next commit) and count its cost, unless already `spent`."""
         self.journal.add(job.key, row)
-        # Only what the counters need waits for the commit: the row itself is freed right away.
-        cost = row["cost"]
-        self._summaries.append((model.name, row["retries"], row["completion_tokens"], cost, row["latency_s"],
-                                row["fallback"], row["error_kind"], row["passed"], bool(row["cached"])))
-        if self._gate is not None:
+        summary = RowSummary.of(row)   # what the counters need: the row itself is not kept
+        self._summaries.append(summary)
+        if self._gate is not None:   # `--until-decided` reads the row's score now
             self._gate.record(job, row)
-        del row
-        if cost is not None and not spent:
-            self._spend(cost)
+        if summary.cost is not None and not spent:
+            self._spend(summary.cost)
         if self.journal.pending >= self.config.commit_rows:
             self._wake.set()
-
-    def _finish(self, finished: _Finished) -> None:
-        """Count a finished call's cost now; it is scored (when `_UNSCORED`) and its row built, encoded and
-        journaled by the next commit.
-
-        Scoring and building rows a batch at a time, in the committer's loop, rather than one after each call
-        keeps that code and its data in the CPU's caches, which the request path evicted between two calls
-        (measured with aiohttp's, before engine/client/http1.py).
-        20,000 non-streaming calls, CPU per call, paired: rows built by the committer 0.86x (8 pairs), inline
-        checks scored there too 0.94x more (10 pairs); bench/README.md "Issue #22 item 2, fifth pass". Nothing
-        is counted as done before its row is committed, as before.
-        """
-        self._finished.append(finished)
-        cost = row_cost(finished[0], finished[3])
-        if cost is not None:
-            self._spend(cost)
-        if len(self._finished) + self.journal.pending >= self.config.commit_rows:
-            self._wake.set()
-
-    def _journal_finished(self) -> None:
-        """Score (inline checks), build and journal the calls `_finish` holds (their cost is already counted).
-
-        A row that cannot be built or encoded (a bug, never a reply's content) is not written, as when a worker
-        crashed on it: the run stops dispatching and `run` raises the first such error once the rest is committed.
-        """
-        finished, self._finished = self._finished, []
-        run_id = self.config.run_id
-        for model, job, request, result, verdict, evaluator_error, started_us, ended_us in finished:
-            if verdict is _UNSCORED:
-                verdict, evaluator_error = _score(job.test, _answer(result))
-            try:
-                row = build_row(run_id=run_id, model=model, test=job.test, attempt=job.attempt, request=request,
-                                result=result, verdict=verdict, evaluator_error=evaluator_error,
-                                started_us=started_us, ended_us=ended_us)
-                self._record(model, job, row, spent=True)
-            except Exception as exc:  # noqa: BLE001 - kept and raised by `run`, after every other row is committed
-                if self._row_error is None:
-                    self._row_error = exc
-                    self._stopping = True   # no more calls whose rows may be lost the same way
 
     def _spend(self, cost: float) -> None:
         """Add to the priced spend; passing `--max-cost` ends dispatch (calls in flight finish)."""
@@ -345,13 +308,13 @@ class Runner:
         self.stats.in_flight += delta
 
     async def _score_in_thread(self, answer: Answer, test: Test, exec_slots: asyncio.Semaphore,
-                               ctx: ScoringContext | None = None) -> tuple[Verdict | None, str | None]:
+                               ctx: ScoringContext | None = None) -> Scored:
         """`score` in a worker thread, at most one per CPU (exec evaluators run programs)."""
         try:
             async with exec_slots:
                 return await asyncio.to_thread(_score, test, answer, ctx)
         except Exception as exc:  # noqa: BLE001 - the thread could not run it: an evaluator error too
-            return None, _crashed(exc)
+            return Scored(None, _crashed(exc))
 
     async def _end_committer(self, committer: asyncio.Task[None]) -> None:
         """End the committer's loop once the calls are over (`run` then commits what is left).
@@ -384,8 +347,6 @@ class Runner:
 
     def _commit(self) -> None:
         """Make pending rows durable, then count them as done."""
-        if self._finished:
-            self._journal_finished()
         if not self.journal.pending:
             return
         self.journal.commit()

@@ -129,7 +129,7 @@ async def test_a_row_that_cannot_be_built_is_raised_after_the_others_are_committ
 
     real = runner_module.build_row
 
-    def build_row(**kwargs):  # stands in for a bug in building one row (the committer builds them)
+    def build_row(**kwargs):  # stands in for a bug in building one row
         if kwargs["test"].id == "t1":
             raise RuntimeError("cannot build")
         return real(**kwargs)
