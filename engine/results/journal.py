@@ -46,7 +46,7 @@ _PAGE_BYTES = 16384
 
 
 def _encode(row: dict[str, Any]) -> str:
-    """A row's JSON text: compact orjson text (2 us against 14 us for `json.dumps`, bench/README.md "Issue #22").
+    """A row's JSON text: compact orjson text, the journal's hot path.
 
     A NaN or infinite value in a float column keeps `json.dumps`'s `NaN` / `Infinity` (orjson would write
     null), which `table_from_json_lines` then reads through its fallback, as before; nested values (an
@@ -59,42 +59,8 @@ def _encode(row: dict[str, Any]) -> str:
     return dumps_compact_text(row)
 
 
-#: Rows a statement of `_insert_new` inserts at most (256 parameters, under the 999 of SQLite before 3.32): as fast
-#: per row as 200 (3.8-4.1 against 3.7-4.1 us, 4 runs each), and smaller compiled statements to keep.
-_ROWS_PER_INSERT = 64
-
-
-def _insert_new(db: sqlite3.Connection, rows: list[tuple[str, int, str | None, str]]) -> int:
-    """INSERT OR IGNORE the rows, `_ROWS_PER_INSERT` a statement; how many were new.
-
-    One statement of many VALUES rather than `executemany`, which binds and steps one statement per row:
-    20,000 rows of `bench/bench_run.py` in batches of 330, insert and commit: 4.4-5.5 -> 3.6-4.3 us per row
-    (14 runs each; bench/README.md "Issue #22, 2026-12-04 evening"). Each size's statement is compiled once (sqlite3
-    keeps 128): the full chunks share one, a batch's tail takes its powers of two (`_statement_rows`).
-    """
-    changed = 0
-    start = 0
-    while start < len(rows):
-        size = _statement_rows(len(rows) - start)
-        chunk = rows[start:start + size]
-        start += size
-        count = db.execute(_INSERTS[size], [v for row in chunk for v in row]).rowcount
-        if count < 0:
-            return -1
-        changed += count
-    return changed
-
-
-def _statement_rows(left: int) -> int:
-    """The rows of the next statement: `_ROWS_PER_INSERT`, or the largest power of two in what is left."""
-    return _ROWS_PER_INSERT if left >= _ROWS_PER_INSERT else 1 << (left.bit_length() - 1)
-
-
-#: The statements `_insert_new` runs, by their row count: 7 sizes (1, 2, 4 ... 64), so the connection's statement
-#: cache (128 compiled statements) holds them all; a statement per tail length filled it with up to 128 statements
-#: of as many as 200 rows each (+9.7 MB of peak RSS for 100,000 results in bench_run).
-_INSERTS = {size: "INSERT OR IGNORE INTO rows(key, is_error, part, data) VALUES " + ",".join(["(?,?,?,?)"] * size)
-            for size in (_ROWS_PER_INSERT, *(1 << bit for bit in range(_ROWS_PER_INSERT.bit_length())))}
+#: A new row goes in unless its key is already there (the first row for a key wins).
+_INSERT = "INSERT OR IGNORE INTO rows(key, is_error, part, data) VALUES (?, ?, ?, ?)"
 
 
 _SCHEMA = """
@@ -125,10 +91,7 @@ class Journal:
             raise storage_error(exc, str(path)) from exc
         try:
             # 16 KB pages for a new journal (an existing one keeps its own; the size is fixed once WAL is on):
-            # a row is ~1.5 KB of JSON and a batch of 512 dirties leaves all over the key index, so 4 KB pages
-            # meant ~4x the WAL frames and page splits. 20,000 rows in 512-row batches, add + commit + close:
-            # 14.2 -> 10.2 us per row; reading a part back 4.4 -> 4.1 us per row; a one-row commit (a slow
-            # model's) 60 -> 79 us (bench/README.md "Issue #22 item 2, fourth pass").
+            # a row is ~1 KB of JSON and a batch dirties leaves all over the key index, which small pages split.
             self._db.execute(f"PRAGMA page_size={_PAGE_BYTES}")
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
@@ -205,7 +168,7 @@ class Journal:
                     "ON CONFLICT(key) DO UPDATE SET is_error = excluded.is_error, part = excluded.part, "
                     "data = excluded.data WHERE rows.is_error = 1 AND excluded.is_error = 0", rows).rowcount
             else:
-                changed = _insert_new(db, rows)
+                changed = db.executemany(_INSERT, rows).rowcount
             db.execute("COMMIT")
         except BaseException as exc:
             # SQLite has already rolled back after SQLITE_FULL / SQLITE_IOERR; a second ROLLBACK would
@@ -248,8 +211,7 @@ class Journal:
         db = self._db
         try:
             db.execute("BEGIN IMMEDIATE")
-            added = db.executemany("INSERT OR IGNORE INTO rows(key, is_error, part, data) VALUES (?, ?, ?, ?)",
-                                   batch).rowcount
+            added = db.executemany(_INSERT, batch).rowcount
             db.execute("COMMIT")
         except sqlite3.Error as exc:
             if db.in_transaction:

@@ -114,14 +114,14 @@ def test_rows_the_reader_refuses_still_make_their_table() -> None:
 
 
 def test_one_commit_of_many_rows_inserts_each_new_key_once(tmp_path: Path) -> None:
-    """Rows go in by statements of many VALUES: duplicates in a batch and keys already there are skipped."""
+    """Duplicates in a batch and keys already there are skipped; the open part counts each new row once."""
     journal = Journal(tmp_path / "_journal.sqlite")
     journal.start_part("part-00000.parquet")
     _, template = PLAIN[0]
     for i in range(150):
         journal.add(f"k{i}", template)
     journal.commit()
-    for i in range(100, 551):   # 50 known keys, 401 new ones: several full statements and a tail
+    for i in range(100, 551):   # 50 known keys, 401 new ones
         journal.add(f"k{i}", template)
     journal.add("k0", template)
     journal.add("k550", template)
@@ -131,16 +131,3 @@ def test_one_commit_of_many_rows_inserts_each_new_key_once(tmp_path: Path) -> No
     assert journal.rows_in("part-00000.parquet") == 551
     count, lines = journal.json_lines_of_part("part-00000.parquet")
     assert count == 551 and table_from_json_lines(count, lines).num_rows == 551
-
-
-def test_a_batch_of_any_size_is_inserted_by_a_few_statements_only() -> None:
-    """Every batch size splits into the prepared sizes, so sqlite3's statement cache never fills with one-offs."""
-    from engine.results.journal import _INSERTS, _statement_rows
-
-    assert len(_INSERTS) <= 8
-    for count in range(1, 400):
-        left, pieces = count, []
-        while left:
-            pieces.append(_statement_rows(left))
-            left -= pieces[-1]
-        assert all(size in _INSERTS for size in pieces) and sum(pieces) == count
