@@ -13,11 +13,13 @@ from __future__ import annotations
 import functools
 import os
 import subprocess
+from collections.abc import Sequence
 
 PRIVATE_FOLDERS = ("/tmp", "/var/tmp", "/dev/shm", "/run")
 
 
-def bwrap_argv(bwrap: str, workdir: str, tmpfs_mb: int, *, share_net: bool = False) -> list[str]:
+def bwrap_argv(bwrap: str, workdir: str, tmpfs_mb: int, *, share_net: bool = False,
+               binds: Sequence[str] = ()) -> list[str]:
     """`bwrap ... --` for a program that runs in `workdir`; each private tmpfs holds `tmpfs_mb` MiB at most.
 
     Args:
@@ -25,6 +27,7 @@ def bwrap_argv(bwrap: str, workdir: str, tmpfs_mb: int, *, share_net: bool = Fal
         workdir: The work folder, shown read-write at its own path (and the current directory).
         tmpfs_mb: The size cap of each private tmpfs.
         share_net: Keep the host's network (a workspace test with `network: true`).
+        binds: More folders shown read-write at their own paths (a hidden check's own home).
     """
     args = [bwrap, "--unshare-all", *(["--share-net"] if share_net else []), "--die-with-parent", "--new-session",
             "--hostname", "sandbox",
@@ -38,6 +41,8 @@ def bwrap_argv(bwrap: str, workdir: str, tmpfs_mb: int, *, share_net: bool = Fal
     size = ["--size", str(tmpfs_mb * 1024 * 1024)] if _has_size_option(bwrap) else []
     for private in PRIVATE_FOLDERS:
         args += [*size, "--tmpfs", private]
+    for folder in binds:
+        args += ["--bind", folder, folder]
     return [*args, "--bind", workdir, workdir, "--chdir", workdir, "--"]
 
 

@@ -44,9 +44,17 @@ from pathlib import Path, PurePosixPath
 from engine.errors import HarnessError
 from engine.harness.bwrap import bwrap_argv
 
-__all__ = ["SANDBOX_PATH", "Limits", "RunResult", "isolation", "resolve_program", "run", "run_in"]
+__all__ = ["CHECK_ENV", "LEVELS", "SANDBOX_PATH", "Limits", "RunResult", "interrupt", "isolation", "lease_uid",
+           "release_uid", "resolve_program", "run", "run_in"]
 
 SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin"
+# What a hidden check adds to the environment, so the folder it judges cannot shape how it runs: Python
+# without the user site folder or the current folder on sys.path (the parts of `-I` that matter when the
+# environment is already an allowlist), pytest without conftest.py files or a cache folder.
+CHECK_ENV = {"PYTHONNOUSERSITE": "1", "PYTHONSAFEPATH": "1", "PYTEST_ADDOPTS": "-p no:cacheprovider --noconftest"}
+# The isolation levels, strongest first (`isolation()` says which one runs).
+LEVELS = ("bwrap+pidns+netns+uid", "bwrap+pidns+netns", "pidns+netns+uid", "uid", "pidns+netns", "rlimits",
+          "session")
 # Private uids for dropped children: one per concurrent run, so RLIMIT_NPROC (counted per real uid)
 # of one run never starves another, and "kill every process of this uid" hits only this run.
 _UID_COUNT = 256
@@ -97,6 +105,7 @@ class RunResult:
         isolation: The isolation level that ran (see `isolation()`).
         workdir: The temporary work folder (already deleted when the result is returned).
         uid: The private uid the program ran as, or None when privileges were not dropped.
+        interrupted: True when `interrupt()` stopped the program (the run is being cancelled).
     """
 
     exit_code: int | None
@@ -110,14 +119,17 @@ class RunResult:
     isolation: str
     workdir: str = ""
     uid: int | None = None
+    interrupted: bool = False
 
     @property
     def ok(self) -> bool:
         """Exited by itself with status 0."""
-        return self.exit_code == 0 and not self.timed_out and not self.output_exceeded
+        return self.exit_code == 0 and not self.timed_out and not self.output_exceeded and not self.interrupted
 
     def describe(self) -> str:
         """How the program ended, in a few words: 'exit code 1', 'timed out after 2 s', ..."""
+        if self.interrupted:
+            return "stopped: the run is being cancelled"
         if self.timed_out:
             return f"timed out after {self.duration_s:.3g} s"
         if self.output_exceeded:
@@ -155,7 +167,8 @@ def isolation() -> str:
     `bwrap+pidns+netns` (the same without root: the engine's own uid), `pidns+netns+uid` (PID and
     network namespaces and a private uid; the host's file system), `pidns+netns` (those namespaces
     through a user namespace, not root), `uid` (private uid, no namespaces), `rlimits` (limits and a
-    session only).
+    session only). The environment variable ENGINE_SANDBOX_LEVEL names the strongest level to try (one of
+    LEVELS), for a machine where a stronger one misbehaves, and for tests of the weaker ones.
     """
     return _get_plan().level
 
@@ -191,14 +204,16 @@ def _bwrap() -> str:
     return shutil.which("bwrap", path=SANDBOX_PATH) or "bwrap"
 
 
-def _wrapper(level: str, uid: int | None, workdir: str, limits: Limits, network: bool = False) -> list[str]:
-    """The argv prefix (after prlimit) that puts a program into `level`'s isolation (`network`: keep the host's)."""
+def _wrapper(level: str, uid: int | None, workdir: str, limits: Limits, network: bool = False,
+             binds: Sequence[str] = ()) -> list[str]:
+    """The argv prefix (after prlimit) that puts a program into `level`'s isolation (`network`: keep the host's;
+    `binds`: more folders the program may use, shown read-write under bubblewrap)."""
     ns = ["--pid", "--fork", "--mount-proc"] if network else ["--pid", "--net", "--fork", "--mount-proc"]
     drop = [f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--"]
     if level == "bwrap+pidns+netns+uid":
-        return ["setpriv", *drop, *bwrap_argv(_bwrap(), workdir, limits.file_mb, share_net=network)]
+        return ["setpriv", *drop, *bwrap_argv(_bwrap(), workdir, limits.file_mb, share_net=network, binds=binds)]
     if level == "bwrap+pidns+netns":
-        return bwrap_argv(_bwrap(), workdir, limits.file_mb, share_net=network)
+        return bwrap_argv(_bwrap(), workdir, limits.file_mb, share_net=network, binds=binds)
     if level == "pidns+netns+uid":
         return ["unshare", *ns, f"--setgid={uid}", f"--setuid={uid}", "--"]
     if level == "uid":
@@ -215,6 +230,10 @@ def _detect() -> _Plan:
     unshare = shutil.which("unshare", path=SANDBOX_PATH)
     setpriv = shutil.which("setpriv", path=SANDBOX_PATH)
     bwrap = shutil.which("bwrap", path=SANDBOX_PATH)
+    wanted = os.environ.get("ENGINE_SANDBOX_LEVEL") or LEVELS[0]
+    if wanted not in LEVELS:
+        raise HarnessError(f"ENGINE_SANDBOX_LEVEL={wanted!r} is not an isolation level; use one of "
+                           f"{', '.join(LEVELS)}")
     uid = _UID_BASE
     workdir = tempfile.mkdtemp(prefix="engine-probe-")
     try:
@@ -238,7 +257,7 @@ def _detect() -> _Plan:
             options.append(("pidns+netns", [unshare, "--user", "--map-root-user", *ns, "--"], True, False))
         options.append(("rlimits" if prlimit else "session", [], False, False))
         for level, prefix, use_unshare, drop in options:
-            if level not in ("rlimits", "session") and not prlimit:
+            if (level not in ("rlimits", "session") and not prlimit) or LEVELS.index(level) < LEVELS.index(wanted):
                 continue
             for python in _python_candidates():
                 if _probe(prefix, python, workdir):
@@ -271,7 +290,8 @@ os.register_at_fork(after_in_child=_fresh_uids_after_fork)
 def _take_uid() -> int:
     with _uid_lock:
         if not _uids_free:
-            raise HarnessError(f"more than {_UID_COUNT - 1} sandboxed programs at once; lower the concurrency")
+            raise HarnessError(f"more than {_UID_COUNT - 1} sandboxed programs and open workspaces at once; lower "
+                               "the concurrency")
         return _uids_free.pop(0)
 
 
@@ -325,6 +345,40 @@ def _sweep_uid(uid: int) -> None:
         time.sleep(0.01)
 
 
+def lease_uid() -> int | None:
+    """A private uid held until `release_uid` (a workspace's, for its whole life), or None when privileges are
+    not dropped here. Files a workspace's commands leave belong to its uid: no other run gets that uid while
+    the workspace is open, so no other program can touch them."""
+    return _take_uid() if _get_plan().drop_privileges else None
+
+
+def release_uid(uid: int | None) -> None:
+    """Kill whatever still runs as a leased uid and put it back in the pool."""
+    if uid is not None:
+        _sweep_uid(uid)
+        _give_uid(uid)
+
+
+# --------------------------------------------------------------------------------------------
+# Interrupting: a run being cancelled stops its programs at once, not at their deadlines
+
+
+_live_lock = threading.Lock()
+_live: dict[int, tuple[str | None, int]] = {}    # a program being supervised -> (its group, its wake-up pipe)
+_serial = iter(range(1, 2**63))
+
+
+def interrupt(group: str | None = None) -> None:
+    """Stop every supervised program of `group` (every one when None) now; each ends as `interrupted`."""
+    with _live_lock:
+        wakes = [fd for g, fd in _live.values() if group is None or g == group]
+        for fd in wakes:
+            try:
+                os.write(fd, b"x")
+            except OSError:   # its pipe is full (already woken) or just closed: it is stopping anyway
+                pass
+
+
 # --------------------------------------------------------------------------------------------
 # Running
 
@@ -343,11 +397,12 @@ def resolve_program(name: str) -> list[str] | None:
     return [found] if found else None
 
 
-def _base_env(workdir: str) -> dict[str, str]:
+def _base_env(workdir: str, home: str | None = None) -> dict[str, str]:
     # An allowlist: nothing of the engine's environment (API keys) reaches the child.
     # PWD too: bwrap sets it after `--chdir` whatever the environment says, so every level sets it alike.
-    return {"PATH": SANDBOX_PATH, "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "HOME": workdir, "TMPDIR": workdir,
-            "PWD": workdir, "PYTHONDONTWRITEBYTECODE": "1", "PYTHONHASHSEED": "0"}
+    env = {"PATH": SANDBOX_PATH, "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "HOME": home or workdir,
+           "TMPDIR": home or workdir, "PWD": workdir, "PYTHONDONTWRITEBYTECODE": "1", "PYTHONHASHSEED": "0"}
+    return env if home is None else {**env, **CHECK_ENV}
 
 
 def _write_files(workdir: Path, files: Mapping[str, str], uid: int | None) -> None:
@@ -405,18 +460,23 @@ def run(argv: Sequence[str], files: Mapping[str, str], limits: Limits = Limits()
         shutil.rmtree(workdir, ignore_errors=True)
 
 
-def run_in(argv: Sequence[str], workdir: Path, limits: Limits = Limits(), *, network: bool = False) -> RunResult:
+def run_in(argv: Sequence[str], workdir: Path, limits: Limits = Limits(), *, network: bool = False,
+           uid: int | None = None, home: Path | None = None, group: str | None = None) -> RunResult:
     """Run `argv` under the sandbox in an existing folder that outlives the run (an agent's workspace).
 
     The same isolation, limits, output caps and group kill as `run`; the folder is neither created nor
-    deleted. When privileges are dropped, the whole folder is first given to the run's private uid (a
-    workspace is small; each run has its own uid), so the program may read and write everything in it.
+    deleted. When privileges are dropped, the whole folder is first given to the run's private uid, so
+    the program may read and write everything in it.
 
     Args:
         argv: The command (`bash`, `python`... or an absolute path), run with `workdir` as its folder.
         workdir: The folder; it must exist.
         limits: Resource limits.
         network: Keep the host's network (no network namespace); off by default.
+        uid: The uid to run as, leased by the caller (`lease_uid`) and kept after the run; None: a uid of
+            the run's own, when privileges are dropped here.
+        home: A hidden check's own folder outside `workdir`: HOME and TMPDIR, with CHECK_ENV added.
+        group: A name `interrupt(group)` stops this program by.
 
     Raises:
         HarnessError: The program is not installed or the folder could not be handed over.
@@ -424,16 +484,22 @@ def run_in(argv: Sequence[str], workdir: Path, limits: Limits = Limits(), *, net
     if not argv:
         raise HarnessError("the command is empty")
     plan, program = _plan_and_program(argv[0])
-    uid = _take_uid() if plan.drop_privileges else None
+    own = _take_uid() if plan.drop_privileges and uid is None else None
+    uid = uid if plan.drop_privileges and uid is not None else own
     try:
         if uid is not None:
             _give_tree(workdir, uid)
-        command = _command(plan, uid, workdir, limits, [*program, *argv[1:]], network)
-        return _supervise(command, str(workdir), limits, plan, uid)
+            if home is not None:
+                os.chown(home, uid, uid)
+        binds = () if home is None else (str(home),)
+        command = _command(plan, uid, workdir, limits, [*program, *argv[1:]], network, binds)
+        return _supervise(command, str(workdir), limits, plan, uid, home=None if home is None else str(home),
+                          group=group)
     finally:
         if uid is not None:
             _sweep_uid(uid)
-            _give_uid(uid)
+        if own is not None:
+            _give_uid(own)
 
 
 def _plan_and_program(name: str) -> tuple[_Plan, list[str]]:
@@ -446,12 +512,12 @@ def _plan_and_program(name: str) -> tuple[_Plan, list[str]]:
 
 
 def _command(plan: _Plan, uid: int | None, workdir: Path, limits: Limits, argv: list[str],
-             network: bool = False) -> list[str]:
+             network: bool = False, binds: Sequence[str] = ()) -> list[str]:
     """The full argv: prlimit, the isolation wrapper of `plan.level` (none at `session`), then the program."""
     if plan.level == "session":
         return argv
     return ["prlimit", *_limit_args(limits, nproc=uid is not None), "--",
-            *_wrapper(plan.level, uid, str(workdir), limits, network), *argv]
+            *_wrapper(plan.level, uid, str(workdir), limits, network, binds), *argv]
 
 
 def _give_tree(root: Path, uid: int) -> None:
@@ -465,19 +531,25 @@ def _give_tree(root: Path, uid: int) -> None:
         raise HarnessError(f"could not hand the work folder to the sandbox: {exc}") from exc
 
 
-def _supervise(command: list[str], workdir: str, limits: Limits, plan: _Plan, uid: int | None) -> RunResult:
+def _supervise(command: list[str], workdir: str, limits: Limits, plan: _Plan, uid: int | None,
+               home: str | None = None, group: str | None = None) -> RunResult:
     """Start the command, read its output with a deadline, and kill whatever is left."""
     start = time.monotonic()
     deadline = start + limits.timeout_s
+    wake_read, wake_write = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    serial = next(_serial)
+    with _live_lock:
+        _live[serial] = (group, wake_write)
     try:
-        proc = subprocess.Popen(command, cwd=workdir, env=_base_env(workdir), stdin=subprocess.DEVNULL,
+        proc = subprocess.Popen(command, cwd=workdir, env=_base_env(workdir, home), stdin=subprocess.DEVNULL,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
                                 close_fds=True)
     except OSError as exc:
+        _forget(serial, wake_read, wake_write)
         raise HarnessError(f"could not start the sandboxed program {command[0]!r}: {exc}") from exc
     kept = {"stdout": bytearray(), "stderr": bytearray()}
     total = {"stdout": 0, "stderr": 0}
-    timed_out = output_exceeded = False
+    timed_out = output_exceeded = interrupted = False
     exited_at: float | None = None
     hard_limit = limits.output_bytes * _HARD_OUTPUT_FACTOR
     pidfd = os.pidfd_open(proc.pid)
@@ -486,6 +558,7 @@ def _supervise(command: list[str], workdir: str, limits: Limits, plan: _Plan, ui
     selector.register(proc.stdout, selectors.EVENT_READ, "stdout")
     selector.register(proc.stderr, selectors.EVENT_READ, "stderr")
     selector.register(pidfd, selectors.EVENT_READ, "exit")
+    selector.register(wake_read, selectors.EVENT_READ, "stop")
     try:
         open_pipes = 2
         while open_pipes or exited_at is None:
@@ -497,6 +570,9 @@ def _supervise(command: list[str], workdir: str, limits: Limits, plan: _Plan, ui
                 timed_out = exited_at is None
                 break
             for key, _ in selector.select(timeout=remaining):
+                if key.data == "stop":
+                    interrupted = True
+                    break
                 if key.data == "exit":
                     selector.unregister(pidfd)
                     exited_at = time.monotonic()
@@ -513,11 +589,12 @@ def _supervise(command: list[str], workdir: str, limits: Limits, plan: _Plan, ui
                     kept[key.data] += chunk[:room]
                 if total[key.data] > hard_limit:
                     output_exceeded = True
-            if output_exceeded:
+            if output_exceeded or interrupted:
                 break
     finally:
         _kill_all(proc, plan, uid, alive=proc.poll() is None)
         selector.close()
+        _forget(serial, wake_read, wake_write)
         os.close(pidfd)
         proc.stdout.close()
         proc.stderr.close()
@@ -535,7 +612,15 @@ def _supervise(command: list[str], workdir: str, limits: Limits, plan: _Plan, ui
         isolation=plan.level,
         workdir=workdir,
         uid=uid,
+        interrupted=interrupted,
     )
+
+
+def _forget(serial: int, wake_read: int, wake_write: int) -> None:
+    with _live_lock:
+        _live.pop(serial, None)
+    os.close(wake_read)
+    os.close(wake_write)
 
 
 def _kill_all(proc: subprocess.Popen[bytes], plan: _Plan, uid: int | None, alive: bool) -> None:

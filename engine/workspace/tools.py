@@ -7,6 +7,10 @@ event loop). The statuses a built-in answer adds to the declared tools' `ok` / `
     failed    run_command: the command ran and exited non-zero, timed out, or wrote too much (counted)
     refused   a path outside the workspace (`..`, absolute, a symlink leading out): nothing read or written
 
+The file tools act on regular files and folders only: a FIFO, a device or a socket is an `error` that
+says so, and nothing is opened in a way that could block. Every call has a time limit (the workspace's
+command limit and a margin): past it, or when the run is cancelled, its command is stopped.
+
 `ends` says which outcome a call ends the conversation with: `finish` -> completed, `ask_human` -> escalated,
 and a sandbox that cannot run a command at all (the workspace made unusable) -> failed.
 """
@@ -14,8 +18,10 @@ and a sandbox that cannot run a command at all (the workspace made unusable) -> 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
+import stat
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,12 +30,13 @@ from typing import Any
 
 from engine.errors import HarnessError
 from engine.workspace.spec import builtin_definition
-from engine.workspace.workspace import Workspace
+from engine.workspace.workspace import Workspace, open_regular, special_kind
 
 __all__ = ["READ_MAX_BYTES", "BuiltinAnswer", "BuiltinTool", "bind_tools"]
 
 READ_MAX_BYTES = 64 * 1024    # read_file returns at most this much (and says it cut)
 LIST_MAX = 300                # list_files lists at most this many entries
+CALL_MARGIN_S = 30.0          # a call's time limit: the workspace's command limit plus this (handing over, sweeping)
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
 
 
@@ -71,8 +78,20 @@ class BuiltinTool:
         return None if error is None else error.message
 
     async def answer(self, arguments: Mapping[str, Any], state: Mapping[str, Any]) -> BuiltinAnswer:
-        """Act on the workspace (in a worker thread: commands and file I/O block)."""
-        return await asyncio.to_thread(_ACTIONS[self.builtin], self.workspace, arguments)
+        """Act on the workspace (in a worker thread: commands and file I/O block), within the call's time limit;
+        a call cancelled or out of time stops its command."""
+        limit = self.workspace.spec.timeout_s + CALL_MARGIN_S
+        try:
+            async with asyncio.timeout(limit):
+                return await asyncio.to_thread(_ACTIONS[self.builtin], self.workspace, arguments)
+        except TimeoutError:
+            self.workspace.interrupt()
+            message = f"the tool call did not end within {limit:g} s and was stopped"
+            return BuiltinAnswer("failed" if self.builtin == "run_command" else "error", _json({"error": message}),
+                                 message)
+        except asyncio.CancelledError:
+            self.workspace.interrupt()
+            raise
 
 
 def bind_tools(offered: tuple[tuple[str, str], ...], workspace: Workspace) -> dict[str, BuiltinTool]:
@@ -110,7 +129,7 @@ def read_file(workspace: Workspace, arguments: Mapping[str, Any]) -> BuiltinAnsw
     if target is None:
         return _refused(arguments["path"])
     try:
-        with open(target, "rb") as handle:
+        with os.fdopen(open_regular(target), "rb") as handle:
             data = handle.read(READ_MAX_BYTES + 1)
     except OSError as exc:
         message = f"cannot read {arguments['path']!r}: {exc.strerror or exc}"
@@ -132,8 +151,13 @@ def write_file(workspace: Workspace, arguments: Mapping[str, Any]) -> BuiltinAns
         # resolve again after mkdir: a folder created above may not change where the file lands, but check
         if workspace.inside(workspace.relative(target)) != target:
             return _refused(name)
-        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        with contextlib.suppress(FileNotFoundError):
+            found = os.lstat(target).st_mode
+            if not stat.S_ISREG(found):   # never opened: opening a FIFO for writing could block
+                kind = "a folder" if stat.S_ISDIR(found) else f"a {special_kind(found) or 'special file'}"
+                raise OSError(0, f"it is {kind}, not a regular file; write_file writes regular files only")
+        with os.fdopen(open_regular(target, os.O_WRONLY | os.O_CREAT), "w", encoding="utf-8") as handle:
+            handle.truncate(0)
             handle.write(str(arguments["content"]))
     except OSError as exc:
         message = f"cannot write {name!r}: {exc.strerror or exc}"
@@ -152,14 +176,20 @@ def list_files(workspace: Workspace, arguments: Mapping[str, Any]) -> BuiltinAns
         message = f"{name!r} is not a folder of the workspace"
         return BuiltinAnswer("error", _json({"error": message}), message)
     entries: list[str] = []
-    for folder, dirs, names in os.walk(target):
+    more = 0
+    for folder, dirs, names in os.walk(target):   # names only: nothing is opened
         dirs.sort()
         for entry in sorted(dirs) + sorted(names):
+            if len(entries) >= LIST_MAX:
+                more += 1
+                continue
             full = os.path.join(folder, entry)
             entries.append(workspace.relative(Path(full)) + ("/" if entry in dirs else ""))
-    shown = entries[:LIST_MAX]
-    if len(entries) > LIST_MAX:
-        shown.append(f"... and {len(entries) - LIST_MAX} more")
+        if more > 100 * LIST_MAX:
+            break
+    shown = list(entries)
+    if more:
+        shown.append(f"... and {more}{'+' if more > 100 * LIST_MAX else ''} more")
     return BuiltinAnswer("ok", "\n".join(shown) if shown else "(empty)", shown)
 
 

@@ -3,44 +3,113 @@
     ws = Workspace.create(spec)        # copy the folder, write inline files, run `setup` (WorkspaceError if it fails)
     ws.run("pytest -q")                # bash -c in the sandbox (engine.harness.sandbox.run_in)
     ws.inside("src/a.py")              # a path the model named, resolved inside the workspace, or None (refused)
+    ws.check("python3 -m unittest", files={...})   # the hidden check, in an environment the model cannot shape
     ws.files(), ws.diff()              # the final file list, a compact unified diff against the seed
-    ws.close()                         # the folder is deleted
+    ws.close()                         # the folder is deleted, its private uid given back
 
 The engine itself reads and writes files for `read_file` / `write_file` / `list_files` (no process is needed),
 but only after `inside` resolved the path with every symlink followed: `..`, absolute paths and symlinks
-leading out are refused. Commands get the whole folder (chowned to the sandbox's private uid for each run).
+leading out are refused. Commands get the whole folder, as the workspace's own private uid (held until
+`close`, so no other run may act as the owner of these files while the workspace is open). Walking the
+folder never opens anything but regular files, and never blocks on one (a FIFO, a device, a socket are
+listed, never read); the diff reads each file in pieces and keeps only small texts.
 """
 
 from __future__ import annotations
 
 import difflib
+import hashlib
+import itertools
 import os
 import shutil
+import stat
 import tempfile
+import threading
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from engine.errors import HarnessError
 from engine.harness import sandbox
 from engine.workspace.spec import WorkspaceSpec
 
-__all__ = ["DIFF_CHARS", "FILE_LIST_MAX", "Workspace", "WorkspaceError"]
+__all__ = ["DIFF_CHARS", "FILE_DIFF_BYTES", "FILE_LIST_MAX", "Entry", "Workspace", "WorkspaceError",
+           "open_regular", "special_kind", "unified_diff"]
 
-DIFF_CHARS = 8000        # the stored diff is cut past this many characters (a line says how much is left out)
-FILE_LIST_MAX = 500      # files listed at most in the final file list
-SEED_FILE_BYTES = 256 * 1024   # seed files larger than this are compared by size and bytes, not diffed line by line
+DIFF_CHARS = 8000              # the stored diff is cut past this many characters (a line says what is left out)
+FILE_DIFF_CHARS = 4000         # one file's part of the diff is cut past this many characters
+FILE_DIFF_BYTES = 64 * 1024    # files larger than this are compared by digest, not diffed line by line
+SEED_TEXT_BYTES = 4 * 1024 * 1024   # the seed's texts kept for the diff, in total; past it: compared by digest
+FILE_LIST_MAX = 500            # files listed at most in the final file list
+WALK_MAX = 100_000             # entries looked at, at most, when the folder is walked
+_CHUNK = 64 * 1024
+_groups = itertools.count(1)
 
 
 class WorkspaceError(Exception):
     """The workspace could not be prepared (copy failed, `setup` exited non-zero): an error row, not a model fail."""
 
 
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One thing in the workspace, as the diff compares it.
+
+    Args:
+        kind: "file", "link", or the kind of a special file ("FIFO", "socket", "device").
+        size: A file's size in bytes (0 for the others).
+        digest: The SHA-256 of a file's bytes or a link's target ("" for special files).
+        text: A small UTF-8 file's text, kept for the line diff; None when not kept (large, binary, or past
+            the seed's budget).
+    """
+
+    kind: str
+    size: int = 0
+    digest: str = ""
+    text: str | None = None
+
+
+def special_kind(mode: int) -> str | None:
+    """What a non-regular, non-folder, non-link file is ("FIFO", "socket", "device"), or None for those."""
+    if stat.S_ISFIFO(mode):
+        return "FIFO"
+    if stat.S_ISSOCK(mode):
+        return "socket"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "device"
+    return None
+
+
+def open_regular(path: Path | str, flags: int = os.O_RDONLY, mode: int = 0o644) -> int:
+    """An fd of the regular file at `path`, opened without blocking and without following a final symlink.
+
+    Raises:
+        OSError: It cannot be opened, or it is not a regular file (a FIFO, a device, a socket, a folder):
+            `strerror` says which, in words for the model.
+    """
+    fd = os.open(path, flags | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+    try:
+        found = os.fstat(fd).st_mode
+        if not stat.S_ISREG(found):
+            what = "a folder" if stat.S_ISDIR(found) else f"a {special_kind(found) or 'special file'}"
+            raise OSError(0, f"it is {what}, not a regular file; the file tools act on regular files only")
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
 class Workspace:
     """A fresh work folder for one attempt (see the module docstring)."""
 
-    def __init__(self, spec: WorkspaceSpec, root: Path, seed: dict[str, bytes]) -> None:
+    def __init__(self, spec: WorkspaceSpec, root: Path, seed: dict[str, Entry]) -> None:
         self.spec = spec
         self.root = root
         self.seed = seed
+        self.uid = sandbox.lease_uid()
+        self.group = f"workspace-{next(_groups)}"
+        self._running = threading.Lock()    # commands run one at a time: they share the workspace's uid
+        self._final: tuple[list[str], str] | None = None
 
     @classmethod
     def create(cls, spec: WorkspaceSpec, *, run_setup: bool = True) -> Workspace:
@@ -51,6 +120,7 @@ class Workspace:
         """
         base = Path(tempfile.mkdtemp(prefix="engine-ws-"))
         root = base / "work"
+        workspace: Workspace | None = None
         try:
             if spec.folder:
                 shutil.copytree(spec.folder, root, symlinks=True)
@@ -67,18 +137,18 @@ class Workspace:
                 if not result.ok:
                     raise WorkspaceError(f"the workspace setup command failed ({result.describe()}): "
                                          f"{(result.stderr or result.stdout).strip()[-500:]}")
-            workspace.seed = workspace.snapshot()
+            workspace.seed = _scan(root, SEED_TEXT_BYTES)
             return workspace
         except (OSError, HarnessError) as exc:
-            shutil.rmtree(base, ignore_errors=True)
+            _discard(base, workspace)
             raise WorkspaceError(f"could not prepare the workspace: {exc}") from exc
-        except WorkspaceError:
-            shutil.rmtree(base, ignore_errors=True)
+        except BaseException:
+            _discard(base, workspace)
             raise
 
     def close(self) -> None:
-        """Delete the folder (the row keeps its file list and diff)."""
-        shutil.rmtree(self.root.parent, ignore_errors=True)
+        """Delete the folder (the row keeps its file list and diff) and give the private uid back."""
+        _discard(self.root.parent, self)
 
     # -- commands --------------------------------------------------------------------------------
     def run(self, command: str, timeout_s: float | None = None) -> sandbox.RunResult:
@@ -88,7 +158,40 @@ class Workspace:
             HarnessError: The sandbox could not run it at all (not a failing command: that is a result).
         """
         limits = sandbox.Limits(timeout_s=timeout_s or self.spec.timeout_s, memory_mb=self.spec.memory_mb)
-        return sandbox.run_in(["bash", "-c", command], self.root, limits, network=self.spec.network)
+        with self._running:
+            return sandbox.run_in(["bash", "-c", command], self.root, limits, network=self.spec.network,
+                                  uid=self.uid, group=self.group)
+
+    def check(self, command: str, timeout_s: float | None = None,
+              files: Mapping[str, Path] | None = None) -> sandbox.RunResult:
+        """Run a hidden check once the model is done, in an environment the model cannot shape.
+
+        The final file list and diff are taken first (the check's files are not the model's work); then
+        each of `files` (a workspace path -> a file or folder of the suite) replaces whatever the model left
+        at that path, and the command runs with a HOME and TMPDIR of its own outside the workspace and
+        sandbox.CHECK_ENV (no user site folder, nor the current folder on Python's sys.path, no conftest.py).
+
+        Raises:
+            HarnessError: The sandbox could not run it, or a check file could not be copied in.
+        """
+        self.final_state()
+        try:
+            for rel, source in (files or {}).items():
+                _replace(self.root, rel, source)
+        except OSError as exc:
+            raise HarnessError(f"could not copy the check's files into the workspace: {exc}") from exc
+        home = Path(tempfile.mkdtemp(prefix="engine-check-"))
+        limits = sandbox.Limits(timeout_s=timeout_s or self.spec.timeout_s, memory_mb=self.spec.memory_mb)
+        try:
+            with self._running:
+                return sandbox.run_in(["bash", "-c", command], self.root, limits, network=self.spec.network,
+                                      uid=self.uid, home=home, group=self.group)
+        finally:
+            shutil.rmtree(home, ignore_errors=True)
+
+    def interrupt(self) -> None:
+        """Stop this workspace's running command now (its tool call was cancelled or ran out of time)."""
+        sandbox.interrupt(self.group)
 
     # -- paths -----------------------------------------------------------------------------------
     def inside(self, name: str) -> Path | None:
@@ -109,64 +212,169 @@ class Workspace:
         return Path(os.path.relpath(path, os.path.realpath(self.root))).as_posix()
 
     # -- the end of the run ----------------------------------------------------------------------
-    def snapshot(self) -> dict[str, bytes]:
-        """Relative path -> bytes of every regular file (symlinks as `-> target`)."""
-        out: dict[str, bytes] = {}
-        for folder, dirs, names in os.walk(self.root):
-            dirs.sort()
-            links = [d for d in dirs if os.path.islink(os.path.join(folder, d))]   # never followed
-            for name in sorted(names + links):
-                full = os.path.join(folder, name)
-                rel = Path(os.path.relpath(full, self.root)).as_posix()
-                if os.path.islink(full):
-                    out[rel] = b"-> " + os.readlink(full).encode(errors="replace")
-                elif os.path.isfile(full):
-                    with open(full, "rb") as handle:
-                        out[rel] = handle.read(SEED_FILE_BYTES + 1)
-        return out
+    def final_state(self) -> tuple[list[str], str]:
+        """The file list and the diff of the model's final workspace, taken once (before any check runs)."""
+        if self._final is None:
+            final = _scan(self.root, SEED_TEXT_BYTES, self.seed)
+            names = sorted(final)
+            if len(names) > FILE_LIST_MAX:
+                names = [*names[:FILE_LIST_MAX], f"... and {len(names) - FILE_LIST_MAX} more"]
+            self._final = (names, unified_diff(self.seed, final))
+        return self._final
 
     def files(self) -> list[str]:
         """The final workspace's files, sorted (at most FILE_LIST_MAX, then one line saying how many more)."""
-        names = sorted(self.snapshot())
-        if len(names) > FILE_LIST_MAX:
-            return [*names[:FILE_LIST_MAX], f"... and {len(names) - FILE_LIST_MAX} more"]
-        return names
+        return self.final_state()[0]
 
-    def diff(self, limit: int = DIFF_CHARS) -> str:
-        """A unified diff of the workspace against its seed (after setup), cut at `limit` characters."""
-        return unified_diff(self.seed, self.snapshot(), limit)
+    def diff(self) -> str:
+        """A unified diff of the workspace against its seed (after setup), cut at DIFF_CHARS characters."""
+        return self.final_state()[1]
 
 
-def unified_diff(before: dict[str, bytes], after: dict[str, bytes], limit: int = DIFF_CHARS) -> str:
-    """`diff -u`-style text of what changed between two snapshots; binary or large files in one line each."""
+def _discard(base: Path, workspace: Workspace | None) -> None:
+    shutil.rmtree(base, ignore_errors=True)
+    if workspace is not None:
+        uid, workspace.uid = workspace.uid, None
+        sandbox.release_uid(uid)
+
+
+def _replace(root: Path, rel: str, source: Path) -> None:
+    """Put the suite's `source` (a file or folder) at `rel` in the workspace, over whatever is there.
+
+    Every folder on the way is made a real folder (a symlink or a file the model put there is removed), so
+    nothing is written outside the workspace.
+    """
+    parts = PurePosixPath(rel).parts
+    here = root
+    for part in parts[:-1]:
+        here = here / part
+        if os.path.islink(here) or (os.path.lexists(here) and not os.path.isdir(here)):
+            os.unlink(here)
+        if not os.path.lexists(here):
+            os.mkdir(here)
+    target = here / parts[-1]
+    if os.path.isdir(target) and not os.path.islink(target):
+        shutil.rmtree(target)
+    elif os.path.lexists(target):
+        os.unlink(target)
+    if source.is_dir():
+        shutil.copytree(source, target)
+    else:
+        shutil.copyfile(source, target)
+
+
+def _walk(root: Path) -> Iterator[tuple[str, str, os.stat_result]]:
+    """(relative path, full path, lstat) of everything but folders under `root`, sorted, symlinks not
+    followed, at most WALK_MAX entries."""
+    seen = 0
+    for folder, dirs, names in os.walk(root):
+        dirs.sort()
+        links = [d for d in dirs if os.path.islink(os.path.join(folder, d))]
+        dirs[:] = [d for d in dirs if d not in links]
+        for name in sorted(names + links):
+            seen += 1
+            if seen > WALK_MAX:
+                return
+            full = os.path.join(folder, name)
+            try:
+                info = os.lstat(full)
+            except OSError:
+                continue
+            yield Path(os.path.relpath(full, root)).as_posix(), full, info
+
+
+def _scan(root: Path, text_budget: int, seed: Mapping[str, Entry] | None = None) -> dict[str, Entry]:
+    """Every file, link and special file under `root`, its bytes read in pieces; texts kept for small
+    UTF-8 files while `text_budget` lasts (with `seed`: only for files that changed)."""
+    out: dict[str, Entry] = {}
+    for rel, full, info in _walk(root):
+        if stat.S_ISLNK(info.st_mode):
+            target = os.readlink(full)
+            out[rel] = Entry("link", 0, hashlib.sha256(target.encode(errors="replace")).hexdigest(), target)
+            continue
+        if not stat.S_ISREG(info.st_mode):
+            out[rel] = Entry(special_kind(info.st_mode) or "special file")
+            continue
+        try:
+            entry = _read_entry(full)
+        except OSError:
+            continue
+        unchanged = seed is not None and _same(seed.get(rel), entry)
+        if entry.text is not None and (unchanged or len(entry.text) > text_budget):
+            entry = Entry(entry.kind, entry.size, entry.digest)
+        text_budget -= len(entry.text or "")
+        out[rel] = entry
+    return out
+
+
+def _read_entry(full: str) -> Entry:
+    digest = hashlib.sha256()
+    head = bytearray()
+    size = 0
+    with os.fdopen(open_regular(full), "rb") as handle:
+        while chunk := handle.read(_CHUNK):
+            digest.update(chunk)
+            if size <= FILE_DIFF_BYTES:
+                head += chunk[:FILE_DIFF_BYTES + 1 - len(head)]
+            size += len(chunk)
+    text: str | None = None
+    if size <= FILE_DIFF_BYTES and b"\0" not in head:
+        try:
+            text = head.decode("utf-8")
+        except UnicodeDecodeError:
+            text = None
+    return Entry("file", size, digest.hexdigest(), text)
+
+
+def unified_diff(before: Mapping[str, Entry], after: Mapping[str, Entry], limit: int = DIFF_CHARS) -> str:
+    """`diff -u`-style text of what changed between two scans, each file's part cut at FILE_DIFF_CHARS and the
+    whole at `limit`, then one line saying how many changed files are not shown."""
     parts: list[str] = []
-    for name in sorted(set(before) | set(after)):
-        old, new = before.get(name), after.get(name)
-        if old == new:
-            continue
-        old_text, new_text = _text(old), _text(new)
-        if old_text is None or new_text is None:
-            state = "added" if old is None else "deleted" if new is None else "changed"
-            parts.append(f"Binary or large file {name} {state}\n")
-            continue
-        lines = difflib.unified_diff(old_text.splitlines(keepends=True), new_text.splitlines(keepends=True),
-                                     "/dev/null" if old is None else f"a/{name}",
-                                     "/dev/null" if new is None else f"b/{name}", n=2)
-        parts.append("".join(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n"
-                             for line in lines))
-    text = "".join(parts)
-    if len(text) > limit:
-        cut = text[:limit].rsplit("\n", 1)[0] + "\n"
-        text = cut + f"... diff cut at {limit} characters ({len(text) - len(cut)} more)\n"
+    used = 0
+    changed = [name for name in sorted(set(before) | set(after))
+               if _same(before.get(name), after.get(name)) is False]
+    for shown, name in enumerate(changed):
+        part = _file_diff(name, before.get(name), after.get(name))
+        if used + len(part) > limit:
+            room = limit - used
+            if room > 200 and shown == 0:   # one huge first part: show its start rather than nothing
+                cut = part[:room].rsplit("\n", 1)[0] + "\n"
+                parts.append(cut + f"... diff cut at {limit} characters ({len(part) - len(cut)} more)\n")
+                shown += 1
+            left = len(changed) - shown
+            if left:
+                parts.append(f"... {left} more changed file{'s' if left != 1 else ''} not shown (the diff is cut "
+                             f"at {limit} characters)\n")
+            break
+        parts.append(part)
+        used += len(part)
+    return "".join(parts)
+
+
+def _same(old: Entry | None, new: Entry | None) -> bool:
+    if old is None or new is None:
+        return old is new
+    return (old.kind, old.size, old.digest) == (new.kind, new.size, new.digest)
+
+
+def _file_diff(name: str, old: Entry | None, new: Entry | None) -> str:
+    state = "added" if old is None else "deleted" if new is None else "changed"
+    for entry in (old, new):
+        if entry is not None and entry.kind not in ("file", "link"):
+            return f"Special file {name} {state} (a {entry.kind}; never read)\n"
+    if (old is not None and old.kind == "link") or (new is not None and new.kind == "link"):
+        shown = " -> ".join(f"{e.kind} {e.text!r}" if e.kind == "link" else e.kind for e in (old, new) if e)
+        return f"Link {name} {state} ({shown})\n"
+    old_text = "" if old is None else old.text
+    new_text = "" if new is None else new.text
+    if old_text is None or new_text is None:
+        sizes = " -> ".join(f"{e.size} bytes" for e in (old, new) if e is not None)
+        return f"Binary or large file {name} {state} ({sizes})\n"
+    lines = difflib.unified_diff(old_text.splitlines(keepends=True), new_text.splitlines(keepends=True),
+                                 "/dev/null" if old is None else f"a/{name}",
+                                 "/dev/null" if new is None else f"b/{name}", n=2)
+    text = "".join(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n" for line in lines)
+    if len(text) > FILE_DIFF_CHARS:
+        cut = text[:FILE_DIFF_CHARS].rsplit("\n", 1)[0] + "\n"
+        text = cut + f"... {name}: diff cut at {FILE_DIFF_CHARS} characters ({len(text) - len(cut)} more)\n"
     return text
-
-
-def _text(data: bytes | None) -> str | None:
-    if data is None:
-        return ""
-    if len(data) > SEED_FILE_BYTES or b"\0" in data:
-        return None
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError:
-        return None

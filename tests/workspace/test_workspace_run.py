@@ -31,7 +31,8 @@ tests:
     agent: {max_turns: 8}
     eval:
       all:
-        - workspace_check: {command: "python3 -c 'import greet; assert greet.greet() == \\"hello\\"'"}
+        - workspace_check:
+            command: python3 -c 'import sys; sys.path.append("."); import greet; assert greet.greet() == "hello"'
         - no_invented_tools: true
   - id: failing-command
     prompt: "TASK failing: run the tests"

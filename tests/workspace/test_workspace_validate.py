@@ -9,7 +9,8 @@ import pytest
 
 from engine.agent.golden import score_golden_conversation
 from engine.suite.loader import load_suites
-from engine.workspace.workspace import DIFF_CHARS, unified_diff
+from engine.workspace.spec import WorkspaceSpec
+from engine.workspace.workspace import DIFF_CHARS, FILE_DIFF_CHARS, Workspace
 from tests.run.e2e import engine
 
 HEAD = """\
@@ -24,7 +25,8 @@ GOOD = """\
     tools: [run_command, read_file, write_file, list_files]
     eval:
       all:
-        - workspace_check: {command: "python3 -c 'import greet; assert greet.greet() == \\"hello\\"'"}
+        - workspace_check:
+            command: python3 -c 'import sys; sys.path.append("."); import greet; assert greet.greet() == "hello"'
         - no_invented_tools: true
     golden:
       - tool_calls: [{name: read_file, arguments: {path: greet.py}}]
@@ -59,7 +61,7 @@ def test_a_golden_that_does_not_solve_the_task_is_reported(tmp_path: Path) -> No
 
 
 def test_a_check_that_passes_before_any_work_is_a_broken_test(tmp_path: Path) -> None:
-    path = _project(tmp_path, GOOD.replace("assert greet.greet() == \\\"hello\\\"", "import greet"))
+    path = _project(tmp_path, GOOD.replace('assert greet.greet() == "hello"', "import greet"))
     [message] = _messages(path)
     assert message.startswith("3:5: test 'fix': ") and "its checks pass on the untouched workspace" in message
     assert "the test is broken" in message
@@ -103,12 +105,22 @@ def test_engine_validate_reports_file_line_col(tmp_path: Path) -> None:
     assert f"{path}:5:16: error: the workspace folder 'workspaces/nope' does not exist" in done.stdout + done.stderr
 
 
-def test_the_diff_is_capped_and_says_how_much_was_left_out() -> None:
-    before = {"a.txt": b"".join(b"line %d\n" % i for i in range(2000))}
-    after = {"a.txt": b"".join(b"LINE %d\n" % i for i in range(2000)), "bin.dat": b"\0\1\2"}
-    text = unified_diff(before, after)
-    assert len(text) <= DIFF_CHARS + 80
+def test_the_diff_is_capped_per_file_and_in_total_and_says_what_was_left_out() -> None:
+    lines = "".join(f"line {i}\n" for i in range(2000))
+    workspace = Workspace.create(WorkspaceSpec(files={"a.txt": lines, **{f"n{i}.txt": "x\n" for i in range(400)}}))
+    try:
+        (workspace.root / "a.txt").write_text(lines.upper())
+        (workspace.root / "bin.dat").write_bytes(b"\0\1\2")
+        for i in range(400):
+            (workspace.root / f"n{i}.txt").write_text("y\n")
+        text = workspace.diff()
+    finally:
+        workspace.close()
+    assert len(text) <= DIFF_CHARS + 200
     assert text.startswith("--- a/a.txt\n+++ b/a.txt\n")
-    assert text.rstrip().splitlines()[-1].startswith(f"... diff cut at {DIFF_CHARS} characters (")
-    small = unified_diff({"x": b"1\n"}, {"x": b"1\n", "bin.dat": b"\0"})
-    assert small == "Binary or large file bin.dat added\n"
+    assert f"... a.txt: diff cut at {FILE_DIFF_CHARS} characters (" in text
+    assert "Binary or large file bin.dat added (3 bytes)\n" in text
+    shown = text.count("+++ b/n")
+    assert 0 < shown < 400
+    assert text.endswith(f"... {400 - shown} more changed files not shown (the diff is cut at {DIFF_CHARS} "
+                         "characters)\n")
