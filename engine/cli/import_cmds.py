@@ -1,4 +1,5 @@
-"""`engine import bfcl`: BFCL questions + possible answers -> YAML suites.
+"""`engine import bfcl` (BFCL questions + possible answers) and `engine import promptfoo` (a promptfoo config):
+YAML suites.
 
 (`engine import humaneval` lives in import_humaneval.py.)
 """
@@ -35,3 +36,27 @@ def import_bfcl_cmd(
         parts = sorted(first.parent.glob(f"{first.stem}_part*.yaml"))
         extra = f" (+{len(parts)} part file(s) for clashing tool definitions)" if parts else ""
         typer.echo(f"wrote {first}{extra}")
+
+
+@import_app.command("promptfoo")
+def import_promptfoo_cmd(
+    config: Annotated[Path, typer.Argument(help="A promptfoo config (promptfooconfig.yaml).")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Folder to write the suite(s) and models.yaml to.")],
+) -> None:
+    """Turn a promptfoo config into suites (one per prompt) and a models file; list what could not be mapped."""
+    from engine.errors import EngineError
+    from engine.importers.promptfoo import import_promptfoo
+
+    try:
+        imported = import_promptfoo(config, out)
+    except EngineError as exc:
+        typer.echo(f"engine import promptfoo: error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    for note in imported.notes:
+        typer.echo(f"{note.file}:{note.line or 1}: warning: {note.message}", err=True)
+    for path in imported.suites:
+        typer.echo(f"wrote {path}")
+    if imported.models is not None:
+        typer.echo(f"wrote {imported.models}")
+    left = f"; {len(imported.notes)} thing(s) not imported as written, listed above" if imported.notes else ""
+    typer.echo(f"{imported.tests} test(s){left}. Next: engine validate {out}")
