@@ -1,69 +1,35 @@
-"""JSON text exactly as `json.dumps` writes it, without its per-call set-up.
+"""JSON text two ways: `json.dumps`'s exact text where the bytes are kept as a key, orjson on the hot path.
 
-`json.dumps(obj, ensure_ascii=False)` builds a `JSONEncoder` and then a C encoder on every call, and
-even the plain `json.dumps(obj)` builds the C encoder each time; for the small objects of a call
-(the request body, the prompt, the journal row) that set-up is a large share of the cost. These
-encoders are built once. Output is identical to `json.dumps` with default separators
-(`", "`, `": "`), `allow_nan=True`, no key sorting, and no circular check (the values are trees).
-
-The per-call hot path (request bodies, journal rows, streamed events) uses the compact orjson forms
-below (`dumps_compact`, `dumps_compact_text`, `loads`): the same JSON values, several times cheaper.
+Test hashes and cache keys are made of `json.dumps` text, so they must never change: the encoders below are
+`json.JSONEncoder`s with `json.dumps`'s options, built once. The per-call hot path (request bodies, journal
+rows, streamed events) uses the compact orjson forms (`dumps_compact`, `dumps_compact_text`, `loads`): the
+same JSON values, not the same bytes.
 """
 
 from __future__ import annotations
 
 import json
-import json.encoder
 from collections.abc import Callable
 from typing import Any
 
 import orjson
 
-# None on an interpreter without the C accelerator (then the plain encoder is used).
-c_make_encoder: Any = getattr(json.encoder, "c_make_encoder", None)
-
-
-def _not_serialisable(value: Any) -> Any:
-    raise TypeError(f"Object of type {value.__class__.__name__} is not JSON serializable")
-
-
-def _make(ensure_ascii: bool, *, sort_keys: bool = False, separators: tuple[str, str] = (", ", ": "),
-          default: Callable[[Any], Any] = _not_serialisable) -> Callable[[Any], str]:
-    item_separator, key_separator = separators
-    if c_make_encoder is None:
-        return json.JSONEncoder(ensure_ascii=ensure_ascii, check_circular=False, sort_keys=sort_keys,
-                                separators=separators, default=default).encode
-    string = json.encoder.encode_basestring_ascii if ensure_ascii else json.encoder.encode_basestring
-    encoder = c_make_encoder(None, default, string, None, key_separator, item_separator, sort_keys, False, True)
-
-    def encode(value: Any) -> str:
-        if isinstance(value, str):
-            return string(value)
-        return "".join(encoder(value, 0))
-
-    return encode
-
-
 #: `json.dumps(value, ensure_ascii=False)`.
-dumps_unicode: Callable[[Any], str] = _make(ensure_ascii=False)
+dumps_unicode: Callable[[Any], str] = json.JSONEncoder(ensure_ascii=False).encode
 #: `json.dumps(value)`.
-dumps_ascii: Callable[[Any], str] = _make(ensure_ascii=True)
-#: `json.dumps(value, sort_keys=True, ensure_ascii=False, default=str)` (the response cache's key text).
-dumps_sorted_unicode: Callable[[Any], str] = _make(ensure_ascii=False, sort_keys=True, default=str)
+dumps_ascii: Callable[[Any], str] = json.dumps
+#: `json.dumps(value, sort_keys=True, ensure_ascii=False, default=str)`: the response cache's key text.
+dumps_sorted_unicode: Callable[[Any], str] = json.JSONEncoder(sort_keys=True, ensure_ascii=False, default=str).encode
 #: `json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)`: the canonical
-#: text test hashes are made of (engine.suite.hashing). 4.5x faster than `json.dumps` on a scalar, 2.3x on a
-#: message list (timeit, issue #22).
-dumps_canonical: Callable[[Any], str] = _make(ensure_ascii=False, sort_keys=True, separators=(",", ":"),
-                                              default=str)
+#: text test hashes are made of (engine.suite.hashing).
+dumps_canonical: Callable[[Any], str] = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                                                         default=str).encode
 
 
-# -- compact JSON and fast decoding (orjson), for the per-call hot path --------------------------------
+# -- compact JSON and decoding (orjson), for the per-call hot path --------------------------------------
 #
-# orjson encodes a request body in 0.3 us against 3.2 us, a journal row in 2.0 us against 13.6 us, and
-# decodes the 52 events of a streamed answer in 25 us against 62 us (timeit, bench/README.md "Issue #22").
-# Its text is compact (no spaces after `,` and `:`) and keeps non-ASCII characters as UTF-8: the same
-# JSON values, not the same bytes as `json.dumps`, so it is used only where the bytes are not kept as a
-# key (the response cache's key is still `json.dumps` text: engine.client.response_cache).
+# Its text is compact (no spaces after `,` and `:`) and keeps non-ASCII characters as UTF-8: used only where
+# the bytes are not kept as a key (the response cache's key is `json.dumps` text: engine.client.response_cache).
 
 _OrjsonError = (orjson.JSONEncodeError, OverflowError)
 
