@@ -71,9 +71,12 @@ def run_command(
     until_decided: str | None = typer.Option(None, "--until-decided", metavar="A,B",
                                              help="Run tests in a random order (--seed) and stop once an anytime-"
                                                   "valid paired test decides whether model A or B is better "
-                                                  "(docs/running.md); --resume later runs the rest."),
+                                                  "(docs/running.md); --resume continues it, --resume --complete runs "
+                                                  "the rest."),
     alpha: float = typer.Option(0.05, "--alpha", min=0.0001, max=0.5,
                                 help="With --until-decided: the false 'better' rate it keeps (default 0.05)."),
+    complete: bool = typer.Option(False, "--complete", help="With --resume of an --until-decided run: run every "
+                                  "test left (plain --resume continues the decision)."),
 ) -> None:
     """Run suites against models; results go to OUT/<run-id>/ (Parquet + _manifest.json)."""
     from engine.run.session import Invocation, run_session
@@ -106,5 +109,5 @@ def run_command(
             raise typer.BadParameter("--retry-errors with --ray: resume each shard by hand (docs/scale.md)")
         raise typer.Exit(run_on_ray(invocation, None if ray == "local" else ray, shards, resume=resume, quiet=quiet))
     code = run_session(invocation, dry_run=dry_run, resume=resume, retry_errors=retry_errors, quiet=quiet,
-                       until_decided=decide)
+                       until_decided=decide, complete=complete)
     raise typer.Exit(code)

@@ -79,7 +79,7 @@ def _err(message: str) -> None:
 
 def run_session(invocation: Invocation, *, dry_run: bool = False, resume: Path | None = None,
                 retry_errors: bool = False, quiet: bool = False, model_slots: Any = None,
-                until_decided: UntilDecided | None = None) -> int:
+                until_decided: UntilDecided | None = None, complete: bool = False) -> int:
     """Run one invocation and return the exit code.
 
     Args:
@@ -89,12 +89,13 @@ def run_session(invocation: Invocation, *, dry_run: bool = False, resume: Path |
         retry_errors: Re-run only the error rows of `resume`.
         quiet: No progress output.
         model_slots: `RunConfig.model_slots`: caps shared with other processes (`engine.run.ray_dispatch`).
-        until_decided: `--until-decided A,B`: stop once A vs B is decided (`engine.run.until_decided`). Not
-            stored with the run's settings: a later `--resume` runs every test left.
+        until_decided: `--until-decided A,B`: stop once A vs B is decided (`engine.run.until_decided`). The
+            journal keeps it and its seed: a later `--resume` continues the decision.
+        complete: `--complete`, with `resume` of an `--until-decided` run: run every test left instead.
     """
     try:
         return _run(invocation, dry_run=dry_run, resume=resume, retry_errors=retry_errors, quiet=quiet,
-                    model_slots=model_slots, until_decided=until_decided)
+                    model_slots=model_slots, until_decided=until_decided, complete=complete)
     except UsageError as exc:
         _err(f"error: {exc}")
         return 2
@@ -107,7 +108,7 @@ def run_session(invocation: Invocation, *, dry_run: bool = False, resume: Path |
 
 
 def _run(invocation: Invocation, *, dry_run: bool, resume: Path | None, retry_errors: bool, quiet: bool,
-         model_slots: Any = None, until_decided: UntilDecided | None = None) -> int:
+         model_slots: Any = None, until_decided: UntilDecided | None = None, complete: bool = False) -> int:
     from engine.run.shards import Shard, check_run_id, new_shard_folder, resume_folder
 
     journal = None
@@ -120,7 +121,11 @@ def _run(invocation: Invocation, *, dry_run: bool, resume: Path | None, retry_er
         raise UsageError("--retry-errors needs --resume RUN_DIR (the run whose error rows to re-run)")
     if until_decided is not None and (resume is not None or shard is not None):
         raise UsageError("--until-decided starts a new, unsharded run (the decision needs both models' rows in one "
-                         "process); `engine run --resume RUN_DIR` without it runs the tests a stopped run left")
+                         "process); `engine run --resume RUN_DIR` without it continues a stopped run's decision, "
+                         "and `--resume RUN_DIR --complete` runs every test it left")
+    if complete and resume is None:
+        raise UsageError("--complete goes with --resume RUN_DIR of an --until-decided run (it runs every test the "
+                         "decision left)")
     remote_out = None   # --out or --resume is a URL: the run runs in a local staging folder (engine.results.remote)
     if resume is not None and remote_run.is_url(resume):
         resume, remote_out = remote_run.stage_resume(str(resume))
@@ -153,6 +158,7 @@ def _run(invocation: Invocation, *, dry_run: bool, resume: Path | None, retry_er
             raise UsageError(f"--resume {resume} --shard {shard.label}: that folder holds "
                              f"{'shard ' + str(stored.get('shard')) if stored.get('shard') else 'an unsharded run'}")
         shard = Shard.parse(invocation.shard) if invocation.shard is not None else None
+        until_decided = _resumed_decision(journal, resume, complete=complete, retry_errors=retry_errors)
     elif shard is not None and invocation.run_id is None:
         raise UsageError(f"--shard {shard.label} needs --run-id NAME, the same for every shard, so they all write "
                          f"into OUT/NAME/ (e.g. --run-id sweep-2026-12-02)")
@@ -226,6 +232,23 @@ def _run(invocation: Invocation, *, dry_run: bool, resume: Path | None, retry_er
     if remote_out is not None:
         code = remote_run.publish(run_dir, shard, remote_out, code)
     return code
+
+
+def _resumed_decision(journal: Any, resume: Path, *, complete: bool, retry_errors: bool) -> UntilDecided | None:
+    """The `--until-decided` option of a resumed run, which continues it; None with `--complete` (every test
+    left runs), `--retry-errors` (only error rows run again) or a run without one.
+
+    Raises:
+        UsageError: `--complete` for a run that was not an `--until-decided` one.
+    """
+    from engine.run.until_decided import SPEC_KEY, UntilDecided
+
+    found = UntilDecided.from_meta(journal.get_meta(SPEC_KEY))
+    if found is None and complete:
+        journal.close()
+        raise UsageError(f"--complete: {resume} is not an --until-decided run; `engine run --resume {resume}` "
+                         f"runs every test it left")
+    return None if found is None or complete or retry_errors else found[0]
 
 
 def _absolute(invocation: Invocation) -> Invocation:
@@ -363,15 +386,18 @@ def _execute(invocation: Invocation, run_id: str, run_dir: Path, journal: Any, m
                                response_cache=responses, cache=invocation.cache, repeat=invocation.repeat,
                                model_slots=model_slots)
             if until_decided is not None:
-                from engine.run.until_decided import DecisionGate
+                from engine.run.until_decided import SPEC_KEY, DecisionGate, UntilDecided
 
-                seed = invocation.seed if invocation.seed is not None else secrets.randbits(32)
+                stored = UntilDecided.from_meta(journal.get_meta(SPEC_KEY))   # a resumed run's own seed
+                seed = stored[1] if stored is not None else (
+                    invocation.seed if invocation.seed is not None else secrets.randbits(32))
+                journal.set_meta(SPEC_KEY, until_decided.to_meta(seed))   # before any call: --resume continues
                 gate = DecisionGate(until_decided, models, tests, invocation.repeat, seed=seed,
                                     concurrency=config.concurrency)
-                total = gate.total_jobs()
+                total = gate.total_jobs() - (_replay(gate, writer, journal) if skip else 0)
             runner = Runner(config, journal, writer, on_progress=progress.update, gate=gate)
             if gate is not None:
-                jobs = {m.name: (m, gate.jobs(m)) for m in models}
+                jobs = {m.name: (m, gate.jobs(m, skip)) for m in models}
             else:
                 jobs = {m.name: (m, iter_jobs(m, tests, invocation.repeat, skip=skip, only=only, shard=shard))
                         for m in models}
@@ -410,11 +436,26 @@ def _execute(invocation: Invocation, run_id: str, run_dir: Path, journal: Any, m
         print(describe(decision))
         if decision["tests_not_run"]:
             print(f"the {decision['tests_not_run']} test(s) not run are absent from {run_dir}; run them with: "
-                  f"engine run --resume {run_dir}")
+                  f"engine run --resume {run_dir} --complete")
     if stopped and stopped != "decided":
         _err(f"the run stopped early ({stopped}); continue it with: engine run --resume {run_dir}")
         return 1
     return 0
+
+
+def _replay(gate: Any, writer: Any, journal: Any) -> int:
+    """Feed the rows a stopped `--until-decided` run committed to its rebuilt gate; how many were its jobs.
+
+    Read a Parquet part's rows at a time from the journal (the writer first gives every row a part).
+    """
+    import orjson
+
+    writer.flush()
+    replayed = 0
+    for part in sorted(journal.parts()):
+        _, lines = journal.json_lines_of_part(part)
+        replayed += gate.replay(orjson.loads(line) for line in lines.split(b"\n") if line)
+    return replayed
 
 
 @contextlib.contextmanager

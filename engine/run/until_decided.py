@@ -15,8 +15,14 @@ The gate (`DecisionGate`) is what the runner consults: `admit(job)` before each 
 job's cluster is more than `lookahead` clusters past the last one the test has read, so the run does not race
 ahead of the decision; once decided it admits only the jobs of clusters some model already started, so every
 test in the folder has both models' rows) and `record(job, row)` for each finished row. Tests
-never dispatched are simply absent from the run folder; `engine run --resume DIR` runs them. What was decided
-goes to the manifest (`until_decided`) and the journal.
+never dispatched are simply absent from the run folder. What was decided goes to the manifest (`until_decided`)
+and the journal.
+
+A stopped run (Ctrl-C, `--max-cost`, a kill) is continued by `engine run --resume DIR`: the option and the seed
+are in the journal (`SPEC_KEY`, written before the first call), so the same order is rebuilt, and the rows the
+run committed are `replay`ed into the test, which then stands where it stood (the clusters are read in order,
+whatever order their rows are replayed in) and goes on from there. `--resume DIR --complete` runs every test
+left instead (the run layer then builds no gate).
 """
 
 from __future__ import annotations
@@ -24,17 +30,19 @@ from __future__ import annotations
 import asyncio
 import math
 import random
-from collections.abc import Iterator
+from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from engine.base.sequential import DEFAULT_ALPHA, Decision, PairedBettingTest
 from engine.errors import UsageError
 from engine.model import ModelConfig, Test
-from engine.results.rows import row_key
+from engine.results.rows import key_of_row, row_key
 from engine.run.jobs import Job, attempts, runs_on
 
 NAMES_KEPT = 1000   # "tests not run" listed by name in the manifest up to this many (the count is always there)
+#: The journal key of the option and its seed, so `--resume` rebuilds the same gate.
+SPEC_KEY = "until_decided_spec"
 
 
 @dataclass(frozen=True)
@@ -67,6 +75,17 @@ class UntilDecided:
         if not 0.0 < alpha < 1.0:
             raise UsageError(f"--alpha {alpha}: give a rate between 0 and 1 (0.05 is the default)")
         return cls(names[0], names[1], alpha)
+
+    def to_meta(self, seed: int) -> dict[str, Any]:
+        """The option and the permutation's seed, as the journal keeps them (`SPEC_KEY`)."""
+        return {"model_a": self.model_a, "model_b": self.model_b, "alpha": self.alpha, "seed": seed}
+
+    @classmethod
+    def from_meta(cls, meta: Any) -> tuple[UntilDecided, int] | None:
+        """(option, seed) from a journal's `SPEC_KEY` value, or None when it holds none."""
+        if not isinstance(meta, dict) or not all(k in meta for k in ("model_a", "model_b", "alpha", "seed")):
+            return None
+        return cls(str(meta["model_a"]), str(meta["model_b"]), float(meta["alpha"])), int(meta["seed"])
 
     def check_models(self, models: list[ModelConfig]) -> None:
         """Both models must be among the run's.
@@ -156,14 +175,31 @@ class DecisionGate:
         self._changed = asyncio.Event()
         self._advance()   # clusters A and B have no job for (agent tests on completions models) are passed over
 
-    def jobs(self, model: ModelConfig) -> Iterator[Job]:
-        """The model's jobs, cluster by cluster in the gate's order (every attempt of a cluster together)."""
+    def jobs(self, model: ModelConfig, skip: Collection[str] = ()) -> Iterator[Job]:
+        """The model's jobs, cluster by cluster in the gate's order (every attempt of a cluster together),
+        except those whose row key is in `skip` (rows a resumed run has)."""
         for cluster in self.order:
             for test in cluster.tests:
                 if not runs_on(model, test):
                     continue
                 for attempt in range(attempts(test, self.repeat)):
-                    yield Job(model, test, attempt, row_key(model.name, test, attempt))
+                    key = row_key(model.name, test, attempt)
+                    if key not in skip:
+                        yield Job(model, test, attempt, key)
+
+    def replay(self, rows: Iterable[dict[str, Any]]) -> int:
+        """Rows the run committed before it stopped, recorded as if just finished: the test then stands where
+        it stood. Their clusters count as dispatched. Returns how many rows were jobs of this gate."""
+        by_key = {job.key: job for model in self.models for job in self.jobs(model)}
+        replayed = 0
+        for row in rows:
+            job = by_key.get(key_of_row(row))
+            if job is None:
+                continue   # a test since edited (a new hash) or left out: its row is not this order's
+            self.dispatched.add(self._position[(job.test.suite, job.test.id)])
+            self.record(job, row)
+            replayed += 1
+        return replayed
 
     def total_jobs(self) -> int:
         """Jobs of a full run (the progress total)."""

@@ -1,7 +1,8 @@
 """`engine run --until-decided A,B` end to end: real subprocesses against the fake OpenAI server.
 
 Model `fast` (A) answers 90% of the bulk questions right, `other` (B) 40%: the sequential test must stop early
-with "fast better", with fewer calls than a full run (counted at the server), `--resume` must run the rest, and
+with "fast better", with fewer calls than a full run (counted at the server), `--resume` must continue the
+decision (a decided run has nothing left) and `--resume --complete` run the rest, and
 `engine analyze` must print the decision and label its tables.
 """
 
@@ -71,7 +72,14 @@ def test_until_decided_stops_early_resume_completes_and_analyze_reports(tmp_path
     as_json = json.loads(engine("analyze", str(run_dir), "--format", "json").stdout)
     assert as_json["until_decided"][0]["verdict"] == "fast better"
 
-    resumed = engine("run", "--resume", str(run_dir), "--no-cache", env={KEY_ENV: "sk-x"})
+    assert f"engine run --resume {run_dir} --complete" in done.stdout
+
+    continued = engine("run", "--resume", str(run_dir), "--no-cache", env={KEY_ENV: "sk-x"})
+    assert continued.returncode == 0, continued.stderr
+    assert len(fake_openai.requests) == calls   # decided already: plain --resume has nothing left to run
+    assert _manifest(run_dir)["until_decided"]["verdict"] == "fast better"
+
+    resumed = engine("run", "--resume", str(run_dir), "--complete", "--no-cache", env={KEY_ENV: "sk-x"})
     assert resumed.returncode == 0, resumed.stderr
     assert len(fake_openai.requests) == FULL_CALLS   # the rest ran, nothing paid twice
     full = _manifest(run_dir)
@@ -129,3 +137,79 @@ def test_ctrl_c_releases_the_workers_waiting_at_the_gate(tmp_path: Path, fake_op
     decision = manifest["until_decided"]
     assert decision["reason"] == "interrupted" and decision["verdict"] == "undecided"
     assert decision["mean_diff"] == 0.0 and decision["tests_not_run"] > 0
+
+
+def _committed(run_dir: Path) -> int:
+    import sqlite3
+
+    try:
+        with sqlite3.connect(f"file:{run_dir / '_journal.sqlite'}?mode=ro", uri=True, timeout=1) as db:
+            return int(db.execute("SELECT COUNT(*) FROM rows").fetchone()[0])
+    except sqlite3.Error:
+        return 0
+
+
+def test_killed_and_resumed_it_continues_the_decision_and_complete_runs_the_rest(tmp_path: Path,
+                                                                                  fake_openai: FakeOpenAI) -> None:
+    """kill -9 a real `engine run --until-decided` once some rows are committed, then `--resume`: the calls paid
+    in all stay near the uninterrupted run's and the decision is the same; `--resume --complete` runs the rest."""
+    import dataclasses
+    import signal
+    import time
+
+    from tests.run.e2e import start_engine
+
+    fake_openai.responder = lambda body: dataclasses.replace(scripted(body), delay_s=0.03)   # time to kill it
+    suites, models = write_project(tmp_path, fake_openai.base_url, tests=BULK)
+    out = tmp_path / "results"
+    whole = engine("run", str(suites), "--models", str(models), "--until-decided", "fast,other", "--seed", "3",
+                   "--no-cache", "--out", str(out), "--run-id", "whole", "--quiet", env={KEY_ENV: "k"})
+    assert whole.returncode == 0, whole.stderr
+    uninterrupted = len(fake_openai.requests)
+    expected = _manifest(out / "whole")["until_decided"]
+    assert expected["verdict"] == "fast better" and uninterrupted < FULL_CALLS // 2
+
+    run_dir = out / "killed"
+    proc = start_engine("run", str(suites), "--models", str(models), "--until-decided", "fast,other", "--seed", "3",
+                        "--no-cache", "--out", str(out), "--run-id", "killed", "--quiet", env={KEY_ENV: "k"})
+    deadline = time.monotonic() + 60
+    while _committed(run_dir) < 8 and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(30)
+    at_kill = _committed(run_dir)
+    assert 8 <= at_kill < uninterrupted - 8, at_kill   # killed mid-way, well before the decision
+    assert not (run_dir / "_manifest.json").exists()
+    before = len(fake_openai.requests)
+
+    resumed = engine("run", "--resume", str(run_dir), "--no-cache", "--quiet", env={KEY_ENV: "k"})
+    assert resumed.returncode == 0, resumed.stderr
+    paid = len(fake_openai.requests) - uninterrupted        # the killed run's calls and the resumed run's
+    lost = before - uninterrupted - at_kill                  # in flight at the kill: paid, never committed
+    assert 0 <= lost <= 6 and paid <= uninterrupted + lost, (paid, uninterrupted, lost)
+    decision = _manifest(run_dir)["until_decided"]
+    for field in ("verdict", "tests_used", "tests_decided_at", "e_value", "mean_diff", "cs_lo", "cs_hi", "seed"):
+        assert decision[field] == expected[field], field
+    assert decision["jobs_made"] == _manifest(run_dir)["counts"]["rows"] <= uninterrupted
+    assert f"engine run --resume {run_dir} --complete" in resumed.stdout
+
+    completed = engine("run", "--resume", str(run_dir), "--complete", "--no-cache", "--quiet", env={KEY_ENV: "k"})
+    assert completed.returncode == 0, completed.stderr
+    manifest = _manifest(run_dir)
+    assert manifest["complete"] and manifest["counts"]["rows"] == FULL_CALLS
+    assert len(fake_openai.requests) - uninterrupted == FULL_CALLS + lost   # nothing committed was paid twice
+    assert manifest["until_decided"]["verdict"] == "fast better"
+
+
+def test_complete_goes_only_with_resume_of_an_until_decided_run(tmp_path: Path, fake_openai: FakeOpenAI) -> None:
+    fake_openai.responder = scripted
+    suites, models = write_project(tmp_path, fake_openai.base_url)
+    alone = engine("run", str(suites), "--models", str(models), "--complete", env={KEY_ENV: "k"})
+    assert alone.returncode == 2 and "--complete goes with --resume RUN_DIR" in alone.stderr
+    plain = engine("run", str(suites), "--models", str(models), "--no-cache", "--out", str(tmp_path / "r"),
+                   "--run-id", "plain", "--max-cost", "0", env={KEY_ENV: "k"})
+    run_dir = tmp_path / "r" / "plain"
+    assert plain.returncode == 1 and run_dir.is_dir(), plain.stderr   # stopped by the budget: tests left
+    refused = engine("run", "--resume", str(run_dir), "--complete", env={KEY_ENV: "k"})
+    assert refused.returncode == 2 and f"{run_dir} is not an --until-decided run" in refused.stderr
+    assert "Traceback" not in alone.stderr + refused.stderr
