@@ -11,7 +11,6 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from engine.base.frozen_init import dict_init
 from engine.base.jsontext import dumps_ascii, dumps_unicode
 
 if TYPE_CHECKING:
@@ -22,7 +21,6 @@ if TYPE_CHECKING:
     from engine.workspace.spec import WorkspaceSpec
 
 
-@dict_init   # one per golden and per streamed call: engine/base/frozen_init.py
 @dataclass(frozen=True)
 class ToolCall:
     """One function call the model made.
@@ -62,7 +60,6 @@ class ToolCall:
             return cls(name=name, arguments=None, raw_arguments=raw_arguments, valid_json=False, id=id)
 
 
-@dict_init   # one per golden and per model reply: engine/base/frozen_init.py
 @dataclass(frozen=True)
 class Answer:
     """What the model said, as the evaluators see it.
@@ -102,7 +99,6 @@ class Answer:
         return cls(text=dumps_unicode(golden), finish_reason="stop")
 
 
-@dict_init   # one per scored node: engine/base/frozen_init.py
 @dataclass(frozen=True)
 class Verdict:
     """An evaluator's judgement of one answer.
@@ -140,7 +136,6 @@ class Verdict:
             yield from child.walk(f"{here}/{i}.{child.kind}")
 
 
-@dict_init   # 10,003 for the bench suite, 29 fields: 3.7 -> 1.2 µs each (engine/base/frozen_init.py)
 @dataclass(frozen=True)
 class Test:
     """One runnable test: a test of a suite, expanded for one row of `cases`.
@@ -212,11 +207,7 @@ class Test:
     variant: str | None = None
     images: tuple[tuple[str, int, int], ...] = field(default=(), compare=False, repr=False)
     workspace: WorkspaceSpec | None = field(default=None, compare=False, repr=False)
-    # Filled on first use by `messages_json` and `golden_json`; set to None by `__init__` (`dict_init` sets
-    # init=False fields, which dataclasses leave as class attributes), so that a Test's __dict__ has every key
-    # from __init__ on. Keys added later (as two `cached_property`s did) end CPython's key sharing between
-    # instances: each Test's dict grew from 288 to 1,584 bytes on its first results row (2.6 MB of a
-    # 2,000-call `engine run`'s peak; bench/README.md "Issue #22 item 2, fourth pass").
+    # Filled on first use by `messages_json` and `golden_json` (not copied by `dataclasses.replace`).
     _messages_json: str | None = field(default=None, init=False, repr=False, compare=False)
     _golden_json: str | None = field(default=None, init=False, repr=False, compare=False)
 
@@ -273,6 +264,8 @@ class ModelConfig:
         api_key_env: Name of the environment variable holding the key (never the key itself).
         concurrency: Calls in flight at most for this model.
         timeout_s: Time limit of each try; a timed-out try is retried (at most max_retries times).
+        connect_timeout_s: Time limit of opening a connection (the TCP connect, and TLS), within `timeout_s`:
+            an unreachable host fails fast and the try is retried.
         max_retries: Retries after the first try.
         stream: Use server-sent events (default) or one JSON response.
         params: Extra request fields passed through (seed, top_p, ...).
@@ -299,6 +292,7 @@ class ModelConfig:
     api_key_env: str | None = None
     concurrency: int = 8
     timeout_s: float = 120.0
+    connect_timeout_s: float = 10.0
     max_retries: int = 2
     stream: bool = True
     params: Mapping[str, Any] = field(default_factory=dict)

@@ -14,7 +14,6 @@ from dataclasses import replace
 from typing import Any
 
 from engine.agent.tools import Tool
-from engine.client.deadline import TaskDeadline
 from engine.client.openai import CallResult, OpenAIClient, PreparedRequest, RequestSettings, prepare
 from engine.errors import ConfigError
 from engine.model import ModelConfig, Test
@@ -33,7 +32,6 @@ class OpenAICaller:
         tools: The tools to offer instead of `test.tools` (their OpenAI definitions), or None.
         slots: A semaphore held for each model call only (the run's concurrency cap), not across the
             tool delays between calls; None for no cap.
-        deadline: `client.task_deadline()` of the task running the conversation, or None to look it up.
         cache_as: Each turn's sample index in the response cache (`OpenAIClient.call`), or None for none.
 
     Raises:
@@ -42,7 +40,7 @@ class OpenAICaller:
 
     def __init__(self, client: OpenAIClient, model: ModelConfig, test: Test, settings: RequestSettings, *,
                  tools: Sequence[Tool] | None = None, slots: AbstractAsyncContextManager[Any] | None = None,
-                 deadline: TaskDeadline | None = None, cache_as: int | None = None) -> None:
+                 cache_as: int | None = None) -> None:
         if model.api != "chat":
             raise ConfigError(f"model '{model.name}' uses the {model.api} API; agent tests need `api: chat`")
         self._client = client
@@ -50,7 +48,6 @@ class OpenAICaller:
         self._test = test if tools is None else replace(test, tools=tuple(tool.definition for tool in tools))
         self._settings = settings
         self._slots = slots
-        self._deadline = deadline
         self._cache_as = cache_as
         self.last_request: PreparedRequest | None = None   # the resolved settings the results row records
 
@@ -59,6 +56,6 @@ class OpenAICaller:
         request = prepare(self._model, replace(self._test, messages=tuple(messages)), self._settings)
         self.last_request = request
         if self._slots is None:
-            return await self._client.call(self._model, request, self._deadline, cache_as=self._cache_as)
+            return await self._client.call(self._model, request, cache_as=self._cache_as)
         async with self._slots:
-            return await self._client.call(self._model, request, self._deadline, cache_as=self._cache_as)
+            return await self._client.call(self._model, request, cache_as=self._cache_as)

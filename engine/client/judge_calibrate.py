@@ -17,10 +17,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from engine.client.http1 import Pool
 from engine.client.judge import JudgeModels, ModelJudgeCaller
 from engine.client.judge_cache import JudgeCache
 from engine.client.openai import OpenAIClient
+from engine.client.session import Sessions
 from engine.evaluators.judge import JudgeSpec, final_grade, question_of
 from engine.evaluators.judge_calibration import read_calibration
 from engine.evaluators.node import Node
@@ -118,8 +118,8 @@ async def grade_calibrations(targets: list[Target], judges: JudgeModels, cache: 
     Returns:
         (one run per target, judge calls paid).
     """
-    async with Pool(concurrency) as pool:
-        caller = ModelJudgeCaller(judges, cache, OpenAIClient(pool, api_keys),
+    async with Sessions(concurrency) as sessions:
+        caller = ModelJudgeCaller(judges, cache, OpenAIClient(sessions, api_keys),
                                   global_slots=asyncio.Semaphore(concurrency))
         runs = await asyncio.gather(*(_grade(test, path, spec, members, judges, caller)
                                       for test, path, spec, members in targets))

@@ -1,10 +1,12 @@
 """Request building and reading replies from OpenAI-compatible endpoints, nothing else.
 
-One `OpenAIClient` wraps one connection pool (`engine.client.http1`) for the whole run. `call`
+One `OpenAIClient` wraps the run's aiohttp sessions (`engine.client.session`) for the whole run. `call`
 sends a prepared body, retries as `engine.client.retry` decides, and always returns a `CallResult`:
 a failed call is a result with `error` set, never an exception, so the runner can write its row.
-The bytes of a reply are read under the model's size cap by `engine.client.reply_bytes`; what they
-mean is decided in `engine.client.response`. API keys are masked in everything a reply brings back (`engine.redact`).
+`_once` is the one place a try is sent and its reply read (under the model's size cap; SSE through
+`engine.client.sse`); what the bytes mean is decided in `engine.client.response`, and `_failure` is the one
+place aiohttp's exceptions become the errors `retry.py` classifies. API keys and proxy credentials are
+masked in everything a reply brings back (`engine.redact`).
 """
 
 from __future__ import annotations
@@ -15,15 +17,23 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.base.frozen_init import dict_init
+import aiohttp
+
 from engine.base.jsontext import dumps_compact
 from engine.client import retry
-from engine.client.deadline import Deadlines, TaskDeadline
-from engine.client.http1 import Pool, TransportFailure
 from engine.client.replicas import ReplicaSet
-from engine.client.reply_bytes import read_body, read_stream
-from engine.client.response import CallResult, parse_whole, split_think, tool_call
+from engine.client.response import (
+    CallResult,
+    ToolCallAccumulator,
+    apply_event,
+    decode_events,
+    parse_whole,
+    split_think,
+    tool_call,
+)
 from engine.client.response_cache import ResponseCache, cache_key, keyed_url
+from engine.client.session import Sessions, proxy_secrets
+from engine.client.sse import SSEDecoder
 from engine.errors import ClientError
 from engine.model import ModelConfig, Test
 from engine.redact import Redactor, mask_urls, url_secrets
@@ -53,7 +63,6 @@ class RequestSettings:
     stream: bool = True
 
 
-@dict_init   # one per call: 1.09 -> 0.41 us to build (timeit; engine/base/frozen_init.py)
 @dataclass(frozen=True)
 class PreparedRequest:
     """A request ready to send, and the resolved settings the results row records."""
@@ -140,25 +149,26 @@ class _Failed(Exception):
 
 
 class OpenAIClient:
-    """Calls OpenAI-compatible endpoints over one shared connection pool.
+    """Calls OpenAI-compatible endpoints over the run's sessions.
 
     Args:
-        pool: The run's connections (`Pool(limit)` bounds the requests in flight).
+        sessions: The run's sessions (`Sessions(limit)` bounds the connections open at once).
         api_keys: model name -> API key, read from the env by the caller. Keys are put in the
             Authorization header and nowhere else (never in results, errors or logs).
         cache: The response cache a call may be answered from (when its caller passes `cache_as`), or None.
         clock: Monotonic seconds for the replicas' cool-downs (`engine.client.replicas`; tests inject one).
     """
 
-    def __init__(self, pool: Pool, api_keys: Mapping[str, str | None],
+    def __init__(self, sessions: Sessions, api_keys: Mapping[str, str | None],
                  cache: ResponseCache | None = None, *, clock: Callable[[], float] = time.monotonic) -> None:
-        self._pool = pool
+        self._sessions = sessions
         self._cache = cache
         self._clock = clock
         self._replicas: dict[str, ReplicaSet] = {}
-        self._deadlines = Deadlines()
         self._keys = [key for key in api_keys.values() if key]
+        self._proxy_secrets = proxy_secrets()
         self._redactors: dict[str, Redactor] = {}
+        self._timeouts: dict[str, aiohttp.ClientTimeout] = {}
         self.retrying = 0   # calls waiting out a retry delay now (the progress display shows it)
         self._headers: dict[str, dict[str, str]] = {}
         for name, key in api_keys.items():
@@ -177,19 +187,12 @@ class OpenAIClient:
                 model.base_urls, lambda base: endpoint_url(model, base), clock=self._clock)
         return found
 
-    def task_deadline(self) -> TaskDeadline:
-        """The deadline keeper of the running task, for a task that makes many calls to pass to `call`."""
-        return self._deadlines.current()
-
-    async def call(self, model: ModelConfig, request: PreparedRequest,
-                   deadline: TaskDeadline | None = None, *, cache_as: int | None = None) -> CallResult:
+    async def call(self, model: ModelConfig, request: PreparedRequest, *, cache_as: int | None = None) -> CallResult:
         """Send one request, retrying as `retry.py` decides; each try is bounded by `timeout_s`.
 
         Args:
-            model: The model config (timeout_s, max_retries, name for the key).
+            model: The model config (timeout_s, connect_timeout_s, max_retries, name for the key).
             request: The prepared request.
-            deadline: `task_deadline()` of the calling task, when it has it at hand (saves looking
-                the task up on every call); found here otherwise.
             cache_as: The sample index to look the request up under in the response cache, and to
                 store a successful reply under; None (the default) leaves the cache alone.
 
@@ -197,56 +200,47 @@ class OpenAIClient:
             The result; `error` is set when the call failed for good; `cached` when the cache answered.
         """
         if cache_as is None or self._cache is None:
-            return await self._call(model, request, deadline)
+            return await self._call(model, request)
         key = cache_key(keyed_url(model, request.url), request.body, cache_as)
         stored = self._cache.get(key)
         if stored is not None:
             return stored
-        result = await self._call(model, request, deadline)
+        result = await self._call(model, request)
         self._cache.put(key, request.url, model.model, result)   # successes only (`response_cache.storable`)
         return result
 
-    async def _call(self, model: ModelConfig, request: PreparedRequest, deadline: TaskDeadline | None) -> CallResult:
-        payload = dumps_compact(request.body)   # orjson: 0.3 us against 3.2 us for json.dumps (jsontext.py)
+    async def _call(self, model: ModelConfig, request: PreparedRequest) -> CallResult:
+        payload = dumps_compact(request.body)
         headers = self._headers.get(model.name) or {"Content-Type": "application/json"}
         redact = self._redactors.get(model.name)
         if redact is None:
             redact = self._redactors[model.name] = Redactor(
-                [*self._keys, *url_secrets(model.base_url), *(s for u in model.base_urls for s in url_secrets(u))])
+                [*self._keys, *self._proxy_secrets, *url_secrets(model.base_url),
+                 *(s for u in model.base_urls for s in url_secrets(u))])
+        timeout = self._timeouts.get(model.name)
+        if timeout is None:
+            timeout = self._timeouts[model.name] = aiohttp.ClientTimeout(total=None,
+                                                                         sock_connect=model.connect_timeout_s)
         replicas = self.replicas(model) if model.base_urls else None
         replica = None
         limit = max(1, int(model.max_response_mb * 2**20))
         result = CallResult()
         retries = 0
         waited = 0.0
-        timeout_s = model.timeout_s
-        if timeout_s is None:
-            deadline = None
-        elif deadline is None:
-            deadline = self._deadlines.current()
         while True:
             # `timeout_s` bounds each try, as openai-python's timeout does; a try that runs out is
             # retried like a connection error, so a call takes at most (max_retries + 1) tries.
             failed: _Failed | None = None
             if replicas is not None:   # each try picks again: a retry lands on another replica
                 replica = replicas.acquire()
+            url = request.url if replica is None else replica.url
             try:
-                if deadline is not None:
-                    deadline.begin(timeout_s)
-                try:
-                    await self._once(request, payload, headers, result, redact, limit,
-                                     request.url if replica is None else replica.url)
-                finally:
-                    if deadline is not None:
-                        deadline.end()
+                async with asyncio.timeout(model.timeout_s):
+                    await self._once(url, request, payload, headers, timeout, model, result, redact, limit)
             except _Failed as caught:
                 failed = caught
-            except TimeoutError:
-                failed = _Failed(retry.timeout_error(timeout_s), None)
-            except asyncio.CancelledError:
-                if deadline is None or not deadline.cancelled_by_deadline():
-                    raise
-                failed = _Failed(retry.timeout_error(timeout_s), None)
+            except TimeoutError as exc:
+                failed = _Failed(_failure(exc, model, reading=False), None)
             finally:
                 if replica is not None and replicas is not None:
                     replicas.release(replica, failed=failed is not None and retry.replica_at_fault(failed.error))
@@ -277,26 +271,28 @@ class OpenAIClient:
             result.error = _with_message(result.error, mask_urls(str(result.error)))
         return result
 
-    async def _once(self, request: PreparedRequest, payload: bytes, headers: dict[str, str],
-                    result: CallResult, redact: Redactor, limit: int, url: str) -> None:
+    async def _once(self, url: str, request: PreparedRequest, payload: bytes, headers: dict[str, str],
+                    timeout: aiohttp.ClientTimeout, model: ModelConfig, result: CallResult, redact: Redactor,
+                    limit: int) -> None:
+        """One try: send the request, read the reply into `result`; raise `_Failed` when it fails."""
         started = time.perf_counter()
-        resp = None
         try:
-            resp = await self._pool.post(url, payload, headers)
-            if resp.status >= 300:
-                # Read past the cut by a key's length, so the key is masked whole before the cut.
-                raw = await resp.read_at_most(_ERROR_BODY_CHARS + redact.longest)
-                body = redact.clean(raw.decode("utf-8", "replace"))[:_ERROR_BODY_CHARS]
-                raise _Failed(retry.status_error(resp.status, resp.headers, body), resp.headers)
-            if request.stream:
-                await read_stream(resp, result, started, "prompt" in request.body, redact, limit)
-            else:
-                raw = await read_body(resp, limit)
-                result.ttft_provider_s = time.perf_counter() - started
-                (request.reader or parse_whole)(raw, result, redact)
-        except TransportFailure as exc:
-            during = "reading the response" if result.ttft_provider_s is not None else "connecting"
-            raise _Failed(retry.transport_error(exc, during=during), None) from None
+            # Redirects are refused: a 3xx is an error row naming where the endpoint moved (`retry.status_error`).
+            async with self._sessions.for_url(url).post(url, data=payload, headers=headers, timeout=timeout,
+                                                        allow_redirects=False) as resp:
+                if resp.status >= 300:
+                    # Read past the cut by a key's length, so the key is masked whole before the cut.
+                    raw = await _read_at_most(resp, _ERROR_BODY_CHARS + redact.longest)
+                    body = redact.clean(raw.decode("utf-8", "replace"))[:_ERROR_BODY_CHARS]
+                    raise _Failed(retry.status_error(resp.status, resp.headers, body), resp.headers)
+                if request.stream:
+                    await _read_stream(resp, result, started, "prompt" in request.body, redact, limit)
+                else:
+                    raw = await _read_body(resp, limit)
+                    result.ttft_provider_s = time.perf_counter() - started
+                    (request.reader or parse_whole)(raw, result, redact)
+        except aiohttp.ClientError as exc:
+            raise _Failed(_failure(exc, model, reading=result.ttft_provider_s is not None), None) from None
         except ClientError as exc:  # a reply that cannot be read, found while parsing
             raise _Failed(exc, None) from None
         except (ValueError, TypeError, AttributeError, KeyError, IndexError, RecursionError, OverflowError) as exc:
@@ -306,12 +302,26 @@ class OpenAIClient:
             raise _Failed(retry.bad_response(f"{during} the reply failed: {type(exc).__name__}: "
                                              f"{str(exc)[:200]}"), None) from None
         finally:
-            if resp is not None:
-                resp.release()
             result.latency_s = time.perf_counter() - started
         split_think(result)
         if result.finish_reason == "length":
             result.truncated = True
+
+
+def _failure(exc: BaseException, model: ModelConfig, *, reading: bool) -> ClientError:
+    """A failed try's exception as an error of `engine.client.retry`: the one place aiohttp's are mapped.
+
+    Args:
+        exc: An `aiohttp.ClientError` (refused, reset, closed early, a bad reply, a connect timeout) or the
+            `TimeoutError` of the try's own limit.
+        model: The model (its limits, named in the message).
+        reading: The reply had started arriving.
+    """
+    if isinstance(exc, aiohttp.ConnectionTimeoutError):   # no connection within connect_timeout_s
+        return retry.connect_timeout_error(model.connect_timeout_s)
+    if isinstance(exc, TimeoutError) and not isinstance(exc, aiohttp.ClientError):
+        return retry.timeout_error(model.timeout_s)
+    return retry.transport_error(exc, during="reading the response" if reading else "connecting")
 
 
 def _with_message(error: ClientError, message: str) -> ClientError:
@@ -340,3 +350,79 @@ def _mask_result(result: CallResult, redact: Redactor) -> None:
         clean = mask_urls(redact.clean(message))
         if clean != message:
             result.error = _with_message(result.error, clean)
+
+
+async def _read_at_most(resp: aiohttp.ClientResponse, size: int) -> bytes:
+    """The first `size` bytes of a body (all of it when shorter)."""
+    parts: list[bytes] = []
+    got = 0
+    while got < size and (chunk := await resp.content.read(size - got)):
+        parts.append(chunk)
+        got += len(chunk)
+    return b"".join(parts)
+
+
+async def _read_body(resp: aiohttp.ClientResponse, limit: int) -> bytes:
+    """A whole response body, refused as soon as it passes `limit` bytes (before any, by its Content-Length)."""
+    length = resp.content_length
+    if length is not None and length > limit:
+        raise retry.too_large(limit)
+    parts = []
+    size = 0
+    async for chunk in resp.content.iter_any():   # decoded (gzip, deflate) by aiohttp
+        size += len(chunk)
+        if size > limit:
+            raise retry.too_large(limit)
+        parts.append(chunk)
+    return b"".join(parts)
+
+
+async def _read_stream(resp: aiohttp.ClientResponse, result: CallResult, started: float, completions: bool,
+                       redact: Redactor, limit: int) -> None:
+    """Read an SSE response into `result`; raise when it is malformed, cut short or over `limit` bytes."""
+    decoder = SSEDecoder()
+    text: list[str] = []
+    reasoning: list[str] = []
+    calls = ToolCallAccumulator()
+    done = False
+    visible = False
+    size = 0
+    perf = time.perf_counter
+    try:
+        async for chunk in resp.content.iter_any():
+            if result.ttft_provider_s is None:
+                result.ttft_provider_s = perf() - started
+            size += len(chunk)
+            if size > limit:
+                result.truncated = True
+                raise retry.too_large(limit)
+            datas = decoder.feed(chunk)
+            if not datas:
+                continue
+            if "[DONE]" in datas:
+                datas = datas[:datas.index("[DONE]")]
+                done = True
+            for event in decode_events(datas, redact):
+                if apply_event(event, result, text, reasoning, calls, completions, redact) and not visible:
+                    visible = True
+                    result.ttft_visible_s = perf() - started
+            if done:
+                break
+        else:
+            datas = decoder.close()
+            if "[DONE]" in datas:
+                datas = datas[:datas.index("[DONE]")]
+                done = True
+            for event in decode_events(datas, redact):
+                apply_event(event, result, text, reasoning, calls, completions, redact)
+    finally:
+        # Kept on every way out: a stream cut short keeps the partial answer (marked truncated).
+        result.text = "".join(text)
+        result.reasoning = "".join(reasoning) if reasoning else None
+    result.tool_calls = calls.finish()
+    if not done:
+        result.truncated = True
+        raise retry.stream_error("the stream ended without [DONE]: the answer may be cut short")
+    if result.finish_reason is None:
+        result.truncated = True
+        raise retry.stream_error("the stream ended without a finish reason")

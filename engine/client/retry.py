@@ -3,8 +3,8 @@
 The policy copies openai-python (`_base_client.py`, `_should_retry` / `_calculate_retry_timeout`):
 
 - an `x-should-retry: true|false` header overrides everything;
-- retry connection errors, timeouts (each try is bounded by the model's `timeout_s`), 408, 409, 429
-  and every status >= 500; never any other 4xx;
+- retry connection errors, timeouts (each try is bounded by the model's `timeout_s`, its connect by
+  `connect_timeout_s`), 408, 409, 429 and every status >= 500; never any other 4xx;
 - never retry a reply that arrived but cannot be read (`stream`, `bad_response`, `response_too_large`):
   the call was served and paid for, and the same server gives the same reply again;
 - a try that failed at the server itself (connection error, timeout, any 5xx) is the replica's fault:
@@ -36,7 +36,7 @@ def should_retry_status(status: int, headers: Mapping[str, str]) -> bool:
 
     Args:
         status: The HTTP status code.
-        headers: The response headers, names lower-cased (`engine.client.http1.Response.headers`).
+        headers: The response headers (case-insensitive, as aiohttp gives them).
     """
     override = headers.get("x-should-retry")
     if override == "true":
@@ -57,7 +57,7 @@ def status_error(status: int, headers: Mapping[str, str], body: str) -> HTTPStat
     detail = " ".join(body.split())[:300]
     message = f"HTTP {status} from the server" + (f": {detail}" if detail else "")
     location = headers.get("location") if 300 <= status < 400 else None
-    if location:   # redirects are not followed (engine/client/http1.py): say where to point base_url instead
+    if location:   # redirects are not followed (engine/client/openai.py): say where to point base_url instead
         # Any userinfo in it is masked by the client, with the rest of the error text (`mask_urls`).
         message += f" (the endpoint moved to {location[:300]}: point base_url there)"
     return HTTPStatusError(message, kind=f"http_{status}", retryable=should_retry_status(status, headers),
@@ -68,7 +68,7 @@ def transport_error(exc: BaseException, *, during: str) -> TransportError:
     """A failed connection (refused, reset, closed early), which is always retryable.
 
     Args:
-        exc: The transport's exception (`engine.client.http1.TransportFailure`).
+        exc: aiohttp's exception (`engine.client.openai._failure` maps them).
         during: What the client was doing ("connecting", "reading the stream").
     """
     name = type(exc).__name__
@@ -85,6 +85,12 @@ def replica_at_fault(error: ClientError) -> bool:
 def timeout_error(timeout_s: float) -> CallTimeout:
     """A try got no complete answer within `timeout_s`; retried, as openai-python retries timeouts."""
     return CallTimeout(f"no complete answer within {timeout_s:g} s (timeout_s in models.yaml, per try)",
+                       kind="timeout", retryable=True)
+
+
+def connect_timeout_error(connect_timeout_s: float) -> CallTimeout:
+    """No connection within `connect_timeout_s` (the host does not answer); retried like any timeout."""
+    return CallTimeout(f"no connection within {connect_timeout_s:g} s (connect_timeout_s in models.yaml, per try)",
                        kind="timeout", retryable=True)
 
 

@@ -1,7 +1,7 @@
 """A server-sent events decoder fed with raw bytes.
 
-A line reader with a buffer limit refuses long lines (aiohttp's died on a 5 MB `data:` line), so the
-client feeds the body's chunks here as they arrive (`Response.next_chunk`). The decoder keeps no line limit,
+aiohttp's line reader refuses lines over its buffer limit (a 5 MB `data:` line kills it), so the
+client reads `resp.content.iter_any()` and feeds the chunks here. The decoder keeps no line limit,
 decodes UTF-8 incrementally (a multi-byte character split across chunks is fine), skips `:` comment
 lines (keep-alive pings) and yields only what the OpenAI protocol uses: the `data` of each event.
 """

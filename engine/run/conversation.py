@@ -28,7 +28,6 @@ from engine.agent.golden import GoldenCaller
 from engine.agent.loop import run_conversation
 from engine.agent.openai_caller import OpenAICaller
 from engine.agent.transcript import Transcript
-from engine.client.deadline import TaskDeadline
 from engine.client.openai import CallResult, OpenAIClient, RequestSettings, prepare
 from engine.errors import ClientError, ConfigError
 from engine.evaluators import score_async
@@ -71,7 +70,6 @@ class _Recorder:
 
 async def run_agent_job(*, client: OpenAIClient, model: ModelConfig, test: Test, attempt: int, run_id: str,
                         settings: RequestSettings, global_slots: AbstractAsyncContextManager[Any],
-                        deadline: TaskDeadline | None,
                         on_cost: Callable[[float], None], in_flight: Callable[[int], None],
                         score_blocking: Callable[[Test, Any, Any], Awaitable[tuple[Verdict | None, str | None]]],
                         caller: Any = None, cache_as: int | None = None) -> dict[str, Any]:
@@ -85,7 +83,6 @@ async def run_agent_job(*, client: OpenAIClient, model: ModelConfig, test: Test,
         run_id: The run's id.
         settings: The run's request settings.
         global_slots: The run's cap on model calls in flight; held per model call.
-        deadline: The worker task's deadline handle.
         on_cost: Called with each priced reply's cost as it comes.
         in_flight: Called with +1 / -1 around each model call.
         score_blocking: Scores a tree that runs programs (exec) in a worker thread: (test, answer, ctx).
@@ -103,8 +100,7 @@ async def run_agent_job(*, client: OpenAIClient, model: ModelConfig, test: Test,
         try:
             # test.tools are already the offered definitions, in the test's order: the first request is
             # byte for byte the one a single-turn run of this test would send
-            inner = OpenAICaller(client, model, test, settings, slots=global_slots, deadline=deadline,
-                                 cache_as=cache_as)
+            inner = OpenAICaller(client, model, test, settings, slots=global_slots, cache_as=cache_as)
         except ConfigError as exc:
             inner = _failing(ClientError(str(exc), kind="config"))
     recorder = _Recorder(inner, model, on_cost, in_flight)

@@ -107,6 +107,7 @@ def _config(name: str, spec: dict[str, Any]) -> ModelConfig:
         api_key_env=spec.get("api_key_env"),
         concurrency=int(spec.get("concurrency", 8)),
         timeout_s=float(spec.get("timeout_s", 120.0)),
+        connect_timeout_s=float(spec.get("connect_timeout_s", 10.0)),
         max_retries=int(spec.get("max_retries", 2)),
         stream=bool(spec.get("stream", True)),
         params=dict(spec.get("params") or {}),

@@ -330,6 +330,10 @@ _MODEL = {
         "timeout_s": {"type": "number", "exclusiveMinimum": 0, "maximum": MAX_TIMEOUT_S,
                       "description": "Time limit of each try, in seconds (default 120); a try that runs out "
                                      "is retried, so a call takes at most (max_retries + 1) tries."},
+        "connect_timeout_s": {"type": "number", "exclusiveMinimum": 0, "maximum": MAX_TIMEOUT_S,
+                              "description": "Time limit of opening a connection (TCP connect and TLS), in seconds "
+                                             "(default 10), within timeout_s: an unreachable host fails fast and "
+                                             "the try is retried."},
         "max_retries": {"type": "integer", "minimum": 0, "maximum": MAX_RETRIES,
                         "description": "Retries after the first try (default 2)."},
         "max_response_mb": {"type": "number", "exclusiveMinimum": 0, "maximum": MAX_RESPONSE_MB,

@@ -11,8 +11,8 @@ import pytest
 import yaml
 
 from engine.agent import AgentSettings, OpenAICaller, Tool, Transcript, compile_tools, run_conversation
-from engine.client.http1 import Pool
 from engine.client.openai import OpenAIClient, RequestSettings
+from engine.client.session import Sessions
 from engine.errors import ConfigError
 from engine.model import ModelConfig, Test
 from tests.agent.scripted_server import ScriptedServer, Turn, latest_tool_results, model_turns
@@ -64,8 +64,8 @@ async def converse(server: ScriptedServer, tools: dict[str, Tool], *, prompt: st
     model = ModelConfig(name="m", model="agent-1", base_url=server.base_url, timeout_s=10.0, max_retries=2)
     test = Test(suite="s", id="t", file="s.yaml", line=1, messages=({"role": "user", "content": prompt},),
                 prompt=prompt, eval=None)
-    async with Pool(64) as pool:
-        client = OpenAIClient(pool, {"m": "sk-test"})
+    async with Sessions(64) as sessions:
+        client = OpenAIClient(sessions, {"m": "sk-test"})
         caller = OpenAICaller(client, model, test, RequestSettings(stream=stream), tools=list(tools.values()))
         return await run_conversation(caller, test.messages, tools, AgentSettings(max_turns, max_repeats),
                                       state=state, asked_model=model.model)
@@ -282,9 +282,9 @@ async def test_one_call_without_usage_makes_the_token_totals_unknown() -> None:
 async def test_a_completions_model_is_refused_for_agent_tests() -> None:
     model = ModelConfig(name="m", model="x", base_url="http://127.0.0.1:9/v1", api="completions")
     test = Test(suite="s", id="t", file="s.yaml", line=1, messages=(), prompt="", eval=None)
-    async with Pool(64) as pool:
+    async with Sessions(64) as sessions:
         with pytest.raises(ConfigError, match="api: chat"):
-            OpenAICaller(OpenAIClient(pool, {}), model, test, RequestSettings())
+            OpenAICaller(OpenAIClient(sessions, {}), model, test, RequestSettings())
 
 
 async def test_a_429_wait_is_in_the_ledger_of_the_call_that_waited() -> None:
@@ -325,8 +325,8 @@ async def test_the_concurrency_slot_is_held_per_model_call_not_across_tool_delay
     slot = asyncio.Semaphore(1)
     async with ScriptedServer(planner) as server:
         model = ModelConfig(name="m", model="agent-1", base_url=server.base_url, timeout_s=10.0)
-        async with Pool(64) as pool:
-            client = OpenAIClient(pool, {})
+        async with Sessions(64) as sessions:
+            client = OpenAIClient(sessions, {})
 
             async def one(city: str) -> Transcript:
                 test = Test(suite="s", id=city, file="s.yaml", line=1, messages=({"role": "user", "content": city},),

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from engine.client.http1 import Pool
 from engine.client.openai import CallResult, OpenAIClient, RequestSettings, prepare
+from engine.client.session import Sessions
 from engine.client.tool_calls import MAX_ARGUMENT_DEPTH
 from engine.model import ModelConfig, Test
 from tests.fake_openai import FakeOpenAI, Reply
@@ -99,8 +99,8 @@ def model_for(server: FakeOpenAI, **overrides: Any) -> ModelConfig:
 
 async def call(server: FakeOpenAI, *, stream: bool, **model_fields: Any) -> CallResult:
     model = model_for(server, **model_fields)
-    async with Pool(64) as pool:
-        client = OpenAIClient(pool, {"m": "sk-test"})
+    async with Sessions(64) as sessions:
+        client = OpenAIClient(sessions, {"m": "sk-test"})
         return await client.call(model, prepare(model, TEST, RequestSettings(stream=stream)))
 
 

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from engine.client.http1 import Pool
 from engine.client.openai import CallResult, OpenAIClient, RequestSettings, prepare
+from engine.client.session import Sessions
 from engine.model import ModelConfig, Test
 from tests.factories import make_test
 from tests.fake_openai import FakeOpenAI, Reply
@@ -22,8 +22,8 @@ def model_for(server: FakeOpenAI, **overrides: Any) -> ModelConfig:
 
 async def call(server: FakeOpenAI, *, stream: bool = True, test: Test = TEST, **model_fields: Any) -> CallResult:
     model = model_for(server, **model_fields)
-    async with Pool(64) as pool:
-        client = OpenAIClient(pool, {"m": "sk-test"})
+    async with Sessions(64) as sessions:
+        client = OpenAIClient(sessions, {"m": "sk-test"})
         return await client.call(model, prepare(model, test, RequestSettings(stream=stream)))
 
 
@@ -188,8 +188,8 @@ async def test_length_finish_is_truncated(fake_openai: FakeOpenAI) -> None:
 
 async def test_connection_refused(unused_tcp_port: int) -> None:
     model = ModelConfig(name="m", model="x", base_url=f"http://127.0.0.1:{unused_tcp_port}/v1", max_retries=1)
-    async with Pool(64) as pool:
-        result = await OpenAIClient(pool, {}).call(model, prepare(model, TEST, RequestSettings()))
+    async with Sessions(64) as sessions:
+        result = await OpenAIClient(sessions, {}).call(model, prepare(model, TEST, RequestSettings()))
     assert result.error is not None and result.error.kind == "connection" and result.retries == 1
 
 
@@ -214,8 +214,8 @@ async def test_calls_waiting_to_retry_are_counted(fake_openai: FakeOpenAI) -> No
 
     fake_openai.script(Reply(fault="http_429", retry_after="0.5"), Reply(content="Paris"))
     model = model_for(fake_openai)
-    async with Pool(64) as pool:
-        client = OpenAIClient(pool, {})
+    async with Sessions(64) as sessions:
+        client = OpenAIClient(sessions, {})
         task = asyncio.create_task(client.call(model, prepare(model, TEST, RequestSettings())))
         seen = 0
         while not task.done():

@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from engine.client.http1 import Pool
 from engine.client.openai import CallResult, OpenAIClient, RequestSettings, prepare
 from engine.client.replicas import COOL_DOWN_S, ReplicaSet
+from engine.client.session import Sessions
 from engine.model import ModelConfig
 from tests.factories import make_test
 from tests.fake_openai import FakeOpenAI, Reply
@@ -122,8 +122,8 @@ def replica_model(servers: list[FakeOpenAI], **overrides: Any) -> ModelConfig:
 
 async def calls(model: ModelConfig, n: int, clock: Clock, *, concurrent: bool = False,
                 between: Any = None) -> tuple[list[CallResult], OpenAIClient]:
-    async with Pool(64) as pool:
-        client = OpenAIClient(pool, {"m": None}, clock=clock)
+    async with Sessions(64) as sessions:
+        client = OpenAIClient(sessions, {"m": None}, clock=clock)
         request = prepare(model, TEST, RequestSettings())
         if concurrent:
             return list(await asyncio.gather(*(client.call(model, request) for _ in range(n)))), client

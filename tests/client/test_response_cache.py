@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from engine.client.http1 import Pool
 from engine.client.judge_cache import JudgeCache
 from engine.client.openai import CallResult, OpenAIClient, RequestSettings, prepare
 from engine.client.response_cache import ResponseCache, cache_key, default_path, storable, use_cache
+from engine.client.session import Sessions
 from engine.errors import ClientError
 from engine.model import ModelConfig
 from tests.factories import make_test
@@ -119,8 +119,8 @@ async def test_the_client_answers_a_repeated_request_from_the_cache(fake_openai:
     model = ModelConfig(name="m", model="fake-1", base_url=fake_openai.base_url, timeout_s=5.0)
     request = prepare(model, TEST, RequestSettings(stream=stream))
     cache = ResponseCache(tmp_path / "r.sqlite")
-    async with Pool(64) as pool:
-        client = OpenAIClient(pool, {"m": "sk-secret-value"}, cache)
+    async with Sessions(64) as sessions:
+        client = OpenAIClient(sessions, {"m": "sk-secret-value"}, cache)
         first = await client.call(model, request, cache_as=0)
         second = await client.call(model, request, cache_as=0)
         other_sample = await client.call(model, request, cache_as=1)
@@ -144,8 +144,8 @@ async def test_an_embedded_model_is_answered_from_the_cache_on_another_port(fake
     # the second run's server listens elsewhere (an unused port: a call there would fail)
     run2 = replace(run1, base_url="http://127.0.0.1:9/v1")
     cache = ResponseCache(tmp_path / "r.sqlite")
-    async with Pool(64) as pool:
-        client = OpenAIClient(pool, {"m": None}, cache)
+    async with Sessions(64) as sessions:
+        client = OpenAIClient(sessions, {"m": None}, cache)
         first = await client.call(run1, prepare(run1, TEST, RequestSettings()), cache_as=0)
         second = await client.call(run2, prepare(run2, TEST, RequestSettings()), cache_as=0)
         changed = replace(run2, cache_identity=identity.replace("engine=abc", "engine=def"))

@@ -1,0 +1,81 @@
+"""The run's HTTP connections: aiohttp, one connection pool, proxies from the environment but never for loopback.
+
+`Sessions(limit)` is opened once per run (`async with`). One `aiohttp.TCPConnector` holds the run's connections
+(at most `limit` open at once) and serves two sessions: one with `trust_env=True` for every host but loopback,
+so `HTTPS_PROXY`, `HTTP_PROXY` and `NO_PROXY` apply as in every Python HTTP tool, and one without for loopback
+hosts (127.0.0.0/8, ::1, localhost), which never go through a proxy: the embedded models listen there, and a
+corporate proxy cannot reach this machine's loopback. aiohttp decides everything else about proxies itself.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from types import TracebackType
+from urllib.parse import urlsplit
+from urllib.request import getproxies
+
+import aiohttp
+
+from engine.redact import url_secrets
+
+__all__ = ["Sessions", "is_loopback", "proxy_secrets"]
+
+
+def is_loopback(host: str | None) -> bool:
+    """Whether `host` (a URL's host name) is this machine's loopback: localhost, 127.0.0.0/8 or ::1."""
+    if not host:
+        return False
+    host = host.strip("[]").rstrip(".").lower()
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def proxy_secrets() -> list[str]:
+    """The credentials written into the environment's proxy URLs (`HTTPS_PROXY=http://user:pw@...`), to mask."""
+    return [secret for scheme, url in getproxies().items() if scheme != "no" for secret in url_secrets(url)]
+
+
+class Sessions:
+    """The run's sessions over one connection pool; `for_url` picks the one a URL is called through.
+
+    Args:
+        limit: Connections open at once, at most (more requests wait for one).
+    """
+
+    def __init__(self, limit: int) -> None:
+        connector = aiohttp.TCPConnector(limit=max(1, limit), limit_per_host=0, ttl_dns_cache=300)
+        no_limit = aiohttp.ClientTimeout(total=None)   # each call sets its own (`engine.client.openai`)
+        self._proxied = aiohttp.ClientSession(connector=connector, timeout=no_limit, trust_env=True,
+                                              cookie_jar=aiohttp.DummyCookieJar())
+        self._direct = aiohttp.ClientSession(connector=connector, connector_owner=False, timeout=no_limit,
+                                             cookie_jar=aiohttp.DummyCookieJar())
+        self._by_url: dict[str, aiohttp.ClientSession] = {}
+
+    def for_url(self, url: str) -> aiohttp.ClientSession:
+        """The session to call `url` through: direct for a loopback host, else the environment's proxy, if any."""
+        found = self._by_url.get(url)
+        if found is None:
+            try:
+                host = urlsplit(url).hostname
+            except ValueError:
+                host = None
+            if len(self._by_url) > 1024:
+                self._by_url.clear()
+            found = self._by_url[url] = self._direct if is_loopback(host) else self._proxied
+        return found
+
+    async def close(self) -> None:
+        """Close both sessions and the connections."""
+        await self._direct.close()
+        await self._proxied.close()
+
+    async def __aenter__(self) -> Sessions:
+        return self
+
+    async def __aexit__(self, kind: type[BaseException] | None, value: BaseException | None,
+                        traceback: TracebackType | None) -> None:
+        await self.close()
