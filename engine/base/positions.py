@@ -1,7 +1,6 @@
-"""Where each value of a loaded YAML document starts: the position tree the loader records (engine.base.yaml).
+"""Where each value of a loaded YAML document starts: the position tree the loader records.
 
-Moved out of engine/base/yaml.py (past 400 lines) when positions became libyaml's marks (issue #22 item 3,
-fourth pass); `engine.base.yaml` still exports `Positions`.
+`engine.base.yaml` builds it and exports `Positions`; the schema checks and hints ask it for a path's place.
 """
 
 from __future__ import annotations
@@ -15,7 +14,7 @@ Path_ = tuple[Any, ...]
 
 
 class _Mark(NamedTuple):
-    """Where something starts, 0-based, as libyaml's marks say it (`line`, `column`)."""
+    """Where something starts, 0-based, as the parser's marks say it (`line`, `column`)."""
 
     line: int
     column: int
@@ -23,10 +22,8 @@ class _Mark(NamedTuple):
 
 # One recorded value: (its key's mark or None, its own mark, the entries inside it or None for a scalar: key ->
 # entry for a mapping, a list of entries for a list). Positions are a tree of these, one per built value. The
-# marks are libyaml's own (anything with 0-based `line` and `column`), turned into 1-based (line, col) only when
-# a position is asked for: building the bench suite's values 0.084 -> 0.070 s of CPU against making a (line, col)
-# tuple per value and key (medians of 15, the two builders in turn in one process, giving equal values and
-# positions; issue #22 item 3, fourth pass).
+# marks are the parser's own (anything with 0-based `line` and `column`), turned into 1-based (line, col) only
+# when a position is asked for, so a load makes no tuple per value.
 Entry = tuple[Any, Any, "dict[str, Entry] | list[Entry] | None"]
 START = _Mark(0, 0)
 
@@ -39,11 +36,8 @@ def at(mark: Any) -> tuple[int, int]:
 class Positions:
     """Where each value (and each mapping key) starts in the file, 1-based, by path.
 
-    Kept as a tree that follows the document (a mapping's entries by key, a list's by index) instead of two
-    dicts keyed by every value's path: the builder then makes no path tuple per value and hashes none. Recording
-    the bench suite's 74,000 values cost 0.065 s of its 0.15 s build with the path-keyed dicts (issue #22,
-    bench/README.md "Issue #22 item 3, third pass"). `of` answers exactly as the dicts did: the tree holds the
-    same paths.
+    Kept as a tree that follows the document (a mapping's entries by key, a list's by index), so the builder
+    makes no path tuple per value and hashes none; `values` and `keys` give the path-keyed view when asked.
 
     Args:
         root: The document's entry, or None when nothing was built (then every path is at 1:1).

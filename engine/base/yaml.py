@@ -1,16 +1,15 @@
-"""Safe YAML loading that keeps the line and column of every node: the one loader for suites, models files
-and harness files (it sits in `engine.base` so the harness layer, below the suite layer, can use it too).
+"""Safe YAML loading that keeps the line and column of every node: the one reader of suites, models files
+and harness files (in `engine.base`, so the harness layer, below the suite layer, can use it too).
 
-Why libyaml (PyYAML's C parser) and not ruamel.yaml: ruamel's composer is pure Python and took 3.2 s to
-compose a 10,000-test suite on the reference machine, against 0.35 s for libyaml; `engine validate` must
-stay well under 2 s at that size. Only the *composer* is used: scalars are resolved here with the YAML 1.2
-core schema (so `no` stays the text "no", as ruamel and YAML 1.2 read it), and Python values are built
-here, which is where the safety rules live:
+ruamel.yaml's C safe loader composes the node tree (each node carries its start mark); the Python values are
+built here from that tree, which is where the positions are recorded and the safety rules live:
 
-- any tag outside the core schema (`!!python/object`, `!!binary`, custom `!tags`) is refused;
-- duplicate mapping keys are errors;
-- the file size is capped (`MAX_BYTES`) and aliases are counted while building values, so a
-  billion-laughs file is refused long before it is expanded;
+- plain scalars are read with YAML 1.2's core schema (`no` and `yes` stay text, `0o17` is octal); dates and `=`
+  stay text too, since suites hold no timestamps;
+- any other tag (`!!python/object`, `!!binary`, custom `!tags`) is refused;
+- duplicate mapping keys and merge keys (`<<`) are errors;
+- the file size is capped (`MAX_BYTES`) and aliases are counted while building values, so a billion-laughs
+  file is refused long before it is expanded;
 - every value's position is recorded in `Positions`, keyed by its path (`("tests", 3, "eval")`).
 
 The loader knows no file format: a `FileKind` passed in names the file in its messages ("not allowed in
@@ -19,12 +18,14 @@ harness files"), and the default keeps the suite's words.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml as pyyaml
+from ruamel.yaml.cyaml import CSafeLoader
+from ruamel.yaml.error import MarkedYAMLError, YAMLError
+from ruamel.yaml.nodes import ScalarNode, SequenceNode
+from ruamel.yaml.resolver import Resolver
 
 from engine.base.diagnostic import Diagnostic
 from engine.base.positions import START, Entry, Path_, Positions, at
@@ -33,23 +34,14 @@ __all__ = ["MAX_BYTES", "SUITE_FILE", "FileKind", "LoadedYaml", "Positions", "lo
            "yaml_hint"]
 
 MAX_BYTES = 5 * 1024 * 1024
+MAX_DEPTH = 500   # nesting of lists and mappings: far past any suite, well inside Python's recursion limit
 # Values built per composed node before we call it alias abuse: generous for honest reuse of anchors.
 _EXPANSION_FACTOR = 20
 _EXPANSION_FLOOR = 10_000
 
-
 _CORE = "tag:yaml.org,2002:"
-_STR, _INT, _FLOAT, _BOOL, _NULL = (_CORE + k for k in ("str", "int", "float", "bool", "null"))
-_SEQ, _MAP = _CORE + "seq", _CORE + "map"
-_ALLOWED_TAGS = {_STR, _INT, _FLOAT, _BOOL, _NULL, _SEQ, _MAP}
-
-# YAML 1.2 core schema, https://yaml.org/spec/1.2.2/#1032-tag-resolution
-_NULL_RE = re.compile(r"^(?:~|null|Null|NULL|)$")
-_BOOL_RE = re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$")
-_INT_RE = re.compile(r"^(?:[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+)$")
-_FLOAT_RE = re.compile(
-    r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"
-)
+_STR, _SEQ, _MAP = _CORE + "str", _CORE + "seq", _CORE + "map"
+_SCALARS = {_CORE + k for k in ("null", "bool", "int", "float")}   # the core schema's non-text scalars
 
 
 @dataclass(frozen=True)
@@ -69,45 +61,38 @@ class FileKind:
 
 SUITE_FILE = FileKind("suite", "a suite needs at least `suite:` and `tests:`", "split it into several suites")
 
-_MAY_BE_SPECIAL = frozenset("0123456789+-.~nNtTfF")
-_WORD_START = frozenset("nNtTfF")   # of those, the letters: only words (null, true, false) can start with them
-_NULL_WORDS = frozenset({"null", "Null", "NULL"})
-_BOOL_WORDS = frozenset({"true", "True", "TRUE", "false", "False", "FALSE"})
+
+class _Refused(Exception):
+    """A rule of the safe loader was broken; carries the diagnostic."""
+
+    def __init__(self, line: int, col: int, message: str) -> None:
+        super().__init__(message)
+        self.line, self.col, self.message = line, col, message
 
 
-class _Loader(pyyaml.CSafeLoader if pyyaml.__with_libyaml__ else pyyaml.SafeLoader):  # type: ignore[misc]
-    """libyaml's composer with YAML 1.2 core-schema tag resolution for plain scalars."""
+class _Loader(CSafeLoader):  # type: ignore[misc]
+    """ruamel.yaml's C safe loader, resolving plain scalars by its YAML 1.2 rules for the core schema only.
 
-    def resolve(self, kind: Any, value: Any, implicit: Any) -> str:
-        if kind is pyyaml.ScalarNode:
-            if not implicit[0]:  # quoted: always text
-                return _STR
-            if value and value[0] not in _MAY_BE_SPECIAL:  # most scalars are words: skip the regexes
-                return _STR
-            first = value[:1]
-            if first in _WORD_START:
-                # Keys and words such as `tests`, `name`, `Town5`: only the null and bool words among them are
-                # not text, and a plain scalar never ends in a line break (which `$` would also match), so a set
-                # lookup says what the four regexes said. They ran on 117,000 scalars of the bench suite.
-                return _NULL if value in _NULL_WORDS else _BOOL if value in _BOOL_WORDS else _STR
-            if not value or first == "~":
-                return _NULL if value in ("", "~") else _STR   # `~x` is text: no number starts with `~`
-            # A digit, sign or dot: never null or a bool, so only the number regexes are asked.
-            if _INT_RE.match(value):
-                return _INT
-            if _FLOAT_RE.match(value):
-                return _FLOAT
-            return _STR
-        return _SEQ if kind is pyyaml.SequenceNode else _MAP
+    The table keeps ruamel's own patterns (compiled once, not through its lazy wrapper); the timestamp, value
+    and merge patterns are left out so that `2024-05-01` and `=` read as text and `<<` is refused as a key.
+    """
 
-    # The composer calls these two around every node (133,000 times each for the bench suite) for YAML path
-    # resolvers, which this loader never has: nothing to look up. Composing that suite: medians of 15 runs in
-    # turn with PyYAML's, 0.91x and 0.86x (issue #22 item 3, third pass).
+    yaml_implicit_resolvers = {  # noqa: RUF012 (ruamel's resolver reads this class-level table)
+        first: [(tag, pattern.lazy_self()) for tag, pattern in patterns if tag in _SCALARS]
+        for first, patterns in Resolver.yaml_implicit_resolvers.items()}
+    processing_version = (1, 2)   # what ruamel's int and float constructors ask (1.1 would read `017` as octal)
+    depth = 0
+
+    # The composer calls these two around every node. Its C recursion has no depth limit of its own (tens of
+    # thousands of `[` overflow the C stack), so the nesting is counted here and refused past `MAX_DEPTH`.
     def descend_resolver(self, current_node: Any, current_index: Any) -> None:
-        return None
+        self.depth += 1
+        if self.depth > MAX_DEPTH:
+            raise _Refused(*at(current_node.start_mark), f"lists and mappings here are nested more than {MAX_DEPTH} "
+                                                          "levels deep; flatten them")
 
     def ascend_resolver(self) -> None:
-        return None
+        self.depth -= 1
 
 
 @dataclass
@@ -119,46 +104,18 @@ class LoadedYaml:
     diagnostics: list[Diagnostic]
 
 
-class _Refused(Exception):
-    """A rule of the safe loader was broken; carries the diagnostic."""
-
-    def __init__(self, line: int, col: int, message: str) -> None:
-        super().__init__(message)
-        self.line, self.col, self.message = line, col, message
-
-
-def _int(text: str) -> int:
-    if text.startswith("0o"):
-        return int(text, 0)
-    if text.startswith("0x"):
-        return int(text, 0)
-    return int(text)
-
-
-def _float(text: str) -> float:
-    low = text.lower()
-    if low.endswith(".inf"):
-        return float("-inf") if low.startswith("-") else float("inf")
-    if low == ".nan":
-        return float("nan")
-    return float(text)
-
-
 class _Builder:
     """Turns composed nodes into plain dict/list/scalars, recording positions and enforcing limits.
 
-    The hot loop of every load (74,000 nodes in the 10,003-test bench suite): attribute lookups are hoisted
-    into locals and text, the usual scalar, returns first. Building that suite's values took 0.22 s of CPU
-    with the previous one-method-per-step builder and 0.13-0.15 s with this one (runs back to back, load ~6;
-    issue #22, bench/README.md); positions as a tree (`Positions`) instead of path-keyed dicts took it to
-    0.09 s (issue #22 item 3, third pass).
+    The hot loop of every load: attribute lookups are hoisted into locals, and text, the usual scalar, returns
+    first. Scalars of the other core types are made by the loader's own constructors.
     """
 
-    def __init__(self, budget: int, noun: str) -> None:
+    def __init__(self, loader: _Loader, budget: int, noun: str) -> None:
+        self.loader = loader
         self.noun = noun
         self.budget = budget
         self.built = 0
-        self.open: set[int] = set()
         self.raw: dict[Path_, str] = {}
         self.root: Entry | None = None
 
@@ -168,10 +125,11 @@ class _Builder:
         return Positions(self.root, self.raw, self.built)
 
     def build(self, node: Any, path: Path_) -> Any:
-        raw = self.raw
-        open_nodes, noun, budget = self.open, self.noun, self.budget
-        scalar_node, sequence_node = pyyaml.ScalarNode, pyyaml.SequenceNode
-        allowed, text_tag, seq_tag, map_tag, merge_tag = _ALLOWED_TAGS, _STR, _SEQ, _MAP, _CORE + "merge"
+        raw, loader, noun, budget = self.raw, self.loader, self.noun, self.budget
+        constructors = loader.yaml_constructors
+        open_nodes: set[Any] = set()   # the lists and mappings being built, to refuse an alias to its container
+        text_tag, seq_tag, map_tag = (_Loader.DEFAULT_SCALAR_TAG, _Loader.DEFAULT_SEQUENCE_TAG,
+                                      _Loader.DEFAULT_MAPPING_TAG)
         built = self.built
         # What the last `value_of` call built: its position and the entries inside it (None for a scalar).
         made_pos: Any = START
@@ -184,48 +142,54 @@ class _Builder:
             if built > budget:
                 raise _Refused(*at(mark), "this file repeats anchors (&name / *name) too many times; it would expand "
                                      "to a huge document, so it is refused. Write the values out instead")
-            tag = node.tag
-            kind = node.__class__
-            if kind is scalar_node and tag == text_tag:
+            ctag = node.ctag   # the resolver's own Tag objects for untagged text, lists and mappings
+            if ctag is text_tag:
                 made_pos, made_inner = mark, None
                 return node.value
-            if tag not in allowed:
-                shown = tag.replace(_CORE, "!!")
-                raise _Refused(*at(mark), f"the tag '{shown}' is not allowed in {noun} files (only plain YAML "
-                                     "values are); remove it")
-            if kind is scalar_node or isinstance(node, scalar_node):
-                value, plain = _scalar(node, tag)
-                if plain:
-                    raw[path] = node.value
+            if isinstance(node, ScalarNode):
                 made_pos, made_inner = mark, None
+                tag = ctag.suffix   # the C parser gives every tag in full, with no handle
+                if tag == _STR:
+                    return node.value
+                if tag not in _SCALARS:
+                    raise _Refused(*at(mark), f"the tag '{_shown(tag)}' is not allowed in {noun} files (only "
+                                              "plain YAML values are); remove it")
+                try:
+                    value = constructors[tag](loader, node)
+                except (ValueError, IndexError):
+                    raise _Refused(*at(mark), f"'{node.value}' is not a valid {tag.replace(_CORE, '')}; quote it "
+                                              "if you meant text") from None
+                if not node.style:   # written plain: its source is kept for the hints
+                    raw[path] = node.value
                 return value
-            marker = id(node)
-            if marker in open_nodes:
+            if node in open_nodes:
                 raise _Refused(*at(mark), "an alias (*name) refers to the value that contains it; remove the loop")
-            open_nodes.add(marker)   # no try/finally: a refusal ends the whole build
-            if kind is sequence_node or isinstance(node, sequence_node):
-                if tag != seq_tag:
-                    raise _Refused(*at(mark), f"a list cannot have the tag '{tag.replace(_CORE, '!!')}'")
+            if ctag is not seq_tag and ctag is not map_tag:
+                tag, is_list = ctag.suffix, isinstance(node, SequenceNode)
+                if tag not in _SCALARS and tag not in (_STR, _SEQ, _MAP):
+                    raise _Refused(*at(mark), f"the tag '{_shown(tag)}' is not allowed in {noun} files (only "
+                                              "plain YAML values are); remove it")
+                if tag != (_SEQ if is_list else _MAP):
+                    raise _Refused(*at(mark), f"a {'list' if is_list else 'mapping'} cannot have the tag "
+                                              f"'{_shown(tag)}'")
+            open_nodes.add(node)   # no try/finally: a refusal ends the whole build
+            if isinstance(node, SequenceNode):
                 out_list = []
                 items: list[Entry] = []
                 for i, item in enumerate(node.value):
                     out_list.append(value_of(item, path + (i,)))
                     items.append((None, made_pos, made_inner))
-                open_nodes.discard(marker)
+                open_nodes.discard(node)
                 made_pos, made_inner = mark, items
                 return out_list
-            if tag != map_tag:
-                raise _Refused(*at(mark), f"a mapping cannot have the tag '{tag.replace(_CORE, '!!')}'")
             out: dict[str, Any] = {}
             entries: dict[str, Entry] = {}
             for key_node, value_node in node.value:
                 kmark = key_node.start_mark
-                if key_node.__class__ is not scalar_node and not isinstance(key_node, scalar_node):
-                    if key_node.tag == merge_tag:
-                        raise _Refused(*at(kmark), "merge keys ('<<') are not supported; write the keys out")
+                if not isinstance(key_node, ScalarNode):
                     raise _Refused(*at(kmark), "a key must be a plain name, not a list or mapping")
                 key = key_node.value  # keys are always names: `1: x` has the key "1", `no:` the key "no"
-                if key_node.tag == merge_tag or (key == "<<" and not key_node.style):
+                if key == "<<" and not key_node.style:
                     raise _Refused(*at(kmark), "merge keys ('<<') are not supported; write the keys out")
                 if key in out:
                     first = at(entries[key][0] or kmark)   # a mapping's entries always have their key's mark
@@ -233,7 +197,7 @@ class _Builder:
                                                 "keep one of them")
                 out[key] = value_of(value_node, path + (key,))
                 entries[key] = (kmark, made_pos, made_inner)
-            open_nodes.discard(marker)
+            open_nodes.discard(node)
             made_pos, made_inner = mark, entries
             return out
 
@@ -244,31 +208,14 @@ class _Builder:
         finally:
             self.built = built
             # `value_of` calls itself, so it and its cells are a reference cycle, and the cells held the whole
-            # positions tree: it lived on, after its file was loaded, until the collector ran. The collection
-            # after `engine validate`'s load walked it (the bench suite's 133,000 marks and 125,000 tuples).
+            # positions tree: break it, so the tree goes with its file rather than at the next collection.
             made_inner = None
             value_of = None  # type: ignore[assignment]
 
 
-def _scalar(node: Any, tag: str) -> tuple[Any, bool]:
-    """A scalar that is not text: its value, and whether it was written plain (kept for the hints)."""
-    text = node.value
-    try:
-        if tag == _STR:
-            return text, False
-        if tag == _NULL:
-            value: Any = None
-        elif tag == _BOOL:
-            value = text.lower() == "true"
-        elif tag == _INT:
-            value = _int(text)
-        else:
-            value = _float(text)
-    except ValueError:
-        mark = node.start_mark
-        raise _Refused(mark.line + 1, mark.column + 1,
-                       f"'{text}' is not a valid {tag.replace(_CORE, '')}; quote it if you meant text") from None
-    return value, not node.style  # libyaml reports plain style as "", pure PyYAML as None
+def _shown(tag: str) -> str:
+    """A tag as it is written in a file: `!!python/object` rather than its full `tag:yaml.org,2002:` name."""
+    return tag.replace(_CORE, "!!")
 
 
 def yaml_hint(source: str, line: int, problem: str) -> str:
@@ -313,13 +260,12 @@ def load_yaml_text(source: str, file: str, *, kind: FileKind = SUITE_FILE) -> Lo
         The loaded value (None on error), positions, and diagnostics (empty when fine).
     """
     positions = Positions()
+    loader = _Loader(source)
     try:
-        loader = _Loader(source)
-        try:
-            node = loader.get_single_node()
-        finally:
-            loader.dispose()
-    except pyyaml.MarkedYAMLError as exc:
+        node = loader.get_single_node()
+    except _Refused as exc:
+        return LoadedYaml(None, positions, [Diagnostic(file, exc.line, exc.col, exc.message)])
+    except MarkedYAMLError as exc:
         context = str(exc.context or "")
         # An unclosed quote or [list] is found at the end of the file; where it opens is more useful.
         opened = "quoted scalar" in context or "flow" in context
@@ -332,11 +278,14 @@ def load_yaml_text(source: str, file: str, *, kind: FileKind = SUITE_FILE) -> Lo
             line, col = _first_tab(source, line, col)
         msg = f"not valid YAML: {problem}; {yaml_hint(source, line, problem)}"
         return LoadedYaml(None, positions, [Diagnostic(file, line, col, msg)])
-    except pyyaml.YAMLError as exc:  # e.g. a reader error on control characters
+    except YAMLError as exc:  # e.g. a reader error on control characters
         return LoadedYaml(None, positions, [Diagnostic(file, 1, 1, f"not valid YAML: {exc}")])
+    finally:
+        loader.dispose()
     if node is None:
         return LoadedYaml(None, positions, [Diagnostic(file, 1, 1, f"the file is empty; {kind.empty}")])
-    builder = _Builder(budget=_EXPANSION_FLOOR + _EXPANSION_FACTOR * max(1, source.count("\n")), noun=kind.noun)
+    budget = _EXPANSION_FLOOR + _EXPANSION_FACTOR * max(1, source.count("\n"))
+    builder = _Builder(loader, budget, kind.noun)
     try:
         data = builder.build(node, ())
     except _Refused as exc:

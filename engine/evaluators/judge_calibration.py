@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
+from engine.base.yaml import FileKind, load_yaml_text
 
 __all__ = ["FILE_SUFFIXES", "Example", "coerce_expect", "read_calibration"]
 
@@ -131,7 +131,7 @@ def _read_file(name: str, grades: Mapping[Any, float], numeric: bool,
                          "suite file's folder")]
     try:
         rows = _rows(path)
-    except (OSError, ValueError, yaml.YAMLError, csv.Error) as exc:
+    except (OSError, ValueError, csv.Error) as exc:
         return [], [((), f"calibration file {name}: cannot be read: {exc}")]
     examples: list[Example] = []
     problems: list[Problem] = []
@@ -167,7 +167,10 @@ def _rows(path: Path) -> list[tuple[str, Any]]:
             fields = {k: v for k, v in row.items() if k is not None and v not in (None, "")}
             out.append((f"line {reader.line_num}", fields))
         return out
-    data = yaml.safe_load(text)
+    loaded = load_yaml_text(text, path.name, kind=FileKind("calibration", "list the examples", ""))
+    if loaded.diagnostics:
+        raise ValueError(str(loaded.diagnostics[0]))
+    data = loaded.data
     if not isinstance(data, list):
         raise ValueError("a YAML calibration file is a list of {answer, expect}")
     return [(f"item {index + 1}", item) for index, item in enumerate(data)]

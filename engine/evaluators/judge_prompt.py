@@ -28,9 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from engine.base.render import TemplateSyntaxError, undeclared_variables
+from engine.base.yaml import FileKind, load_yaml_text
 
 __all__ = ["PROMPT_KEY", "VARIABLES", "JudgePrompt", "parse_judge_prompt", "with_judge_prompt"]
 
@@ -56,9 +55,15 @@ def parse_judge_prompt(value: Any, suite_dir: Path) -> JudgePrompt | str:
             return f"judge_prompt file {value!r} not found in {suite_dir}; the path is relative to the suite's folder"
         try:
             text = path.read_text(encoding="utf-8")
-            value = yaml.safe_load(text) if path.suffix.lower() in (".yaml", ".yml") else {"user": text}
-        except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        except (OSError, UnicodeDecodeError) as exc:
             return f"judge_prompt file {value!r} cannot be read: {exc}"
+        if path.suffix.lower() in (".yaml", ".yml"):
+            loaded = load_yaml_text(text, path.name, kind=FileKind("judge prompt", "write `user:`", ""))
+            if loaded.diagnostics:
+                return f"judge_prompt file {value!r} cannot be read: {loaded.diagnostics[0]}"
+            value = loaded.data
+        else:
+            value = {"user": text}
         where = f"judge_prompt file {path.name}"
     if not isinstance(value, Mapping) or not isinstance(value.get("user"), str) or not value["user"].strip():
         return f"{where} needs `user:` (the judge's message template) and may have `system:`"

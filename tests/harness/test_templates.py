@@ -155,14 +155,14 @@ def test_the_worked_example_in_the_docs_runs(repo_root: Path, tmp_path: Path) ->
     assert not wrong.passed and "to_roman(4) gave 'IIII', expected 'IV'" in wrong.reason
 
 
-def test_loading_suites_and_harnesses_never_imports_ruamel(repo_root: Path) -> None:
-    """ruamel.yaml is only for the importers' commented output: reading files goes through engine.base.yaml."""
+def test_loading_suites_and_harnesses_reads_with_ruamel_c_parser_not_pyyaml(repo_root: Path) -> None:
+    """One YAML library: suites and harnesses are read by ruamel.yaml's C parser, and PyYAML is never loaded."""
     import subprocess
     import sys
 
     code = ("import sys\nfrom engine.suite import load_suites\nfrom engine.harness import templates\n"
             "suites, problems = load_suites(['suites/'])\nassert suites and not problems, problems\n"
             "[templates.load_harness(n) for n in templates.builtin_names()]\n"
-            "print(sorted(m for m in sys.modules if m.startswith('ruamel')))\n")
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('yaml', '_yaml', '_ruamel_yaml')))\n")
     done = subprocess.run([sys.executable, "-c", code], cwd=repo_root, capture_output=True, text=True, check=True)
-    assert done.stdout.strip() == "[]"
+    assert done.stdout.strip() == "['_ruamel_yaml']"

@@ -17,7 +17,7 @@ def test_positions_of_values_and_keys_are_one_based() -> None:
 
 
 def _of_by_path(values: dict, keys: dict, path: tuple, key: bool) -> tuple[int, int]:
-    """`Positions.of` as it was written over path-keyed dicts (before issue #22 kept positions as a tree)."""
+    """`Positions.of` answered from path-keyed dicts: what the position tree must agree with."""
     if key and path in keys:
         return keys[path]
     while path:
@@ -107,26 +107,42 @@ def test_tab_hint_points_at_the_tab() -> None:
     assert diag.line == 3 and "tab" in diag.message and "spaces" in diag.message
 
 
-def test_plain_scalar_resolution_says_what_the_core_schema_regexes_say() -> None:
-    """The resolver's shortcuts (text by first letter; null/bool words by set lookup, issue #22) give every
-    plain scalar the tag the YAML 1.2 core-schema regexes give it, words and near-words included."""
-    import itertools
+def test_yaml_12_words_dates_and_octal_read_as_suites_mean_them() -> None:
+    """YAML 1.1's yes/no/on/off words and leading-zero octal are not what suite authors mean; dates and `=` are
+    text, since no suite field holds a timestamp."""
+    loaded = load_yaml_text("a: on\nb: Off\nc: y\nd: 017\ne: 0o17\nf: 2024-05-01\ng: =\nh: null\ni: -2\nj: 1.5\n",
+                            "f.yaml")
+    assert loaded.diagnostics == []
+    assert loaded.data == {"a": "on", "b": "Off", "c": "y", "d": 17, "e": 15, "f": "2024-05-01", "g": "=",
+                           "h": None, "i": -2, "j": 1.5}
+    assert type(loaded.data["j"]) is float and type(loaded.data["d"]) is int
 
-    def by_regex(value: str) -> str:
-        for pattern, tag in ((suite_yaml._NULL_RE, suite_yaml._NULL), (suite_yaml._BOOL_RE, suite_yaml._BOOL),
-                             (suite_yaml._INT_RE, suite_yaml._INT), (suite_yaml._FLOAT_RE, suite_yaml._FLOAT)):
-            if pattern.match(value):
-                return tag
-        return suite_yaml._STR
 
-    loader = suite_yaml._Loader("a: 1")
-    letters = "nNtTfFrueaslULE0x.1~+-"
-    values = {"".join(chars) for size in range(5) for chars in itertools.product(letters[:8], repeat=size)}
-    values |= {"".join(chars) for size in range(5) for chars in itertools.product("n0x.1~+-eI", repeat=size)}
-    values |= {"null", "Null", "NULL", "nULL", "true", "True", "TRUE", "tRUE", "false", "False", "FALSE", "no",
-               "Town5", "tests", "~", "", ".nan", ".inf", "-.inf", "0x1F", "0o7", "1e3", "1.5", "-3", "+3", "fals"}
-    tags = {value: loader.resolve(suite_yaml.pyyaml.ScalarNode, value, (True, False)) for value in values}
-    assert tags == {value: by_regex(value) for value in values}
-    assert {tags["Null"], tags["FALSE"], tags["nULL"], tags["0x1F"]} == {suite_yaml._NULL, suite_yaml._BOOL,
-                                                                         suite_yaml._STR, suite_yaml._INT}
-    loader.dispose()
+def test_explicit_core_tags_are_read_and_others_refused_with_the_place() -> None:
+    loaded = load_yaml_text("a: !!str 5\nb: !!int '7'\nc: !!float 1\nd: !!seq [x]\n", "f.yaml")
+    assert loaded.data == {"a": "5", "b": 7, "c": 1.0, "d": ["x"]}
+    [diag] = load_yaml_text("a: 1\nb: !!binary aGk=\n", "f.yaml").diagnostics
+    assert (diag.line, diag.col) == (2, 4) and "'!!binary' is not allowed in suite files" in diag.message
+    [diag] = load_yaml_text("a: !!str [1]\n", "f.yaml").diagnostics
+    assert (diag.line, diag.col) == (1, 4) and "a list cannot have the tag '!!str'" in diag.message
+    [diag] = load_yaml_text("a: !!int x\n", "f.yaml").diagnostics
+    assert "'x' is not a valid int; quote it" in diag.message
+
+
+def test_merge_keys_and_alias_loops_are_refused() -> None:
+    [diag] = load_yaml_text("base: &b {x: 1}\nother:\n  <<: *b\n", "f.yaml").diagnostics
+    assert (diag.line, diag.col) == (3, 3) and "merge keys" in diag.message
+    assert load_yaml_text("a: {'<<': 1}\n", "f.yaml").data == {"a": {"<<": 1}}   # quoted, it is a plain key
+    [diag] = load_yaml_text("a: &x [1, *x]\n", "f.yaml").diagnostics
+    assert "refers to the value that contains it" in diag.message
+
+
+def test_deep_nesting_is_refused_at_its_place_not_crashing() -> None:
+    """Far past the limit too: the C composer would run out of stack on tens of thousands of levels."""
+    for depth in (suite_yaml.MAX_DEPTH + 5, 200_000):
+        [diag] = load_yaml_text("suite: s\ntests: " + "[" * depth + "]" * depth + "\n", "f.yaml").diagnostics
+        assert diag.line == 2 and "nested more than" in diag.message
+        [diag] = load_yaml_text("suite: s\ntests:\n" + "- " * depth + "x\n", "f.yaml").diagnostics
+        assert diag.line == 3 and "nested more than" in diag.message
+    shallow = suite_yaml.MAX_DEPTH // 2
+    assert load_yaml_text("a: " + "[" * shallow + "]" * shallow + "\n", "f.yaml").diagnostics == []
