@@ -6,13 +6,13 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-import yaml
 
 from engine.agent import AgentSettings, GoldenCaller, GoldenTurn, compile_golden, compile_tools, replay_golden
 from engine.agent.loop import run_conversation
+from engine.base.yaml import load_yaml_text
 from engine.model import ToolCall
 
-TOOLS, _ = compile_tools(yaml.safe_load("""
+TOOLS, _ = compile_tools(load_yaml_text("""
 get_weather:
   parameters: {type: object, properties: {city: {type: string}}, required: [city]}
   returns:
@@ -24,7 +24,7 @@ counter:
   returns:
     - result: "{{ (state.n | default(0)) + by }}"
       set: {n: "{{ (state.n | default(0)) + by }}"}
-"""))
+""", "inline.yaml").data)
 OPENING = ({"role": "system", "content": "Be brief."}, {"role": "user", "content": "What should I wear in Paris?"})
 
 

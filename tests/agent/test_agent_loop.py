@@ -8,9 +8,9 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-import yaml
 
 from engine.agent import AgentSettings, OpenAICaller, Tool, Transcript, compile_tools, run_conversation
+from engine.base.yaml import load_yaml_text
 from engine.client.openai import OpenAIClient, RequestSettings
 from engine.client.session import Sessions
 from engine.errors import ConfigError
@@ -50,7 +50,7 @@ book:
     - error: "{{ time }} is not free"
 """
 
-TOOLS, _PROBLEMS = compile_tools(yaml.safe_load(TOOLS_YAML))
+TOOLS, _PROBLEMS = compile_tools(load_yaml_text(TOOLS_YAML, "inline.yaml").data)
 assert not _PROBLEMS, _PROBLEMS
 
 

@@ -7,15 +7,15 @@ import json
 from collections import Counter
 from pathlib import Path
 
-import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from engine.agent import AgentSettings, GoldenCaller, GoldenTurn, compile_golden, compile_tools, replay_golden
 from engine.agent.loop import run_conversation
+from engine.base.yaml import load_yaml_text
 from engine.model import ToolCall
 
-TOOLS, _ = compile_tools(yaml.safe_load("""
+TOOLS, _ = compile_tools(load_yaml_text("""
 get_weather:
   parameters: {type: object, properties: {city: {type: string}}, required: [city]}
   returns:
@@ -27,7 +27,7 @@ counter:
   returns:
     - result: ok
       set: {n: "{{ (state.n | default(0)) + (by | default(1)) }}"}
-"""))
+""", "inline.yaml").data)
 
 CALLS = st.builds(
     lambda name, raw, call_id: ToolCall.from_raw(name, raw, id=call_id),
@@ -99,7 +99,7 @@ ISSUE_SUITE = (Path(__file__).resolve().parents[1] / "fixtures" / "agent" / "iss
 async def test_the_issue_example_from_yaml_through_the_loop() -> None:
     """The issue's suite, compiled by this package, its golden replayed; the checks written out by hand
     until the trajectory evaluators exist."""
-    suite = yaml.safe_load(ISSUE_SUITE)
+    suite = load_yaml_text(ISSUE_SUITE, "inline.yaml").data
     tools, problems = compile_tools(suite["tools"])
     assert problems == []
     test = suite["tests"][0]

@@ -6,13 +6,13 @@ import json
 from typing import Any
 
 import pytest
-import yaml
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from engine.agent.tools import Problem, Tool, compile_tool, compile_tools
+from engine.base.yaml import load_yaml_text
 
-WEATHER = yaml.safe_load("""
+WEATHER = load_yaml_text("""
 description: Current weather for a city.
 parameters: {type: object, properties: {city: {type: string}, unit: {type: string}}, required: [city]}
 returns:
@@ -22,7 +22,7 @@ returns:
     result: "{{ city }} is sunny ({{ state.visits | default(0) }} visits)"
     set: {visits: "{{ (state.visits | default(0)) + 1 }}", last_city: "{{ city }}"}
   - error: "unknown city {{ args.city }}"
-""")
+""", "inline.yaml").data
 
 
 def build(spec: Any, name: str = "t") -> Tool:
@@ -192,7 +192,6 @@ def test_a_lone_expression_returns_the_argument_with_its_type(value: Any) -> Non
 
 
 def test_problem_paths_point_at_the_line_and_column_with_the_suite_loaders_positions() -> None:
-    from engine.base.yaml import load_yaml_text
 
     source = """\
 tools:

@@ -8,15 +8,16 @@ so for it the property is only "no traceback, and exit 1 comes with error lines"
 from __future__ import annotations
 
 import copy
+import io
 import os
 import re
 import tempfile
 from pathlib import Path
 from typing import Any
 
-import yaml
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
+from ruamel.yaml import YAML
 from typer.testing import CliRunner
 
 from engine.base.yaml import load_yaml_file
@@ -67,7 +68,9 @@ def _parent(data: Any, path: tuple[Any, ...]) -> Any:
 
 
 def _dump(data: Any) -> str:
-    return yaml.safe_dump(data, sort_keys=False, allow_unicode=True)
+    out = io.StringIO()
+    YAML().dump(data, out)   # keys in their order, text written as YAML 1.2 reads it back
+    return out.getvalue()
 
 
 def _wrong_for(path: tuple[Any, ...], value: Any) -> bool:
