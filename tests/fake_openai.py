@@ -33,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import ssl
 import threading
 import time
 import zlib
@@ -140,8 +141,8 @@ class FakeOpenAI:
             self.max_in_flight_by_model.clear()
         self.responder = lambda body: Reply()
 
-    def start(self) -> FakeOpenAI:
-        """Start serving on an ephemeral loopback port (returns when it accepts connections)."""
+    def start(self, ssl_context: ssl.SSLContext | None = None) -> FakeOpenAI:
+        """Start serving on an ephemeral loopback port (returns when it accepts connections); HTTPS with a context."""
         ready = threading.Event()
 
         def serve() -> None:
@@ -154,7 +155,7 @@ class FakeOpenAI:
             app.router.add_post("/v1/embeddings", self._embeddings)
             self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.1)
             loop.run_until_complete(self._runner.setup())
-            site = web.TCPSite(self._runner, "127.0.0.1", 0)
+            site = web.TCPSite(self._runner, "127.0.0.1", 0, ssl_context=ssl_context)
             loop.run_until_complete(site.start())
             self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
             ready.set()

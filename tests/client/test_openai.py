@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 from dataclasses import replace
 from typing import Any
 
@@ -191,6 +192,35 @@ async def test_connection_refused(unused_tcp_port: int) -> None:
     async with Sessions(64) as sessions:
         result = await OpenAIClient(sessions, {}).call(model, prepare(model, TEST, RequestSettings()))
     assert result.error is not None and result.error.kind == "connection" and result.retries == 1
+
+
+async def test_a_connect_that_never_completes_is_a_timeout_of_connect_timeout_s() -> None:
+    # A listener with backlog 0 that never accepts: once its queue holds one connection, the kernel drops
+    # further SYNs, so the client's connect neither succeeds nor fails.
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(0)
+    port = listener.getsockname()[1]
+    held: list[socket.socket] = []
+    try:
+        while True:   # fill the queue: stop at the first connect that does not complete
+            probe = socket.socket()
+            held.append(probe)
+            probe.settimeout(1)
+            try:
+                probe.connect(("127.0.0.1", port))
+            except TimeoutError:
+                break
+            assert len(held) < 16, "the listener's queue never filled"
+        model = ModelConfig(name="m", model="x", base_url=f"http://127.0.0.1:{port}/v1", max_retries=0,
+                            timeout_s=600, connect_timeout_s=0.3)
+        async with Sessions(4) as sessions:
+            result = await OpenAIClient(sessions, {}).call(model, prepare(model, TEST, RequestSettings()))
+    finally:
+        for sock in (*held, listener):
+            sock.close()
+    assert result.error is not None and result.error.kind == "timeout" and result.error.retryable
+    assert "no connection within 0.3 s (connect_timeout_s" in str(result.error)
 
 
 @pytest.mark.parametrize(("cli", "model_param", "test_value", "sent"), [
