@@ -13,8 +13,7 @@ CPU is the process's CPU time (user + system) spent in the measured loop, divide
 
 `--rounds N [--against TREE]`: N paired rounds instead (issue #22): each round runs the raw loop, TREE's
 engine (an export of an older commit, run with its own bench/bench_run.py) and this tree's, in turns first,
-the same bare loop over the engine's own HTTP client (`raw-http1`: what the engine adds besides HTTP), and
-the raw loop again against one mock server, non-streaming and streaming; then the whole processes (bare
+and the raw loop again against one mock server, non-streaming and streaming; then the whole processes (bare
 loop, then the two `engine run`s in turns); each engine's ratio is taken against its round's raw runs.
 Medians and ranges are printed, and every round as a JSON line.
 
@@ -102,36 +101,6 @@ async def _raw(base_url: str, calls: int, stream: bool, concurrency: int) -> Non
         await asyncio.gather(*(worker(session) for _ in range(concurrency)))
 
 
-async def _raw_http1(base_url: str, calls: int, stream: bool, concurrency: int) -> None:
-    """The second baseline: `_raw`'s loop over the engine's own HTTP client (`engine.client.http1`).
-
-    The engine's CPU over this one is the price of everything but HTTP (runner, client, rows, journal, Parquet);
-    over `_raw`'s, the issue's figure, it also holds the HTTP client's gain over aiohttp's.
-    """
-    from engine.client.http1 import Pool
-
-    payload, headers, url = _raw_request(base_url, stream)
-    left = iter(range(calls))
-
-    async def worker(pool: Pool) -> None:
-        for _ in left:
-            resp = await pool.post(url, payload, headers)
-            try:
-                if stream:
-                    buffer = b""
-                    parts: list[str] = []
-                    while chunk := await resp.next_chunk():
-                        buffer = _take_events(buffer + chunk, parts)
-                    "".join(parts)
-                else:
-                    json.loads(await resp.read())
-            finally:
-                resp.release()
-
-    async with Pool(concurrency) as pool:
-        await asyncio.gather(*(worker(pool) for _ in range(concurrency)))
-
-
 def _bench_tests(calls: int, repeat: int) -> list:
     """The suite's tests, as the loader hands them to `engine run` (built before the measured loop)."""
     from engine.evaluators import compile_spec
@@ -198,7 +167,7 @@ def child(kind: str, base_url: str, calls: int, stream: bool, concurrency: int, 
         import engine.client.openai
         import engine.results.journal
         import engine.run.jobs
-        import engine.run.runner
+        import engine.run.runner  # noqa: F401  (imported before `cpu0`, as the lines above)
         from engine._gc import tuned_gc
 
         tests = _bench_tests(calls, repeat)
@@ -206,11 +175,6 @@ def child(kind: str, base_url: str, calls: int, stream: bool, concurrency: int, 
         cpu0, wall0 = _cpu(), time.perf_counter()
         if kind == "raw":
             asyncio.run(_raw(base_url, calls, stream, concurrency))
-            done = calls
-        elif kind == "raw-http1":
-            import engine.client.http1  # noqa: F401  (as aiohttp is imported before `cpu0` for the raw loop)
-
-            asyncio.run(_raw_http1(base_url, calls, stream, concurrency))
             done = calls
         else:
             with tuned_gc():   # the collector setting `engine run` runs under (the CLI enters it)
@@ -354,13 +318,9 @@ def rounds(base_url: str, count: int, against: Path | None, scale: int) -> None:
         for label, calls, stream in (("non-streaming", 20_000 // scale, False), ("streaming", 5_000 // scale, True)):
             first = _measure("raw", base_url, calls, stream, 64)
             engines = {name: _measure("engine", base_url, calls, stream, 64, tree=tree) for name, tree in order}
-            own = _measure("raw-http1", base_url, calls, stream, 64)
             last = _measure("raw", base_url, calls, stream, 64)
             raw_us = (first["cpu_us_per_call"] + last["cpu_us_per_call"]) / 2
-            record[label] = {"raw_us": raw_us, "raw_http1_us": own["cpu_us_per_call"]}
-            ratios.setdefault(f"{label} raw-http1 us", []).append(own["cpu_us_per_call"])
-            ratios.setdefault(f"{label} after / raw-http1", []).append(
-                engines["after"]["cpu_us_per_call"] / own["cpu_us_per_call"])
+            record[label] = {"raw_us": raw_us}
             for name, eng in engines.items():
                 ratio = eng["cpu_us_per_call"] / raw_us
                 record[label][name] = {"us": eng["cpu_us_per_call"], "ratio": ratio}
