@@ -341,8 +341,8 @@ class _Importer:
             left = sorted(str(k) for k in config if k not in (*_PARAMS, "apiBaseUrl", "apiHost", "apiKey",
                                                                "apiKeyEnvar"))
             if left:
-                self.note(_Source(entry, source.file) if "config" in entry else source,
-                          "config" if "config" in entry else key, f"provider {name}: config {', '.join(left)} not imported; set the "
+                where, spot = (_Source(entry, source.file), "config") if "config" in entry else (source, key)
+                self.note(where, spot, f"provider {name}: config {', '.join(left)} not imported; set the "
                                        "equivalent under `params:` in models.yaml if the server takes it")
             models[name] = model
         return models
