@@ -33,10 +33,8 @@ _NO_JUDGE: dict[str, Any] = dict.fromkeys(JUDGE_SUM_COLUMNS)
 #: Columns a single-turn row leaves out, as they are null on every one: the agent columns, context trimming's
 #: counts, and the judge sums unless a model-graded node of its verdict reports calls (`judge_columns`). A
 #: missing field is read as null (Arrow's JSON reader with the explicit schema, `Table.from_pylist`), so the
-#: Parquet table is the same; a reader of the dict uses `get`. The row's JSON is 1,109 bytes instead of 1,518
-#: in `bench/bench_run.py`: 100,000 results peak at 112.9 MB instead of 115.3 MB (2 runs each); CPU per call no
-#: different measurably (12 pairs, 0.99x; bench/README.md "Issue #22 item 2, fifth pass"). Rows without them
-#: are what the writer's narrow read takes (`writer.table_from_json_lines`).
+#: Parquet table is the same; a reader of the dict uses `get`. The row's JSON is about a quarter smaller, and
+#: rows without them are what the writer's narrow read takes (`writer.table_from_json_lines`).
 SINGLE_TURN_NULLS = (*AGENT_COLUMNS, "trimmed_requests", "trimmed_messages", *JUDGE_SUM_COLUMNS)
 
 _DATE_SUFFIX = re.compile(r"-(\d{4}-\d{2}-\d{2}|\d{8}|\d{4})$")

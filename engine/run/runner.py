@@ -320,8 +320,7 @@ class Runner:
         """End the committer's loop once the calls are over (`run` then commits what is left).
 
         Ended by a flag, not by `committer.cancel()`: on Python 3.11 `asyncio.wait_for` swallows a cancellation
-        that lands as the event it waits on is set (CPython gh-86296), and the committer then looped on
-        forever: a run that never ended, once in a few bench runs of 20,000 calls.
+        that lands as the event it waits on is set (CPython gh-86296), and the committer would loop on forever.
         """
         self._closing = True
         self._wake.set()

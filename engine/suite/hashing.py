@@ -15,8 +15,8 @@ from engine.base.jsontext import dumps_canonical
 
 __all__ = ["TestHasher", "canonical_json", "chat_json", "test_hash"]
 
-# The one encoder of canonical JSON, built once (engine/base/jsontext.py; equal to `json.dumps` with these
-# options, tests/base/test_jsontext.py): hashes key resume and the caches, so its text never changes.
+# The one encoder of canonical JSON (engine/base/jsontext.py; `json.dumps` with these options,
+# tests/base/test_jsontext.py): hashes key resume and the caches, so its text never changes.
 _ENCODE: Callable[[Any], str] = dumps_canonical
 
 
@@ -59,8 +59,7 @@ class TestHasher:
     The canonical JSON of a mapping is its items in key order, so the text is the shared parts and the row's
     own (messages, prompt, variables) joined in that order: the same text `test_hash` encodes, hence the
     same hash (tests/suite/test_hash_pins.py pins it). The shared parts are the evaluator spec, the tools
-    and the settings: encoding them once took a tool-calling test's hash from 19 to 11 µs (timeit, loaded
-    machine; issue #22).
+    and the settings.
 
     Args:
         tools, eval_spec, max_tokens, temperature, threshold, agent, returns: As `test_hash` takes them.
@@ -99,8 +98,8 @@ class TestHasher:
 def chat_json(system: str | None, user: str) -> str:
     """`canonical_json` of the messages of a test written with `prompt:`: a system turn when `system` is
     text that is not empty, then the user turn. Its two strings are encoded alone and put in the text the
-    encoder writes for these dicts (keys sorted, no spaces): 2.2 -> 0.5 µs per row (timeit, min of 7; issue
-    #22 item 3, third pass), and tests/suite/test_hash_pins.py pins the hashes it goes into."""
+    encoder writes for these dicts (keys sorted, no spaces); tests/suite/test_hash_pins.py pins the hashes it
+    goes into."""
     user_part = '{"content":' + _ENCODE(user) + ',"role":"user"}]'
     if system:
         return '[{"content":' + _ENCODE(system) + ',"role":"system"},' + user_part

@@ -3,7 +3,7 @@
 The templates of a test (id, prompt, system text, messages, golden, evaluator, named evaluators at their
 `use:`) are collected once with the variables each uses; every row is then checked against that list, and a
 missing variable is an error at the row (inline `cases:`) or at the file row (`cases_from`, said once per
-test and variable). Moved out of engine/suite/expand.py unchanged (issue #22 split it past 400 lines).
+test and variable.
 """
 
 from __future__ import annotations
@@ -47,9 +47,7 @@ class VariableChecks:
         report = self.report
         found: list[Template] = []
         # Only template text can add anything (`template_names` of any other text is empty), so the paths of
-        # the usual plain id, prompt, system text and golden are never built: this method over the bench suite's
-        # 5,716 tests 40 -> 27 ms of a first load, timer included (medians of 9 loads, the two versions in turn
-        # in one process; issue #22 item 3, fourth pass).
+        # the usual plain id, prompt, system text and golden are never built.
         sources: list[tuple[tuple[Any, ...], Any]] = [
             (path + (key,), raw[key]) for key in ("id", "prompt") if _template_text(raw.get(key))]
         if _template_text(system):
@@ -78,8 +76,7 @@ class VariableChecks:
             # Nothing to miss: skip the walk. (Not for `cases_from`: its first pass reports the file's problems.)
             return
         # The variables the templates need: a row (inline, or none) that gives all of them is passed without
-        # building its sets, as each of the bench suite's 10,003 rows is (the row checks of a first load 21 ->
-        # 18 ms, timer included, medians of 9 loads in turn; issue #22 item 3, fourth pass).
+        # building its sets.
         needed = frozenset().union(*(names for _, _, names in templates)) - {"test_id", "suite"}
         for row_index, row in enumerate(rows):
             if row is None or type(row) is dict:
