@@ -186,11 +186,13 @@ def test_killed_and_resumed_it_continues_the_decision_and_complete_runs_the_rest
     assert resumed.returncode == 0, resumed.stderr
     paid = len(fake_openai.requests) - uninterrupted        # the killed run's calls and the resumed run's
     lost = before - uninterrupted - at_kill                  # in flight at the kill: paid, never committed
-    assert 0 <= lost <= 6 and paid <= uninterrupted + lost, (paid, uninterrupted, lost)
+    # what any run pays past its decision varies with timing, up to the clusters open ahead of the test
+    ahead = 2 * expected["lookahead"]                        # a bulk cluster is one job per model
+    assert 0 <= lost and paid <= uninterrupted + lost + ahead, (paid, uninterrupted, lost)
     decision = _manifest(run_dir)["until_decided"]
     for field in ("verdict", "tests_used", "tests_decided_at", "e_value", "mean_diff", "cs_lo", "cs_hi", "seed"):
         assert decision[field] == expected[field], field
-    assert decision["jobs_made"] == _manifest(run_dir)["counts"]["rows"] <= uninterrupted
+    assert decision["jobs_made"] == _manifest(run_dir)["counts"]["rows"] <= uninterrupted + ahead
     assert f"engine run --resume {run_dir} --complete" in resumed.stdout
 
     completed = engine("run", "--resume", str(run_dir), "--complete", "--no-cache", "--quiet", env={KEY_ENV: "k"})
