@@ -39,7 +39,7 @@ def test_unknown_and_ambiguous_ids_name_file_and_line(tmp_path: Path) -> None:
 def test_empty_or_missing_file_is_a_usage_error(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="lists no test"):
         listed(tmp_path, "# nothing but comments\n\n")
-    with pytest.raises(UsageError, match="absent.txt: no such file"):
+    with pytest.raises(UsageError, match=r"absent\.txt: no such file"):
         select_listed(TESTS, tmp_path / "absent.txt")
 
 

@@ -188,7 +188,7 @@ def test_killed_and_resumed_it_continues_the_decision_and_complete_runs_the_rest
     lost = before - uninterrupted - at_kill                  # in flight at the kill: paid, never committed
     # what any run pays past its decision varies with timing, up to the clusters open ahead of the test
     ahead = 2 * expected["lookahead"]                        # a bulk cluster is one job per model
-    assert 0 <= lost and paid <= uninterrupted + lost + ahead, (paid, uninterrupted, lost)
+    assert lost >= 0 and paid <= uninterrupted + lost + ahead, (paid, uninterrupted, lost)
     decision = _manifest(run_dir)["until_decided"]
     for field in ("verdict", "tests_used", "tests_decided_at", "e_value", "mean_diff", "cs_lo", "cs_hi", "seed"):
         assert decision[field] == expected[field], field
