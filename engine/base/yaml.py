@@ -22,10 +22,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ruamel.yaml.cyaml import CSafeLoader
+from ruamel.yaml.composer import Composer
+from ruamel.yaml.constructor import SafeConstructor
+from ruamel.yaml.cyaml import CParser
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
 from ruamel.yaml.nodes import ScalarNode, SequenceNode
+from ruamel.yaml.parser import Parser
+from ruamel.yaml.reader import Reader
 from ruamel.yaml.resolver import Resolver
+from ruamel.yaml.scanner import Scanner
+from ruamel.yaml.tag import Tag
 
 from engine.base.diagnostic import Diagnostic
 from engine.base.positions import START, Entry, Path_, Positions, at
@@ -34,7 +40,7 @@ __all__ = ["MAX_BYTES", "SUITE_FILE", "FileKind", "LoadedYaml", "Positions", "lo
            "yaml_hint"]
 
 MAX_BYTES = 5 * 1024 * 1024
-MAX_DEPTH = 500   # nesting of lists and mappings: far past any suite, well inside Python's recursion limit
+MAX_DEPTH = 100   # nesting of lists and mappings: far past any suite, and safe for every recursive reader after
 # Values built per composed node before we call it alias abuse: generous for honest reuse of anchors.
 _EXPANSION_FACTOR = 20
 _EXPANSION_FLOOR = 10_000
@@ -42,6 +48,7 @@ _EXPANSION_FLOOR = 10_000
 _CORE = "tag:yaml.org,2002:"
 _STR, _SEQ, _MAP = _CORE + "str", _CORE + "seq", _CORE + "map"
 _SCALARS = {_CORE + k for k in ("null", "bool", "int", "float")}   # the core schema's non-text scalars
+_TAGS = {tag: Tag(suffix=tag) for tag in _SCALARS}
 
 
 @dataclass(frozen=True)
@@ -70,29 +77,71 @@ class _Refused(Exception):
         self.line, self.col, self.message = line, col, message
 
 
-class _Loader(CSafeLoader):  # type: ignore[misc]
-    """ruamel.yaml's C safe loader, resolving plain scalars by its YAML 1.2 rules for the core schema only.
+class _Rules(Resolver):
+    """The resolver both loaders share: ruamel's YAML 1.2 patterns for the core schema, and a nesting limit.
 
-    The table keeps ruamel's own patterns (compiled once, not through its lazy wrapper); the timestamp, value
-    and merge patterns are left out so that `2024-05-01` and `=` read as text and `<<` is refused as a key.
+    The table keeps ruamel's own patterns (compiled once, not through its lazy wrapper) for null, bool, int and
+    float only: dates and `=` read as text, and `<<` is a plain key the builder refuses. Each tag is one shared
+    `Tag`, so the builder can tell text from the rest by identity.
     """
 
     yaml_implicit_resolvers = {  # noqa: RUF012 (ruamel's resolver reads this class-level table)
-        first: [(tag, pattern.lazy_self()) for tag, pattern in patterns if tag in _SCALARS]
+        first: [(_TAGS[tag], pattern.lazy_self()) for tag, pattern in patterns if tag in _TAGS]
         for first, patterns in Resolver.yaml_implicit_resolvers.items()}
     processing_version = (1, 2)   # what ruamel's int and float constructors ask (1.1 would read `017` as octal)
-    depth = 0
+    nesting = 0
 
-    # The composer calls these two around every node. Its C recursion has no depth limit of its own (tens of
-    # thousands of `[` overflow the C stack), so the nesting is counted here and refused past `MAX_DEPTH`.
+    def resolve(self, kind: Any, value: Any, implicit: Any) -> Tag:
+        """The tag of an untagged node: a plain scalar's by the patterns, else its kind's default."""
+        if kind is ScalarNode:
+            if implicit[0]:
+                for tag, pattern in self.yaml_implicit_resolvers.get(value[:1], ()):
+                    if pattern.match(value):
+                        return tag
+            return self.DEFAULT_SCALAR_TAG
+        return self.DEFAULT_SEQUENCE_TAG if kind is SequenceNode else self.DEFAULT_MAPPING_TAG
+
+    # The composer calls these two around every node. The C composer's recursion has no depth limit of its own
+    # (tens of thousands of `[` overflow the C stack), so the nesting is counted here and refused past MAX_DEPTH.
     def descend_resolver(self, current_node: Any, current_index: Any) -> None:
-        self.depth += 1
-        if self.depth > MAX_DEPTH:
+        self.nesting += 1
+        if self.nesting > MAX_DEPTH:
             raise _Refused(*at(current_node.start_mark), f"lists and mappings here are nested more than {MAX_DEPTH} "
                                                           "levels deep; flatten them")
 
     def ascend_resolver(self) -> None:
-        self.depth -= 1
+        self.nesting -= 1
+
+
+class _Loader(CParser, SafeConstructor, _Rules):  # type: ignore[misc]
+    """ruamel.yaml's C safe loader (as `ruamel.yaml.cyaml.CSafeLoader` is made) with the shared rules."""
+
+    def __init__(self, source: str) -> None:
+        CParser.__init__(self, source)
+        self._parser = self._composer = self
+        SafeConstructor.__init__(self, loader=self)
+        _Rules.__init__(self, loadumper=self)
+
+
+class _PythonLoader(Reader, Scanner, Parser, Composer, SafeConstructor, _Rules):
+    """ruamel.yaml's pure-Python safe loader (as `ruamel.yaml.loader.SafeLoader` is made) with the shared rules.
+
+    Read only when the C parser refuses a file: ruamel's C parser is libyaml 0.1.7, which refuses YAML 1.2
+    that ruamel's Python parser reads, such as a `:` or `?` inside a plain scalar in a [list] or {mapping}
+    (`base_urls: [http://gpu1:8000/v1]`).
+    """
+
+    max_depth = 0   # ruamel's own depth check, off: the shared MAX_DEPTH applies to both loaders
+
+    def __init__(self, source: str) -> None:
+        self.comment_handling = None
+        Reader.__init__(self, source, loader=self)
+        Scanner.__init__(self, loader=self)
+        Parser.__init__(self, loader=self)
+        Composer.__init__(self, loader=self)
+        SafeConstructor.__init__(self, loader=self)
+        _Rules.__init__(self, loadumper=self)
+        self.warn_double_anchors = False   # YAML lets a later anchor reuse a name, as the C parser allows
 
 
 @dataclass
@@ -111,7 +160,7 @@ class _Builder:
     first. Scalars of the other core types are made by the loader's own constructors.
     """
 
-    def __init__(self, loader: _Loader, budget: int, noun: str) -> None:
+    def __init__(self, loader: SafeConstructor, budget: int, noun: str) -> None:
         self.loader = loader
         self.noun = noun
         self.budget = budget
@@ -128,8 +177,7 @@ class _Builder:
         raw, loader, noun, budget = self.raw, self.loader, self.noun, self.budget
         constructors = loader.yaml_constructors
         open_nodes: set[Any] = set()   # the lists and mappings being built, to refuse an alias to its container
-        text_tag, seq_tag, map_tag = (_Loader.DEFAULT_SCALAR_TAG, _Loader.DEFAULT_SEQUENCE_TAG,
-                                      _Loader.DEFAULT_MAPPING_TAG)
+        text_tag, seq_tag, map_tag = _Rules.DEFAULT_SCALAR_TAG, _Rules.DEFAULT_SEQUENCE_TAG, _Rules.DEFAULT_MAPPING_TAG
         built = self.built
         # What the last `value_of` call built: its position and the entries inside it (None for a scalar).
         made_pos: Any = START
@@ -148,7 +196,7 @@ class _Builder:
                 return node.value
             if isinstance(node, ScalarNode):
                 made_pos, made_inner = mark, None
-                tag = ctag.suffix   # the C parser gives every tag in full, with no handle
+                tag = str(ctag)
                 if tag == _STR:
                     return node.value
                 if tag not in _SCALARS:
@@ -165,7 +213,7 @@ class _Builder:
             if node in open_nodes:
                 raise _Refused(*at(mark), "an alias (*name) refers to the value that contains it; remove the loop")
             if ctag is not seq_tag and ctag is not map_tag:
-                tag, is_list = ctag.suffix, isinstance(node, SequenceNode)
+                tag, is_list = str(ctag), isinstance(node, SequenceNode)
                 if tag not in _SCALARS and tag not in (_STR, _SEQ, _MAP):
                     raise _Refused(*at(mark), f"the tag '{_shown(tag)}' is not allowed in {noun} files (only "
                                               "plain YAML values are); remove it")
@@ -260,9 +308,8 @@ def load_yaml_text(source: str, file: str, *, kind: FileKind = SUITE_FILE) -> Lo
         The loaded value (None on error), positions, and diagnostics (empty when fine).
     """
     positions = Positions()
-    loader = _Loader(source)
     try:
-        node = loader.get_single_node()
+        node, loader = _compose(source)
     except _Refused as exc:
         return LoadedYaml(None, positions, [Diagnostic(file, exc.line, exc.col, exc.message)])
     except MarkedYAMLError as exc:
@@ -280,8 +327,6 @@ def load_yaml_text(source: str, file: str, *, kind: FileKind = SUITE_FILE) -> Lo
         return LoadedYaml(None, positions, [Diagnostic(file, line, col, msg)])
     except YAMLError as exc:  # e.g. a reader error on control characters
         return LoadedYaml(None, positions, [Diagnostic(file, 1, 1, f"not valid YAML: {exc}")])
-    finally:
-        loader.dispose()
     if node is None:
         return LoadedYaml(None, positions, [Diagnostic(file, 1, 1, f"the file is empty; {kind.empty}")])
     budget = _EXPANSION_FLOOR + _EXPANSION_FACTOR * max(1, source.count("\n"))
@@ -290,10 +335,29 @@ def load_yaml_text(source: str, file: str, *, kind: FileKind = SUITE_FILE) -> Lo
         data = builder.build(node, ())
     except _Refused as exc:
         return LoadedYaml(None, builder.positions, [Diagnostic(file, exc.line, exc.col, exc.message)])
-    except RecursionError:
-        return LoadedYaml(None, builder.positions,
-                          [Diagnostic(file, 1, 1, "the file nests lists or mappings too deeply to read")])
     return LoadedYaml(data, builder.positions, [])
+
+
+def _compose(source: str) -> tuple[Any, SafeConstructor]:
+    """The document's node tree, and the loader that made it (its constructors make the scalars).
+
+    The C parser reads; where it refuses a [list] or {mapping} that the Python parser may read (see
+    `_PythonLoader`), that one decides.
+    """
+    loader = _Loader(source)
+    try:
+        return loader.get_single_node(), loader
+    except MarkedYAMLError as exc:
+        if "flow" not in str(exc.context) and "unexpected ':'" not in str(exc.problem):
+            raise
+        refused = exc
+    finally:
+        loader.dispose()
+    python_loader = _PythonLoader(source)
+    try:
+        return python_loader.get_single_node(), python_loader
+    except MarkedYAMLError as exc:   # the C parser's ':' may have been no error at all: then the real one is this
+        raise (exc if "unexpected ':'" in str(refused.problem) else refused) from None
 
 
 def _first_tab(source: str, line: int, col: int) -> tuple[int, int]:

@@ -137,6 +137,24 @@ def test_merge_keys_and_alias_loops_are_refused() -> None:
     assert "refers to the value that contains it" in diag.message
 
 
+def test_colons_and_question_marks_inside_flow_plain_scalars_are_read_with_their_places() -> None:
+    """YAML 1.2 allows `:` and `?` inside a plain scalar in a [list] or {mapping}; the C parser ruamel ships
+    (libyaml 0.1.7) refuses them, so such a file must still load, with positions, limits and refusals."""
+    text = "base_urls: [http://gpu1:8000/v1, http://gpu2:8000/v1]\nat: {time: 12:30, q: a?b}\nn: [1, yes]\n"
+    loaded = load_yaml_text(text, "models.yaml")
+    assert loaded.diagnostics == []
+    assert loaded.data == {"base_urls": ["http://gpu1:8000/v1", "http://gpu2:8000/v1"],
+                           "at": {"time": "12:30", "q": "a?b"}, "n": [1, "yes"]}
+    assert loaded.positions.of(("base_urls", 1)) == (1, 34) and loaded.positions.of(("at", "q"), key=True) == (2, 19)
+    assert loaded.positions.raw == {("n", 0): "1"}
+    [diag] = load_yaml_text("a: [http://x]\na: 2\n", "f.yaml").diagnostics
+    assert (diag.line, diag.col) == (2, 1) and "duplicate key 'a'" in diag.message
+    [diag] = load_yaml_text("a: [http://x]\nb: [1, *nope]\n", "f.yaml").diagnostics   # the real error, not the ':'
+    assert (diag.line, diag.col) == (2, 8) and "undefined alias" in diag.message
+    [diag] = load_yaml_text("a: [http://x, " + "[" * 150 + "]" * 150 + "]\n", "f.yaml").diagnostics
+    assert "nested more than" in diag.message
+
+
 def test_deep_nesting_is_refused_at_its_place_not_crashing() -> None:
     """Far past the limit too: the C composer would run out of stack on tens of thousands of levels."""
     for depth in (suite_yaml.MAX_DEPTH + 5, 200_000):
