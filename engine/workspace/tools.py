@@ -18,10 +18,8 @@ and a sandbox that cannot run a command at all (the workspace made unusable) -> 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import os
-import stat
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,7 +28,7 @@ from typing import Any
 
 from engine.errors import HarnessError
 from engine.workspace.spec import builtin_definition
-from engine.workspace.workspace import Workspace, open_regular, special_kind
+from engine.workspace.workspace import Workspace, open_regular
 
 __all__ = ["READ_MAX_BYTES", "BuiltinAnswer", "BuiltinTool", "bind_tools"]
 
@@ -151,11 +149,6 @@ def write_file(workspace: Workspace, arguments: Mapping[str, Any]) -> BuiltinAns
         # resolve again after mkdir: a folder created above may not change where the file lands, but check
         if workspace.inside(workspace.relative(target)) != target:
             return _refused(name)
-        with contextlib.suppress(FileNotFoundError):
-            found = os.lstat(target).st_mode
-            if not stat.S_ISREG(found):   # never opened: opening a FIFO for writing could block
-                kind = "a folder" if stat.S_ISDIR(found) else f"a {special_kind(found) or 'special file'}"
-                raise OSError(0, f"it is {kind}, not a regular file; write_file writes regular files only")
         with os.fdopen(open_regular(target, os.O_WRONLY | os.O_CREAT), "w", encoding="utf-8") as handle:
             handle.truncate(0)
             handle.write(str(arguments["content"]))

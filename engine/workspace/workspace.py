@@ -86,17 +86,24 @@ def open_regular(path: Path | str, flags: int = os.O_RDONLY, mode: int = 0o644) 
         OSError: It cannot be opened, or it is not a regular file (a FIFO, a device, a socket, a folder):
             `strerror` says which, in words for the model.
     """
+    try:
+        _refuse_special(os.lstat(path).st_mode)   # told apart before opening (a socket cannot be opened at all)
+    except FileNotFoundError:
+        pass
     fd = os.open(path, flags | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
     try:
-        found = os.fstat(fd).st_mode
-        if not stat.S_ISREG(found):
-            what = "a folder" if stat.S_ISDIR(found) else f"a {special_kind(found) or 'special file'}"
-            raise OSError(0, f"it is {what}, not a regular file; the file tools act on regular files only")
+        _refuse_special(os.fstat(fd).st_mode)     # and after: what was opened is what is used
         os.set_blocking(fd, True)
     except BaseException:
         os.close(fd)
         raise
     return fd
+
+
+def _refuse_special(mode: int) -> None:
+    if not stat.S_ISREG(mode) and not stat.S_ISLNK(mode):
+        what = "a folder" if stat.S_ISDIR(mode) else f"a {special_kind(mode) or 'special file'}"
+        raise OSError(0, f"it is {what}, not a regular file; the file tools act on regular files only")
 
 
 class Workspace:
