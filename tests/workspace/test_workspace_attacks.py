@@ -405,7 +405,7 @@ def test_a_large_workspace_is_diffed_in_pieces_with_the_files_not_shown_counted(
         large, row = _engine_peak_kib(tmp_path, server.base_url, 1000, 64_000)   # 256 KB each, 256 MB
     assert row["passed"] == True, row["evaluators"]  # noqa: E712 - numpy bool
     diff = row["workspace_diff"]
-    assert diff.startswith("Binary or large file data/f000.txt changed (262144 bytes -> 262146 bytes)")
+    assert diff.startswith("Binary or large file data/f000.txt changed (256000 bytes -> 256002 bytes)\n")
     shown = diff.count("Binary or large file")
     assert diff.endswith(f"... {1000 - shown} more changed files not shown (the diff is cut at 8000 characters)\n")
     assert len(row["workspace_files"]) == 501 and row["workspace_files"][-1] == "... and 501 more"
