@@ -508,17 +508,20 @@ async def _run_with_signals(runner: Any, jobs: Any, total: int, api_keys: dict[s
     loop = asyncio.get_running_loop()
     presses = 0
 
-    def on_signal() -> None:
+    def on_signal(sig: signal.Signals) -> None:
         nonlocal presses
         presses += 1
-        if presses == 1:
+        if presses == 1 and sig == signal.SIGINT:
             _err("\nstopping: no new calls; finishing the calls in flight (press Ctrl-C again to cancel them)")
             runner.stop("interrupted")
-        else:
+        else:   # SIGTERM ends the run now: sandboxed programs stop at once, committed rows are kept
+            from engine.harness import sandbox
+
             _err("\ncancelling the calls in flight; finished rows are kept")
             runner.cancel()
+            sandbox.interrupt()
 
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.add_signal_handler(sig, on_signal)
+            loop.add_signal_handler(sig, on_signal, sig)
     return await runner.run(jobs, total, api_keys)
