@@ -9,7 +9,7 @@ START   := $(shell date +%s)
 # Python's bytecode cache stays on for everything make starts. A machine-wide PYTHONDONTWRITEBYTECODE=1 (this
 # workplace's shells set it) makes every interpreter compile each module it imports again: each pytest worker,
 # each `engine` subprocess, the checkout's own engine/ and tests/ (pytest's assertion rewriting too). Measured on
-# a fresh clone, bench/README.md "Issue #22 item 1, third pass". The caches land in .venv and gitignored __pycache__.
+# a fresh clone, bench/README.md "make test and make run". The caches land in .venv and gitignored __pycache__.
 unexport PYTHONDONTWRITEBYTECODE
 
 .PHONY: run test test-slow test-local lint bench clean
@@ -19,7 +19,7 @@ $(BIN)/python:
 	$(BIN)/pip install -q --upgrade pip
 
 # Stamps re-install only when pyproject.toml changes. uv installs the [dev] tools in ~4 s where pip takes ~60 s
-# (measured on a fresh clone, bench/README.md "make test"); pip stays the fallback (no network to uv's index,
+# (measured on a fresh clone, bench/README.md "make test and make run"); pip stays the fallback (no network to uv's index,
 # an index only pip.conf names) and installs [local], whose llama-cpp-python wheel sits in pip's cache.
 # No --compile-bytecode: it compiles all 15,000 modules of [dev] (25-32 s) where the tests import ~1,900, which
 # Python compiles once on first import now that the bytecode cache is on (see unexport above).

@@ -69,7 +69,7 @@ class SSEDecoder:
         if not self._has_data and "\n\n" in text:
             # Whole events (what servers send): an event of one `data: ` line is its payload, sliced
             # straight out of its block, not walked line by line (~3x less per event for a 50-chunk
-            # answer, bench/README.md "Issue #22"); any other block goes through the line parser.
+            # answer, bench/README.md "engine run"); any other block goes through the line parser.
             blocks = text.split("\n\n")
             text = blocks.pop()   # after the last blank line: the start of the next event, or ""
             for block in blocks:

@@ -148,7 +148,7 @@ def table_from_json_lines(count: int, data: bytes) -> pa.Table:
         # Single-turn rows first: Arrow's reader fills every field of its schema on every row, present or not, and
         # the agent columns and judge fields cost it as much as the fields a row has. Read without them (any row
         # that has one refuses the narrow read: "unexpected field"), then add them as null columns. 5,335 rows of
-        # `bench/bench_run.py`: 7.6 -> 5.3 us per row (bench/README.md "Issue #22, 2026-12-04 evening").
+        # `bench/bench_run.py`: 7.6 -> 5.3 us per row (bench/README.md "engine run").
         table = _read_lines(data, _single_turn_schema(), "error")
         if table.num_rows == count:
             return _with_timestamps(_widened(table))
@@ -219,7 +219,7 @@ def _with_timestamps(table: pa.Table) -> pa.Table:
     """The table as SCHEMA: the int64 microsecond columns viewed as timestamps, the rest as read.
 
     A zero-copy `view` instead of `Table.cast`, whose first use imports `pyarrow.compute` (53 ms, 7.4 MB of
-    a 2,000-call `engine run`'s peak; bench/README.md, issue #22 second pass). Any other difference from
+    a 2,000-call `engine run`'s peak; bench/README.md "engine run"). Any other difference from
     SCHEMA still goes through `cast`.
     """
     import pyarrow as pa
