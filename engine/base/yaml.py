@@ -1,13 +1,14 @@
 """Safe YAML loading that keeps the line and column of every node: the one reader of suites, models files
 and harness files (in `engine.base`, so the harness layer, below the suite layer, can use it too).
 
-ruamel.yaml's C safe loader composes the node tree (each node carries its start mark); the Python values are
-built here from that tree, which is where the positions are recorded and the safety rules live:
+ruamel.yaml's C safe loader composes the node tree (each node carries its start mark; its pure-Python loader
+only where the C parser wrongly refuses a file); the Python values are built here from that tree, which is
+where the positions are recorded and the safety rules live:
 
 - plain scalars are read with YAML 1.2's core schema (`no` and `yes` stay text, `0o17` is octal); dates and `=`
   stay text too, since suites hold no timestamps;
 - any other tag (`!!python/object`, `!!binary`, custom `!tags`) is refused;
-- duplicate mapping keys and merge keys (`<<`) are errors;
+- duplicate mapping keys and merge keys (`<<`) are errors; nesting deeper than `MAX_DEPTH` is refused;
 - the file size is capped (`MAX_BYTES`) and aliases are counted while building values, so a billion-laughs
   file is refused long before it is expanded;
 - every value's position is recorded in `Positions`, keyed by its path (`("tests", 3, "eval")`).
@@ -82,7 +83,7 @@ class _Rules(Resolver):
 
     The table keeps ruamel's own patterns (compiled once, not through its lazy wrapper) for null, bool, int and
     float only: dates and `=` read as text, and `<<` is a plain key the builder refuses. Each tag is one shared
-    `Tag`, so the builder can tell text from the rest by identity.
+    `Tag`, whose text ruamel works out once.
     """
 
     yaml_implicit_resolvers = {  # noqa: RUF012 (ruamel's resolver reads this class-level table)
