@@ -136,21 +136,23 @@ async def _engine(base_url: str, calls: int, stream: bool, concurrency: int, out
 def child(kind: str, base_url: str, calls: int, stream: bool, concurrency: int, repeat: int = 1) -> None:
     """Measure one loop in this process and print a JSON line."""
     if kind == "engine":
-        try:   # Arrow's allocator as `engine run` sets it (the CLI calls this before any command)
-            from engine._gc import prefer_system_allocator
-        except ImportError:   # an older tree (--against): Arrow's default, as its CLI had
+        # Arrow's memory pool as `engine run` has it: engine.results chooses it before pyarrow loads (an older
+        # tree, --against, chose it with `prefer_system_allocator`, or not at all).
+        import engine.results
+        try:
+            from engine._gc import prefer_system_allocator  # type: ignore[attr-defined]
+        except ImportError:
             pass
         else:
             prefer_system_allocator()
     import aiohttp  # noqa: F401  (imports are not part of the per-call cost)
     if os.environ.get("BENCH_ARROW") != "numpy":
-        # Both loops' processes hold the modules `engine run` holds, pyarrow loaded as it loads it: without numpy
-        # (engine/_arrow.py; the run session does it once the suites are loaded). BENCH_ARROW=numpy keeps
-        # numpy-aware pyarrow (as a Ray worker, --resume or a Hugging Face suite has it), as this bench did
-        # before 2026-12-04: the engine's CPU per call read ~7% higher there (bench/README.md).
+        # Both loops' processes hold the modules `engine run` holds, pyarrow loaded as it loads it: an older
+        # tree (--against) that hid numpy from pyarrow in its runs hides it here too; this tree imports pyarrow
+        # the normal way. BENCH_ARROW=numpy keeps numpy-aware pyarrow for an older tree as well.
         try:
-            from engine._arrow import load_pyarrow_without_numpy
-        except ImportError:   # an older tree (--against): numpy-aware, as its CLI had
+            from engine._arrow import load_pyarrow_without_numpy  # type: ignore[import-not-found]
+        except ImportError:   # this tree, or a tree older than the hook
             pass
         else:
             load_pyarrow_without_numpy()

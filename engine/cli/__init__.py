@@ -44,10 +44,9 @@ def main() -> None:
     """Console-script entry point: one command, under the CLI's one garbage-collector setting (engine/_gc.py)."""
     import sys
 
-    from engine._gc import freeze_for_exit, prefer_system_allocator, tuned_gc
+    from engine._gc import freeze_for_exit, tuned_gc
 
     sys.argv[1:] = fill_optional_values(sys.argv[1:])
-    prefer_system_allocator()
     try:
         with tuned_gc():
             app()   # ends with SystemExit, as a click command does

@@ -22,7 +22,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from engine._arrow import load_pyarrow_without_numpy
 from engine.errors import EngineError, StorageError, UsageError
 from engine.model import ModelConfig, Test
 from engine.redact import mask_url, public_params
@@ -188,8 +187,6 @@ def _run(invocation: Invocation, *, dry_run: bool, resume: Path | None, retry_er
         return 0
 
     if journal is None:
-        # The suites are loaded: pyarrow (imported from here on) need not bring numpy (engine/_arrow.py).
-        load_pyarrow_without_numpy()
         from engine.results import folder
         from engine.results.journal import Journal
 
