@@ -18,13 +18,15 @@ import json
 import math
 import re
 from collections.abc import Mapping
+from functools import lru_cache
 from typing import Any
 
 from engine.base.compiled_schema import schema_error, schema_validator
 from engine.base.render import is_template
 from engine.base.words import did_you_mean, short
 from engine.errors import EvaluatorConfigError
-from engine.evaluators.base import COMMON_OPTIONS, CheckSite, Kind, Scorer, ScoringContext, check_regex, verdict
+from engine.evaluators.base import COMMON_OPTIONS, CheckSite, Kind, Scorer, ScoringContext, verdict
+from engine.evaluators.text import check_regex_site, compile_pattern
 from engine.model import Answer, Verdict
 
 _JSON_FENCE = re.compile(r"```(?:json|JSON)\s*\n(.*?)```", re.DOTALL)
@@ -71,11 +73,36 @@ def find_json(text: str) -> tuple[Any, str | None]:
     return None, fence_error or f"no JSON value found in {short(text)}"
 
 
+_WHOLE_FENCE = re.compile(r"\A```(?:json|JSON)?[ \t]*\n(.*?)\n?```\Z", re.DOTALL)
+
+
+def whole_json(text: str) -> tuple[Any, str | None]:
+    """The JSON value that is the whole answer (trimmed), or the whole content of one ```json fence.
+
+    Returns:
+        (value, None) when it is one, else (None, why not).
+    """
+    stripped = text.strip()
+    fence = _WHOLE_FENCE.match(stripped)
+    body = fence.group(1) if fence else stripped
+    try:
+        return json.loads(body), None
+    except ValueError as exc:
+        where = "the ```json block" if fence else "the whole answer"
+        return None, f"{where} is not one JSON value ({exc}) in {short(text)}"
+
+
 def is_json(value: Any, options: Mapping[str, Any]) -> Scorer:
-    """The answer contains a JSON value (fenced, whole, or the last balanced object/array)."""
+    """The answer contains a JSON value (fenced, whole, or the last balanced object/array); with
+    `strict: true` the whole answer is one JSON value (a ```json fence around all of it allowed)."""
+    strict = options.get("strict", False)
+    if not isinstance(strict, bool):
+        raise EvaluatorConfigError(f"is_json: strict must be true or false, got {short(strict)}", kind="is_json",
+                                   option="strict")
+    find = whole_json if strict else find_json
 
     def score(answer: Answer, ctx: ScoringContext) -> Verdict:
-        found, problem = find_json(answer.text)
+        found, problem = find(answer.text)
         if problem:
             return verdict(0.0, problem, "is_json")
         return verdict(1.0, f"found JSON {type(found).__name__}: {short(found)}", "is_json")
@@ -267,6 +294,12 @@ def _check_comparator(comparator: str, expected: Any) -> None:
                                        kind="json_field", option="type")
 
 
+@lru_cache(maxsize=1024)
+def _matches_pattern(expected: str, case_sensitive: bool) -> Any:
+    """The `matches` regex on RE2, compiled once per pattern."""
+    return compile_pattern(expected, "" if case_sensitive else "i", "json_field", "matches")
+
+
 def _compare(comparator: str, got: Any, expected: Any, value: Mapping[str, Any], coerce: bool,
              case_sensitive: bool) -> tuple[bool, str]:
     def eq(a: Any, b: Any) -> bool:
@@ -278,9 +311,9 @@ def _compare(comparator: str, got: Any, expected: Any, value: Mapping[str, Any],
         options = expected if isinstance(expected, list) else [expected]
         return any(eq(got, e) for e in options), f"expected one of {short(options)}"
     if comparator == "matches":
-        flags = 0 if case_sensitive else re.IGNORECASE
+        pattern = _matches_pattern(str(expected), case_sensitive)
         text = got if isinstance(got, str) else json.dumps(got)
-        return re.search(str(expected), text, flags) is not None, f"expected to match /{expected}/"
+        return pattern.search(text) is not None, f"expected to match /{expected}/"
     if comparator == "approx":
         tolerance = float(value.get("tolerance", 1e-6))
         a, b = _as_number(got, coerce), _as_number(expected, True)
@@ -342,18 +375,17 @@ def _check_json_schema(value: Any, spec: Mapping[str, Any], site: CheckSite) -> 
 
 def _check_json_field(value: Any, spec: Mapping[str, Any], site: CheckSite) -> None:
     matches = value.get("matches") if isinstance(value, Mapping) else None
-    if isinstance(matches, str) and not is_template(matches):
-        problem = check_regex(matches)
-        if problem:
-            site.error(("json_field", "matches"), f"the regex in 'matches' does not compile: {problem}")
+    check_regex_site(matches, "", site, ("json_field", "matches"), "the regex in 'matches'")
 
 
 # ------------------------------------------------------------------------------------------ registry entries
 
 CASE_SENSITIVE = {"type": "boolean", "description": "Compare upper and lower case exactly (default false)."}
 
-IS_JSON = Kind("The answer is valid JSON (a ```json fence is accepted).", {"const": True}, {},
-               ({"is_json": True},), build=is_json)
+IS_JSON = Kind("The answer is valid JSON (a ```json fence is accepted).", {"const": True}, {
+    "strict": {"type": "boolean", "description": "The whole answer is one JSON value, no prose around it "
+               "(a ```json fence around all of it allowed); default false: a JSON value found anywhere."}},
+               ({"is_json": True}, {"is_json": True, "strict": True}), build=is_json)
 JSON_SCHEMA = Kind("The answer is JSON that matches this JSON Schema.", {"type": "object"}, {},
                    ({"json_schema": {"type": "object", "required": ["name"]}},), build=json_schema,
                    check=_check_json_schema)

@@ -9,7 +9,7 @@ checks that the registry, the schema and both docs name the same kinds).
 
 from __future__ import annotations
 
-from engine.evaluators import compose, json_eval, judge, similar, text, tool_call, trajectory, workspace_check
+from engine.evaluators import compose, ifeval, json_eval, judge, similar, text, tool_call, trajectory, workspace_check
 from engine.evaluators import exec as exec_family
 from engine.evaluators.base import Kind
 
@@ -30,6 +30,8 @@ KINDS: dict[str, Kind] = {
     "numeric": text.NUMERIC,
     "exact_token": text.EXACT_TOKEN,
     "length": text.LENGTH,
+    # instruction following: one IFEval instruction by the reference checker's rules
+    "ifeval": ifeval.IFEVAL,
     # json
     "is_json": json_eval.IS_JSON,
     "json_schema": json_eval.JSON_SCHEMA,

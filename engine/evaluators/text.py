@@ -4,14 +4,23 @@ All compare the visible answer text (reasoning already removed by the client). S
 case unless `case_sensitive: true`. Each kind is a builder that binds its options once and returns the
 scorer; each scorer returns a one-line reason a person can read. The registry entries (schema fragment,
 load-time check, builder) are at the end of the module.
+
+Every regex a suite writes (`regex`, `numeric`'s `pattern`, `json_field`'s `matches`) runs on RE2
+(`compile_pattern`): matching takes time linear in the answer, so no pattern can stall a run. A construct RE2
+lacks (a backreference, a lookaround, ...) is a load-time error naming it and the way to write without it.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+import re._constants as sre_constants
+import re._parser as sre_parser
+from collections.abc import Iterator, Mapping
+from functools import lru_cache
 from typing import Any
+
+import re2
 
 from engine.base.render import is_template
 from engine.errors import EvaluatorConfigError
@@ -20,9 +29,7 @@ from engine.evaluators.base import (
     Kind,
     Scorer,
     ScoringContext,
-    check_regex,
     option_choice,
-    regex_flags,
     short,
     verdict,
 )
@@ -90,26 +97,40 @@ def equals(value: Any, options: Mapping[str, Any]) -> Scorer:
     return score
 
 
+def _finder(needle: str, options: Mapping[str, Any], kind: str) -> Any:
+    """A predicate `found(text)` for one needle: a substring, or with `whole_word: true` a match not touching
+    word characters on either side (so `cat` is not found in `concatenate`)."""
+    case_sensitive = _case_sensitive(options)
+    whole_word = options.get("whole_word", False)
+    if not isinstance(whole_word, bool):
+        raise EvaluatorConfigError(f"{kind}: whole_word must be true or false, got {short(whole_word)}", kind=kind,
+                                   option="whole_word")
+    if whole_word:
+        pattern = re.compile(r"(?<!\w)" + re.escape(needle) + r"(?!\w)", 0 if case_sensitive else re.IGNORECASE)
+        return lambda text: pattern.search(text) is not None
+    folded = _fold(needle, case_sensitive)
+    return lambda text: folded in _fold(text, case_sensitive)
+
+
 def contains(value: Any, options: Mapping[str, Any]) -> Scorer:
     """The answer contains the string(s). `mode: all` scores the fraction found; `mode: any` is 0 or 1."""
     needles = _strings(value, "contains")
     mode = option_choice(options, "mode", ("all", "any"), "contains")
-    case_sensitive = _case_sensitive(options)
-    folded = [_fold(n, case_sensitive) for n in needles]
+    finders = [_finder(n, options, "contains") for n in needles]
     # Verdicts are immutable: the passes that do not depend on the answer are built once (`found_all` only where
     # it can be given: one needle passes with `found_each[0]`).
     found_each = [verdict(1.0, f"found {short(n)}", "contains") for n in needles]
     found_all = verdict(1.0, f"found all of {short(needles)}", "contains") if len(needles) > 1 else None
 
     def score(answer: Answer, ctx: ScoringContext) -> Verdict:
-        hay = _fold(answer.text, case_sensitive)
+        hay = answer.text
         if len(needles) == 1:
-            if folded[0] in hay:
+            if finders[0](hay):
                 return found_each[0]
             if mode == "any":
                 return verdict(0.0, f"none of {short(needles)} found in {short(answer.text)}", "contains")
             return verdict(0.0, f"{short(needles[0])} not found in {short(answer.text)}", "contains")
-        hits = [i for i, f in enumerate(folded) if f in hay]
+        hits = [i for i, found in enumerate(finders) if found(hay)]
         if mode == "any":
             if hits:
                 return found_each[hits[0]]
@@ -127,13 +148,11 @@ def contains(value: Any, options: Mapping[str, Any]) -> Scorer:
 def not_contains(value: Any, options: Mapping[str, Any]) -> Scorer:
     """None of the strings appear. Partial credit: the fraction of strings absent."""
     needles = _strings(value, "not_contains")
-    case_sensitive = _case_sensitive(options)
-    folded = [_fold(n, case_sensitive) for n in needles]
+    finders = [_finder(n, options, "not_contains") for n in needles]
     absent = verdict(1.0, f"none of {short(needles)} present", "not_contains")
 
     def score(answer: Answer, ctx: ScoringContext) -> Verdict:
-        hay = _fold(answer.text, case_sensitive)
-        present = [n for n, f in zip(needles, folded, strict=True) if f in hay]
+        present = [n for n, found in zip(needles, finders, strict=True) if found(answer.text)]
         if not present:
             return absent
         return verdict(1 - len(present) / len(needles),
@@ -142,13 +161,119 @@ def not_contains(value: Any, options: Mapping[str, Any]) -> Scorer:
     return score
 
 
-def regex(value: Any, options: Mapping[str, Any]) -> Scorer:
-    """`re.search` of the pattern in the answer; `flags` letters from `imsx`."""
-    flags = regex_flags(str(options.get("flags", "") or ""), "regex")
+# ------------------------------------------------------------------------------------------ RE2 patterns
+
+_RE2_OPTIONS = re2.Options()
+_RE2_OPTIONS.log_errors = False
+# flag letter -> RE2's inline flag; `x` (verbose) has none.
+_INLINE_FLAGS = {"i": "i", "m": "m", "s": "s"}
+_OPCODES = sre_constants
+# What RE2 lacks, found in Python's parse of the pattern: (opcode, what it is, how to do without it).
+_UNSUPPORTED = {
+    _OPCODES.GROUPREF: ("A backreference (\\1, (?P=name))", "match the text again explicitly, or use two checks"),
+    _OPCODES.GROUPREF_EXISTS: ("A conditional group (?(1)...)", "write the alternatives with |"),
+    _OPCODES.ASSERT: ("A lookahead/lookbehind ((?=...), (?<=...))", "match the text itself, or use two checks "
+                      "under `all`"),
+    _OPCODES.ASSERT_NOT: ("A negative lookahead/lookbehind ((?!...), (?<!...))", "wrap a positive regex in "
+                          "`not:`, or use `not_contains`"),
+    _OPCODES.ATOMIC_GROUP: ("An atomic group (?>...)", "use a plain group (?:...): RE2 never backtracks"),
+    _OPCODES.POSSESSIVE_REPEAT: ("A possessive repeat (*+, ++, ?+)", "drop the trailing +: RE2 never backtracks"),
+}
+_MAX_RE2_REPEAT = 1000
+
+
+def _walk(parsed: Any) -> Iterator[tuple[Any, Any]]:
+    """Every (opcode, argument) of a parsed pattern, depth first."""
+    for op, arg in parsed:
+        yield op, arg
+        if op in (_OPCODES.MAX_REPEAT, _OPCODES.MIN_REPEAT, _OPCODES.POSSESSIVE_REPEAT):
+            yield from _walk(arg[2])
+        elif op in (_OPCODES.SUBPATTERN,):
+            yield from _walk(arg[-1])
+        elif op in (_OPCODES.ASSERT, _OPCODES.ASSERT_NOT):
+            yield from _walk(arg[1])
+        elif op == _OPCODES.ATOMIC_GROUP:
+            yield from _walk(arg)
+        elif op == _OPCODES.BRANCH:
+            for branch in arg[1]:
+                yield from _walk(branch)
+        elif op == _OPCODES.GROUPREF_EXISTS:
+            yield from _walk(arg[1])
+            if arg[2] is not None:
+                yield from _walk(arg[2])
+
+
+def _unbounded(sub: Any) -> bool:
+    return any(op in (_OPCODES.MAX_REPEAT, _OPCODES.MIN_REPEAT) and arg[1] is _OPCODES.MAXREPEAT
+               for op, arg in _walk(sub))
+
+
+def _nested_repeat(parsed: Any) -> bool:
+    """A repeat that may run more than once holding an unbounded repeat: `(a+)+`, `(?:.*?x){20}`."""
+    return any(op in (_OPCODES.MAX_REPEAT, _OPCODES.MIN_REPEAT) and (arg[1] is _OPCODES.MAXREPEAT or arg[1] > 1)
+               and _unbounded(arg[2]) for op, arg in _walk(parsed))
+
+
+@lru_cache(maxsize=4096)
+def check_pattern(pattern: str, flags: str = "") -> tuple[str | None, str | None]:
+    """(why the pattern cannot run on RE2 or None, a warning about it or None)."""
+    if "x" in flags:
+        return ("RE2 has no verbose mode (flag `x`): remove the flag and write the pattern without spaces "
+                "and comments"), None
+    bits = 0
+    for letter in flags:
+        bits |= {"i": re.IGNORECASE, "m": re.MULTILINE, "s": re.DOTALL}.get(letter, 0)
     try:
-        pattern = re.compile(str(value), flags)
+        parsed = sre_parser.parse(pattern, bits)
     except re.error as exc:
-        raise EvaluatorConfigError(f"regex: invalid pattern {short(value)}: {exc}", kind="regex") from None
+        return str(exc), None
+    for op, arg in _walk(parsed):
+        if op in _UNSUPPORTED:
+            what, fix = _UNSUPPORTED[op]
+            return f"{what} is not supported by RE2, the engine's linear-time regex engine: {fix}", None
+        if op in (_OPCODES.MAX_REPEAT, _OPCODES.MIN_REPEAT) and arg[1] is not _OPCODES.MAXREPEAT \
+                and arg[1] > _MAX_RE2_REPEAT:
+            return f"RE2 allows repeat counts up to {{{_MAX_RE2_REPEAT}}}, got {{{arg[1]}}}: use + or a smaller count", None
+    try:
+        re2.compile(_re2_source(pattern, flags), _RE2_OPTIONS)
+    except re2.error as exc:
+        message = exc.args[0].decode() if exc.args and isinstance(exc.args[0], bytes) else str(exc)
+        return f"RE2 cannot compile it: {message}", None
+    warning = None
+    if _nested_repeat(parsed):
+        warning = ("a repeat inside a repeat (as in (a+)+ or (?:.*?x){20}): RE2 matches it in linear time, but "
+                   "the same pattern in Python's re or a backtracking tool can run for hours; a simpler form "
+                   "(one repeat, or a [^...] class) says the same")
+    return None, warning
+
+
+def _re2_source(pattern: str, flags: str) -> str:
+    """The pattern as RE2 reads it: flag letters inline, Python's \\Z as RE2's \\z."""
+    source = re.sub(r"(?<!\\)((?:\\\\)*)\\Z", r"\1\\z", pattern)
+    inline = "".join(_INLINE_FLAGS[f] for f in dict.fromkeys(flags) if f in _INLINE_FLAGS)
+    return f"(?{inline}){source}" if inline else source
+
+
+def compile_pattern(pattern: str, flags: str, kind: str, option: str | None = None) -> Any:
+    """The pattern compiled on RE2 (linear-time matching), with `re.search`-like `search`.
+
+    Raises:
+        EvaluatorConfigError: naming the pattern, and the construct RE2 lacks with the fix.
+    """
+    unknown = [f for f in flags if f not in "imsx"]
+    if unknown:
+        raise EvaluatorConfigError(f"{kind}: unknown flag {unknown[0]!r}; use letters from 'ims'", kind=kind,
+                                   option="flags")
+    problem, _ = check_pattern(pattern, flags)
+    if problem:
+        raise EvaluatorConfigError(f"{kind}: invalid pattern {short(pattern)}: {problem}", kind=kind,
+                                   option=option) from None
+    return re2.compile(_re2_source(pattern, flags), _RE2_OPTIONS)
+
+
+def regex(value: Any, options: Mapping[str, Any]) -> Scorer:
+    """RE2 search of the pattern in the answer; `flags` letters from `ims`."""
+    pattern = compile_pattern(str(value), str(options.get("flags", "") or ""), "regex")
 
     def score(answer: Answer, ctx: ScoringContext) -> Verdict:
         match = pattern.search(answer.text)
@@ -201,11 +326,7 @@ def numeric(value: Any, options: Mapping[str, Any]) -> Scorer:
     raw_pattern = options.get("pattern")
     pattern = None
     if raw_pattern is not None:
-        try:
-            pattern = re.compile(str(raw_pattern))
-        except re.error as exc:
-            raise EvaluatorConfigError(f"numeric: invalid pattern {short(raw_pattern)}: {exc}", kind="numeric",
-                                       option="pattern") from None
+        pattern = compile_pattern(str(raw_pattern), "", "numeric", "pattern")
     allowed = max(tolerance, rel_tolerance * abs(expected))
 
     def score(answer: Answer, ctx: ScoringContext) -> Verdict:
@@ -270,10 +391,13 @@ def exact_token(value: Any, options: Mapping[str, Any]) -> Scorer:
 
 
 _LENGTH_KEYS = ("min_chars", "max_chars", "min_words", "max_words")
+_WORD_CHARS = re.compile(r"\w+")
 
 
 def length(value: Any, options: Mapping[str, Any]) -> Scorer:
-    """Character and word counts of the trimmed answer within the given bounds (all must hold)."""
+    """Character and word counts of the trimmed answer within the given bounds (all must hold). Words are
+    runs of non-space characters (`words: whitespace`, the default) or runs of word characters
+    (`words: word_chars`: `don't` is two, `--` none, as IFEval counts)."""
     if not isinstance(value, Mapping) or not any(k in value for k in _LENGTH_KEYS):
         raise EvaluatorConfigError(f"length: give a mapping with at least one of {', '.join(_LENGTH_KEYS)}",
                                    kind="length")
@@ -282,10 +406,13 @@ def length(value: Any, options: Mapping[str, Any]) -> Scorer:
         raise EvaluatorConfigError(f"length: unknown option {unknown[0]!r}; use {', '.join(_LENGTH_KEYS)}",
                                    kind="length", option=str(unknown[0]))
     bounds = [(key, int(value[key])) for key in _LENGTH_KEYS if value.get(key) is not None]
+    words = option_choice(options, "words", ("whitespace", "word_chars"), "length")
+    count_words = (lambda text: len(text.split())) if words == "whitespace" else (
+        lambda text: len(_WORD_CHARS.findall(text)))
 
     def score(answer: Answer, ctx: ScoringContext) -> Verdict:
         got = answer.text.strip()
-        counts = {"chars": len(got), "words": len(got.split())}
+        counts = {"chars": len(got), "words": count_words(got)}
         problems = []
         for key, bound in bounds:
             side, unit = key.split("_")
@@ -304,20 +431,23 @@ def length(value: Any, options: Mapping[str, Any]) -> Scorer:
 _QUOTING = "; remember YAML quoting: write regexes in single quotes, '\\d+'"
 
 
+def check_regex_site(pattern: Any, flags: Any, site: CheckSite, where: tuple[Any, ...], what: str) -> None:
+    """Report at load time a pattern RE2 cannot run (an error) or one with nested repeats (a warning)."""
+    if not isinstance(pattern, str) or is_template(pattern):
+        return
+    problem, warning = check_pattern(pattern, flags if isinstance(flags, str) else "")
+    if problem:
+        site.error(where, f"{what} does not compile: {problem}{_QUOTING}")
+    elif warning:
+        site.warning(where, f"{what} has {warning}")
+
+
 def _check_regex(value: Any, spec: Mapping[str, Any], site: CheckSite) -> None:
-    if isinstance(value, str) and not is_template(value):
-        flags = spec.get("flags", "") if isinstance(spec.get("flags", ""), str) else ""
-        problem = check_regex(value, flags)
-        if problem:
-            site.error(("regex",), f"the regex does not compile: {problem}{_QUOTING}")
+    check_regex_site(value, spec.get("flags", ""), site, ("regex",), "the regex")
 
 
 def _check_numeric(value: Any, spec: Mapping[str, Any], site: CheckSite) -> None:
-    pattern = spec.get("pattern")
-    if isinstance(pattern, str) and not is_template(pattern):
-        problem = check_regex(pattern)
-        if problem:
-            site.error(("pattern",), f"the regex in 'pattern' does not compile: {problem}")
+    check_regex_site(spec.get("pattern"), "", site, ("pattern",), "the regex in 'pattern'")
 
 
 # ------------------------------------------------------------------------------------------ registry entries
@@ -328,16 +458,20 @@ SCALAR = {"type": ["string", "number", "boolean"]}
 
 EQUALS = Kind("The whole answer (trimmed) equals this value.", SCALAR, {"case_sensitive": CASE_SENSITIVE},
               ({"equals": "{{ golden }}"}, {"equals": 42}), build=equals)
+WHOLE_WORD = {"type": "boolean", "description": "Match whole words only: `cat` is not found in `concatenate` "
+              "(default false: any substring)."}
 CONTAINS = Kind("The answer contains this text (or these texts).", TEXT_LIST, {
     "mode": {"enum": ["all", "any"], "description": "With a list: need `all` texts (default) or `any` one."},
-    "case_sensitive": CASE_SENSITIVE}, ({"contains": "Paris"}, {"contains": ["Paris", "France"], "mode": "any"}),
-    build=contains)
+    "case_sensitive": CASE_SENSITIVE, "whole_word": WHOLE_WORD},
+    ({"contains": "Paris"}, {"contains": ["Paris", "France"], "mode": "any"}), build=contains)
 NOT_CONTAINS = Kind("The answer does not contain this text (or any of these texts).", TEXT_LIST,
-                    {"case_sensitive": CASE_SENSITIVE}, ({"not_contains": ["sorry", "as an AI"]},),
+                    {"case_sensitive": CASE_SENSITIVE, "whole_word": WHOLE_WORD},
+                    ({"not_contains": ["sorry", "as an AI"]}, {"not_contains": "cat", "whole_word": True}),
                     build=not_contains)
-REGEX = Kind("A Python regular expression searched in the answer.", {"type": "string"}, {
-    "flags": {"type": "string", "pattern": "^[imsx]*$", "description": "Letters from `imsx`: ignore case, "
-              "multi-line, dot matches newline, verbose.", "examples": ["i", "ms"]}},
+REGEX = Kind("A regular expression (RE2 syntax: linear time, no backreferences or lookaround) searched in the "
+             "answer.", {"type": "string"}, {
+    "flags": {"type": "string", "pattern": "^[ims]*$", "description": "Letters from `ims`: ignore case, "
+              "multi-line, dot matches newline.", "examples": ["i", "ms"]}},
     ({"regex": "^\\W*\\w+\\W*$"},), build=regex, check=_check_regex)
 STARTS_WITH = Kind("The answer (trimmed) starts with this text.", {"type": "string"},
                    {"case_sensitive": CASE_SENSITIVE}, ({"starts_with": "Yes"},), build=starts_with)
@@ -354,5 +488,7 @@ LENGTH = Kind("Bounds on the answer's length; give at least one.", {
         "min_chars": {"type": "integer", "minimum": 0, "description": "Fewest characters allowed."},
         "max_chars": {"type": "integer", "minimum": 0, "description": "Most characters allowed."},
         "min_words": {"type": "integer", "minimum": 0, "description": "Fewest words allowed."},
-        "max_words": {"type": "integer", "minimum": 0, "description": "Most words allowed."}}}, {},
-    ({"length": {"max_words": 20}},), build=length)
+        "max_words": {"type": "integer", "minimum": 0, "description": "Most words allowed."}}}, {
+    "words": {"enum": ["whitespace", "word_chars"], "description": "What a word is: a run of non-space "
+              "characters (`whitespace`, default) or a run of word characters (`word_chars`, as IFEval counts)."}},
+    ({"length": {"max_words": 20}}, {"length": {"min_words": 300}, "words": "word_chars"}), build=length)
