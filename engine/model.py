@@ -262,6 +262,8 @@ class ModelConfig:
         base_url: The OpenAI-compatible base URL, ending in /v1. None for builtin models until started.
         api: "chat" or "completions".
         api_key_env: Name of the environment variable holding the key (never the key itself).
+        api_key_header: Send the key in this header (`api-key`, Azure OpenAI) instead of `Authorization: Bearer`.
+        api_key_query: Send the key as this query parameter (`key`) of every request instead of a header.
         concurrency: Calls in flight at most for this model.
         timeout_s: Time limit of each try; a timed-out try is retried (at most max_retries times).
         connect_timeout_s: Time limit of opening a connection (the TCP connect, and TLS), within `timeout_s`:
@@ -290,6 +292,8 @@ class ModelConfig:
     base_url: str | None = None
     api: str = "chat"
     api_key_env: str | None = None
+    api_key_header: str | None = None
+    api_key_query: str | None = None
     concurrency: int = 8
     timeout_s: float = 120.0
     connect_timeout_s: float = 10.0

@@ -7,8 +7,11 @@ Three kinds of secret reach the engine, and each has one rule here:
   *before* the text is cut, so a cut never leaves part of a key behind. A text the server itself cut
   (an answer stopped at max_tokens, a stream that broke off, an error body read only so far) may end
   in the first characters of a key: a trailing piece of at least `MIN_FRAGMENT` characters is masked too.
-- Credentials written into a URL (`http://user:pass@host/v1`): `mask_url` / `mask_urls` replace the
-  userinfo with `***` wherever a URL is shown (manifest, `--dry-run`, error text).
+- Credentials written into a URL (`http://user:pass@host/v1?api-key=...`): `mask_url` / `mask_urls` replace
+  the userinfo and every query value with `***` wherever a URL is shown (manifest, `served_by`, `--dry-run`,
+  error text); `url_secrets` gives a `Redactor` the forms they can take in free text: the userinfo plain and
+  percent-decoded, the password alone, the base64 of `user:password` an echoed `Authorization: Basic` header
+  carries, and the values of credential-named query parameters (`secret_query_names`) and of long ones.
 - Request params: only `public_params` goes to the manifest - keys named exactly like a credential
   are dropped at any depth, and nothing else (`max_tokens` stays).
 
@@ -18,13 +21,15 @@ refuses it never repeats it.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import re
 from collections.abc import Iterable, Mapping
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import parse_qsl, unquote, urlsplit
 
 __all__ = ["MASK", "MIN_FRAGMENT", "SECRET_PARAM_NAMES", "Redactor", "looks_like_key", "mask_url", "mask_urls",
-           "public_params", "url_secrets"]
+           "public_params", "secret_query_names", "url_secrets"]
 
 MASK = "***"
 MIN_FRAGMENT = 8          # a cut-off key prefix this long is still treated as the key
@@ -37,7 +42,18 @@ SECRET_PARAM_NAMES = frozenset({
     "authtoken", "bearertoken", "refreshtoken", "idtoken", "sessiontoken", "authorization", "auth",
     "credentials", "credential", "privatekey", "xapikey", "openaiapikey", "cookie"})
 
+# Query parameters that carry a credential besides SECRET_PARAM_NAMES: signatures (Azure SAS `sig`, S3's
+# presigned `X-Amz-Signature`), subscription keys, OAuth codes.
+_SECRET_QUERY_NAMES = SECRET_PARAM_NAMES | {"sig", "signature", "xamzsignature", "xamzsecuritytoken",
+                                            "subscriptionkey", "ocpapimsubscriptionkey", "code", "sas", "pass"}
+# A query value this long is a secret whatever its name (a token, a signature): masked in free text too.
+_LONG_QUERY_VALUE = 16
+
 _URL_USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<userinfo>[^/@\s?#]+)@")
+# A query string attached to a URL (`scheme://...`) or to a path (`/v1/...`, as in an echoed request line).
+_QUERY = re.compile(r"(?P<path>(?:[A-Za-z][A-Za-z0-9+.-]*://|(?<![^\s(\[\"'=])/)[^\s?#\"'<>]*)\?"
+                    r"(?P<query>[^\s#\"'<>]+)")
+_QUERY_VALUE = re.compile(r"(?P<name>(?:^|&)[^=&]*)=[^&]*")
 
 
 class Redactor:
@@ -79,35 +95,88 @@ class Redactor:
         return repr(mask_urls(self.clean(text))[:limit])
 
 
-def mask_url(url: str | None) -> str | None:
-    """The URL with any `user:password@` replaced by `***@`."""
-    if not url or "@" not in url:
+def mask_url(url: str | None, *, secrets_only: bool = False) -> str | None:
+    """The URL with any `user:password@` replaced by `***@` and every query value by `***` (`?api-version=***`).
+
+    Args:
+        url: The URL, or None.
+        secrets_only: Mask only the values of credential-named query parameters, keep the others (what a
+            cache key needs: `api-version=2024-06-01` tells two endpoints apart, a key must not).
+    """
+    if not url or ("@" not in url and "?" not in url):
         return url
-    return _URL_USERINFO.sub(lambda m: m.group("scheme") + MASK + "@", url)
+    masked = _URL_USERINFO.sub(lambda m: m.group("scheme") + MASK + "@", url)
+    if "?" not in masked:
+        return masked
+    head, _, query = masked.partition("?")
+    query, hash_, fragment = query.partition("#")
+    return f"{head}?{_mask_query(query, secrets_only=secrets_only)}{hash_}{fragment}"
 
 
 def mask_urls(text: str) -> str:
-    """Every URL inside `text` with its userinfo masked (for error messages and logs)."""
-    if "@" not in text:
-        return text
-    return _URL_USERINFO.sub(lambda m: m.group("scheme") + MASK + "@", text)
+    """Every URL inside `text` with its userinfo and query values masked (for error messages and logs).
+
+    A query string after a bare path (an echoed request line, `POST /v1/chat/completions?key=...`) is masked too.
+    """
+    if "@" in text:
+        text = _URL_USERINFO.sub(lambda m: m.group("scheme") + MASK + "@", text)
+    if "?" in text:
+        text = _QUERY.sub(lambda m: m.group("path") + "?" + _mask_query(m.group("query")), text)
+    return text
+
+
+def _mask_query(query: str, *, secrets_only: bool = False) -> str:
+    """`a=1&key=s` -> `a=***&key=***` (a name without `=` is left as it is)."""
+    if secrets_only:
+        return _QUERY_VALUE.sub(lambda m: m.group(0) if _plain(unquote(m.group("name").lstrip("&")))
+                                not in _SECRET_QUERY_NAMES else m.group("name") + "=" + MASK, query)
+    return _QUERY_VALUE.sub(lambda m: m.group("name") + "=" + MASK, query)
+
+
+def secret_query_names(url: str | None) -> list[str]:
+    """The names of a URL's query parameters that carry a credential (`api-key`, `key`, `token`, `sig`, ...)."""
+    if not url or "?" not in url:
+        return []
+    query = url.partition("?")[2].partition("#")[0]
+    return [name for name, _ in parse_qsl(query, keep_blank_values=True) if _plain(name) in _SECRET_QUERY_NAMES]
 
 
 def url_secrets(url: str | None) -> list[str]:
-    """The credentials written into a URL (`user:pass` and `pass`), for a `Redactor`."""
-    if not url or "@" not in url:
+    """What a URL's credentials can look like in text a server sends back, for a `Redactor`.
+
+    The userinfo (`user:pass`) and the password, each as written and percent-decoded; the base64 of
+    `user:password` (the `Authorization: Basic` header sent for it, which a server may echo); the values of
+    credential-named query parameters (`secret_query_names`) and of any query value of 16 characters or
+    more, as written and decoded. Short values of other names (`api-version=2024-06-01`) are left out:
+    they would mask ordinary text in answers (URLs shown by the engine mask every query value anyway).
+    """
+    if not url or ("@" not in url and "?" not in url):
         return []
     try:
         parts = urlsplit(url)
     except ValueError:
         return []
-    found = []
+    found: list[str] = []
     userinfo = parts.netloc.rpartition("@")[0]
     if userinfo:
-        found.append(userinfo)
-    if parts.password:
-        found.append(parts.password)
-    return found
+        found += [userinfo, unquote(userinfo)]
+        user, _, password = userinfo.partition(":")
+        if password:
+            found += [password, unquote(password)]
+        pair = f"{unquote(user)}:{unquote(password)}"
+        for encoding in ("latin-1", "utf-8"):   # aiohttp's BasicAuth encodes latin-1; others UTF-8
+            try:
+                found.append(base64.b64encode(pair.encode(encoding)).decode("ascii"))
+            except (UnicodeEncodeError, binascii.Error):
+                continue
+    for name, value in parse_qsl(parts.query, keep_blank_values=True):
+        if value and (_plain(name) in _SECRET_QUERY_NAMES or len(value) >= _LONG_QUERY_VALUE):
+            found.append(value)
+            raw = next((v for n, _, v in (p.partition("=") for p in parts.query.split("&"))
+                        if unquote(n.replace("+", " ")) == name), None)
+            if raw and raw != value:
+                found.append(raw)
+    return list(dict.fromkeys(found))
 
 
 def _plain(name: str) -> str:

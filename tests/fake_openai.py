@@ -9,15 +9,21 @@ async tests and `engine run` subprocesses can all talk to it. Script it per requ
     ... call server.base_url ...
     assert server.max_in_flight <= 4
     server.requests  # every request body, in arrival order (headers are never kept)
+    server.paths     # every request's path and query string (`/v1/chat/completions?api-version=...`), in order
     server.stop()
 
 Fault kinds (`Reply.fault`):
     "http_<status>"  answer with that status (e.g. http_429 with `retry_after`, http_500, http_400)
     "reset"          send part of the stream, then drop the connection
+    "drop"           drop the connection before any reply (no status, no byte)
     "stall"          send headers and one chunk, then wait `stall_s` (default 60 s)
     "malformed"      send a data line that is not JSON
     "huge_line"      the content arrives as one ~5 MB data line
     "no_done"        end the stream without [DONE] and without a finish reason
+    "trickle"        stream the content one chunk every `stall_s` seconds (a reply still coming when time runs out)
+    "cut_body"       a whole (non-streamed) 200 reply whose Content-Length promises more than is sent, then close
+    "echo"           answer `echo_status` (default 400) with the request line and every header in the body,
+                     as a server that echoes what it got (the Authorization header included)
 A hostile reply: `Reply(raw=b"...")` sends those bytes as the whole body, verbatim (as an SSE stream when
 the request streams, as JSON otherwise), in 64 KB writes.
 Embeddings (`POST /v1/embeddings`): each input's vector is `server.embedder(text)`, by default
@@ -101,6 +107,7 @@ class Reply:
     tool_index: bool = True
     error_message: str | None = None
     raw: bytes | None = None
+    echo_status: int = 400
 
 
 class FakeOpenAI:
@@ -110,6 +117,7 @@ class FakeOpenAI:
         self.responder: Callable[[dict[str, Any]], Reply] = lambda body: Reply()
         self.embedder: Callable[[str], list[float]] = bag_of_words
         self.requests: list[dict[str, Any]] = []
+        self.paths: list[str] = []
         self.authorizations: set[str] = set()   # distinct Authorization headers seen (to prove a key was sent)
         self.in_flight = 0
         self.max_in_flight = 0
@@ -137,6 +145,7 @@ class FakeOpenAI:
         with self._lock:
             self._script.clear()
             self.requests.clear()
+            self.paths.clear()
             self.max_in_flight = 0
             self.max_in_flight_by_model.clear()
         self.responder = lambda body: Reply()
@@ -221,6 +230,8 @@ class FakeOpenAI:
 
     async def _serve(self, request: web.Request, completions: bool) -> web.StreamResponse:
         body = await request.json()
+        with self._lock:
+            self.paths.append(request.path_qs)
         if "Authorization" in request.headers:
             self.authorizations.add(request.headers["Authorization"])
         model = str(body.get("model"))
@@ -236,6 +247,16 @@ class FakeOpenAI:
                 await asyncio.sleep(reply.delay_s)
             if reply.fault and reply.fault.startswith("http_"):
                 return self._status(reply)
+            if reply.fault == "drop":
+                assert request.transport is not None
+                request.transport.close()
+                return web.Response()
+            if reply.fault == "echo":
+                lines = [f"{request.method} {request.path_qs} HTTP/{request.version.major}.{request.version.minor}"]
+                lines += [f"{name}: {value}" for name, value in request.headers.items()]
+                return web.Response(status=reply.echo_status, text="\n".join(lines))
+            if reply.fault == "cut_body":
+                return await self._cut_body(request, json.dumps(self._whole(body, reply, completions)).encode())
             if reply.raw is not None:
                 return await self._raw(request, reply.raw, stream=bool(body.get("stream")))
             if body.get("stream"):
@@ -254,6 +275,16 @@ class FakeOpenAI:
         for start in range(0, len(raw), 65536):
             await resp.write(raw[start:start + 65536])
         await resp.write_eof()
+        return resp
+
+    @staticmethod
+    async def _cut_body(request: web.Request, whole: bytes) -> web.StreamResponse:
+        """The first half of `whole` under a Content-Length for all of it, then the connection closed."""
+        resp = web.StreamResponse(headers={"Content-Type": "application/json", "Content-Length": str(len(whole))})
+        await resp.prepare(request)
+        await resp.write(whole[:len(whole) // 2])
+        assert request.transport is not None
+        request.transport.close()
         return resp
 
     @staticmethod
@@ -336,6 +367,8 @@ class FakeOpenAI:
             step = max(1, reply.chunk_chars)
             for start in range(0, len(text), step):
                 await send(delta(content=text[start:start + step]))
+                if reply.fault == "trickle":
+                    await asyncio.sleep(reply.stall_s)
                 if reply.fault == "reset" and start >= len(text) // 2:
                     assert request.transport is not None
                     request.transport.close()

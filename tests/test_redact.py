@@ -2,9 +2,20 @@
 
 from __future__ import annotations
 
+import base64
+
 import pytest
 
-from engine.redact import MIN_FRAGMENT, Redactor, looks_like_key, mask_url, mask_urls, public_params, url_secrets
+from engine.redact import (
+    MIN_FRAGMENT,
+    Redactor,
+    looks_like_key,
+    mask_url,
+    mask_urls,
+    public_params,
+    secret_query_names,
+    url_secrets,
+)
 
 KEY = "sk-proj-" + "A1b2C3d4" * 5
 
@@ -36,8 +47,31 @@ def test_userinfo_in_urls_is_masked(url: str | None, shown: str | None) -> None:
 
 
 def test_url_secrets() -> None:
-    assert url_secrets("http://user:s3cret-pass@host/v1") == ["user:s3cret-pass", "s3cret-pass"]
+    assert url_secrets("http://user:s3cret-pass@host/v1") == ["user:s3cret-pass", "s3cret-pass",
+                                                               base64.b64encode(b"user:s3cret-pass").decode()]
     assert url_secrets("http://host/v1") == []
+
+
+def test_url_secrets_cover_percent_encoded_userinfo_and_the_basic_auth_header() -> None:
+    found = url_secrets("http://us%40er:p%40ss-w0rd@host/v1")
+    assert {"us%40er:p%40ss-w0rd", "us@er:p@ss-w0rd", "p%40ss-w0rd", "p@ss-w0rd",
+            base64.b64encode(b"us@er:p@ss-w0rd").decode()} <= set(found)
+    redact = Redactor(found)
+    echoed = f"Authorization: Basic {base64.b64encode(b'us@er:p@ss-w0rd').decode()}\nurl: http://us%40er:p%40ss-w0rd@h"
+    assert "p@ss" not in redact.clean(echoed) and "p%40ss" not in redact.clean(echoed)
+    assert "dXNAZXI6" not in redact.clean(echoed)
+
+
+def test_query_values_are_masked_in_urls_and_credentials_in_free_text() -> None:
+    url = "https://h/openai?api-version=2024-06-01&api-key=k3y-Value&sig=abc%2Fdef%3D"
+    assert mask_url(url) == "https://h/openai?api-version=***&api-key=***&sig=***"
+    assert mask_url(url, secrets_only=True) == "https://h/openai?api-version=2024-06-01&api-key=***&sig=***"
+    assert mask_urls(f"POST /openai/chat/completions?{url.partition('?')[2]} HTTP/1.1") == \
+        "POST /openai/chat/completions?api-version=***&api-key=***&sig=*** HTTP/1.1"
+    assert mask_urls("is 2+2=4? yes, a=b") == "is 2+2=4? yes, a=b"   # no URL, no path: prose is left alone
+    found = url_secrets(url)
+    assert {"k3y-Value", "abc/def=", "abc%2Fdef%3D"} <= set(found) and "2024-06-01" not in found
+    assert secret_query_names(url) == ["api-key", "sig"] and secret_query_names("http://h/v1?api-version=1") == []
 
 
 def test_params_are_filtered_by_exact_names_at_every_depth() -> None:

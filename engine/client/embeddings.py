@@ -18,6 +18,7 @@ from typing import Any
 
 from engine.client import retry
 from engine.client.judge_cache import cache_key
+from engine.client.openai import method_url
 from engine.client.response import CallResult, apply_usage
 from engine.client.tool_calls import loads
 from engine.errors import UsageError
@@ -64,8 +65,8 @@ def resolve_embedders(tests: Iterable[Test], configs: Mapping[str, ModelConfig],
 
 
 def embeddings_url(model: ModelConfig) -> str:
-    """`{base_url}/embeddings` (the OpenAI protocol's endpoint)."""
-    return (model.base_url or "").rstrip("/") + "/embeddings"
+    """`{base_url}/embeddings` (the OpenAI protocol's endpoint), a query string of `base_url` kept after it."""
+    return method_url(model.base_url or "", "/embeddings")
 
 
 def request_body(model: ModelConfig, texts: Sequence[str]) -> dict[str, Any]:

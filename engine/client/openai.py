@@ -5,17 +5,20 @@ sends a prepared body, retries as `engine.client.retry` decides, and always retu
 a failed call is a result with `error` set, never an exception, so the runner can write its row.
 `_once` is the one place a try is sent and its reply read (under the model's size cap; SSE through
 `engine.client.sse`); what the bytes mean is decided in `engine.client.response`, and `_failure` is the one
-place aiohttp's exceptions become the errors `retry.py` classifies. API keys and proxy credentials are
-masked in everything a reply brings back (`engine.redact`).
+place aiohttp's exceptions become the errors `retry.py` classifies: a try whose reply had started (a 2xx
+and its first body bytes) is never sent again, whatever breaks after. API keys, URL credentials (userinfo,
+query values of `base_url`) and proxy credentials are masked in everything a reply brings back (`engine.redact`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import quote
 
 import aiohttp
 
@@ -39,7 +42,8 @@ from engine.model import ModelConfig, Test
 from engine.redact import Redactor, mask_urls, url_secrets
 from engine.suite.content_parts import wire_messages
 
-__all__ = ["CallResult", "OpenAIClient", "PreparedRequest", "RequestSettings", "endpoint_url", "prepare"]
+__all__ = ["CallResult", "OpenAIClient", "PreparedRequest", "RequestSettings", "endpoint_url", "method_url",
+           "prepare"]
 
 DEFAULT_MAX_TOKENS = 1024
 DEFAULT_TEMPERATURE = 0.0
@@ -79,15 +83,25 @@ class PreparedRequest:
     reader: Callable[[bytes, CallResult, Redactor], None] | None = None
 
 
+def method_url(base_url: str, method: str) -> str:
+    """`base_url` with the method's path appended and its query string kept after it.
+
+    `https://x.openai.azure.com/openai/deployments/d?api-version=2024-06-01` + `/chat/completions` is
+    `.../d/chat/completions?api-version=2024-06-01`: a query string is the endpoint's, sent with every request.
+    """
+    base, sep, query = base_url.partition("#")[0].partition("?")
+    return base.rstrip("/") + method + (sep + query if query else "")
+
+
 def endpoint_url(model: ModelConfig, base_url: str | None = None) -> str:
-    """The full URL of the model's endpoint (`.../v1/chat/completions` or `.../v1/completions`).
+    """The full URL of the model's endpoint (`.../v1/chat/completions` or `.../v1/completions`, query kept).
 
     Args:
         model: The model (its `base_url` and API).
         base_url: Another base URL to use (one of the model's replicas).
     """
-    base = (base_url or model.base_url or "").rstrip("/")
-    return base + ("/completions" if model.api == "completions" else "/chat/completions")
+    return method_url(base_url or model.base_url or "", "/completions" if model.api == "completions"
+                      else "/chat/completions")
 
 
 def prepare(model: ModelConfig, test: Test, settings: RequestSettings, *, inline_images: bool = True
@@ -166,6 +180,7 @@ class OpenAIClient:
         self._clock = clock
         self._replicas: dict[str, ReplicaSet] = {}
         self._keys = [key for key in api_keys.values() if key]
+        self._api_keys = dict(api_keys)   # for a model that sends its key elsewhere (`api_key_header`, `api_key_query`)
         self._proxy_secrets = proxy_secrets()
         self._redactors: dict[str, Redactor] = {}
         self._timeouts: dict[str, aiohttp.ClientTimeout] = {}
@@ -186,6 +201,19 @@ class OpenAIClient:
             found = self._replicas[model.name] = ReplicaSet(
                 model.base_urls, lambda base: endpoint_url(model, base), clock=self._clock)
         return found
+
+    def _key_elsewhere(self, model: ModelConfig, url: str, headers: dict[str, str]) -> tuple[str, dict[str, str]]:
+        """The URL and headers of a model whose API takes its key in another header (`api_key_header: api-key`,
+        Azure) or a query parameter (`api_key_query: key`), in place of `Authorization: Bearer`."""
+        key = self._api_keys.get(model.name)
+        if not key:
+            return url, headers
+        headers = {name: value for name, value in headers.items() if name != "Authorization"}
+        if model.api_key_header:
+            headers[model.api_key_header] = key
+        if model.api_key_query:
+            url += ("&" if "?" in url else "?") + quote(model.api_key_query, safe="") + "=" + quote(key, safe="")
+        return url, headers
 
     async def call(self, model: ModelConfig, request: PreparedRequest, *, cache_as: int | None = None) -> CallResult:
         """Send one request, retrying as `retry.py` decides; each try is bounded by `timeout_s`.
@@ -240,7 +268,7 @@ class OpenAIClient:
             except _Failed as caught:
                 failed = caught
             except TimeoutError as exc:
-                failed = _Failed(_failure(exc, model, reading=False), None)
+                failed = _Failed(_failure(exc, model, result, stream=request.stream), None)
             finally:
                 if replica is not None and replicas is not None:
                     replicas.release(replica, failed=failed is not None and retry.replica_at_fault(failed.error))
@@ -265,21 +293,24 @@ class OpenAIClient:
         result.rate_limit_wait_s = waited
         if replica is not None:
             result.served_by = replica.shown
-        if redact:
-            _mask_result(result, redact)
-        elif result.error is not None and "@" in str(result.error):
-            result.error = _with_message(result.error, mask_urls(str(result.error)))
+        _mask_result(result, redact)
         return result
 
     async def _once(self, url: str, request: PreparedRequest, payload: bytes, headers: dict[str, str],
                     timeout: aiohttp.ClientTimeout, model: ModelConfig, result: CallResult, redact: Redactor,
                     limit: int) -> None:
-        """One try: send the request, read the reply into `result`; raise `_Failed` when it fails."""
+        """One try: send the request, read the reply into `result`; raise `_Failed` when it fails.
+
+        Once the reply has started (`result.reply_started`), a failure is never retried (`retry.after_reply_started`).
+        """
         started = time.perf_counter()
+        session = self._sessions.for_url(url)
+        if model.api_key_header or model.api_key_query:
+            url, headers = self._key_elsewhere(model, url, headers)
         try:
             # Redirects are refused: a 3xx is an error row naming where the endpoint moved (`retry.status_error`).
-            async with self._sessions.for_url(url).post(url, data=payload, headers=headers, timeout=timeout,
-                                                        allow_redirects=False) as resp:
+            async with session.post(url, data=payload, headers=headers, timeout=timeout,
+                                    allow_redirects=False) as resp:
                 if resp.status >= 300:
                     # Read past the cut by a key's length, so the key is masked whole before the cut.
                     raw = await _read_at_most(resp, _ERROR_BODY_CHARS + redact.longest)
@@ -288,19 +319,19 @@ class OpenAIClient:
                 if request.stream:
                     await _read_stream(resp, result, started, "prompt" in request.body, redact, limit)
                 else:
-                    raw = await _read_body(resp, limit)
+                    raw = await _read_body(resp, limit, result)
                     result.ttft_provider_s = time.perf_counter() - started
                     (request.reader or parse_whole)(raw, result, redact)
         except aiohttp.ClientError as exc:
-            raise _Failed(_failure(exc, model, reading=result.ttft_provider_s is not None), None) from None
+            raise _Failed(_failure(exc, model, result, stream=request.stream), None) from None
         except ClientError as exc:  # a reply that cannot be read, found while parsing
-            raise _Failed(exc, None) from None
+            raise _Failed(_started(exc, result, request.stream), None) from None
         except (ValueError, TypeError, AttributeError, KeyError, IndexError, RecursionError, OverflowError) as exc:
             # The shape checks in response.py should leave nothing to reach here; if a reply still
             # trips the reader, it is a bad response (one row), never a crashed run.
             during = "reading" if result.ttft_provider_s is not None else "sending the request for"
-            raise _Failed(retry.bad_response(f"{during} the reply failed: {type(exc).__name__}: "
-                                             f"{str(exc)[:200]}"), None) from None
+            raise _Failed(_started(retry.bad_response(f"{during} the reply failed: {type(exc).__name__}: "
+                                                      f"{str(exc)[:200]}"), result, request.stream), None) from None
         finally:
             result.latency_s = time.perf_counter() - started
         split_think(result)
@@ -308,20 +339,35 @@ class OpenAIClient:
             result.truncated = True
 
 
-def _failure(exc: BaseException, model: ModelConfig, *, reading: bool) -> ClientError:
+def _failure(exc: BaseException, model: ModelConfig, result: CallResult, *, stream: bool) -> ClientError:
     """A failed try's exception as an error of `engine.client.retry`: the one place aiohttp's are mapped.
 
     Args:
         exc: An `aiohttp.ClientError` (refused, reset, closed early, a bad reply, a connect timeout) or the
             `TimeoutError` of the try's own limit.
         model: The model (its limits, named in the message).
-        reading: The reply had started arriving.
+        result: The try's result so far: once its reply has started, the failure is not retried.
+        stream: The reply is a stream (what was cut is counted in characters of the answer).
     """
     if isinstance(exc, aiohttp.ConnectionTimeoutError):   # no connection within connect_timeout_s
         return retry.connect_timeout_error(model.connect_timeout_s)
     if isinstance(exc, TimeoutError) and not isinstance(exc, aiohttp.ClientError):
-        return retry.timeout_error(model.timeout_s)
-    return retry.transport_error(exc, during="reading the response" if reading else "connecting")
+        return _started(retry.timeout_error(model.timeout_s), result, stream)
+    reading = result.ttft_provider_s is not None or result.reply_started
+    return _started(retry.transport_error(exc, during="reading the response" if reading else "connecting"), result,
+                    stream)
+
+
+def _started(error: ClientError, result: CallResult, stream: bool) -> ClientError:
+    """`error` as it stands once the reply has started: not retried, the partial answer kept (and marked
+    truncated when the reply was cut)."""
+    if not result.reply_started:
+        return error
+    cut = error.kind in ("connection", "timeout") or (stream and error.kind == "stream")
+    if cut:
+        result.truncated = True
+    received = len(result.text) + len(result.reasoning or "") + sum(len(c.raw_arguments) for c in result.tool_calls)
+    return retry.after_reply_started(error, cut=cut, received=received if stream else None)
 
 
 def _with_message(error: ClientError, message: str) -> ClientError:
@@ -362,7 +408,7 @@ async def _read_at_most(resp: aiohttp.ClientResponse, size: int) -> bytes:
     return b"".join(parts)
 
 
-async def _read_body(resp: aiohttp.ClientResponse, limit: int) -> bytes:
+async def _read_body(resp: aiohttp.ClientResponse, limit: int, result: CallResult) -> bytes:
     """A whole response body, refused as soon as it passes `limit` bytes (before any, by its Content-Length)."""
     length = resp.content_length
     if length is not None and length > limit:
@@ -370,6 +416,7 @@ async def _read_body(resp: aiohttp.ClientResponse, limit: int) -> bytes:
     parts = []
     size = 0
     async for chunk in resp.content.iter_any():   # decoded (gzip, deflate) by aiohttp
+        result.reply_started = True
         size += len(chunk)
         if size > limit:
             raise retry.too_large(limit)
@@ -385,6 +432,7 @@ async def _read_stream(resp: aiohttp.ClientResponse, result: CallResult, started
     reasoning: list[str] = []
     calls = ToolCallAccumulator()
     done = False
+    read = False   # the stream was read to its end (whatever it held)
     visible = False
     size = 0
     perf = time.perf_counter
@@ -392,6 +440,7 @@ async def _read_stream(resp: aiohttp.ClientResponse, result: CallResult, started
         async for chunk in resp.content.iter_any():
             if result.ttft_provider_s is None:
                 result.ttft_provider_s = perf() - started
+                result.reply_started = True
             size += len(chunk)
             if size > limit:
                 result.truncated = True
@@ -415,10 +464,15 @@ async def _read_stream(resp: aiohttp.ClientResponse, result: CallResult, started
                 done = True
             for event in decode_events(datas, redact):
                 apply_event(event, result, text, reasoning, calls, completions, redact)
+        read = True
     finally:
-        # Kept on every way out: a stream cut short keeps the partial answer (marked truncated).
+        # Kept on every way out: a stream cut short (a closed connection, the try's timeout, a bad event)
+        # keeps the partial answer and its tool calls so far (marked truncated).
         result.text = "".join(text)
         result.reasoning = "".join(reasoning) if reasoning else None
+        if not read:
+            with contextlib.suppress(ClientError):
+                result.tool_calls = calls.finish()
     result.tool_calls = calls.finish()
     if not done:
         result.truncated = True

@@ -1,6 +1,7 @@
 """The response cache: identical requests answered from one SQLite file, so a re-run never pays twice.
 
-What is identical (`cache_key`, a sha256): the endpoint URL (credentials in it masked), the full request
+What is identical (`cache_key`, a sha256): the endpoint URL (credentials in it masked: userinfo and
+credential-named query values; `?api-version=` kept), the full request
 body - model id, messages or prompt, tools, tool_choice, response_format, max_tokens, temperature, seed and
 every other param - and the sample index. Left out on purpose: `stream` and `stream_options`, because a
 streamed and a whole reply carry the same answer (`engine.client.response` reads both into one
@@ -22,7 +23,7 @@ What is stored: successful, complete replies only - never an error, a truncated 
 
 When stored: a reply `put` while an event loop runs waits in memory (answering `get` from there) until the
 end of the loop's current turn, and every reply of that turn is committed in one transaction (a transaction
-per reply was ~47 us per new call, bench/README.md "Issue #22"); without a running loop, at once. A kill -9
+per reply was ~47 us per new call, bench/README.md "engine run"); without a running loop, at once. A kill -9
 loses at most the replies of one turn: calls that were in flight together, never more than the concurrency.
 
 Where: `$ENGINE_RESPONSE_CACHE`, else `$XDG_CACHE_HOME/llm-eval-engine/responses/responses.sqlite`
@@ -104,15 +105,16 @@ def cache_key(url: str, body: Mapping[str, Any], sample: int) -> str:
                 "sample": sample}
     # The text of `json.dumps(identity, sort_keys=True, ensure_ascii=False, default=str)`, byte for byte, so
     # entries stored by earlier versions keep answering (a compact orjson text would make every key new);
-    # the encoder is built once instead of per call (9.9 -> 5.6 us per key, bench/README.md "Issue #22").
+    # the encoder is built once instead of per call (9.9 -> 5.6 us per key, bench/README.md "engine run").
     # surrogatepass: a conversation holding half a UTF-16 pair (a reply's "\\ud800" escape) still has a key
     return hashlib.sha256(dumps_sorted_unicode(identity).encode("utf-8", "surrogatepass")).hexdigest()
 
 
 @functools.lru_cache(maxsize=64)
 def _masked(url: str) -> str:
-    """`mask_url(url)` of a run's few endpoint URLs, worked out once each."""
-    return mask_url(url) or ""
+    """A run's few endpoint URLs as keyed, worked out once each: userinfo and credential-named query values
+    masked (a new key keeps its replies), other query values kept (`api-version=` names another API)."""
+    return mask_url(url, secrets_only=True) or ""
 
 
 def storable(result: CallResult) -> bool:

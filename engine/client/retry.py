@@ -7,6 +7,9 @@ The policy copies openai-python (`_base_client.py`, `_should_retry` / `_calculat
   `connect_timeout_s`), 408, 409, 429 and every status >= 500; never any other 4xx;
 - never retry a reply that arrived but cannot be read (`stream`, `bad_response`, `response_too_large`):
   the call was served and paid for, and the same server gives the same reply again;
+- never retry a try whose reply had started (a 2xx status and its first body bytes) and then broke - the
+  connection closed, `timeout_s` ran out while tokens still came, the body was cut (`after_reply_started`):
+  the server did the work and bills it; the row keeps the partial answer and names `--retry-errors`;
 - a try that failed at the server itself (connection error, timeout, any 5xx) is the replica's fault:
   `replica_at_fault` puts it in a cool-down when the model has several (`engine.client.replicas`); a
   4xx (408, 409 and 429 included) is the request's or the account's, and is retried on any replica;
@@ -92,6 +95,26 @@ def connect_timeout_error(connect_timeout_s: float) -> CallTimeout:
     """No connection within `connect_timeout_s` (the host does not answer); retried like any timeout."""
     return CallTimeout(f"no connection within {connect_timeout_s:g} s (connect_timeout_s in models.yaml, per try)",
                        kind="timeout", retryable=True)
+
+
+RESEND_HINT = "`engine run --resume RUN --retry-errors` re-sends it"
+
+
+def after_reply_started(error: ClientError, *, cut: bool, received: int | None) -> ClientError:
+    """A try that failed after its reply began: the same error, never retried, saying how to re-send it.
+
+    Args:
+        error: The classified failure (a closed connection, the try's timeout, a malformed or cut body).
+        cut: The reply broke off (closed, timed out, a stream cut short), rather than arriving unreadable.
+        received: Characters of the answer read so far (text, reasoning and tool-call arguments) from a
+            stream; None for a whole (non-streamed) body, which is only read once complete.
+    """
+    if cut:
+        got = "while its body was read" if received is None else f"after {received} characters"
+        note = f"the reply was cut {got}; not sent again, as it was served and may be billed: {RESEND_HINT}"
+    else:
+        note = f"not sent again, as the reply was served and may be billed: {RESEND_HINT}"
+    return type(error)(f"{error}; {note}", kind=error.kind, retryable=False, status=error.status)
 
 
 def stream_error(message: str) -> StreamError:

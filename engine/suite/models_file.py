@@ -13,7 +13,7 @@ from typing import Any
 from engine.base.yaml import FileKind, load_yaml_file
 from engine.errors import Diagnostic
 from engine.model import ModelConfig
-from engine.redact import looks_like_key
+from engine.redact import looks_like_key, secret_query_names
 from engine.suite.schema import validate
 
 __all__ = ["load_models", "load_models_file"]
@@ -54,7 +54,7 @@ def load_models_file(path: str | Path) -> tuple[dict[str, ModelConfig], dict[str
     if not isinstance(data, dict):
         return {}, {}, [Diagnostic(name, 1, 1, "a models file must be a mapping with a `models:` key")]
     problems = validate(data, loaded.positions, name, "models") or _pasted_keys(data, loaded.positions, name)
-    problems = problems or _no_room(data, loaded.positions, name)
+    problems = problems or _no_room(data, loaded.positions, name) or _key_places(data, loaded.positions, name)
     defaults = dict(data.get("defaults") or {})
     for role in ("judge", "embedding"):   # defaults.embedding: the model `similar` evaluators use
         named = defaults.get(role)
@@ -66,7 +66,7 @@ def load_models_file(path: str | Path) -> tuple[dict[str, ModelConfig], dict[str
     if problems:
         return {}, {}, problems
     configs = {model_name: _config(model_name, spec) for model_name, spec in data["models"].items()}
-    return configs, defaults, []
+    return configs, defaults, _keys_in_urls(data, loaded.positions, name)
 
 
 def _pasted_keys(data: dict[str, Any], positions: Any, file: str) -> list[Diagnostic]:
@@ -79,6 +79,45 @@ def _pasted_keys(data: dict[str, Any], positions: Any, file: str) -> list[Diagno
             out.append(Diagnostic(file, line, col, "'api_key_env' looks like an API key itself; it must be the NAME "
                                                    "of an environment variable that holds the key (e.g. "
                                                    "OPENAI_API_KEY): move the key into such a variable"))
+    return out
+
+
+def _key_places(data: dict[str, Any], positions: Any, file: str) -> list[Diagnostic]:
+    """`api_key_header` / `api_key_query` need `api_key_env` (the key they send), and only one of them applies."""
+    out = []
+    for model_name, spec in data["models"].items():
+        places = [place for place in ("api_key_header", "api_key_query") if place in spec]
+        if not places:
+            continue
+        line, col = positions.of(("models", model_name, places[-1]))
+        if len(places) > 1:
+            out.append(Diagnostic(file, line, col, "api_key_header and api_key_query both say where the key goes; "
+                                                   "keep the one your API documents"))
+        elif not spec.get("api_key_env"):
+            out.append(Diagnostic(file, line, col, f"{places[0]} says where the key goes, but there is no "
+                                                   "api_key_env naming the environment variable that holds it; "
+                                                   "add api_key_env: YOUR_KEY_VARIABLE"))
+    return out
+
+
+def _keys_in_urls(data: dict[str, Any], positions: Any, file: str) -> list[Diagnostic]:
+    """Warnings for a credential-named query parameter written into `base_url` / `base_urls` (never repeated)."""
+    out = []
+    for model_name, spec in data["models"].items():
+        urls = [(("base_url",), spec.get("base_url"))] + [(("base_urls", i), url)
+                                                           for i, url in enumerate(spec.get("base_urls") or ())]
+        for where, url in urls:
+            names = secret_query_names(url if isinstance(url, str) else None)
+            if not names:
+                continue
+            line, col = positions.of(("models", model_name, *where))
+            field = where[0] if len(where) == 1 else f"{where[0]}[{where[1]}]"
+            out.append(Diagnostic(file, line, col, (
+                f"{field} carries the query parameter {names[0]!r}, which looks like a credential: it would sit in "
+                f"the models file in clear (the engine masks it in what it writes). Put the key in an environment "
+                f"variable named by api_key_env, and write `api_key_query: {names[0]}` to send it as that query "
+                f"parameter (or `api_key_header: NAME` for an API that reads it from a header)"),
+                severity="warning"))
     return out
 
 
@@ -105,6 +144,8 @@ def _config(name: str, spec: dict[str, Any]) -> ModelConfig:
         base_url=spec.get("base_url") or (base_urls[0] if base_urls else None),
         api=spec.get("api", "chat"),
         api_key_env=spec.get("api_key_env"),
+        api_key_header=spec.get("api_key_header"),
+        api_key_query=spec.get("api_key_query"),
         concurrency=int(spec.get("concurrency", 8)),
         timeout_s=float(spec.get("timeout_s", 120.0)),
         connect_timeout_s=float(spec.get("connect_timeout_s", 10.0)),

@@ -325,6 +325,13 @@ _MODEL = {
         "api_key_env": {"type": "string", "pattern": "^[A-Za-z_][A-Za-z0-9_]*$", "description": "Name of the "
                         "environment variable that holds the API key (never the key itself).",
                         "examples": ["OPENAI_API_KEY"]},
+        "api_key_header": {"type": "string", "pattern": "^[A-Za-z0-9!#$%&'*+.^_`|~-]+$",
+                           "description": "Send the key from api_key_env in this header (e.g. `api-key`, Azure "
+                                          "OpenAI) instead of `Authorization: Bearer`.", "examples": ["api-key"]},
+        "api_key_query": {"type": "string", "pattern": "^[A-Za-z0-9._~-]+$",
+                          "description": "Send the key from api_key_env as this query parameter of every request "
+                                         "(e.g. `key`) instead of a header; never write the key into base_url.",
+                          "examples": ["key"]},
         "concurrency": {"type": "integer", "minimum": 1, "maximum": MAX_CONCURRENCY,
                         "description": "Calls in flight at most (default 8)."},
         "timeout_s": {"type": "number", "exclusiveMinimum": 0, "maximum": MAX_TIMEOUT_S,

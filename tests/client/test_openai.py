@@ -135,22 +135,39 @@ async def test_a_redirect_is_not_followed_and_says_where_the_endpoint_moved(fake
     assert len(fake_openai.requests) == 1
 
 
-async def test_reset_mid_stream_is_a_retried_connection_error(fake_openai: FakeOpenAI) -> None:
+async def test_reset_mid_stream_is_not_sent_again_and_keeps_the_partial_answer(fake_openai: FakeOpenAI) -> None:
     fake_openai.script(*[Reply(fault="reset", content="a fairly long answer here")] * 3)
-    result = await call(fake_openai, max_retries=1)
-    assert result.error is not None and result.error.kind == "connection"
+    result = await call(fake_openai, max_retries=2)
+    assert result.error is not None and result.error.kind == "connection" and not result.error.retryable
+    assert result.retries == 0 and len(fake_openai.requests) == 1
+    assert result.truncated and result.text and "a fairly long answer here".startswith(result.text)
+    assert f"cut after {len(result.text)} characters" in str(result.error) and "--retry-errors" in str(result.error)
+
+
+async def test_a_connection_dropped_before_any_reply_is_retried(fake_openai: FakeOpenAI) -> None:
+    fake_openai.script(Reply(fault="drop"), Reply(content="Paris"))
+    result = await call(fake_openai, max_retries=2)
+    assert result.error is None and result.text == "Paris"
     assert result.retries == 1 and len(fake_openai.requests) == 2
 
 
-async def test_a_stall_that_never_ends_times_out_after_the_retries(fake_openai: FakeOpenAI) -> None:
-    fake_openai.script(*[Reply(fault="stall", stall_s=30)] * 2)
+async def test_a_stall_after_the_reply_started_times_out_once(fake_openai: FakeOpenAI) -> None:
+    fake_openai.script(*[Reply(fault="stall", stall_s=30, content="Paris")] * 2)
     result = await call(fake_openai, timeout_s=0.3, max_retries=1)
     assert result.error is not None and result.error.kind == "timeout" and result.truncated
-    assert result.retries == 1 and len(fake_openai.requests) == 2
+    assert result.retries == 0 and len(fake_openai.requests) == 1 and result.text == "P"
+    assert "cut after 1 characters" in str(result.error)
+
+
+async def test_a_reply_that_never_starts_times_out_after_the_retries(fake_openai: FakeOpenAI) -> None:
+    fake_openai.script(*[Reply(delay_s=30)] * 2)
+    result = await call(fake_openai, timeout_s=0.3, max_retries=1)
+    assert result.error is not None and result.error.kind == "timeout" and result.error.retryable
+    assert result.retries == 1 and len(fake_openai.requests) == 2 and "--retry-errors" not in str(result.error)
 
 
 async def test_a_timed_out_try_is_retried_as_openai_python_does(fake_openai: FakeOpenAI) -> None:
-    fake_openai.script(Reply(fault="stall", stall_s=30), Reply(content="Paris"))
+    fake_openai.script(Reply(delay_s=30), Reply(content="Paris"))
     result = await call(fake_openai, timeout_s=0.3, max_retries=2)
     assert result.error is None and result.text == "Paris" and not result.truncated
     assert result.retries == 1 and len(fake_openai.requests) == 2
