@@ -198,6 +198,8 @@ class FakeOpenAI:
 
     async def _embeddings(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
+        with self._lock:
+            self.paths.append(request.path_qs)
         if "Authorization" in request.headers:
             self.authorizations.add(request.headers["Authorization"])
         with self._lock:
