@@ -253,6 +253,19 @@ class Suite:
 
 
 @dataclass(frozen=True)
+class RateLimit:
+    """Limits a provider enforces on one endpoint and key, as declared in models.yaml (None: not limited).
+
+    Args:
+        requests_per_minute: Requests a minute.
+        tokens_per_minute: Tokens a minute (prompt and `max_tokens` together, as providers count them).
+    """
+
+    requests_per_minute: float | None = None
+    tokens_per_minute: float | None = None
+
+
+@dataclass(frozen=True)
 class ModelConfig:
     """One named model from models.yaml.
 
@@ -281,6 +294,10 @@ class ModelConfig:
             outgrow it are trimmed (`engine.agent.context`).
         base_urls: Replicas serving this model (`base_urls:` in models.yaml); calls spread over them
             (`engine.client.replicas`) and `base_url` is the first. Empty for a single endpoint.
+        rate_limit: The provider's limits as declared in models.yaml (`rate_limit:`), for providers that publish
+            no rate-limit headers; None: paced by the headers and 429s alone (`engine.client.ratelimit`).
+        rate_limit_deadline_s: How long one call may wait for the rate limit (paced, or retrying 429, 529 and
+            503 answers) before its row is an error.
         cache_identity: What the response and judge caches key this model's endpoint by in place of
             `base_url`: set for an embedded model once its server runs (its port changes every run; the
             identity names the model file's package, the llama-cpp-python release and the engine's server
@@ -307,6 +324,8 @@ class ModelConfig:
     structured_output: bool = False
     context_tokens: int | None = None
     base_urls: tuple[str, ...] = ()
+    rate_limit: RateLimit | None = None
+    rate_limit_deadline_s: float = 600.0
     cache_identity: str | None = None
 
 

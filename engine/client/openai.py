@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -23,7 +24,7 @@ from urllib.parse import quote
 import aiohttp
 
 from engine.base.jsontext import dumps_compact
-from engine.client import retry
+from engine.client import ratelimit, retry
 from engine.client.replicas import ReplicaSet
 from engine.client.response import (
     CallResult,
@@ -185,6 +186,10 @@ class OpenAIClient:
         self._redactors: dict[str, Redactor] = {}
         self._timeouts: dict[str, aiohttp.ClientTimeout] = {}
         self.retrying = 0   # calls waiting out a retry delay now (the progress display shows it)
+        self.rate_limited = 0   # calls paced now: waiting for the rate limit to let them go (shown too)
+        self._budgets: dict[str, ratelimit.Budget] = {}   # by endpoint and key (`ratelimit.budget_key`)
+        self._budget_of: dict[str, ratelimit.Budget] = {}   # by model name
+        self._key_digests = {name: ratelimit.key_digest(key) for name, key in api_keys.items()}
         self._headers: dict[str, dict[str, str]] = {}
         for name, key in api_keys.items():
             headers = {"Content-Type": "application/json", "Accept": "application/json"}
@@ -254,17 +259,32 @@ class OpenAIClient:
         limit = max(1, int(model.max_response_mb * 2**20))
         result = CallResult()
         retries = 0
+        transient = 0   # retries of errors other than a rate limit: `max_retries` bounds them
+        waits = 0   # waits after a rate limit or an overload: the deadline bounds them
         waited = 0.0
+        budget = self._budget(model)
+        cost = ratelimit.request_tokens(request.body)
+        deadline = time.monotonic() + model.rate_limit_deadline_s
         while True:
             # `timeout_s` bounds each try, as openai-python's timeout does; a try that runs out is
-            # retried like a connection error, so a call takes at most (max_retries + 1) tries.
+            # retried like a connection error, so a call takes at most (max_retries + 1) tries
+            # besides its rate-limit waits.
             failed: _Failed | None = None
+            ticket = budget.reserve(cost)
+            if ticket.wait > 0:
+                if time.monotonic() + ticket.wait > deadline:
+                    budget.cancel(ticket)
+                    result.error = retry.pacing_past_deadline(ticket.wait, model.rate_limit_deadline_s)
+                    break
+                waited += ticket.wait
+                await self._wait_for_limit(ticket.wait, budget, ticket)
             if replicas is not None:   # each try picks again: a retry lands on another replica
                 replica = replicas.acquire()
             url = request.url if replica is None else replica.url
             try:
                 async with asyncio.timeout(model.timeout_s):
-                    await self._once(url, request, payload, headers, timeout, model, result, redact, limit)
+                    await self._once(url, request, payload, headers, timeout, model, result, redact, limit,
+                                     functools.partial(budget.observe, ticket))
             except _Failed as caught:
                 failed = caught
             except TimeoutError as exc:
@@ -274,14 +294,28 @@ class OpenAIClient:
                     replicas.release(replica, failed=failed is not None and retry.replica_at_fault(failed.error))
             if failed is None:
                 break
-            if not failed.error.retryable or retries >= model.max_retries:
+            if retry.rate_limited(failed.error):   # a wait, for as long as the deadline allows
+                delay = retry.rate_limit_delay(failed.headers, waits)
+                if time.monotonic() + delay > deadline:
+                    result.error = retry.past_deadline(failed.error, model.rate_limit_deadline_s, delay)
+                    break
+                waits += 1
+                retries += 1
+                waited += delay
+                self.retrying += 1
+                try:
+                    await asyncio.sleep(delay)
+                finally:
+                    self.retrying -= 1
+                result = CallResult()   # each try starts afresh
+                continue
+            if not failed.error.retryable or transient >= model.max_retries:
                 result.error = failed.error
                 if failed.error.kind == "timeout":
                     result.truncated = True
                 break
-            delay = retry.retry_delay(failed.headers, retries)
-            if failed.error.status == 429:
-                waited += delay
+            delay = retry.retry_delay(failed.headers, transient)
+            transient += 1
             retries += 1
             self.retrying += 1
             try:
@@ -296,10 +330,35 @@ class OpenAIClient:
         _mask_result(result, redact)
         return result
 
+    def _budget(self, model: ModelConfig) -> ratelimit.Budget:
+        """The rate-limit budget the model's calls share with every entry on the same endpoint and key."""
+        found = self._budget_of.get(model.name)
+        if found is None:
+            key = ratelimit.budget_key(model, self._key_digests.get(model.name, "-"))
+            found = self._budgets.get(key)
+            if found is None:
+                found = self._budgets[key] = ratelimit.Budget()
+            found.declare(model.rate_limit)
+            self._budget_of[model.name] = found
+        return found
+
+    async def _wait_for_limit(self, delay: float, budget: ratelimit.Budget, ticket: ratelimit.Ticket) -> None:
+        """Sleep until the rate limit lets the ticket's call go, counted as paced; a cancelled wait gives it back."""
+        self.rate_limited += 1
+        try:
+            await asyncio.sleep(delay)
+        except asyncio.CancelledError:
+            budget.cancel(ticket)
+            raise
+        finally:
+            self.rate_limited -= 1
+
     async def _once(self, url: str, request: PreparedRequest, payload: bytes, headers: dict[str, str],
                     timeout: aiohttp.ClientTimeout, model: ModelConfig, result: CallResult, redact: Redactor,
-                    limit: int) -> None:
+                    limit: int, observe: Callable[[int, Mapping[str, str]], None] | None = None) -> None:
         """One try: send the request, read the reply into `result`; raise `_Failed` when it fails.
+
+        `observe` is told each reply's status and headers (the rate-limit budget reads them).
 
         Once the reply has started (`result.reply_started`), a failure is never retried (`retry.after_reply_started`).
         """
@@ -311,6 +370,8 @@ class OpenAIClient:
             # Redirects are refused: a 3xx is an error row naming where the endpoint moved (`retry.status_error`).
             async with session.post(url, data=payload, headers=headers, timeout=timeout,
                                     allow_redirects=False) as resp:
+                if observe is not None:
+                    observe(resp.status, resp.headers)
                 if resp.status >= 300:
                     # Read past the cut by a key's length, so the key is masked whole before the cut.
                     raw = await _read_at_most(resp, _ERROR_BODY_CHARS + redact.longest)

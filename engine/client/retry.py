@@ -15,7 +15,10 @@ The policy copies openai-python (`_base_client.py`, `_should_retry` / `_calculat
   4xx (408, 409 and 429 included) is the request's or the account's, and is retried on any replica;
 - the delay comes from the *current* response: `retry-after-ms`, else `retry-after` (seconds or an
   HTTP date) when 0 < delay <= 120 s, else `min(0.5 * 2**n, 8) * (1 - 0.25 * U)` with n the
-  retries already taken and U uniform in [0, 1).
+  retries already taken and U uniform in [0, 1);
+- a rate limit or an overload (429, 529, 503: `rate_limited`) is a wait, not an error: it is retried for
+  as long as the call's `rate_limit_deadline_s` allows, not `max_retries` times, and a server's delay is
+  honoured however long (`rate_limit_delay`) unless it ends past that deadline, when waiting is pointless.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ INITIAL_DELAY_S = 0.5
 MAX_DELAY_S = 8.0
 MAX_RETRY_AFTER_S = 120.0
 RETRYABLE_STATUSES = frozenset({408, 409, 429})
+RATE_LIMIT_STATUSES = frozenset({429, 503, 529})
 
 
 def should_retry_status(status: int, headers: Mapping[str, str]) -> bool:
@@ -170,6 +174,43 @@ def retry_delay(headers: Mapping[str, str] | None, retries_taken: int, rng: rand
             return server_delay
     jitter = 1 - 0.25 * (rng or random).random()
     return min(INITIAL_DELAY_S * 2.0 ** retries_taken, MAX_DELAY_S) * jitter
+
+
+def rate_limited(error: ClientError) -> bool:
+    """Whether a failed try was told to wait (a rate limit, an overload), which its deadline bounds, not a count."""
+    return error.retryable and error.status in RATE_LIMIT_STATUSES
+
+
+def rate_limit_delay(headers: Mapping[str, str] | None, waits_taken: int, rng: random.Random | None = None) -> float:
+    """Seconds to wait before retrying a rate-limited try: the server's delay, however long, else the backoff.
+
+    The caller compares it with what is left of the call's deadline (`past_deadline`).
+
+    Args:
+        headers: Headers of the response that failed.
+        waits_taken: How many rate-limit waits this call has already made.
+        rng: Random source for the jitter (tests pass a seeded one).
+    """
+    server_delay = _server_delay(headers) if headers is not None else None
+    if server_delay is not None and server_delay > 0:
+        return server_delay
+    return min(INITIAL_DELAY_S * 2.0 ** min(waits_taken, 16), MAX_DELAY_S) * (1 - 0.25 * (rng or random).random())
+
+
+def past_deadline(error: ClientError, deadline_s: float, delay_s: float) -> ClientError:
+    """A rate-limited try whose next wait would pass the call's deadline: the row's error, saying so."""
+    return type(error)(f"{error}; still rate limited: the next wait ({delay_s:.0f} s) would pass "
+                       f"rate_limit_deadline_s ({deadline_s:g} s, models.yaml), the most one call waits for a "
+                       "rate limit: raise it, or lower the run's demand (fewer models on one key, a lower max_tokens)",
+                       kind=error.kind, retryable=False, status=error.status)
+
+
+def pacing_past_deadline(wait_s: float, deadline_s: float) -> ClientError:
+    """The rate limit would let a call go only after its deadline: an error row, nothing sent."""
+    return ClientError(f"the rate limit lets this call go only in {wait_s:.0f} s, past rate_limit_deadline_s "
+                       f"({deadline_s:g} s, models.yaml), the most one call waits for a rate limit: raise it, "
+                       "or lower the run's demand (fewer models on one key, a lower max_tokens)",
+                       kind="rate_limit", retryable=False)
 
 
 def _server_delay(headers: Mapping[str, str]) -> float | None:

@@ -18,6 +18,11 @@ def _tokens_per_s(stats: RunStats, elapsed: float) -> str:
     return f"{stats.completion_tokens / elapsed:.0f} tok/s" if stats.token_rows else "tok/s -"
 
 
+def _paced(stats: RunStats) -> str:
+    """The calls the rate limit holds back now, when there are any."""
+    return f", {stats.rate_limited} paced to the rate limit" if stats.rate_limited else ""
+
+
 def _line(stats: RunStats) -> str:
     elapsed = max(1e-9, time.monotonic() - stats.started)
     scored = stats.done - stats.errors
@@ -26,7 +31,8 @@ def _line(stats: RunStats) -> str:
     left = stats.total - stats.done
     eta = f"{left / speed:.0f}s" if speed > 0 and left > 0 else "-"
     return (f"{stats.done}/{stats.total} done, pass {rate}, errors {stats.errors}, retries {stats.retries} "
-            f"({stats.retrying} waiting), in flight {stats.in_flight}, {_tokens_per_s(stats, elapsed)}, eta {eta}")
+            f"({stats.retrying} waiting{_paced(stats)}), in flight {stats.in_flight}, {_tokens_per_s(stats, elapsed)}, "
+            f"eta {eta}")
 
 
 class Progress:
@@ -65,7 +71,8 @@ class Progress:
             elapsed = max(1e-9, time.monotonic() - stats.started)
             scored = stats.done - stats.errors
             rate = f"{100.0 * stats.passed / scored:.1f}%" if scored else "-"
-            info = (f"pass {rate}  errors {stats.errors}  retries {stats.retries} ({stats.retrying} waiting)  "
+            info = (f"pass {rate}  errors {stats.errors}  retries {stats.retries} ({stats.retrying} waiting"
+                    f"{_paced(stats)})  "
                     f"in flight {stats.in_flight}  "
                     f"{_tokens_per_s(stats, elapsed)}")
             self._bar.update(self._task, completed=stats.done, total=stats.total, info=info)

@@ -67,6 +67,7 @@ class RunStats:
     token_rows: int = 0                  # rows whose server reported token counts (llama.cpp streams none)
     in_flight: int = 0
     retrying: int = 0                    # calls in flight that are waiting to retry
+    rate_limited: int = 0                # calls paced: waiting for the rate limit to let them go
     spend: float = 0.0
     started: float = field(default_factory=time.monotonic)
     stopped: str | None = None           # None | "interrupted" | "budget" | "storage"

@@ -354,4 +354,5 @@ class Runner:
         self.writer.maybe_flush()
         if self.on_progress is not None:
             self.stats.retrying = self._client.retrying if self._client is not None else 0
+            self.stats.rate_limited = self._client.rate_limited if self._client is not None else 0
             self.on_progress(self.stats)

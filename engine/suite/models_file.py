@@ -12,7 +12,7 @@ from typing import Any
 
 from engine.base.yaml import FileKind, load_yaml_file
 from engine.errors import Diagnostic
-from engine.model import ModelConfig
+from engine.model import ModelConfig, RateLimit
 from engine.redact import looks_like_key, secret_query_names
 from engine.suite.schema import validate
 
@@ -159,7 +159,17 @@ def _config(name: str, spec: dict[str, Any]) -> ModelConfig:
         structured_output=bool(spec.get("structured_output", False)),
         context_tokens=_int_or_none(spec.get("context_tokens")),
         base_urls=base_urls,
+        rate_limit=_rate_limit(spec.get("rate_limit")),
+        rate_limit_deadline_s=float(spec.get("rate_limit_deadline_s", 600.0)),
     )
+
+
+def _rate_limit(spec: Any) -> RateLimit | None:
+    """A declared `rate_limit:` (the schema has checked its shape), or None."""
+    if not spec:
+        return None
+    return RateLimit(requests_per_minute=_float_or_none(spec.get("requests_per_minute")),
+                     tokens_per_minute=_float_or_none(spec.get("tokens_per_minute")))
 
 
 def _float_or_none(value: Any) -> float | None:

@@ -369,6 +369,20 @@ _MODEL = {
                       "description": "Replicas serving the same model (instead of base_url): calls go to the one "
                                      "with the fewest in flight, a failing one is skipped for a cool-down.",
                       "examples": [["http://10.0.0.1:8000/v1", "http://10.0.0.2:8000/v1"]]},
+        "rate_limit": {"type": "object", "title": "rate limit", "additionalProperties": False, "minProperties": 1,
+                       "description": "The provider's limits on this endpoint and key, for providers that publish "
+                                      "no rate-limit headers: calls are paced to them, shared by every entry with "
+                                      "the same base_url and key (see docs/running.md, Rate limits).",
+                       "properties": {
+                           "requests_per_minute": {"type": "number", "exclusiveMinimum": 0, "maximum": 10**9,
+                                                   "description": "Requests a minute."},
+                           "tokens_per_minute": {"type": "number", "exclusiveMinimum": 0, "maximum": 10**12,
+                                                 "description": "Tokens a minute (prompt and max_tokens)."}},
+                       "examples": [{"requests_per_minute": 500, "tokens_per_minute": 200000}]},
+        "rate_limit_deadline_s": {"type": "number", "exclusiveMinimum": 0, "maximum": 7 * 86400,
+                                  "description": "How long one call may wait for the rate limit, in seconds "
+                                                 "(default 600): paced, or retrying 429, 529 and 503 answers; "
+                                                 "past it the row is an error."},
         "context_tokens": {"type": "integer", "minimum": 1, "maximum": 2**31 - 1,
                            "description": "The model's context in tokens, prompt and reply together: agent "
                                           "conversations that outgrow it are trimmed, oldest tool outputs first.",

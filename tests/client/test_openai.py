@@ -111,9 +111,9 @@ async def test_500_then_success(fake_openai: FakeOpenAI) -> None:
 
 
 async def test_retries_are_bounded(fake_openai: FakeOpenAI) -> None:
-    fake_openai.script(*[Reply(fault="http_503", retry_after_ms="5")] * 5)
+    fake_openai.script(*[Reply(fault="http_502", retry_after_ms="5")] * 5)
     result = await call(fake_openai, max_retries=2)
-    assert result.error is not None and result.error.kind == "http_503"
+    assert result.error is not None and result.error.kind == "http_502"
     assert result.retries == 2 and len(fake_openai.requests) == 3
 
 
