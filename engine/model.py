@@ -278,7 +278,8 @@ class ModelConfig:
         api_key_header: Send the key in this header (`api-key`, Azure OpenAI) instead of `Authorization: Bearer`.
         api_key_query: Send the key as this query parameter (`key`) of every request instead of a header.
         concurrency: Calls in flight at most for this model.
-        timeout_s: Time limit of each try; a timed-out try is retried (at most max_retries times).
+        timeout_s: Time limit of each try; a try timed out before its reply started is retried (at most
+            max_retries times), one whose reply was still arriving is not (engine.client.retry).
         connect_timeout_s: Time limit of opening a connection (the TCP connect, and TLS), within `timeout_s`:
             an unreachable host fails fast and the try is retried.
         max_retries: Retries after the first try.

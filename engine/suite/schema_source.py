@@ -336,7 +336,8 @@ _MODEL = {
                         "description": "Calls in flight at most (default 8)."},
         "timeout_s": {"type": "number", "exclusiveMinimum": 0, "maximum": MAX_TIMEOUT_S,
                       "description": "Time limit of each try, in seconds (default 120); a try that runs out "
-                                     "is retried, so a call takes at most (max_retries + 1) tries."},
+                                     "before its reply started is retried (at most max_retries times), one "
+                                     "whose reply was still arriving is an error row keeping the partial answer."},
         "connect_timeout_s": {"type": "number", "exclusiveMinimum": 0, "maximum": MAX_TIMEOUT_S,
                               "description": "Time limit of opening a connection (TCP connect and TLS), in seconds "
                                              "(default 10), within timeout_s: an unreachable host fails fast and "
