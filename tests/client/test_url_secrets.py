@@ -108,7 +108,7 @@ def test_no_secret_reaches_the_run_folder_or_the_output_when_the_server_echoes_t
     assert "&key=***" in rows.loc["google", "error_message"]
     # The requests carried them: the key in the header or the query, the api-version in the path.
     assert f"/v1/chat/completions?api-version=2024-06-01&key={API_KEY}" in fake_openai.paths
-    texts = [out, warned.stdout + warned.stderr, rows.to_json(date_format="iso"), *(p.read_bytes().decode("utf-8", "replace") for p in run_dir.rglob("*")
-                                    if p.is_file())]
+    files = [p.read_bytes().decode("utf-8", "replace") for p in run_dir.rglob("*") if p.is_file()]
+    texts = [out, warned.stdout + warned.stderr, rows.to_json(date_format="iso"), *files]
     for form in _secret_forms():
         assert not any(form in text for text in texts), form
