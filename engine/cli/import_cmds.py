@@ -1,5 +1,5 @@
-"""`engine import bfcl` (BFCL questions + possible answers) and `engine import promptfoo` (a promptfoo config):
-YAML suites.
+"""`engine import bfcl` (BFCL questions + possible answers), `engine import ifeval` (IFEval's input JSONL) and
+`engine import promptfoo` (a promptfoo config): YAML suites.
 
 (`engine import humaneval` lives in import_humaneval.py.)
 """
@@ -36,6 +36,24 @@ def import_bfcl_cmd(
         parts = sorted(first.parent.glob(f"{first.stem}_part*.yaml"))
         extra = f" (+{len(parts)} part file(s) for clashing tool definitions)" if parts else ""
         typer.echo(f"wrote {first}{extra}")
+
+
+@import_app.command("ifeval")
+def import_ifeval_cmd(
+    source: Annotated[Path, typer.Argument(help="IFEval's input_data.jsonl (prompt, instruction_id_list, kwargs).")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Folder to write the suite to.")] = Path("suites/ifeval"),
+    loose: Annotated[bool, typer.Option("--loose", help="Score by IFEval's loose mode.")] = False,
+    limit: Annotated[int | None, typer.Option("--limit", min=1, help="Import only the first N prompts.")] = None,
+) -> None:
+    """Turn IFEval prompts into a suite: one test per prompt, one `ifeval` check per instruction under `all`."""
+    from engine.importers.ifeval import import_ifeval
+
+    try:
+        path = import_ifeval(source, out, loose=loose, limit=limit)
+    except (FileNotFoundError, ValueError) as exc:
+        typer.echo(f"engine import ifeval: error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    typer.echo(f"wrote {path}")
 
 
 @import_app.command("promptfoo")

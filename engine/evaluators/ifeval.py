@@ -87,17 +87,26 @@ def count_words(text: str) -> int:
 # line breaks alone never end one. After a title, an initial, another abbreviation or an ellipsis, a sentence
 # ends only before a capitalised common word (punkt's orthographic evidence: a name after "Dr." or "J." does not
 # start a sentence, "The" does); after a number, only before a word that is not lower case.
-_TITLES = frozenset("mr mrs ms dr prof st jr sr gen col lt sgt capt rev hon sen rep gov mt ft messrs".split())
-_ABBREVIATIONS = frozenset(
-    "etc inc ltd co corp vs cf al approx dept est fig jan feb mar apr jun jul aug sep sept oct nov dec "
-    "no vol pp ed eds e.g i.e u.s u.k a.m p.m u.n ph.d".split())
-_COMMON = frozenset(
-    "a an the this that these those it its i we you he she they there here my our your his her their "
-    "let's let if when while as at in on for from to by with of after before during since until so but and "
-    "or nor yet also then thus however therefore moreover furthermore finally first second third next last "
-    "please do don't does is are was were be been being have has had will would can could should may might "
-    "must not no yes what which who whom whose why how where all any each every some many most more few one "
-    "two three other another such both either neither overall instead now today remember note just".split())
+_TITLES = frozenset([
+    "mr", "mrs", "ms", "dr", "prof", "st", "jr", "sr", "gen", "col", "lt", "sgt", "capt", "rev", "hon", "sen",
+    "rep", "gov", "mt", "ft", "messrs",
+])
+_ABBREVIATIONS = frozenset([
+    "etc", "inc", "ltd", "co", "corp", "vs", "cf", "al", "approx", "dept", "est", "fig", "jan", "feb", "mar", "apr",
+    "jun", "jul", "aug", "sep", "sept", "oct", "nov", "dec", "no", "vol", "pp", "ed", "eds", "e.g", "i.e", "u.s",
+    "u.k", "a.m", "p.m", "u.n", "ph.d",
+])
+_COMMON = frozenset([
+    "a", "an", "the", "this", "that", "these", "those", "it", "its", "i", "we", "you", "he", "she", "they", "there",
+    "here", "my", "our", "your", "his", "her", "their", "let's", "let", "if", "when", "while", "as", "at", "in",
+    "on", "for", "from", "to", "by", "with", "of", "after", "before", "during", "since", "until", "so", "but",
+    "and", "or", "nor", "yet", "also", "then", "thus", "however", "therefore", "moreover", "furthermore", "finally",
+    "first", "second", "third", "next", "last", "please", "do", "don't", "does", "is", "are", "was", "were", "be",
+    "been", "being", "have", "has", "had", "will", "would", "can", "could", "should", "may", "might", "must", "not",
+    "no", "yes", "what", "which", "who", "whom", "whose", "why", "how", "where", "all", "any", "each", "every",
+    "some", "many", "most", "more", "few", "one", "two", "three", "other", "another", "such", "both", "either",
+    "neither", "overall", "instead", "now", "today", "remember", "note", "just",
+])
 _CANDIDATE = re.compile(r"[.?!…]+[\"'”’)\]}*]*(?=\s|$)")
 _NEXT_TOKEN = re.compile(r"\s+[\"'“‘(\[{*_]*(\S+)")
 
@@ -162,7 +171,7 @@ def detect_language(text: str) -> str | None:
         EvaluatorConfigError: when langdetect is not installed.
     """
     try:
-        import langdetect  # noqa: PLC0415 (its profiles load on first use, only for the language checks)
+        import langdetect
     except ImportError:
         raise _fail("the language checks need langdetect: pip install langdetect") from None
     with _DETECTOR_LOCK:

@@ -233,7 +233,8 @@ def check_pattern(pattern: str, flags: str = "") -> tuple[str | None, str | None
             return f"{what} is not supported by RE2, the engine's linear-time regex engine: {fix}", None
         if op in (_OPCODES.MAX_REPEAT, _OPCODES.MIN_REPEAT) and arg[1] is not _OPCODES.MAXREPEAT \
                 and arg[1] > _MAX_RE2_REPEAT:
-            return f"RE2 allows repeat counts up to {{{_MAX_RE2_REPEAT}}}, got {{{arg[1]}}}: use + or a smaller count", None
+            return (f"RE2 allows repeat counts up to {{{_MAX_RE2_REPEAT}}}, got {{{arg[1]}}}: use + or a smaller "
+                    "count"), None
     try:
         re2.compile(_re2_source(pattern, flags), _RE2_OPTIONS)
     except re2.error as exc:
