@@ -20,6 +20,7 @@ from engine.base.yaml import Positions
 from engine.errors import Diagnostic
 from engine.evaluators.base import COMMON_KEYS
 from engine.paths import data_dir
+from engine.redact import mask_url
 
 __all__ = ["SCHEMA_DIR", "describe_value", "did_you_mean", "load_schema", "validate", "validator"]
 
@@ -303,9 +304,10 @@ class _Mapper:
         if name == "flags":
             return [(path, False, (f"'flags' may only use the letters i, m, s, x, but it is "
                                   f"{describe_value(error.instance)}"))]
-        if name == "base_url" or name.startswith("base_urls["):
+        if name == "base_url" or name.startswith("base_urls["):   # shown with its userinfo and query values masked
+            shown = mask_url(error.instance) if isinstance(error.instance, str) else error.instance
             return [(path, False, (f"'{name}' must start with http:// or https://, but it is "
-                                  f"{describe_value(error.instance)}"))]
+                                  f"{describe_value(shown)}"))]
         if isinstance(error.instance, str) and error.schema.get("pattern", "").startswith("^[A-Za-z"):
             return [(path, False, (f"'{name}' may only use letters, digits and _ . - (no spaces), but it is "
                                   f"{describe_value(error.instance)}"))]

@@ -37,3 +37,9 @@ def test_key_places_are_read_and_checked(tmp_path: Path) -> None:
     assert [p.severity for p in problems] == ["error"] and "both" in problems[0].message
     _, problems = _load(tmp_path, "    base_url: http://h/v1\n    api_key_env: K\n    api_key_header: \"a b\"\n")
     assert [p.severity for p in problems] == ["error"] and problems[0].line == 5
+
+
+def test_a_refused_base_url_is_shown_without_its_credentials(tmp_path: Path) -> None:
+    _, problems = _load(tmp_path, f"    base_url: \"ftp://u:pw-{SECRET}@h/v1?key={SECRET}\"\n")
+    (error,) = problems
+    assert error.severity == "error" and "must start with http://" in error.message and SECRET not in str(error)
