@@ -4,7 +4,10 @@ A suite author who fixes a golden or an evaluator sees the effect for free: the 
 the same answers with new verdicts, and `engine diff OLD NEW` shows the flips.
 
 Rows without an answer (a failed call) are copied unchanged; rows whose test is no longer in the
-suites are copied unchanged and counted. The new folder is written with pyarrow and the results
+suites are copied unchanged and counted, as are workspace test rows: their checks read the final
+workspace, which is gone once the row is written ("not rescorable: the workspace is gone"), so they
+never count as changed. Record evaluators (`latency_s`, `cost`, ...) read the stored row's record
+(`engine.results.rows.record_of`), as the run did. The new folder is written with pyarrow and the results
 schema (part file via temporary file + rename, `_manifest.json` last, as `engine.results.writer` does),
 without a journal: nothing in it can be resumed. `results/latest` is left alone.
 
@@ -63,13 +66,15 @@ def _rescore_row(row: dict[str, Any], test: Test, run_id: str, caller: Any = Non
     from engine.agent.stored import transcript_of_row
     from engine.evaluators import score
     from engine.evaluators.scoring import context
-    from engine.results.rows import evaluator_nodes, judge_columns
+    from engine.results.rows import evaluator_nodes, judge_columns, record_of
 
     transcript = transcript_of_row(row)
+    record = record_of(row)
     if transcript is None:
-        verdict = score(test, _answer_of(row), context(test, caller=caller))
+        verdict = score(test, _answer_of(row), context(test, caller=caller, record=record))
     else:   # an agent row: the final answer, with the stored conversation for trajectory evaluators
-        verdict = score(test, transcript.answer(), context(test, transcript=transcript, caller=caller))
+        verdict = score(test, transcript.answer(), context(test, transcript=transcript, caller=caller,
+                                                           record=record))
     nodes, isolation = evaluator_nodes(verdict)
     out = dict(row)
     out.update(run_id=run_id, test_hash=test.hash, threshold=test.threshold, evaluators=nodes, isolation=isolation,
@@ -148,6 +153,7 @@ def rescore_run(results: Path, suites: Sequence[Path], *, out_parent: Path | Non
     outcome = RescoreOutcome(folder=folder, run_id=run_id,
                              messages=[str(d) for d in diagnostics if d.severity != "error"])
     missing: set[tuple[str, str, int, str]] = set()
+    gone = 0
     rows = []
     for row in table.select([c for c in SCHEMA.names]).to_pylist():
         key = (str(row["suite"]), str(row["test_id"]), -1 if row["case_index"] is None else int(row["case_index"]),
@@ -159,12 +165,20 @@ def rescore_run(results: Path, suites: Sequence[Path], *, out_parent: Path | Non
             rows.append(dict(row, run_id=run_id))
             outcome.unchanged += 1
             continue
+        if test.workspace is not None or row.get("workspace_files") is not None:
+            gone += 1   # its checks read the final workspace, deleted when the row was written
+            rows.append(dict(row, run_id=run_id))
+            outcome.unchanged += 1
+            continue
         new = _rescore_row(row, test, run_id, caller)
         outcome.rescored += 1
         outcome.flipped += int(new["passed"] != row.get("passed"))
         rows.append(new)
     if cache is not None:
         cache.close()
+    if gone:
+        outcome.messages.append(f"{gone} workspace test row(s) not rescorable: the workspace is gone; copied "
+                                "unchanged (run them again with `engine run` to score them anew)")
     if missing:
         shown = ", ".join(f"{s}/{t}" + (f"#{c}" if c >= 0 else "") + (f"@{v}" if v else "")
                           for s, t, c, v in sorted(missing)[:10])

@@ -15,9 +15,15 @@ TYPE_WORDS = {"string": "text", "integer": "a whole number", "number": "a number
 
 
 def did_you_mean(word: str, choices: Iterable[str]) -> str | None:
-    """The closest of `choices` to `word`, or None when nothing is close."""
-    found = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
-    return found[0] if found else None
+    """The closest of `choices` to `word`, or None when nothing is near: a typo or a missing suffix
+    (`containz`, `latency` -> `latency_s`), or the same letters swapped (`nto` -> `not`); never a word that
+    merely shares a few letters (`latency` is not `any`)."""
+    options = list(choices)
+    found = difflib.get_close_matches(word, options, n=1, cutoff=0.75)
+    if found:
+        return found[0]
+    swapped = [choice for choice in options if len(choice) == len(word) and sorted(choice) == sorted(word)]
+    return swapped[0] if swapped else None
 
 
 def short(value: Any, limit: int = 60) -> str:

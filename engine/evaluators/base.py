@@ -38,6 +38,7 @@ __all__ = [
     "JudgeCaller",
     "JudgeReply",
     "Kind",
+    "Record",
     "Scorer",
     "ScoringContext",
     "check_regex",
@@ -64,6 +65,43 @@ COMMON_KEYS: tuple[str, ...] = tuple(COMMON_OPTIONS)
 REGEX_FLAGS: dict[str, re.RegexFlag] = {"i": re.IGNORECASE, "m": re.MULTILINE, "s": re.DOTALL, "x": re.VERBOSE}
 
 
+@dataclass(frozen=True, slots=True)
+class Record:
+    """What the run recorded of a test's model call(s): the facts no answer text holds, for the record kinds.
+
+    Built from the results row (`engine.results.rows.record_of`), by the run and by `engine rescore` alike,
+    so both score the same facts. An agent test's row sums its calls (tokens, cost), times the whole
+    conversation (`latency_s`) and keeps the first call's TTFTs. None means the run did not measure it.
+
+    Args:
+        asked_model: The model id sent in the request.
+        served_model: The model the server said answered (the last call's), or None.
+        fallback: Another model answered (any call); None when the server named no model.
+        finish_reason: The (last) reply's finish reason.
+        truncated: A reply was cut short (finish reason `length`, or a stream that ended early).
+        prompt_tokens: Input tokens over every call.
+        completion_tokens: Output tokens over every call.
+        latency_s: Seconds the call (or conversation) took.
+        ttft_provider_s: Seconds to the reply's first byte.
+        ttft_visible_s: Seconds to the first visible token or tool call (streamed replies only).
+        cost: The priced cost in dollars (0 when the response cache answered).
+        cached: The response cache answered: nothing was timed or paid.
+    """
+
+    asked_model: str | None = None
+    served_model: str | None = None
+    fallback: bool | None = None
+    finish_reason: str | None = None
+    truncated: bool = False
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    latency_s: float | None = None
+    ttft_provider_s: float | None = None
+    ttft_visible_s: float | None = None
+    cost: float | None = None
+    cached: bool = False
+
+
 class ScoringContext(NamedTuple):
     """What a scorer may know besides the answer (immutable; a named tuple because one is built per answer).
 
@@ -76,6 +114,8 @@ class ScoringContext(NamedTuple):
             the run's client, caps, retries, budget and judge cache (None where no model may be called:
             the golden check).
         workspace: A workspace test's final workspace (`engine.workspace.Workspace`), for `workspace_check`.
+        record: What the run recorded of the call(s), for the record kinds (`latency_s`, `cost`, ...);
+            None where nothing ran (the golden self-check): those kinds then say they need a run.
     """
 
     test: Test
@@ -83,6 +123,7 @@ class ScoringContext(NamedTuple):
     transcript: Any = None
     caller: Any = None
     workspace: Any = None
+    record: Record | None = None
 
 
 class JudgeReply(NamedTuple):

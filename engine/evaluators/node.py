@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engine.base.render import TemplateSyntaxError, UndefinedError, is_template, render_value
-from engine.base.words import short
+from engine.base.words import did_you_mean, short
 from engine.errors import EvaluatorConfigError
 from engine.evaluators.base import COMMON_KEYS, Kind, Scorer
 from engine.evaluators.registry import COMPOSITIONS, KINDS
@@ -98,9 +98,11 @@ def node_kind(spec: Mapping[str, Any]) -> str:
     if len(kinds) == 1:
         return str(kinds[0])
     if not kinds:
-        unknown = [k for k in spec if k not in COMMON_KEYS]
-        raise EvaluatorConfigError(f"unknown evaluator {', '.join(map(repr, unknown)) or '(empty mapping)'}; "
-                                   f"known: {', '.join(sorted(KINDS))}")
+        unknown = [str(k) for k in spec if k not in COMMON_KEYS]
+        guess = did_you_mean(unknown[0], KINDS) if len(unknown) == 1 else None
+        hint = (f"did you mean '{guess}'?" if guess
+                else "docs/evaluators.md and `engine schema` list every kind")
+        raise EvaluatorConfigError(f"unknown evaluator {', '.join(map(repr, unknown)) or '(empty mapping)'}; {hint}")
     raise EvaluatorConfigError(f"one evaluator per mapping, found {', '.join(map(repr, kinds))}; "
                                "wrap several in `all: [...]`")
 

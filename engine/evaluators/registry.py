@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from engine.evaluators import compose, ifeval, json_eval, judge, similar, text, tool_call, trajectory, workspace_check
 from engine.evaluators import exec as exec_family
+from engine.evaluators import python_scorer, record
 from engine.evaluators.base import Kind
 
 __all__ = ["COMPOSITIONS", "KINDS"]
@@ -48,8 +49,22 @@ KINDS: dict[str, Kind] = {
     "parallel": trajectory.PARALLEL,
     "final_answer": trajectory.FINAL_ANSWER,
     "state": trajectory.STATE,
+    # the run's record: how a conversation ended, the served model, usage, budgets, counts (record.py)
+    "outcome": record.OUTCOME,
+    "no_fallback": record.NO_FALLBACK,
+    "not_truncated": record.NOT_TRUNCATED,
+    "usage_reported": record.USAGE_REPORTED,
+    "latency_s": record.LATENCY_S,
+    "ttft_s": record.TTFT_S,
+    "tokens": record.TOKENS,
+    "cost": record.COST,
+    "calls": record.CALLS,
+    "prose_turns": record.PROSE_TURNS,
+    "bad_arguments": record.BAD_ARGUMENTS,
+    "invented_tools": record.INVENTED_TOOLS,
     # code
     "exec": exec_family.EXEC,
+    "python": python_scorer.PYTHON,
     # workspace tests: a hidden command in the final workspace (engine.workspace)
     "workspace_check": workspace_check.WORKSPACE_CHECK,
     # model-graded (await a model call through ScoringContext.caller)

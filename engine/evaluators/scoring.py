@@ -16,7 +16,7 @@ from typing import Any
 from engine.base.render import TemplateSyntaxError, UndefinedError
 from engine.errors import EvaluatorConfigError
 from engine.evaluators import subtree
-from engine.evaluators.base import ScoringContext, error
+from engine.evaluators.base import Record, ScoringContext, error
 from engine.evaluators.compose import combine, finish
 from engine.evaluators.node import Node, compile_spec
 from engine.model import Answer, Test, Verdict
@@ -38,10 +38,11 @@ def evaluator_of(test: Test) -> Node | None:
     return compile_spec(test.eval, variables)
 
 
-def context(test: Test, *, transcript: Any = None, caller: Any = None, workspace: Any = None) -> ScoringContext:
+def context(test: Test, *, transcript: Any = None, caller: Any = None, workspace: Any = None,
+            record: Record | None = None) -> ScoringContext:
     """The context scorers see for `test`."""
     return ScoringContext(test=test, variables=test.variables, transcript=transcript, caller=caller,
-                          workspace=workspace)
+                          workspace=workspace, record=record)
 
 
 def score(test: Test, answer: Answer, ctx: ScoringContext | None = None) -> Verdict:

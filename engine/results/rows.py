@@ -14,6 +14,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from engine.evaluators.base import Record
 from engine.model import ModelConfig, Test, Verdict, cost_of
 from engine.results.version import SCHEMA_VERSION
 
@@ -148,21 +149,7 @@ def build_row(*, run_id: str, model: ModelConfig, test: Test, attempt: int, requ
         started_us: Start time, microseconds since the epoch (UTC).
         ended_us: End time, microseconds since the epoch (UTC).
     """
-    error_kind = error_message = None
-    score = passed = None
-    evaluators: list[dict[str, Any]] = []
-    isolation = None
-    if result.error is not None:
-        error_kind, error_message = result.error.kind, str(result.error)
-    elif evaluator_error is not None:
-        error_kind, error_message = "evaluator", evaluator_error
     messages_json, golden_json = test.messages_json, test.golden_json   # each computed once per Test
-    if verdict is not None:
-        evaluators, isolation = evaluator_nodes(verdict)
-        if error_kind is None:
-            score = float(verdict.score)
-            # score() already applied the test threshold, node thresholds and `must` gates at the root.
-            passed = bool(verdict.passed)
     row: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
         "run_id": run_id,
@@ -199,13 +186,13 @@ def build_row(*, run_id: str, model: ModelConfig, test: Test, attempt: int, requ
         "rate_limit_wait_s": result.rate_limit_wait_s,
         "truncated": result.truncated,
         "cost": row_cost(model, result),
-        "score": score,
-        "passed": passed,
+        "score": None,
+        "passed": None,
         "threshold": test.threshold,
-        "error_kind": error_kind,
-        "error_message": error_message,
-        "evaluators": evaluators,
-        "isolation": isolation,
+        "error_kind": None if result.error is None else result.error.kind,
+        "error_message": None if result.error is None else str(result.error),
+        "evaluators": [],
+        "isolation": None,
         "notes": "; ".join(result.notes) if result.notes else None,
         "started_at": started_us,
         "ended_at": ended_us,
@@ -213,14 +200,46 @@ def build_row(*, run_id: str, model: ModelConfig, test: Test, attempt: int, requ
         "variant": test.variant,
         "cached": result.cached,
     }
-    # A verdict without a model-graded node has no judge figures to sum: its judge columns, like the agent and
-    # trimming ones (`build_agent_row` adds those), are left out (SINGLE_TURN_NULLS), so the writer's narrow read
-    # takes its row (writer.table_from_json_lines). A leaf without details cannot hold one: no walk for it.
-    if verdict is not None and (verdict.children or verdict.details):
+    if verdict is not None or evaluator_error is not None:
+        set_verdict(row, verdict, evaluator_error)
+    return row
+
+
+def set_verdict(row: dict[str, Any], verdict: Verdict | None, evaluator_error: str | None) -> None:
+    """Put the verdict on a row built without one (the runner builds the row, scores with its record, then this).
+
+    Args:
+        row: A row from `build_row` or `build_agent_row`, verdict columns empty.
+        verdict: The evaluation, or None when the call failed or scoring crashed.
+        evaluator_error: A message when scoring crashed or returned an error verdict.
+    """
+    call_failed = row["error_kind"] is not None and row["error_kind"] != "evaluator"
+    if not call_failed and evaluator_error is not None:
+        row["error_kind"], row["error_message"] = "evaluator", evaluator_error
+    if verdict is None:
+        return
+    row["evaluators"], row["isolation"] = evaluator_nodes(verdict)
+    if row["error_kind"] is None:
+        # score() already applied the test threshold, node thresholds and `must` gates at the root.
+        row["score"], row["passed"] = float(verdict.score), bool(verdict.passed)
+    # A verdict without a model-graded node has no judge figures to sum: a single-turn row leaves its judge
+    # columns out (SINGLE_TURN_NULLS), so the writer's narrow read takes it (writer.table_from_json_lines). A
+    # leaf without details cannot hold one: no walk for it.
+    if verdict.children or verdict.details:
         judged = judge_columns(verdict)
         if judged != _NO_JUDGE:
             row.update(judged)
-    return row
+
+
+def record_of(row: Mapping[str, Any]) -> Record:
+    """What the row recorded of its call(s), for the record evaluators: the run and `engine rescore` both
+    score from this, so they read the same facts."""
+    return Record(asked_model=row.get("model_id"), served_model=row.get("served_model"),
+                  fallback=row.get("fallback"), finish_reason=row.get("finish_reason"),
+                  truncated=bool(row.get("truncated")), prompt_tokens=row.get("prompt_tokens"),
+                  completion_tokens=row.get("completion_tokens"), latency_s=row.get("latency_s"),
+                  ttft_provider_s=row.get("ttft_provider_s"), ttft_visible_s=row.get("ttft_visible_s"),
+                  cost=row.get("cost"), cached=bool(row.get("cached")))
 
 
 def row_cost(model: ModelConfig, result: CallResult) -> float | None:

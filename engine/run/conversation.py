@@ -31,10 +31,11 @@ from engine.agent.transcript import Transcript
 from engine.client.openai import CallResult, OpenAIClient, RequestSettings, prepare
 from engine.errors import ClientError, ConfigError
 from engine.evaluators import score_async
+from engine.evaluators.base import Record
 from engine.evaluators.scoring import context
 from engine.local.registry import GOLDEN
 from engine.model import Answer, ModelConfig, Test, Verdict, cost_of
-from engine.results.rows import build_agent_row
+from engine.results.rows import build_agent_row, record_of, set_verdict
 from engine.workspace.tools import bind_tools
 from engine.workspace.workspace import Workspace, WorkspaceError
 
@@ -122,13 +123,12 @@ async def run_agent_job(*, client: OpenAIClient, model: ModelConfig, test: Test,
                                             state=test.initial_state, asked_model=model.model, budget=budget)
         if isinstance(inner, OpenAICaller) and inner.last_request is not None:
             request = inner.last_request
-        verdict, evaluator_error = None, None
-        if transcript.outcome != "error":
-            verdict, evaluator_error = await _score(test, transcript, score_blocking, caller, workspace)
         row = build_agent_row(run_id=run_id, model=model, test=test, attempt=attempt, request=request,
-                              transcript=transcript, replies=recorder.replies, verdict=verdict,
-                              evaluator_error=evaluator_error, started_us=started_us,
+                              transcript=transcript, replies=recorder.replies, verdict=None,
+                              evaluator_error=None, started_us=started_us,
                               ended_us=time.time_ns() // 1000, trims=trim_counts(budget))
+        if transcript.outcome != "error":
+            set_verdict(row, *await _score(test, transcript, score_blocking, caller, workspace, record_of(row)))
         if workspace is not None:
             row["workspace_files"], row["workspace_diff"] = await asyncio.to_thread(_final_state, workspace)
             row["failed_commands"], row["refused_paths"] = transcript.failed_commands, transcript.refused_paths
@@ -144,10 +144,11 @@ def _final_state(workspace: Workspace) -> tuple[list[str], str]:
 
 
 async def _score(test: Test, transcript: Transcript, score_blocking: Callable[..., Any], caller: Any = None,
-                 workspace: Workspace | None = None) -> tuple[Verdict | None, str | None]:
-    """The final answer scored with the transcript (and a workspace test's final workspace) in the context."""
+                 workspace: Workspace | None = None, record: Record | None = None) -> tuple[Verdict | None, str | None]:
+    """The final answer scored with the transcript, the row's record (and a workspace test's final workspace)
+    in the context."""
     answer = transcript.answer()
-    ctx = context(test, transcript=transcript, caller=caller, workspace=workspace)
+    ctx = context(test, transcript=transcript, caller=caller, workspace=workspace, record=record)
     node = test.evaluator
     if node is not None and node.blocking and not node.is_async:
         result: tuple[Verdict | None, str | None] = await score_blocking(test, answer, ctx)

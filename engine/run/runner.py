@@ -34,11 +34,11 @@ from engine.client.response_cache import use_cache
 from engine.client.session import Sessions
 from engine.errors import ClientError, StorageError
 from engine.evaluators import score, score_async
-from engine.evaluators.base import ScoringContext
+from engine.evaluators.base import Record, ScoringContext
 from engine.evaluators.scoring import context
 from engine.local.registry import GOLDEN
 from engine.model import Answer, ModelConfig, Test, Verdict
-from engine.results.rows import build_row
+from engine.results.rows import build_row, record_of, set_verdict
 from engine.run.conversation import golden_reply, run_agent_job
 from engine.run.jobs import Job, attempts
 from engine.run.run_config import ModelStats, RowSummary, RunConfig, RunStats
@@ -230,11 +230,12 @@ class Runner:
                 call = await self._call(client, model, job, slots)
                 if call is None:
                     return   # stopped while it waited for a slot
-                scored = await self._scored(job.test, call.result, exec_slots)
-                self._record(job, build_row(
-                    run_id=self.config.run_id, model=model, test=job.test, attempt=job.attempt, request=call.request,
-                    result=call.result, verdict=scored.verdict, evaluator_error=scored.error,
-                    started_us=call.started_us, ended_us=time.time_ns() // 1000))
+                row = build_row(run_id=self.config.run_id, model=model, test=job.test, attempt=job.attempt,
+                                request=call.request, result=call.result, verdict=None, evaluator_error=None,
+                                started_us=call.started_us, ended_us=time.time_ns() // 1000)
+                scored = await self._scored(job.test, call.result, exec_slots, record_of(row))
+                set_verdict(row, scored.verdict, scored.error)
+                self._record(job, row)
         except Exception:
             self._stopping = True   # a bug (a row that cannot be built): no more calls lost the same way
             raise
@@ -263,18 +264,19 @@ class Runner:
                 self.stats.in_flight -= 1
         return _Call(request, result, started_us)
 
-    async def _scored(self, test: Test, result: CallResult, exec_slots: asyncio.Semaphore) -> Scored:
-        """The answer scored: plain checks inline, a tree with an awaited check (a judge) on the loop, one that
-        runs programs (exec) in a thread; nothing for a failed call."""
+    async def _scored(self, test: Test, result: CallResult, exec_slots: asyncio.Semaphore,
+                      record: Record) -> Scored:
+        """The answer scored with the row's record: plain checks inline, a tree with an awaited check (a judge)
+        on the loop, one that runs programs (exec) in a thread; nothing for a failed call."""
         if result.error is not None:
             return _NOT_SCORED
         answer = _answer(result)
         node = test.evaluator
         if node is not None and node.is_async:
-            return _outcome(await score_async(test, answer, context(test, caller=self._judge)))
+            return _outcome(await score_async(test, answer, context(test, caller=self._judge, record=record)))
         if node is not None and node.blocking:
-            return await self._score_in_thread(answer, test, exec_slots)
-        return _score(test, answer)
+            return await self._score_in_thread(answer, test, exec_slots, context(test, record=record))
+        return _score(test, answer, context(test, record=record))
 
     def _cache_as(self, model: ModelConfig, job: Job, temperature: float | None) -> int | None:
         """The sample index the job's calls are cached under, or None when the cache is not used for it."""

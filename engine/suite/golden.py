@@ -12,6 +12,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from engine.errors import Diagnostic
+from engine.evaluators.record import RUN_ONLY
 from engine.model import Answer, Suite, Test, Verdict
 
 __all__ = ["check_goldens"]
@@ -62,6 +63,7 @@ def check_goldens(suites: list[Suite], score: Callable[[Test, Answer], Verdict],
     out: list[Diagnostic] = []
     for suite in suites:
         checked: set[tuple[str, int | None]] = set()   # a test's variants share its golden and evaluator
+        out.extend(_needs_a_run(suite))
         for test in suite.tests:
             if test.golden is None or test.eval is None:
                 continue
@@ -89,6 +91,26 @@ def check_goldens(suites: list[Suite], score: Callable[[Test, Answer], Verdict],
             elif not verdict.passed:
                 out.append(_problem(test, _why(test, verdict)))
     return out
+
+
+def _needs_a_run(suite: Suite) -> list[Diagnostic]:
+    """One warning per suite naming the checks no golden can judge (they read what a run records): the golden
+    check scores them as neutral, the run scores them."""
+    kinds: dict[str, None] = {}
+    first: Test | None = None
+    for test in suite.tests:
+        found = [node.kind for _, node in test.evaluator.walk()
+                 if node.kind in RUN_ONLY] if test.evaluator is not None and test.golden is not None else []
+        if found:
+            first = first or test
+            kinds.update(dict.fromkeys(found))
+    if first is None:
+        return []
+    names = ", ".join(f"`{kind}`" for kind in kinds)
+    return [Diagnostic(first.file, first.line, _column(first.file, first.line),
+                       f"{names} cannot be checked without a run (they read what the run records: served model, "
+                       "finish reason, usage, times, cost); the goldens are checked without them, the run "
+                       "scores them", severity="warning")]
 
 
 def _problem(test: Test, message: str) -> Diagnostic:

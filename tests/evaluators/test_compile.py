@@ -35,7 +35,7 @@ def test_registry_schema_and_both_docs_name_the_same_kinds() -> None:
 
 def test_every_leaf_kind_has_a_builder_and_compositions_have_none() -> None:
     assert {k for k, entry in KINDS.items() if entry.build is None} == {"all", "any", "not", "use"}
-    assert [k for k, entry in KINDS.items() if entry.blocking] == ["exec", "workspace_check"]
+    assert [k for k, entry in KINDS.items() if entry.blocking] == ["exec", "python", "workspace_check"]
 
 
 def test_compiling_binds_options_and_renders_templates_once() -> None:
