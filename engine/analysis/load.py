@@ -20,6 +20,7 @@ from engine.errors import ResultsError
 if TYPE_CHECKING:
     import pandas as pd
     import pyarrow as pa
+    import pyarrow.compute as pc
 
 # The columns the statistics need; text columns (prompt, answer, evaluators) are only for drill-down.
 # The last six are the agent counts (engine/analysis/agents.py); a single-turn run has none of them,
@@ -100,7 +101,8 @@ def find_parquet_files(paths: str | os.PathLike[str] | Iterable[str | os.PathLik
         for root, dirs, files in os.walk(path):  # followlinks=False: `latest` is not walked twice
             dirs.sort()
             for name in sorted(files):
-                if name.endswith(".parquet") and not name.startswith("."):
+                # `_labels.parquet` (human review, engine/analysis/labels.py) and hidden temporaries are not rows.
+                if name.endswith(".parquet") and not name.startswith((".", "_")):
                     file = Path(root) / name
                     found.setdefault(file.resolve(), file)
     if not found:
@@ -182,12 +184,14 @@ def read_table(
     paths: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
     *,
     columns: Sequence[str] | None = None,
+    where: pc.Expression | None = None,
 ) -> pa.Table:
     """Read runs as one Arrow table (fallback rows included), schemas unified, absent schema columns as nulls.
 
     Args:
         paths: Run folders, a parent folder of runs, Parquet files, or a list of them.
         columns: Read only these columns (plus `fallback`); None reads all.
+        where: A row filter pushed into the scan (row groups its statistics rule out are not read).
 
     Raises:
         ResultsError: Paths missing, no Parquet found, or column types that cannot be unified.
@@ -215,7 +219,8 @@ def read_table(
         wanted.append("fallback")
     present = [c for c in wanted if c in unified.names]
     try:
-        table = ds.dataset([str(f) for f in files], schema=unified, format="parquet").to_table(columns=present)
+        dataset = ds.dataset([str(f) for f in files], schema=unified, format="parquet")
+        table = dataset.to_table(columns=present, filter=where)
     except (OSError, pa.ArrowException) as exc:
         raise ResultsError(f"{files[0].parent}: cannot read the results ({exc})") from exc
     for field in SCHEMA:

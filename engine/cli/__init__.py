@@ -1,4 +1,4 @@
-"""Command-line interface: `engine validate|list|schema|init|run|analyze|report|rescore|diff|import|cache`."""
+"""Command-line interface: `engine validate|list|schema|init|run|analyze|report|view|rescore|diff|import|cache`."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from engine.cli import (  # noqa: F401  (importing registers the commands)
     import_humaneval,
     run_cmd,
     suite_cmds,
+    view_cmd,
 )
 from engine.cli.app import app
 

@@ -180,6 +180,8 @@ def analyze(
                    "`--engine pandas` on the runs that have them", err=True)
     elif fmt != "csv":
         text = _with_judges(text, fmt, files, include_fallback, calibration)
+    if fmt != "csv":
+        text = _with_labels(text, fmt, files)
     if output is not None:
         output.parent.mkdir(parents=True, exist_ok=True)
         output.write_text(text, encoding="utf-8")
@@ -288,6 +290,27 @@ def _with_judges(text: str, fmt: str, files: list[Path], include_fallback: bool,
         payload["judges"] = report
         return dumps_json(payload)
     return text + render_judges(report, fmt)
+
+
+def _with_labels(text: str, fmt: str, files: list[Path]) -> str:
+    """Append the human-labels section (engine.analysis.labels) when a run folder holds `_labels.parquet`."""
+    from engine.analysis.labels import label_report, render_labels
+
+    try:
+        report = label_report(files)
+    except EngineError as exc:
+        raise _fail_usage(str(exc)) from None
+    if report is None:
+        return text
+    if fmt == "json":
+        import json
+
+        from engine.analysis.render import dumps_json
+
+        payload = json.loads(text)
+        payload["labels"] = report
+        return dumps_json(payload)
+    return text + render_labels(report, fmt)
 
 
 @app.command()

@@ -1,0 +1,261 @@
+"""Human review labels: the `_labels.parquet` file `engine view` writes, and how well the evaluators agree with it.
+
+A reviewer marks an attempt's verdict `right` or `wrong`. The label fixes the attempt's true outcome: the
+verdict's pass when `right`, its opposite when `wrong`. Every evaluator node of the attempt (per evaluator
+kind, and per judge model and scale) is then compared with that truth: agreement and Cohen's κ over the pairs,
+under `judges.MIN_N` pairs marked "too few" (the rule of the judges section). Definitions: docs/analysis.md
+("Human labels"). Labels never change results: the file sits beside the parts and `load` skips it (its name
+starts with `_`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import fcntl
+import os
+import threading
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from engine.analysis.judges import MIN_N, _figures, _judge_name, _pair_stats
+from engine.errors import ResultsError
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+LABELS_FILE = "_labels.parquet"
+LABELS = ("right", "wrong")
+# The attempt a label is about: the results row key without the run.
+KEY = ("model", "suite", "test_id", "case_index", "attempt", "test_hash")
+MAX_NOTE = 4000
+MAX_REVIEWER = 200
+_COMPOSITIONS = frozenset({"all", "any", "not"})
+_LOCKS: dict[Path, threading.Lock] = {}
+_LOCKS_GUARD = threading.Lock()
+
+
+def label_schema() -> pa.Schema:
+    """The columns of `_labels.parquet`, one row per label given (a later label of the same attempt by the
+    same reviewer replaces the earlier one when read)."""
+    import pyarrow as pa
+
+    return pa.schema([
+        ("model", pa.string()), ("suite", pa.string()), ("test_id", pa.string()), ("case_index", pa.int32()),
+        ("attempt", pa.int32()), ("test_hash", pa.string()), ("label", pa.string()), ("note", pa.string()),
+        ("reviewer", pa.string()), ("at", pa.timestamp("us", tz="UTC")),
+    ])
+
+
+def check_label(record: Mapping[str, Any]) -> dict[str, Any]:
+    """One label as the file stores it, its fields type-checked and capped.
+
+    Raises:
+        ValueError: A field missing or of the wrong type, or a label other than right / wrong.
+    """
+    out: dict[str, Any] = {}
+    for name in ("model", "suite", "test_id", "test_hash"):
+        value = record.get(name)
+        if not isinstance(value, str) or not value or len(value) > 4096:
+            raise ValueError(f"label: `{name}` must be a non-empty string")
+        out[name] = value
+    for name in ("case_index", "attempt"):
+        value = record.get(name)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**31):
+            raise ValueError(f"label: `{name}` must be a whole number ≥ 0 or null")
+        out[name] = value
+    if out["attempt"] is None:
+        raise ValueError("label: `attempt` is required")
+    if record.get("label") not in LABELS:
+        raise ValueError("label: `label` must be 'right' or 'wrong'")
+    out["label"] = record["label"]
+    note = record.get("note")
+    if note is not None and not isinstance(note, str):
+        raise ValueError("label: `note` must be text")
+    out["note"] = (note or "")[:MAX_NOTE] or None
+    reviewer = record.get("reviewer")
+    if not isinstance(reviewer, str) or not reviewer.strip():
+        raise ValueError("label: `reviewer` must be a name")
+    out["reviewer"] = reviewer.strip()[:MAX_REVIEWER]
+    at = record.get("at")
+    out["at"] = at if isinstance(at, dt.datetime) else dt.datetime.now(dt.UTC)
+    return out
+
+
+def read_labels(run_dir: Path) -> pa.Table:
+    """Every label given in a run folder (an empty table when none was).
+
+    Raises:
+        ResultsError: The file exists but cannot be read as a labels file.
+    """
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = Path(run_dir) / LABELS_FILE
+    if not path.is_file():
+        return label_schema().empty_table()
+    try:
+        table = pq.read_table(path)
+        return table.select(list(label_schema().names)).cast(label_schema())
+    except (OSError, KeyError, pa.ArrowException) as exc:
+        raise ResultsError(f"{path}: not a labels file ({exc}); move it aside to start the labels again") from exc
+
+
+def _lock_for(path: Path) -> threading.Lock:
+    with _LOCKS_GUARD:
+        return _LOCKS.setdefault(path.resolve(), threading.Lock())
+
+
+def append_labels(run_dir: Path, records: Iterable[Mapping[str, Any]]) -> int:
+    """Add labels to `<run_dir>/_labels.parquet`: the old rows and the new written to a new file that then
+    atomically replaces the old one, so a reader sees the old file or the new one, never half of either.
+    Writers in one process are serialised by a lock per file, writers in several by `fcntl.flock`.
+
+    Returns:
+        The number of labels in the file afterwards.
+
+    Raises:
+        ValueError: A record fails `check_label`.
+        ResultsError: The file cannot be read or written.
+    """
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    checked = [check_label(r) for r in records]
+    run_dir = Path(run_dir)
+    path = run_dir / LABELS_FILE
+    with _lock_for(path), open(run_dir / "_labels.lock", "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        old = read_labels(run_dir)
+        new = pa.Table.from_pylist(checked, schema=label_schema())
+        table = pa.concat_tables([old, new])
+        temporary = run_dir / f".labels-{os.getpid()}-{threading.get_ident()}.parquet.tmp"
+        try:
+            pq.write_table(table, temporary)
+            with open(temporary, "rb") as written:
+                os.fsync(written.fileno())
+            os.replace(temporary, path)
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                temporary.unlink()
+            raise ResultsError(f"{path}: cannot write the labels ({exc})") from exc
+        return table.num_rows
+
+
+def latest_labels(table: pa.Table) -> list[dict[str, Any]]:
+    """Each reviewer's last label of each attempt, in the order first given."""
+    latest: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for row in table.to_pylist():
+        key = (*(row[k] for k in KEY), row["reviewer"])
+        latest.pop(key, None)
+        latest[key] = row
+    return list(latest.values())
+
+
+def labelled_rows(files: Sequence[Path], labels: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The results rows the labels are about (a scan filtered to their test ids; every other row stays on disk)."""
+    import pyarrow.dataset as ds
+
+    from engine.analysis.load import read_table
+
+    ids = sorted({str(label["test_id"]) for label in labels})
+    if not ids:
+        return []
+    columns = [*KEY, "passed", "score", "evaluators"]
+    table = read_table(list(files), columns=columns, where=ds.field("test_id").isin(ids))
+    return table.select(columns).to_pylist()
+
+
+def label_agreement(rows: Sequence[Mapping[str, Any]], labels: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Agreement of the verdicts, each evaluator kind and each judge with the human labels (module docstring).
+
+    Args:
+        rows: Results rows with the KEY columns, passed and evaluators.
+        labels: `latest_labels` output.
+
+    Returns:
+        min_n, labels, matched, unmatched (labels of no scored row: the test changed, or the row errored),
+        verdict, evaluators [{evaluator, n, agreement, kappa, note?}], judges [{judge_model, scale, ...}],
+        disagreements [{model, suite, test_id, case_index, attempt, passed, label, note, reviewer, nodes}].
+    """
+    by_key = {tuple(r[k] for k in KEY): r for r in rows if r.get("passed") is not None}
+    verdict: list[tuple[bool, bool]] = []
+    kinds: defaultdict[str, list[tuple[bool, bool]]] = defaultdict(list)
+    judges: defaultdict[tuple[str, str], list[tuple[bool, bool]]] = defaultdict(list)
+    disagreements = []
+    unmatched = 0
+    for label in labels:
+        row = by_key.get(tuple(label[k] for k in KEY))
+        if row is None:
+            unmatched += 1
+            continue
+        passed = bool(row["passed"])
+        truth = passed if label["label"] == "right" else not passed
+        verdict.append((passed, truth))
+        wrong_nodes = []
+        for node in row.get("evaluators") or []:
+            if node.get("kind") in _COMPOSITIONS or node.get("error") or node.get("passed") is None:
+                continue
+            pair = (bool(node["passed"]), truth)
+            kinds[str(node.get("kind"))].append(pair)
+            if node.get("kind") == "judge":
+                judges[_judge_name(node)].append(pair)
+            if pair[0] != truth:
+                wrong_nodes.append(str(node.get("path")))
+        if label["label"] == "wrong" or wrong_nodes:
+            disagreements.append({**{k: label[k] for k in KEY}, "passed": passed, "label": label["label"],
+                                  "note": label.get("note"), "reviewer": label.get("reviewer"),
+                                  "nodes": wrong_nodes})
+
+    def stats(pairs: list[tuple[bool, bool]]) -> dict[str, Any]:
+        return _pair_stats([a for a, _ in pairs], [b for _, b in pairs], None)
+
+    return {
+        "min_n": MIN_N, "labels": len(labels), "matched": len(verdict), "unmatched": unmatched,
+        "verdict": stats(verdict) if verdict else None,
+        "evaluators": [{"evaluator": kind, **stats(pairs)} for kind, pairs in sorted(kinds.items())],
+        "judges": [{"judge_model": name[0], "scale": name[1], **stats(pairs)}
+                   for name, pairs in sorted(judges.items())],
+        "disagreements": disagreements,
+    }
+
+
+def label_report(files: Sequence[Path]) -> dict[str, Any] | None:
+    """`label_agreement` over the labels of the run folders holding `files` (the folder of a part, or the one
+    above it for a shard), or None when no run has labels."""
+    folders = {f.parent for f in files} | {f.parent.parent for f in files}
+    labels = [label for folder in sorted(folders) for label in latest_labels(read_labels(folder))]
+    if not labels:
+        return None
+    return label_agreement(labelled_rows(files, labels), labels)
+
+
+def render_labels(report: Mapping[str, Any] | None, fmt: str, *, limit: int = 20) -> str:
+    """The human-labels section as text (table and markdown alike: short labelled lines)."""
+    if not report:
+        return ""
+    head = "## Human labels" if fmt == "markdown" else "HUMAN LABELS"
+    lines = ["", head, f"({report['labels']} labels, {report['matched']} on scored rows, {report['unmatched']} on "
+                       f"rows no longer in the results; figures over fewer than {report['min_n']} pairs are marked "
+                       "'too few'; definitions in docs/analysis.md)"]
+    if report["verdict"] is not None:
+        lines.append("- verdict: " + _figures(report["verdict"]))
+    for entry in report["evaluators"]:
+        lines.append(f"- {entry['evaluator']}: " + _figures(entry))
+    for entry in report["judges"]:
+        lines.append(f"- judge {entry['judge_model']} ({entry['scale']}): " + _figures(entry))
+    shown = report["disagreements"][:limit]
+    if shown:
+        lines.append(f"Disagreements ({len(report['disagreements'])}):")
+    for d in shown:
+        case = "" if d["case_index"] is None else f"#{d['case_index']}"
+        verdict = "pass" if d["passed"] else "fail"
+        lines.append(f"  {d['model']} {d['suite']}/{d['test_id']}{case} attempt {d['attempt']}: verdict {verdict}, "
+                     f"{d['reviewer']} says {d['label']}"
+                     + (f"; evaluators against the label: {', '.join(d['nodes'])}" if d["nodes"] else "")
+                     + (f"; note: {d['note']}" if d.get("note") else ""))
+    if len(report["disagreements"]) > limit:
+        lines.append(f"  ... and {len(report['disagreements']) - limit} more (--format json lists all)")
+    return "\n".join(lines) + "\n"

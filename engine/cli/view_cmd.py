@@ -1,0 +1,57 @@
+"""`engine view`: serve the run browser (engine/view) until Ctrl-C."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from engine.cli.app import app
+
+USAGE = 2
+
+
+def _login_name() -> str:
+    import getpass
+
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return "reviewer"
+
+
+@app.command()
+def view(
+    path: Annotated[Path, typer.Argument(help="A run folder, or a folder of runs (results/).")],
+    port: Annotated[int, typer.Option("--port", help="The port to listen on; 0 picks a free one.")] = 0,
+    host: Annotated[str, typer.Option("--host", help="The address to bind. Beyond loopback, the printed URL "
+                                                     "carries the access token every request needs.")] = "127.0.0.1",
+    reviewer: Annotated[
+        str | None, typer.Option("--reviewer", help="The name written with your labels (default: your login name).")
+    ] = None,
+) -> None:
+    """Browse runs in a web browser: models, the tests × models grid, attempts side by side, labels by hand."""
+    import asyncio
+
+    from engine.errors import EngineError
+    from engine.view.server import serve
+
+    if not 0 <= port <= 65535:
+        typer.echo(f"error: --port {port}: give a port between 0 and 65535", err=True)
+        raise typer.Exit(USAGE)
+    name = (reviewer or _login_name()).strip() or "reviewer"
+
+    def ready(url: str) -> None:
+        typer.echo(f"engine view: serving {path} at {url}  (Ctrl-C stops)")
+
+    try:
+        asyncio.run(serve(path, host=host, port=port, reviewer=name, ready=ready))
+    except KeyboardInterrupt:
+        typer.echo("engine view: stopped")
+    except EngineError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(USAGE) from None
+    except OSError as exc:
+        typer.echo(f"error: cannot listen on {host}:{port} ({exc.strerror or exc})", err=True)
+        raise typer.Exit(USAGE) from None

@@ -1,0 +1,312 @@
+"""What `engine view` serves, computed by engine.analysis: the runs under a folder, one run's analysis, a page of
+its tests × models grid, one test's attempts, two runs' flips, and the human labels.
+
+Every figure comes from the functions `engine analyze` calls (`summary.analyze`, or `large.grid_from_parquet` and
+`summary.analyze_grid` past memory; `compare.diff`). Only aggregates are held in memory: the grid has one row per
+test, a page of it goes to the browser, and a test's attempts or a text search are filtered scans of the Parquet
+files, so a run of millions of rows opens without loading its rows.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from engine.analysis.labels import KEY, append_labels, latest_labels, read_labels
+from engine.analysis.summary import json_safe
+from engine.errors import ResultsError
+from engine.results.folder import MANIFEST, read_manifest
+
+if TYPE_CHECKING:
+    from engine.analysis.cells import Cells
+    from engine.analysis.summary import Analysis
+
+CLASSES = ("discriminating", "saturated", "floor", "uninformative", "disagree")
+MAX_PAGE = 200
+# The longest text of one field sent to the page; a model's answer can be any size.
+MAX_TEXT = 200_000
+MAX_SEARCH = 200
+MAX_ATTEMPTS = 500
+
+
+def find_runs(root: Path) -> dict[str, Path]:
+    """Run folders under `root` (itself, when it is one), by their path relative to `root`.
+
+    A run folder holds `_manifest.json` or `part-*.parquet`; a sharded run's shards are inside it and are not
+    runs of their own. Symlinks (`latest`) are not followed, so no run is listed twice.
+
+    Raises:
+        ResultsError: `root` is not a folder, or holds no run.
+    """
+    root = Path(root)
+    if not root.is_dir():
+        raise ResultsError(f"{root}: not a folder; pass a run folder (results/<run>) or a folder of runs")
+    runs: dict[str, Path] = {}
+    for folder, dirs, files in os.walk(root):
+        here = Path(folder)
+        if MANIFEST in files or any(f.startswith("part-") and f.endswith(".parquet") for f in files):
+            name = here.relative_to(root).as_posix()
+            runs[root.resolve().name if name == "." else name] = here
+            dirs.clear()
+            continue
+        dirs[:] = sorted(d for d in dirs if not d.startswith((".", "_")))
+    if not runs:
+        raise ResultsError(f"{root}: no run folder found (none holds _manifest.json or part-*.parquet); "
+                           f"run `engine run SUITES --out {root}` first")
+    return dict(sorted(runs.items()))
+
+
+def _clip(value: Any) -> Any:
+    if isinstance(value, str) and len(value) > MAX_TEXT:
+        return value[:MAX_TEXT] + f"… [{len(value) - MAX_TEXT} more characters not shown]"
+    if isinstance(value, list):
+        return [_clip(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _clip(v) for k, v in value.items()}
+    return value
+
+
+@dataclass
+class Run:
+    """One run folder and what was computed from it (recomputed when its Parquet files change).
+
+    Args:
+        name: Its path relative to the folder `engine view` was given.
+        folder: The run folder.
+    """
+
+    name: str
+    folder: Path
+    _signature: tuple[Any, ...] = ()
+    _analysis: Analysis | None = None
+    _cells: Cells | None = None
+    _search: dict[str, set[tuple[str, str, int]]] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def files(self) -> list[Path]:
+        """The run's Parquet files (its shards' too)."""
+        from engine.analysis.load import find_parquet_files
+
+        return find_parquet_files(self.folder)
+
+    def _current(self) -> tuple[Analysis, Cells]:
+        """The analysis and grid, computed by engine.analysis as `engine analyze` does (DuckDB past memory)."""
+        from engine.analysis.large import choose_engine
+
+        files = self.files()
+        signature = tuple((str(f), f.stat().st_mtime_ns, f.stat().st_size) for f in files)
+        with self._lock:
+            if self._analysis is not None and self._cells is not None and signature == self._signature:
+                return self._analysis, self._cells
+            path, _ = choose_engine(files, "auto")
+            if path == "duckdb":
+                from engine.analysis.large import grid_from_parquet
+                from engine.analysis.summary import analyze_grid
+
+                cells, rows, agents = grid_from_parquet(files)
+                analysis = analyze_grid(cells, rows, agents=agents)
+            else:
+                from engine.analysis.cells import build_cells
+                from engine.analysis.load import ANALYSIS_COLUMNS, load
+                from engine.analysis.summary import analyze
+
+                df = load(files, columns=ANALYSIS_COLUMNS)
+                analysis = analyze(df)
+                cells = build_cells(df)
+            self._analysis, self._cells, self._signature = analysis, cells, signature
+            self._search = {}
+            return analysis, cells
+
+    def grid_cells(self) -> Cells:
+        """The run's tests × models grid (what `compare.diff` pairs)."""
+        return self._current()[1]
+
+    def manifest(self) -> dict[str, Any]:
+        """The run's `_manifest.json` (an interrupted run has none: {})."""
+        return read_manifest(self.folder) or {}
+
+    def overview(self) -> dict[str, Any]:
+        """One line of the runs page: date, models with pass rates, tests, cost, errors."""
+        analysis, cells = self._current()
+        manifest = self.manifest()
+        models = analysis.models
+        return json_safe({
+            "run": self.name, "started_at": manifest.get("started_at"), "complete": manifest.get("complete"),
+            "tests": len(cells.items), "rows": int(models["rows"].sum()) if len(models) else 0,
+            "errors": int(models["error_rows"].sum()) if len(models) else 0,
+            "cost": float(models["cost"].sum(min_count=1)) if len(models) else None,
+            "models": [{"model": r["model"], "pass_rate": r["pass_rate"], "mean_score": r["mean_score"]}
+                       for r in models.to_dict(orient="records")],
+        })
+
+    def summary(self) -> dict[str, Any]:
+        """The models with their intervals, the paired comparisons, notes, and the grid's filter choices."""
+        analysis, cells = self._current()
+        data = analysis.to_dict()
+        tags = sorted({str(t) for tags in cells.items["tags"] for t in (tags if tags is not None else [])})
+        return json_safe({
+            "run": self.name, "manifest": {k: self.manifest().get(k) for k in ("run_id", "started_at", "ended_at",
+                                                                               "complete", "engine_version")},
+            "interval": data["interval"], "notes": data["notes"], "models": data["models"],
+            "comparisons": data["comparisons"], "agents": data["agents"],
+            "suites": sorted({str(s) for s in cells.items["suite"]}), "tags": tags, "classes": list(CLASSES),
+        })
+
+    def grid(self, *, suite: str | None = None, tag: str | None = None, klass: str | None = None,
+             failed: bool = False, errors: bool = False, query: str | None = None, offset: int = 0,
+             limit: int = 50) -> dict[str, Any]:
+        """One page of the tests × models grid after the filters, models in ranking order.
+
+        Args:
+            suite, tag: Keep the tests of this suite / with this tag.
+            klass: One of CLASSES: a test status of `per_test`, or "disagree" (some model's attempts disagree).
+            failed: Keep tests where some model's scored attempt failed.
+            errors: Keep tests with an error row.
+            query: Keep tests whose prompt or answer holds this text (case-insensitive).
+            offset, limit: The page (limit at most MAX_PAGE).
+        """
+        analysis, cells = self._current()
+        tests = analysis.tests
+        keep = np.ones(len(tests), dtype=bool)
+        if suite:
+            keep &= (tests["suite"].astype(str) == suite).to_numpy()
+        if tag:
+            keep &= np.array([tag in (list(t) if t is not None else []) for t in tests["tags"]], dtype=bool)
+        if klass:
+            if klass not in CLASSES:
+                raise ValueError(f"class {klass!r}: use one of {', '.join(CLASSES)}")
+            keep &= (tests["mixed_models"] != "").to_numpy() if klass == "disagree" else \
+                (tests["status"] == klass).to_numpy()
+        if failed:
+            keep &= (cells.n_passed < cells.n_scored).any(axis=1)
+        if errors:
+            keep &= (cells.n_rows > cells.n_scored).any(axis=1)
+        if query:
+            found = self.search(query)
+            keys = zip(tests["suite"].astype(str), tests["test_id"].astype(str),
+                       tests["case_index"].astype("int64"), strict=True)
+            keep &= np.array([key in found for key in keys], dtype=bool)
+        chosen = np.nonzero(keep)[0]
+        limit = max(1, min(int(limit), MAX_PAGE))
+        offset = max(0, int(offset))
+        ranked = [m for m in analysis.models["model"] if m in cells.models]
+        order = [cells.models.index(m) for m in ranked]
+        rows = []
+        for i in chosen[offset:offset + limit]:
+            t = tests.iloc[int(i)]
+            rows.append({
+                "suite": t["suite"], "test_id": t["test_id"], "case_index": int(t["case_index"]),
+                "tags": list(t["tags"]) if t["tags"] is not None else [], "status": t["status"],
+                "difficulty": t["difficulty"], "reason": t["reason"],
+                "cells": [{"passed": int(cells.n_passed[i, j]), "scored": int(cells.n_scored[i, j]),
+                           "rows": int(cells.n_rows[i, j]),
+                           "score": float(cells.score[i, j]) if cells.n_scored[i, j] else None} for j in order],
+            })
+        return json_safe({"total": len(chosen), "offset": offset, "limit": limit, "models": ranked,
+                          "rows": rows})
+
+    def search(self, query: str) -> set[tuple[str, str, int]]:
+        """The tests whose prompt or answer holds `query` (case-insensitive): a streaming scan of two columns."""
+        import pyarrow.compute as pc
+        import pyarrow.dataset as ds
+
+        from engine.analysis.load import read_table
+
+        query = query[:MAX_SEARCH]
+        cached = self._search.get(query)
+        if cached is not None:
+            return cached
+        where = (pc.match_substring(ds.field("prompt"), query, ignore_case=True)
+                 | pc.match_substring(ds.field("answer"), query, ignore_case=True))
+        table = read_table(self.files(), columns=["suite", "test_id", "case_index"], where=where)
+        found = {(str(s), str(t), -1 if c is None else int(c)) for s, t, c in zip(
+            table["suite"].to_pylist(), table["test_id"].to_pylist(), table["case_index"].to_pylist(), strict=True)}
+        self._search[query] = found
+        return found
+
+    def attempts(self, suite: str, test_id: str, case_index: int) -> dict[str, Any]:
+        """Every model's attempts at one test (case), with their labels, models in ranking order."""
+        import pyarrow.dataset as ds
+
+        from engine.analysis.load import read_table
+
+        analysis, _ = self._current()
+        where = (ds.field("suite") == suite) & (ds.field("test_id") == test_id)
+        where &= ds.field("case_index").is_null() if case_index < 0 else ds.field("case_index") == case_index
+        table = read_table(self.files(), where=where)
+        rows = table.slice(0, MAX_ATTEMPTS).to_pylist()
+        rank = {m: i for i, m in enumerate(analysis.models["model"])}
+        rows.sort(key=lambda r: (rank.get(r["model"], len(rank)), str(r["model"]), r.get("variant") or "",
+                                 r.get("attempt") or 0))
+        labels: dict[tuple[Any, ...], dict[str, Any]] = {}
+        for label in latest_labels(read_labels(self.folder)):
+            labels[tuple(label[k] for k in KEY)] = label
+        tests = analysis.tests
+        match = tests[(tests["suite"].astype(str) == suite) & (tests["test_id"].astype(str) == test_id)
+                      & (tests["case_index"].astype("int64") == case_index)]
+        out = []
+        for row in rows:
+            row.pop("fallback", None)
+            given = labels.get(tuple(row.get(k) for k in KEY))
+            row["review"] = None if given is None else {k: given[k] for k in ("label", "note", "reviewer", "at")}
+            out.append(_clip(row))
+        return json_safe({
+            "suite": suite, "test_id": test_id, "case_index": case_index, "total": table.num_rows,
+            "shown": len(out), "test": match.iloc[0].to_dict() if len(match) else None, "attempts": out,
+        })
+
+    def add_label(self, record: dict[str, Any]) -> int:
+        """Append one label to the run's `_labels.parquet` (engine.analysis.labels)."""
+        return append_labels(self.folder, [record])
+
+
+class Store:
+    """The runs under the folder `engine view` serves."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+        self._runs: dict[str, Run] = {}
+        self.refresh()
+
+    def refresh(self) -> None:
+        """Find the runs again (a run written since the server started appears)."""
+        found = find_runs(self.root)
+        self._runs = {name: self._runs.get(name) or Run(name, folder) for name, folder in found.items()}
+
+    def names(self) -> list[str]:
+        """Run names, newest first by name (run ids start with their UTC time)."""
+        return sorted(self._runs, reverse=True)
+
+    def run(self, name: str) -> Run:
+        """A run by name (only names found under the root: a path of the client's choosing is never opened).
+
+        Raises:
+            KeyError: No such run.
+        """
+        if name not in self._runs:
+            self.refresh()
+        return self._runs[name]
+
+    def runs(self) -> list[dict[str, Any]]:
+        """The runs page: each run's overview (a run that cannot be read says why)."""
+        self.refresh()
+        out = []
+        for name in self.names():
+            try:
+                out.append(self._runs[name].overview())
+            except ResultsError as exc:
+                out.append({"run": name, "error": str(exc)})
+        return out
+
+    def diff(self, a: str, b: str) -> dict[str, Any]:
+        """Run `a` (the base) against run `b`: the tests whose verdict changed, and the verdict per model."""
+        from engine.analysis.compare import diff
+
+        result = diff(self.run(a).grid_cells(), self.run(b).grid_cells())
+        return json_safe({"a": a, "b": b, "summary": result.summary.to_dict(orient="records"),
+                          "flips": result.flips.to_dict(orient="records")})
