@@ -147,7 +147,7 @@ def _run(file: str, function: str, limits: sandbox.Limits, answer: Answer, ctx: 
     except ValueError:
         return _error(f"python: {file}:{function} gave an unreadable result{said}", details)
     if "raised" in data:
-        return _error(f"python: {file}:{function} raised: {_last_lines(str(data['raised']))}{said}", details)
+        return _error(f"python: {file}:{function} raised {_last_line(str(data['raised']))}{said}", details)
     if "bad" in data:
         return _error(f"python: {file}:{function} returned {data['bad']}; return True/False, a score in [0, 1] "
                       "or {'score': s, 'reason': '...'}", details)
@@ -168,8 +168,10 @@ def _output(result: sandbox.RunResult) -> str:
     return f" [output: {text[-400:]}]" if text else ""
 
 
-def _last_lines(text: str, lines: int = 3) -> str:
-    return " | ".join(line.strip() for line in text.strip().splitlines()[-lines:])
+def _last_line(text: str) -> str:
+    """The exception's own line (`KeyError: 'city'`), the traceback's last."""
+    lines = text.strip().splitlines()
+    return lines[-1].strip() if lines else "an exception"
 
 
 def _error(reason: str, details: dict[str, Any]) -> Verdict:

@@ -1,7 +1,9 @@
 """Data-driven evaluator cases: tests/evaluators/cases/*.yaml.
 
 Each case gives an answer, an evaluator, and the expected score, pass/fail and reason (exactly as
-printed), plus optional `variables`, `tools`, `threshold` and `error: true` for error verdicts.
+printed), plus optional `variables`, `tools`, `threshold` and `error: true` for error verdicts, and `record`
+(what the run recorded: `engine.evaluators.base.Record`'s fields) for the record kinds; `python` scorer files
+are looked up beside these case files.
 An answer is text, or a mapping {text, tool_calls: [{name, arguments} | {name, raw_arguments}]}.
 
 A trajectory case gives `conversation` instead of `answer`: the model's turns as a golden conversation
@@ -24,6 +26,7 @@ from engine.agent.loop import AgentSettings
 from engine.agent.tools import compile_tools
 from engine.agent.transcript import Transcript
 from engine.evaluators import ScoringContext, score
+from engine.evaluators.base import Record
 from engine.model import Answer, Test, ToolCall, Verdict
 from tests.factories import make_test as build_test
 
@@ -58,7 +61,7 @@ def make_test(case: dict[str, Any]) -> Test:
                   for name, params in schemas.items())
     return build_test(suite="cases", id=case.get("name", "case"), file="cases.yaml", line=0, messages=(), prompt="",
                       eval=case["eval"], golden=case.get("golden"), variables=case.get("variables") or {}, tools=tools,
-                      threshold=case.get("threshold", 1.0))
+                      threshold=case.get("threshold", 1.0), suite_dir=str(CASES_DIR))
 
 
 def replay(case: dict[str, Any]) -> Transcript:
@@ -73,10 +76,12 @@ def replay(case: dict[str, Any]) -> Transcript:
 
 def score_case(case: dict[str, Any]) -> Verdict:
     test = make_test(case)
+    record = Record(**case["record"]) if "record" in case else None
     if "conversation" in case:
         transcript = replay(case)
-        return score(test, transcript.answer(), ScoringContext(test, test.variables, transcript=transcript))
-    return score(test, make_answer(case["answer"]))
+        return score(test, transcript.answer(), ScoringContext(test, test.variables, transcript=transcript,
+                                                               record=record))
+    return score(test, make_answer(case["answer"]), ScoringContext(test, test.variables, record=record))
 
 
 @pytest.mark.parametrize("case", _load())
