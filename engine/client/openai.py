@@ -265,6 +265,7 @@ class OpenAIClient:
         budget = self._budget(model)
         cost = ratelimit.request_tokens(request.body)
         deadline = time.monotonic() + model.rate_limit_deadline_s
+        limited: ClientError | None = None   # the last rate-limit answer, for the row if the deadline passes
         while True:
             # `timeout_s` bounds each try, as openai-python's timeout does; a try that runs out is
             # retried like a connection error, so a call takes at most (max_retries + 1) tries
@@ -274,7 +275,8 @@ class OpenAIClient:
             if ticket.wait > 0:
                 if time.monotonic() + ticket.wait > deadline:
                     budget.cancel(ticket)
-                    result.error = retry.pacing_past_deadline(ticket.wait, model.rate_limit_deadline_s)
+                    result.error = retry.pacing_past_deadline(ticket.wait, model.rate_limit_deadline_s) \
+                        if limited is None else retry.past_deadline(limited, model.rate_limit_deadline_s, ticket.wait)
                     break
                 waited += ticket.wait
                 await self._wait_for_limit(ticket.wait, budget, ticket)
@@ -299,6 +301,7 @@ class OpenAIClient:
                 if time.monotonic() + delay > deadline:
                     result.error = retry.past_deadline(failed.error, model.rate_limit_deadline_s, delay)
                     break
+                limited = failed.error
                 waits += 1
                 retries += 1
                 waited += delay

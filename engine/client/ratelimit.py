@@ -27,7 +27,7 @@ from engine.model import ModelConfig, RateLimit
 __all__ = ["Bucket", "Budget", "Limit", "Published", "Ticket", "budget_key", "key_digest", "parse_duration",
            "parse_reset", "read_headers", "request_tokens"]
 
-RATE_MARGIN = 0.98          # run a little under a published rate: the server's clock, not ours, decides
+RATE_MARGIN = 0.98          # run a little under a known rate: the server's clock and rounding, not ours, decide
 MAX_RESET_S = 86400.0       # a reset further off than a day is not a rate this module can pace to
 MIN_RATE = 1.0 / 600.0      # the slowest pace (one call in ten minutes): every wait stays finite
 AIMD_WINDOW_S = 2.0         # sends counted to estimate the rate a first 429 halves
@@ -269,10 +269,10 @@ class Budget:
         if limit is None:
             return
         if limit.requests_per_minute is not None:
-            rate = limit.requests_per_minute / 60.0
+            rate = limit.requests_per_minute / 60.0 * RATE_MARGIN
             self._declared_rps = rate if self._declared_rps is None else min(self._declared_rps, rate)
         if limit.tokens_per_minute is not None:
-            rate = limit.tokens_per_minute / 60.0
+            rate = limit.tokens_per_minute / 60.0 * RATE_MARGIN
             self._declared_tps = rate if self._declared_tps is None else min(self._declared_tps, rate)
         self._tune(self._clock())
 
