@@ -100,7 +100,7 @@ async def test_row_carries_the_evaluator_breakdown(tmp_path: Path, fake_openai: 
 async def test_crashing_evaluator_is_an_error_row(tmp_path: Path, fake_openai: FakeOpenAI, monkeypatch) -> None:
     from engine.run import runner as runner_module
 
-    def boom(test, answer):  # stands in for a bug in scoring (score() promises never to raise)
+    def boom(test, answer, ctx=None):  # stands in for a bug in scoring (score() promises never to raise)
         raise RuntimeError("kaboom")
 
     monkeypatch.setattr(runner_module, "score", boom)
