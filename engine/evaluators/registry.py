@@ -9,9 +9,20 @@ checks that the registry, the schema and both docs name the same kinds).
 
 from __future__ import annotations
 
-from engine.evaluators import compose, ifeval, json_eval, judge, similar, text, tool_call, trajectory, workspace_check
+from engine.evaluators import (
+    compose,
+    ifeval,
+    json_eval,
+    judge,
+    python_scorer,
+    record,
+    similar,
+    text,
+    tool_call,
+    trajectory,
+    workspace_check,
+)
 from engine.evaluators import exec as exec_family
-from engine.evaluators import python_scorer, record
 from engine.evaluators.base import Kind
 
 __all__ = ["COMPOSITIONS", "KINDS"]
