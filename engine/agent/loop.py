@@ -12,7 +12,9 @@ A failed model call (the client's `error`, after its retries) ends the conversat
 Workspace tests (engine.workspace) add built-in tools whose answer is awaited (a command runs in a thread)
 and may end the conversation (`finish` -> completed, `ask_human` -> escalated, a broken sandbox -> failed);
 when `finish` is offered, a reply without a tool call is answered with a reminder instead of ending the
-conversation, and `max_prose_turns` such replies in a row end it as `stuck`.
+conversation, and `max_prose_turns` such replies in a row end it as `stuck`. A workspace's `time_limit_s`
+bounds the whole conversation: past it, the model call or the tool calls in progress are cancelled (their
+commands stopped, each call answered with an error) and the conversation ends as `capped`.
 Every tool call the model makes is answered before the loop decides to stop, so a transcript never
 ends with an unanswered call (and a `set:` on the last allowed turn still changes the state).
 
@@ -122,9 +124,16 @@ async def run_conversation(call_model: ModelCaller, messages: Sequence[Mapping[s
     failure: str | None = None
     finish = next((name for name, tool in tools.items() if getattr(tool, "builtin", None) == "finish"), None)
     prose_in_a_row = 0
+    limit = _time_limit(tools)
+    deadline = None if limit is None else asyncio.get_running_loop().time() + limit
     for turn in range(1, settings.max_turns + 1):
         started = clock() - origin
-        reply = await call_model(list(wire))
+        try:
+            async with asyncio.timeout_at(deadline):
+                reply = await call_model(list(wire))
+        except TimeoutError:
+            outcome = "capped"   # the time limit: the row tells it from max_turns by its `turns`
+            break
         calls = _with_unique_ids(reply.tool_calls, turn, used_ids)
         kind: CallKind = "error" if reply.error is not None else "tool_calls" if calls else "answer"
         ledger.append(_ledger_entry(turn, kind, started, reply, asked_model))
@@ -148,7 +157,16 @@ async def run_conversation(call_model: ModelCaller, messages: Sequence[Mapping[s
             wire.append(nudge.to_openai())
             continue
         prose_in_a_row = 0
-        answered, ended = await _answer_turn(turn, calls, tools, current, clock, origin)
+        try:
+            async with asyncio.timeout_at(deadline):
+                answered, ended = await _answer_turn(turn, calls, tools, current, clock, origin)
+        except TimeoutError:
+            stopped = f"the task's time limit of {limit:g} s passed; this call was stopped"
+            now = clock() - origin
+            answered, ended = [ToolEvent(turn=turn, index=i, call_id=str(call.id), name=call.name,
+                                         arguments=call.arguments, raw_arguments=call.raw_arguments, status="error",
+                                         content=error_text(stopped), rule=None,
+                                         started_s=now, ended_s=now) for i, call in enumerate(calls)], "capped"
         events.extend(answered)
         for event in answered:
             message = Message("tool", event.content, tool_call_id=event.call_id, turn=turn)
@@ -162,6 +180,13 @@ async def run_conversation(call_model: ModelCaller, messages: Sequence[Mapping[s
             outcome = "stuck"
             break
     return Transcript(tuple(history), tuple(ledger), tuple(events), outcome, current, failure, clock() - origin)
+
+
+def _time_limit(tools: Mapping[str, Offered]) -> float | None:
+    """The workspace's `time_limit_s` (the built-in tools are bound to it), or None."""
+    limits = [tool.workspace.spec.time_limit_s for tool in tools.values()
+              if isinstance(tool, BuiltinTool) and tool.workspace.spec.time_limit_s is not None]
+    return min(limits) if limits else None
 
 
 def _with_unique_ids(calls: Sequence[ToolCall], turn: int, used: set[str]) -> tuple[ToolCall, ...]:

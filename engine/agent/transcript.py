@@ -152,7 +152,8 @@ class Transcript:
         ledger: One entry per model call.
         tool_events: One per tool call, in the order the calls were made.
         outcome: "completed" (the model answered without calling a tool, or called a workspace's `finish`),
-            "escalated" (it called `ask_human`), "capped" (`max_turns` model calls made), "stuck" (the same
+            "escalated" (it called `ask_human`), "capped" (`max_turns` model calls made, or a
+            workspace's `time_limit_s` passed), "stuck" (the same
             call repeated past the limit, or `max_prose_turns` replies in a row without a tool call while
             `finish` is offered), "failed" (the sandbox could not run a built-in tool at all) or "error"
             (a model call failed, or the workspace could not be prepared).

@@ -19,7 +19,8 @@ PRIVATE_FOLDERS = ("/tmp", "/var/tmp", "/dev/shm", "/run")
 
 
 def bwrap_argv(bwrap: str, workdir: str, tmpfs_mb: int, *, share_net: bool = False,
-               binds: Sequence[str] = ()) -> list[str]:
+               binds: Sequence[str] = (), root: str | None = None,
+               ro_binds: Sequence[tuple[str, str]] = (), die_with_parent: bool = True) -> list[str]:
     """`bwrap ... --` for a program that runs in `workdir`; each private tmpfs holds `tmpfs_mb` MiB at most.
 
     Args:
@@ -28,8 +29,14 @@ def bwrap_argv(bwrap: str, workdir: str, tmpfs_mb: int, *, share_net: bool = Fal
         tmpfs_mb: The size cap of each private tmpfs.
         share_net: Keep the host's network (a workspace test with `network: true`).
         binds: More folders shown read-write at their own paths (a hidden check's own home).
+        root: Where the work folder is shown (and the current directory) instead of its own path (a task's
+            `root: /app`).
+        ro_binds: (host path, path inside) shown read-only (the engine's pytest, for a hidden check only).
+        die_with_parent: End with the thread that started it (off for a workspace session, which a worker
+            thread starts and which ends when the engine closes its stdin).
     """
-    args = [bwrap, "--unshare-all", *(["--share-net"] if share_net else []), "--die-with-parent", "--new-session",
+    args = [bwrap, "--unshare-all", *(["--share-net"] if share_net else []),
+            *(["--die-with-parent"] if die_with_parent else []), "--new-session",
             "--hostname", "sandbox",
             "--ro-bind", "/usr", "/usr"]
     for top in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
@@ -43,7 +50,10 @@ def bwrap_argv(bwrap: str, workdir: str, tmpfs_mb: int, *, share_net: bool = Fal
         args += [*size, "--tmpfs", private]
     for folder in binds:
         args += ["--bind", folder, folder]
-    return [*args, "--bind", workdir, workdir, "--chdir", workdir, "--"]
+    for source, inside in ro_binds:
+        args += ["--ro-bind", source, inside]
+    view = root or workdir
+    return [*args, "--bind", workdir, view, "--chdir", view, "--"]
 
 
 @functools.cache

@@ -28,6 +28,9 @@ The isolation level is detected once per process (`isolation()`), and reported o
 
 from __future__ import annotations
 
+import functools
+import importlib.util
+import json
 import os
 import selectors
 import shutil
@@ -44,8 +47,8 @@ from pathlib import Path, PurePosixPath
 from engine.errors import HarnessError
 from engine.harness.bwrap import bwrap_argv
 
-__all__ = ["CHECK_ENV", "LEVELS", "SANDBOX_PATH", "Limits", "RunResult", "interrupt", "isolation", "lease_uid",
-           "release_uid", "resolve_program", "run", "run_in"]
+__all__ = ["CHECK_ENV", "CHECK_SITE", "LEVELS", "SANDBOX_PATH", "Limits", "RunResult", "Session", "check_site",
+           "give_tree", "interrupt", "isolation", "lease_uid", "release_uid", "resolve_program", "run", "run_in"]
 
 SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin"
 # What a hidden check adds to the environment, so the folder it judges cannot shape how it runs: Python
@@ -205,15 +208,24 @@ def _bwrap() -> str:
 
 
 def _wrapper(level: str, uid: int | None, workdir: str, limits: Limits, network: bool = False,
-             binds: Sequence[str] = ()) -> list[str]:
-    """The argv prefix (after prlimit) that puts a program into `level`'s isolation (`network`: keep the host's;
-    `binds`: more folders the program may use, shown read-write under bubblewrap)."""
+             binds: Sequence[str] = (), root: str | None = None,
+             ro_binds: Sequence[tuple[str, str]] = (), session: bool = False) -> list[str]:
+    """The argv prefix (after prlimit) that puts a program into `level`'s isolation (`network`: keep the current
+    network namespace; `binds`: more folders the program may use, shown read-write under bubblewrap; `root`:
+    where bubblewrap shows the work folder; `ro_binds`: read-only (host path, path inside) under bubblewrap;
+    `session`: a workspace session, which outlives the thread that starts it)."""
+    if root is not None and not level.startswith("bwrap"):
+        raise HarnessError(f"`root: {root}` shows the workspace at an absolute path, which needs bubblewrap (bwrap); "
+                           f"this machine runs programs at isolation level {level!r}: install bubblewrap, or drop "
+                           "`root:` and use paths relative to the workspace")
     ns = ["--pid", "--fork", "--mount-proc"] if network else ["--pid", "--net", "--fork", "--mount-proc"]
     drop = [f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--"]
     if level == "bwrap+pidns+netns+uid":
-        return ["setpriv", *drop, *bwrap_argv(_bwrap(), workdir, limits.file_mb, share_net=network, binds=binds)]
+        return ["setpriv", *drop, *bwrap_argv(_bwrap(), workdir, limits.file_mb, share_net=network, binds=binds,
+                                              root=root, ro_binds=ro_binds, die_with_parent=not session)]
     if level == "bwrap+pidns+netns":
-        return bwrap_argv(_bwrap(), workdir, limits.file_mb, share_net=network, binds=binds)
+        return bwrap_argv(_bwrap(), workdir, limits.file_mb, share_net=network, binds=binds, root=root,
+                          ro_binds=ro_binds, die_with_parent=not session)
     if level == "pidns+netns+uid":
         return ["unshare", *ns, f"--setgid={uid}", f"--setuid={uid}", "--"]
     if level == "uid":
@@ -461,7 +473,8 @@ def run(argv: Sequence[str], files: Mapping[str, str], limits: Limits = Limits()
 
 
 def run_in(argv: Sequence[str], workdir: Path, limits: Limits = Limits(), *, network: bool = False,
-           uid: int | None = None, home: Path | None = None, group: str | None = None) -> RunResult:
+           uid: int | None = None, home: Path | None = None, group: str | None = None, root: str | None = None,
+           netns: int | None = None) -> RunResult:
     """Run `argv` under the sandbox in an existing folder that outlives the run (an agent's workspace).
 
     The same isolation, limits, output caps and group kill as `run`; the folder is neither created nor
@@ -477,6 +490,9 @@ def run_in(argv: Sequence[str], workdir: Path, limits: Limits = Limits(), *, net
             the run's own, when privileges are dropped here.
         home: A hidden check's own folder outside `workdir`: HOME and TMPDIR, with CHECK_ENV added.
         group: A name `interrupt(group)` stops this program by.
+        root: Where the folder is shown to the program (bubblewrap only; HarnessError elsewhere).
+        netns: An open fd of a network namespace to run in (a workspace session's, so a hidden check reaches
+            the services the model left running); needs root, ignored otherwise.
 
     Raises:
         HarnessError: The program is not installed or the folder could not be handed over.
@@ -488,13 +504,22 @@ def run_in(argv: Sequence[str], workdir: Path, limits: Limits = Limits(), *, net
     uid = uid if plan.drop_privileges and uid is not None else own
     try:
         if uid is not None:
-            _give_tree(workdir, uid)
+            give_tree(workdir, uid)
             if home is not None:
                 os.chown(home, uid, uid)
         binds = () if home is None else (str(home),)
-        command = _command(plan, uid, workdir, limits, [*program, *argv[1:]], network, binds)
+        site = check_site() if home is not None else None
+        ro_binds = ((site, CHECK_SITE),) if site and plan.level.startswith("bwrap") else ()
+        join = netns is not None and os.geteuid() == 0
+        command = _command(plan, uid, workdir, limits, [*program, *argv[1:]], network or join, binds, root,
+                           ro_binds)
+        if join:
+            command = ["nsenter", f"--net=/proc/self/fd/{netns}", "--", *command]
+        env = _base_env(root or str(workdir), None if home is None else str(home))
+        if site:
+            env["PYTHONPATH"] = CHECK_SITE if ro_binds else site
         return _supervise(command, str(workdir), limits, plan, uid, home=None if home is None else str(home),
-                          group=group)
+                          group=group, env=env, pass_fds=(netns,) if join and netns is not None else ())
     finally:
         if uid is not None:
             _sweep_uid(uid)
@@ -512,15 +537,18 @@ def _plan_and_program(name: str) -> tuple[_Plan, list[str]]:
 
 
 def _command(plan: _Plan, uid: int | None, workdir: Path, limits: Limits, argv: list[str],
-             network: bool = False, binds: Sequence[str] = ()) -> list[str]:
+             network: bool = False, binds: Sequence[str] = (), root: str | None = None,
+             ro_binds: Sequence[tuple[str, str]] = (), session: bool = False) -> list[str]:
     """The full argv: prlimit, the isolation wrapper of `plan.level` (none at `session`), then the program."""
     if plan.level == "session":
+        if root is not None:
+            _wrapper(plan.level, uid, str(workdir), limits, root=root)   # raises: `root` needs bubblewrap
         return argv
     return ["prlimit", *_limit_args(limits, nproc=uid is not None), "--",
-            *_wrapper(plan.level, uid, str(workdir), limits, network, binds), *argv]
+            *_wrapper(plan.level, uid, str(workdir), limits, network, binds, root, ro_binds, session), *argv]
 
 
-def _give_tree(root: Path, uid: int) -> None:
+def give_tree(root: Path, uid: int) -> None:
     """chown `root` and everything under it (symlinks themselves, never their targets) to `uid`."""
     try:
         os.chown(root, uid, uid)
@@ -532,7 +560,8 @@ def _give_tree(root: Path, uid: int) -> None:
 
 
 def _supervise(command: list[str], workdir: str, limits: Limits, plan: _Plan, uid: int | None,
-               home: str | None = None, group: str | None = None) -> RunResult:
+               home: str | None = None, group: str | None = None, env: dict[str, str] | None = None,
+               pass_fds: Sequence[int] = ()) -> RunResult:
     """Start the command, read its output with a deadline, and kill whatever is left."""
     start = time.monotonic()
     deadline = start + limits.timeout_s
@@ -541,9 +570,9 @@ def _supervise(command: list[str], workdir: str, limits: Limits, plan: _Plan, ui
     with _live_lock:
         _live[serial] = (group, wake_write)
     try:
-        proc = subprocess.Popen(command, cwd=workdir, env=_base_env(workdir, home), stdin=subprocess.DEVNULL,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
-                                close_fds=True)
+        proc = subprocess.Popen(command, cwd=workdir, env=env or _base_env(workdir, home),
+                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                start_new_session=True, close_fds=True, pass_fds=tuple(pass_fds))
     except OSError as exc:
         _forget(serial, wake_read, wake_write)
         raise HarnessError(f"could not start the sandboxed program {command[0]!r}: {exc}") from exc
@@ -636,3 +665,200 @@ def _kill_all(proc: subprocess.Popen[bytes], plan: _Plan, uid: int | None, alive
         pass
     if uid is not None and (alive or not plan.use_unshare):
         _kill_uid(uid)
+
+
+# --------------------------------------------------------------------------------------------
+# The check's pytest: the engine's own, shown to a hidden check only
+
+CHECK_SITE = "/opt/engine-check/site-packages"   # where bubblewrap shows it to a hidden check
+
+
+@functools.cache
+def check_site() -> str | None:
+    """The engine's site-packages folder that holds pytest (put on a hidden check's PYTHONPATH), or None when
+    pytest is not installed with the engine."""
+    spec = importlib.util.find_spec("pytest")
+    if spec is None or spec.origin is None:
+        return None
+    return str(Path(spec.origin).resolve().parent.parent)
+
+
+# --------------------------------------------------------------------------------------------
+# Sessions: one long-lived sandbox per workspace, so what a command starts in the background outlives it
+
+SESSION_MARGIN_S = 10.0          # a command's answer may come this long after its own time limit
+SESSION_STOP_S = 5.0             # after a stop, the supervisor has this long to answer
+SESSION_LINE_MAX = 4 * 1024 * 1024
+
+
+class Session:
+    """A workspace's sandbox that lives across commands: engine/harness/supervisor.py runs inside it and runs
+    each command (`bash -c`) there, so a server a command starts in the background (`python3 server.py &`)
+    is still running for the next command and for the hidden check (which joins its network namespace).
+
+    The same isolation, uid, limits and output caps as `run_in`, per command; the number of processes is
+    bounded by the uid's process limit, and their lifetime by `close` (at the latest, `lifetime_s`). A
+    command that ends the sandbox itself (`kill -9 -1`) gets a result saying so; the next command starts a
+    fresh one.
+
+    Args:
+        workdir: The workspace folder.
+        memory_mb: The memory limit of every process.
+        lifetime_s: The sandbox ends by itself past this many seconds.
+        network: Keep the host's network.
+        uid: The workspace's leased uid (None: privileges are not dropped here).
+        group: The name `interrupt(group)` stops the running command by.
+        root: Where the folder is shown (bubblewrap only).
+    """
+
+    def __init__(self, workdir: Path, *, memory_mb: int, lifetime_s: float, network: bool, uid: int | None,
+                 group: str | None, root: str | None) -> None:
+        self.workdir = workdir
+        self.memory_mb = memory_mb
+        self.lifetime_s = lifetime_s
+        self.network = network
+        self.uid = uid
+        self.group = group
+        self.root = root
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._netns: int | None = None
+        self._buffer = b""
+
+    def run(self, command: str, limits: Limits) -> RunResult:
+        """Run `command` in the session (starting it when needed); a failing command is a result.
+
+        Raises:
+            HarnessError: The sandbox could not be started or the folder handed over.
+        """
+        plan = _get_plan()
+        if self.uid is not None:
+            give_tree(self.workdir, self.uid)   # files the engine's file tools wrote belong to the engine
+        proc = self._proc if self._proc is not None and self._proc.poll() is None else self._start(plan)
+        assert proc.stdin is not None and proc.stdout is not None
+        request = {"command": command, "timeout_s": limits.timeout_s, "output_bytes": limits.output_bytes,
+                   "cpu_s": int(limits.timeout_s) + 1}
+        start = time.monotonic()
+        wake_read, wake_write = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        serial = next(_serial)
+        with _live_lock:
+            _live[serial] = (self.group, wake_write)
+        selector = selectors.DefaultSelector()
+        try:
+            try:
+                proc.stdin.write(json.dumps(request).encode() + b"\n")
+                proc.stdin.flush()
+            except OSError:
+                return self._lost(plan, start, "the workspace's sandbox had ended")
+            selector.register(proc.stdout, selectors.EVENT_READ, "out")
+            selector.register(wake_read, selectors.EVENT_READ, "stop")
+            deadline = start + limits.timeout_s + SESSION_MARGIN_S
+            while b"\n" not in self._buffer:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    self.close()
+                    return self._lost(plan, start, "the workspace's sandbox stopped answering; it was restarted "
+                                      "(everything running in the background is gone)", timed_out=True)
+                for key, _ in selector.select(timeout=remaining):
+                    if key.data == "stop":
+                        selector.unregister(wake_read)
+                        deadline = min(deadline, time.monotonic() + SESSION_STOP_S)
+                        try:
+                            proc.stdin.write(b'{"stop": true}\n')
+                            proc.stdin.flush()
+                        except OSError:
+                            pass
+                        continue
+                    chunk = os.read(proc.stdout.fileno(), 65536)
+                    if not chunk:
+                        self.close()
+                        return self._lost(plan, start, "the command ended the workspace's sandbox (everything "
+                                          "running in the background is gone); the next command starts a fresh "
+                                          "one")
+                    self._buffer += chunk
+                    if len(self._buffer) > SESSION_LINE_MAX:
+                        self.close()
+                        return self._lost(plan, start, "the workspace's sandbox answered too much; it was restarted")
+            line, _, self._buffer = self._buffer.partition(b"\n")
+        finally:
+            selector.close()
+            _forget(serial, wake_read, wake_write)
+        data = json.loads(line)
+        return RunResult(exit_code=data["exit_code"], signal=data["signal"], stdout=data["stdout"],
+                         stderr=data["stderr"], truncated=data["truncated"], timed_out=data["timed_out"],
+                         output_exceeded=data["output_exceeded"], duration_s=data["duration_s"],
+                         isolation=plan.level, workdir=str(self.workdir), uid=self.uid,
+                         interrupted=data["stopped"])
+
+    def netns(self) -> int | None:
+        """An open fd of the session's network namespace (for a hidden check to join), or None when no session
+        runs or it shares the host's network."""
+        if self._proc is None or self._proc.poll() is not None or self.network:
+            return None
+        if self._netns is None:
+            self._netns = _inner_netns(self._proc.pid)
+        return self._netns
+
+    def close(self) -> None:
+        """End the session: every process in it is killed."""
+        proc, self._proc = self._proc, None
+        self._buffer = b""
+        if self._netns is not None:
+            os.close(self._netns)
+            self._netns = None
+        if proc is None:
+            return
+        assert proc.stdin is not None and proc.stdout is not None
+        try:
+            proc.stdin.close()
+            proc.wait(timeout=SESSION_STOP_S)
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        if self.uid is not None:
+            _sweep_uid(self.uid)
+        proc.stdout.close()
+        proc.wait()
+
+    def _start(self, plan: _Plan) -> subprocess.Popen[bytes]:
+        self.close()
+        program = resolve_program("python")
+        if program is None:
+            raise HarnessError("the workspace sandbox needs Python (python3), which is not installed on this machine")
+        source = Path(__file__).with_name("supervisor.py").read_text(encoding="utf-8")
+        limits = Limits(timeout_s=self.lifetime_s, memory_mb=self.memory_mb)
+        command = _command(plan, self.uid, self.workdir, limits, [*program, "-c", source, f"{self.lifetime_s:g}"],
+                           self.network, (), self.root, session=True)
+        try:
+            self._proc = subprocess.Popen(command, cwd=self.workdir, env=_base_env(self.root or str(self.workdir)),
+                                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                          start_new_session=True, close_fds=True)
+        except OSError as exc:
+            raise HarnessError(f"could not start the workspace's sandbox: {exc}") from exc
+        return self._proc
+
+    def _lost(self, plan: _Plan, start: float, message: str, timed_out: bool = False) -> RunResult:
+        return RunResult(exit_code=None, signal=signal.SIGKILL, stdout="", stderr=message, truncated=False,
+                         timed_out=timed_out, output_exceeded=False, duration_s=time.monotonic() - start,
+                         isolation=plan.level, workdir=str(self.workdir), uid=self.uid)
+
+
+def _inner_netns(pid: int) -> int | None:
+    """An fd of the first network namespace other than the engine's among `pid` and its descendants."""
+    own = os.stat("/proc/self/ns/net").st_ino
+    level = [pid]
+    for _ in range(6):
+        following: list[int] = []
+        for here in level:
+            path = f"/proc/{here}/ns/net"
+            try:
+                if os.stat(path).st_ino != own:
+                    return os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+                with open(f"/proc/{here}/task/{here}/children", encoding="ascii") as handle:
+                    following += [int(child) for child in handle.read().split()]
+            except (OSError, ValueError):
+                continue
+        level = following
+    return None

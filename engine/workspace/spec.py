@@ -8,6 +8,8 @@
       network: false                            # the sandbox's network (commands, setup and checks)
       timeout_s: 30                             # per command
       memory_mb: 1024
+      root: /app                                # the workspace as the task sees it (bubblewrap only)
+      time_limit_s: 600                         # the whole task: conversation and commands
 
     tools: [run_command, read_file, {builtin: write_file, name: save}, my_declared_tool]
 
@@ -34,8 +36,12 @@ from engine.paths import data_dir
 __all__ = ["BUILTIN_NAMES", "WORKSPACE_KEYS", "Problem", "WorkspaceSpec", "builtin_definition", "builtin_tools",
            "compile_workspace", "split_tools"]
 
-WORKSPACE_KEYS = ("folder", "files", "setup", "network", "timeout_s", "memory_mb")
+WORKSPACE_KEYS = ("folder", "files", "setup", "network", "timeout_s", "memory_mb", "root", "time_limit_s")
 MAX_TIMEOUT_S = 3600.0
+MAX_TIME_LIMIT_S = 24 * 3600.0
+# Where a task may not see its workspace: these hold the sandbox's own system (read-only or private mounts).
+_RESERVED_ROOTS = ("/", "/usr", "/etc", "/proc", "/dev", "/tmp", "/var/tmp", "/run", "/bin", "/sbin", "/lib",
+                   "/lib32", "/lib64", "/libx32", "/opt/engine-check")
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
 
 
@@ -68,6 +74,9 @@ class WorkspaceSpec:
         timeout_s: The wall-clock limit of each command.
         memory_mb: The memory limit of each command.
         tools: The offered built-in tools: (name the model sees, built-in), in the test's order.
+        root: The absolute path the task sees its workspace at (commands and the hidden check), or None: the
+            workspace's own temporary path.
+        time_limit_s: The wall-clock limit of the whole task (conversation and commands), or None.
     """
 
     folder: str | None = None
@@ -77,12 +86,16 @@ class WorkspaceSpec:
     timeout_s: float = 30.0
     memory_mb: int = 1024
     tools: tuple[tuple[str, str], ...] = ()
+    root: str | None = None
+    time_limit_s: float | None = None
 
     def hashed(self) -> dict[str, Any]:
         """What the test hash covers: the block as written, the seed folder's file names and bytes' digest."""
         return {"folder": _folder_digest(self.folder) if self.folder else None, "files": dict(self.files),
                 "setup": self.setup, "network": self.network, "timeout_s": self.timeout_s,
-                "memory_mb": self.memory_mb, "tools": [list(t) for t in self.tools]}
+                "memory_mb": self.memory_mb, "tools": [list(t) for t in self.tools],
+                **({"root": self.root} if self.root else {}),
+                **({"time_limit_s": self.time_limit_s} if self.time_limit_s is not None else {})}
 
 
 def _folder_digest(folder: str) -> str:
@@ -132,10 +145,33 @@ def compile_workspace(value: Any, suite_dir: Path, path: Path_ = ("workspace",))
     if isinstance(memory_mb, bool) or not isinstance(memory_mb, int) or memory_mb < 16:
         problems.append(Problem(path + ("memory_mb",), "`memory_mb` is a whole number of MiB, 16 or more"))
         memory_mb = 1024
+    root = _root(value.get("root"), path + ("root",), problems)
+    time_limit_s = value.get("time_limit_s")
+    if time_limit_s is not None and (isinstance(time_limit_s, bool) or not isinstance(time_limit_s, (int, float))
+                                     or not math.isfinite(time_limit_s) or not 0 < time_limit_s <= MAX_TIME_LIMIT_S):
+        problems.append(Problem(path + ("time_limit_s",), f"`time_limit_s` is the seconds the whole task may take "
+                                f"(conversation and commands), above 0 and at most {MAX_TIME_LIMIT_S:g}"))
     if problems:
         return None, problems
     return WorkspaceSpec(folder=folder, files=MappingProxyType(files), setup=setup, network=bool(network),
-                         timeout_s=float(timeout_s), memory_mb=int(memory_mb)), []
+                         timeout_s=float(timeout_s), memory_mb=int(memory_mb), root=root,
+                         time_limit_s=None if time_limit_s is None else float(time_limit_s)), []
+
+
+def _root(raw: Any, path: Path_, problems: list[Problem]) -> str | None:
+    """`root:` as a normalised absolute path outside the sandbox's system folders, or None."""
+    if raw is None:
+        return None
+    pure = PurePosixPath(raw) if isinstance(raw, str) else None
+    if pure is None or not pure.is_absolute() or ".." in pure.parts or any(c in raw for c in "\0\n:"):
+        problems.append(Problem(path, "`root` is the absolute path the task sees its workspace at, e.g. /app"))
+        return None
+    root = pure.as_posix()
+    if any(root == r or (r not in ("/",) and root.startswith(r + "/")) for r in _RESERVED_ROOTS):
+        problems.append(Problem(path, f"`root: {root}` would hide the sandbox's own system folders; use a folder "
+                                "of its own, e.g. /app"))
+        return None
+    return root
 
 
 def _folder(raw: Any, suite_dir: Path, path: Path_, problems: list[Problem]) -> str | None:

@@ -1,7 +1,7 @@
 """One attempt's workspace: a fresh copy of the seed, commands run in it under the sandbox, its diff at the end.
 
     ws = Workspace.create(spec)        # copy the folder, write inline files, run `setup` (WorkspaceError if it fails)
-    ws.run("pytest -q")                # bash -c in the sandbox (engine.harness.sandbox.run_in)
+    ws.run("pytest -q")                # bash -c in the workspace's sandbox session (engine.harness.sandbox.Session)
     ws.inside("src/a.py")              # a path the model named, resolved inside the workspace, or None (refused)
     ws.check("python3 -m unittest", files={...})   # the hidden check, in an environment the model cannot shape
     ws.files(), ws.diff()              # the final file list, a compact unified diff against the seed
@@ -10,7 +10,10 @@
 The engine itself reads and writes files for `read_file` / `write_file` / `list_files` (no process is needed),
 but only after `inside` resolved the path with every symlink followed: `..`, absolute paths and symlinks
 leading out are refused. Commands get the whole folder, as the workspace's own private uid (held until
-`close`, so no other run may act as the owner of these files while the workspace is open). Walking the
+`close`, so no other run may act as the owner of these files while the workspace is open). They run one
+after another in one sandbox that lives as long as the workspace, so what a command starts in the
+background (a server) is still there for later commands and for the hidden check, and is killed at `close`.
+With `root:` (bubblewrap only) commands and checks see the folder at that absolute path. Walking the
 folder never opens anything but regular files, and never blocks on one (a FIFO, a device, a socket are
 listed, never read); the diff reads each file in pieces and keeps only small texts.
 """
@@ -43,6 +46,8 @@ SEED_TEXT_BYTES = 4 * 1024 * 1024   # the seed's texts kept for the diff, in tot
 FILE_LIST_MAX = 500            # files listed at most in the final file list
 WALK_MAX = 100_000             # entries looked at, at most, when the folder is walked
 _CHUNK = 64 * 1024
+SESSION_LIFETIME_S = 24 * 3600.0   # a workspace's sandbox ends by itself past this (or its time limit + the margin)
+CHECK_MARGIN_S = 600.0             # past the task's time limit, room for the hidden checks
 _groups = itertools.count(1)
 
 
@@ -117,6 +122,9 @@ class Workspace:
         self.group = f"workspace-{next(_groups)}"
         self._running = threading.Lock()    # commands run one at a time: they share the workspace's uid
         self._final: tuple[list[str], str] | None = None
+        lifetime = (spec.time_limit_s + CHECK_MARGIN_S) if spec.time_limit_s is not None else SESSION_LIFETIME_S
+        self.session = sandbox.Session(root, memory_mb=spec.memory_mb, lifetime_s=lifetime, network=spec.network,
+                                       uid=self.uid, group=self.group, root=spec.root)
 
     @classmethod
     def create(cls, spec: WorkspaceSpec, *, run_setup: bool = True) -> Workspace:
@@ -166,8 +174,7 @@ class Workspace:
         """
         limits = sandbox.Limits(timeout_s=timeout_s or self.spec.timeout_s, memory_mb=self.spec.memory_mb)
         with self._running:
-            return sandbox.run_in(["bash", "-c", command], self.root, limits, network=self.spec.network,
-                                  uid=self.uid, group=self.group)
+            return self.session.run(command, limits)
 
     def check(self, command: str, timeout_s: float | None = None,
               files: Mapping[str, Path] | None = None) -> sandbox.RunResult:
@@ -176,25 +183,36 @@ class Workspace:
         The final file list and diff are taken first (the check's files are not the model's work); then
         each of `files` (a workspace path -> a file or folder of the suite) replaces whatever the model left
         at that path, and the command runs with a HOME and TMPDIR of its own outside the workspace and
-        sandbox.CHECK_ENV (no user site folder, nor the current folder on Python's sys.path, no conftest.py).
+        sandbox.CHECK_ENV (no user site folder, nor the current folder on Python's sys.path, no conftest.py),
+        the engine's pytest on PYTHONPATH. It runs in a sandbox of its own, as a uid of its own that the
+        folder is handed to (no longer writable by what the model left running), in the session's network
+        namespace (so it reaches a server the model started).
 
         Raises:
             HarnessError: The sandbox could not run it, or a check file could not be copied in.
         """
         self.final_state()
-        try:
-            for rel, source in (files or {}).items():
-                _replace(self.root, rel, source)
-        except OSError as exc:
-            raise HarnessError(f"could not copy the check's files into the workspace: {exc}") from exc
-        home = Path(tempfile.mkdtemp(prefix="engine-check-"))
-        limits = sandbox.Limits(timeout_s=timeout_s or self.spec.timeout_s, memory_mb=self.spec.memory_mb)
+        uid = sandbox.lease_uid()
+        home: Path | None = None
         try:
             with self._running:
+                try:
+                    if uid is not None:   # first taken from the model's uid: then nothing it left running
+                        _no_group_write(self.root)   # can change the check's files once they are in
+                        sandbox.give_tree(self.root, uid)
+                    for rel, source in (files or {}).items():
+                        _replace(self.root, rel, source)
+                except OSError as exc:
+                    raise HarnessError(f"could not copy the check's files into the workspace: {exc}") from exc
+                home = Path(tempfile.mkdtemp(prefix="engine-check-"))
+                limits = sandbox.Limits(timeout_s=timeout_s or self.spec.timeout_s, memory_mb=self.spec.memory_mb)
                 return sandbox.run_in(["bash", "-c", command], self.root, limits, network=self.spec.network,
-                                      uid=self.uid, home=home, group=self.group)
+                                      uid=uid if uid is not None else self.uid, home=home, group=self.group,
+                                      root=self.spec.root, netns=self.session.netns())
         finally:
-            shutil.rmtree(home, ignore_errors=True)
+            sandbox.release_uid(uid)
+            if home is not None:
+                shutil.rmtree(home, ignore_errors=True)
 
     def interrupt(self) -> None:
         """Stop this workspace's running command now (its tool call was cancelled or ran out of time)."""
@@ -239,10 +257,26 @@ class Workspace:
 
 
 def _discard(base: Path, workspace: Workspace | None) -> None:
+    if workspace is not None:
+        workspace.session.close()
     shutil.rmtree(base, ignore_errors=True)
     if workspace is not None:
         uid, workspace.uid = workspace.uid, None
         sandbox.release_uid(uid)
+
+
+def _no_group_write(root: Path) -> None:
+    """Take group and other write bits off everything under `root` (symlinks untouched), so once the folder
+    belongs to the check's uid nothing the model left running can change it."""
+    for folder, dirs, names in os.walk(root):
+        for full in [os.path.join(folder, name) for name in [*dirs, *names]] + ([folder] if folder == str(root)
+                                                                               else []):
+            try:
+                info = os.lstat(full)
+            except OSError:
+                continue
+            if not stat.S_ISLNK(info.st_mode) and info.st_mode & 0o022:
+                os.chmod(full, stat.S_IMODE(info.st_mode) & ~0o022)
 
 
 def _replace(root: Path, rel: str, source: Path) -> None:
