@@ -17,8 +17,9 @@ and the raw loop again against one mock server, non-streaming and streaming; the
 loop, then the two `engine run`s in turns); each engine's ratio is taken against its round's raw runs.
 Medians and ranges are printed, and every round as a JSON line.
 
-`--whole-rounds N [--against TREE] [--against-python PY]`: N paired rounds of the whole processes only (see
-`whole_rounds`): this tree against TREE, or against this tree run by another interpreter (a virtualenv).
+`--whole-rounds N [--calls C] [--against TREE] [--against-python PY]`: N paired rounds of the whole processes
+only, C calls each (2,000 by default; see `whole_rounds`): this tree against TREE, or against this tree run by
+another interpreter (a virtualenv).
 """
 
 from __future__ import annotations
@@ -136,9 +137,9 @@ async def _engine(base_url: str, calls: int, stream: bool, concurrency: int, out
 def child(kind: str, base_url: str, calls: int, stream: bool, concurrency: int, repeat: int = 1) -> None:
     """Measure one loop in this process and print a JSON line."""
     if kind == "engine":
-        # Arrow's memory pool as `engine run` has it: engine.results chooses it before pyarrow loads (an older
+        # Arrow's memory pool as `engine run` has it: engine.cli chooses it before pyarrow loads (an older
         # tree, --against, chose it with `prefer_system_allocator`, or not at all).
-        import engine.results
+        import engine.cli
         try:
             from engine._gc import prefer_system_allocator  # type: ignore[attr-defined]
         except ImportError:
@@ -269,7 +270,8 @@ def _whole_cli(base_url: str, calls: int, tree: Path = ROOT, python: str = sys.e
                                "--concurrency", "64"], env=env, cwd=tree)
 
 
-def whole_rounds(base_url: str, count: int, against: Path | None, against_python: str | None) -> None:
+def whole_rounds(base_url: str, count: int, against: Path | None, against_python: str | None,
+                 calls: int = 2000) -> None:
     """Paired rounds of the whole processes only: bare loop, the two engines (order alternating), bare loop.
 
     "after" is this tree with this interpreter; "before" is TREE (`--against`, default this tree) run by
@@ -281,10 +283,10 @@ def whole_rounds(base_url: str, count: int, against: Path | None, against_python
         engines["before"] = (against or ROOT, against_python or sys.executable)
     series: dict[str, list[float]] = {}
     for n in range(count):
-        first = _whole_bare(base_url, 2000)
+        first = _whole_bare(base_url, calls)
         order = list(engines) if n % 2 == 0 else list(reversed(engines))
-        runs = {name: _whole_cli(base_url, 2000, *engines[name]) for name in order}
-        last = _whole_bare(base_url, 2000)
+        runs = {name: _whole_cli(base_url, calls, *engines[name]) for name in order}
+        last = _whole_bare(base_url, calls)
         bare = (first["cpu_s"] + last["cpu_s"]) / 2
         series.setdefault("bare cpu s", []).append(bare)
         series.setdefault("bare peak MB", []).append(max(first["peak_rss_mb"], last["peak_rss_mb"]))
@@ -295,7 +297,7 @@ def whole_rounds(base_url: str, count: int, against: Path | None, against_python
         if "before" in runs:
             series.setdefault("after / before", []).append(runs["after"]["cpu_s"] / runs["before"]["cpu_s"])
         print(json.dumps({"round": n, "order": order, "bare": [first, last], **runs}), flush=True)
-    print(f"{count} paired rounds of whole processes (2,000 streamed calls): median (min-max)")
+    print(f"{count} paired rounds of whole processes ({calls:,} streamed calls): median (min-max)")
     for key, values in series.items():
         print(f"  {key}: {_spread(values)}")
 
@@ -360,8 +362,9 @@ def main() -> int:
         if "--whole-rounds" in sys.argv:
             against = sys.argv[sys.argv.index("--against") + 1] if "--against" in sys.argv else None
             python = sys.argv[sys.argv.index("--against-python") + 1] if "--against-python" in sys.argv else None
+            calls = int(sys.argv[sys.argv.index("--calls") + 1]) if "--calls" in sys.argv else 2000
             whole_rounds(base_url, int(sys.argv[sys.argv.index("--whole-rounds") + 1]),
-                         None if against is None else Path(against).resolve(), python)
+                         None if against is None else Path(against).resolve(), python, calls)
             return 0
         if "--rounds" in sys.argv:
             against = sys.argv[sys.argv.index("--against") + 1] if "--against" in sys.argv else None

@@ -1,7 +1,7 @@
 """One home for running the `engine` CLI from tests: `run_engine(*args, ...)`, backed by a fork server.
 
 Design: the first call in a pytest process starts a zygote (`python tests/engine_proc.py --zygote`), a
-single-threaded helper that imports `engine.results` first (it chooses Arrow's memory pool before pyarrow
+single-threaded helper that imports `engine.cli` first (it chooses Arrow's memory pool before pyarrow
 loads), pre-imports the CLI and its heavy dependencies, then serves requests on a Unix
 socket. Each request carries argv, cwd, the full env and three fds (stdin/stdout/stderr, sent with
 `socket.send_fds`); the zygote forks a child that chdirs, replaces os.environ, dup2s the fds, sets
@@ -215,8 +215,7 @@ def _child(argv: list[str], cwd: str, env: dict[str, str], fds: list[int]) -> No
 
 
 def _serve(fd: int) -> None:
-    import engine.cli
-    import engine.results  # noqa: F401 - before pyarrow: it chooses Arrow's memory pool, read as pyarrow loads
+    import engine.cli  # noqa: F401 - first: it chooses Arrow's memory pool, which pyarrow reads as it loads
     # What `engine analyze` / `report` / `rescore` / `diff` import when they start: pre-imported, a forked
     # `engine analyze` of a small run takes 0.20 CPU-s instead of 0.52 (medians of 3). typer 0.29's pydantic
     # adapter (every command builds one) saves 0.02 more; typer 0.28, which pyproject pins, has none (skipped).

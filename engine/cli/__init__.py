@@ -2,6 +2,13 @@
 
 from __future__ import annotations
 
+import os
+
+# Arrow picks its memory pool once, when pyarrow loads: the C library's malloc reuses what a written Parquet part
+# freed, where Arrow's default (mimalloc) keeps mapping fresh pages (bench/README.md, "engine run"). Set before any
+# command module can load pyarrow; a user's own ARROW_DEFAULT_MEMORY_POOL wins.
+os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
+
 from engine.cli import (  # noqa: F401  (importing registers the commands)
     analysis_cmds,
     cache_cmds,
