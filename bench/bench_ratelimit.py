@@ -104,7 +104,7 @@ def run_inspect(base_url: str, calls: int, folder: Path, python: str) -> None:
         f"@task\ndef bench():\n    return Task(dataset=[Sample(input=f'say ok {{n}}', target='ok') "
         f"for n in range({calls})], solver=generate(), scorer=includes())\n")
     env = dict(os.environ, OPENAI_API_KEY=KEY, OPENAI_BASE_URL=base_url, **QUIET_INSPECT)
-    subprocess.run([python, "-m", "inspect_ai", "eval", str(folder / "task.py"), "--model", "openai/bench-model",
+    subprocess.run([python, "-m", "inspect_ai", "eval", "task.py", "--model", "openai/bench-model",
                     "-M", "responses_api=false",   # chat completions, as the server (and the peers) speak
                     "--max-tokens", str(MAX_TOKENS), "--log-dir", str(folder / "logs"), "--no-log-samples"],
                    env=env, cwd=folder, check=False, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
