@@ -1,5 +1,5 @@
-"""`engine import bfcl` (BFCL questions + possible answers), `engine import ifeval` (IFEval's input JSONL) and
-`engine import promptfoo` (a promptfoo config): YAML suites.
+"""`engine import bfcl` (BFCL questions + possible answers), `engine import ifeval` (IFEval's input JSONL),
+`engine import promptfoo` (a promptfoo config) and `engine import terminal-bench` (task folders): YAML suites.
 
 (`engine import humaneval` lives in import_humaneval.py.)
 """
@@ -78,3 +78,28 @@ def import_promptfoo_cmd(
         typer.echo(f"wrote {imported.models}")
     left = f"; {len(imported.notes)} thing(s) not imported as written, listed above" if imported.notes else ""
     typer.echo(f"{imported.tests} test(s){left}. Next: engine validate {out}")
+
+
+@import_app.command("terminal-bench")
+def import_terminal_bench_cmd(
+    source: Annotated[Path, typer.Argument(help="A Terminal-Bench task folder (task.yaml) or a folder of them.")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Folder to write the suite, seeds and checks to.")] = Path(
+        "suites/terminal_bench"),
+) -> None:
+    """Turn Terminal-Bench tasks into workspace tests (golden = solution.sh, check = the task's pytest file);
+    list every task that cannot be one, with the reason."""
+    from engine.errors import ConfigError
+    from engine.importers.terminal_bench import import_terminal_bench
+
+    try:
+        imported = import_terminal_bench(source, out)
+    except ConfigError as exc:
+        typer.echo(f"engine import terminal-bench: error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    for task, why in imported.skipped:
+        typer.echo(f"not importable: {task}: {why}", err=True)
+    if imported.suite is None:
+        typer.echo("engine import terminal-bench: error: no task could be imported (reasons above)", err=True)
+        raise typer.Exit(1)
+    typer.echo(f"wrote {imported.suite}: {len(imported.tests)} task(s), {len(imported.skipped)} not importable. "
+               f"Next: engine validate {imported.suite}")
