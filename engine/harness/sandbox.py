@@ -47,8 +47,9 @@ from pathlib import Path, PurePosixPath
 from engine.errors import HarnessError
 from engine.harness.bwrap import bwrap_argv
 
-__all__ = ["CHECK_ENV", "CHECK_SITE", "LEVELS", "SANDBOX_PATH", "Limits", "RunResult", "Session", "check_site",
-           "give_tree", "interrupt", "isolation", "lease_uid", "release_uid", "resolve_program", "run", "run_in"]
+__all__ = ["CHECK_ENV", "CHECK_SITE", "LEVELS", "SANDBOX_PATH", "Limits", "RunResult", "Session", "check_root",
+           "check_site", "give_tree", "interrupt", "isolation", "lease_uid", "release_uid", "resolve_program", "run",
+           "run_in"]
 
 SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin"
 # What a hidden check adds to the environment, so the folder it judges cannot shape how it runs: Python
@@ -214,10 +215,8 @@ def _wrapper(level: str, uid: int | None, workdir: str, limits: Limits, network:
     network namespace; `binds`: more folders the program may use, shown read-write under bubblewrap; `root`:
     where bubblewrap shows the work folder; `ro_binds`: read-only (host path, path inside) under bubblewrap;
     `session`: a workspace session, which outlives the thread that starts it)."""
-    if root is not None and not level.startswith("bwrap"):
-        raise HarnessError(f"`root: {root}` shows the workspace at an absolute path, which needs bubblewrap (bwrap); "
-                           f"this machine runs programs at isolation level {level!r}: install bubblewrap, or drop "
-                           "`root:` and use paths relative to the workspace")
+    if root is not None:
+        check_root(root, level)
     ns = ["--pid", "--fork", "--mount-proc"] if network else ["--pid", "--net", "--fork", "--mount-proc"]
     drop = [f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--"]
     if level == "bwrap+pidns+netns+uid":
@@ -233,6 +232,18 @@ def _wrapper(level: str, uid: int | None, workdir: str, limits: Limits, network:
     if level == "pidns+netns":
         return ["unshare", "--user", "--map-root-user", *ns, "--"]
     return []
+
+
+def check_root(root: str | None, level: str | None = None) -> None:
+    """Raise unless a program can see its folder at the absolute path `root` here (bubblewrap binds it).
+
+    Rewriting paths in the model's commands instead would be guesswork, so without bubblewrap it is refused.
+    """
+    level = level or isolation()
+    if root is not None and not level.startswith("bwrap"):
+        raise HarnessError(f"`root: {root}` shows the workspace at an absolute path, which needs bubblewrap (bwrap); "
+                           f"this machine runs programs at isolation level {level!r}: install bubblewrap, or drop "
+                           "`root:` and use paths relative to the workspace")
 
 
 def _detect() -> _Plan:

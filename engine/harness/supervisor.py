@@ -10,8 +10,8 @@ Each command is `bash -c` in a session of its own. A command that ends by itself
 the background running (a server the task's tests call); their output is read and thrown away, so they
 never block on a full pipe. A command past its time limit, writing too much, or stopped takes everything
 in the sandbox with it (what it started may have left its process group: `setsid`, a fork bomb), so the
-sandbox is clean again for the next command. Everything still running is killed when stdin closes (the workspace is closed) or
-when the sandbox's lifetime, argv[1] seconds, passes.
+sandbox is clean again for the next command. Everything still running is killed when stdin closes (the
+workspace is closed) or when the sandbox's lifetime, argv[1] seconds, passes.
 """
 
 from __future__ import annotations

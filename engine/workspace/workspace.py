@@ -133,6 +133,10 @@ class Workspace:
         Raises:
             WorkspaceError: The copy or the setup command failed (its exit code and output say why).
         """
+        try:
+            sandbox.check_root(spec.root)
+        except HarnessError as exc:
+            raise WorkspaceError(str(exc)) from exc
         base = Path(tempfile.mkdtemp(prefix="engine-ws-"))
         root = base / "work"
         workspace: Workspace | None = None
