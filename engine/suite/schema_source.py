@@ -143,6 +143,11 @@ _WORKSPACE = {
                       "description": "Wall-clock limit of each command (default 30)."},
         "memory_mb": {"type": "integer", "minimum": 16, "description": "Memory limit of each command (default "
                       "1024)."},
+        "root": {"type": "string", "pattern": "^/", "description": "The absolute path the task sees its workspace "
+                 "at (commands and the hidden check), e.g. /app; needs bubblewrap.", "examples": ["/app"]},
+        "time_limit_s": {"type": "number", "exclusiveMinimum": 0, "maximum": 86400,
+                         "description": "Wall-clock limit of the whole task, conversation and commands; past it "
+                                        "the conversation ends as capped."},
     },
     "examples": ["workspaces/greet", {"folder": "workspaces/greet", "setup": "python3 -m pip --version"}],
 }
