@@ -176,6 +176,10 @@ class Test:
         images: (image as written, line, column) of each image part in `messages` (engine.suite.content_parts),
             for messages that name where an image cannot go; () for a text-only test.
         workspace: A workspace test's `workspace:` block and offered built-in tools (engine.workspace), or None.
+        tool_choice: The test's `tool_choice` as the request carries it (`auto`, `required`, `none`, or
+            {"type": "function", "function": {"name": key}}), or None: not sent. Sent only with tools.
+        api_names: Tool key -> the name the API sees, for offered tools declared with a `name:` of their own;
+            the request carries those names and replies are read back to the keys (engine.suite.conversation).
     """
 
     __test__ = False  # not a pytest test class, despite the name
@@ -207,6 +211,8 @@ class Test:
     variant: str | None = None
     images: tuple[tuple[str, int, int], ...] = field(default=(), compare=False, repr=False)
     workspace: WorkspaceSpec | None = field(default=None, compare=False, repr=False)
+    tool_choice: str | Mapping[str, Any] | None = None
+    api_names: Mapping[str, str] = field(default_factory=dict)
     # Filled on first use by `messages_json` and `golden_json` (not copied by `dataclasses.replace`).
     _messages_json: str | None = field(default=None, init=False, repr=False, compare=False)
     _golden_json: str | None = field(default=None, init=False, repr=False, compare=False)

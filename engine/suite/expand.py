@@ -20,6 +20,7 @@ from engine.suite.agent import AgentSettings, GoldenTurn, compile_golden, merge_
 from engine.suite.cases_from import CaseOrigin, open_cases
 from engine.suite.checks import EvaluatorResolver, Report, check_golden_shape
 from engine.suite.content_parts import content_text, render_parts
+from engine.suite.conversation import api_name_problems, api_names, check_conversation, sent_turn, tool_choice
 from engine.suite.hashing import TestHasher, chat_json
 from engine.suite.suite_tools import SuiteTools
 from engine.suite.tools import Tool
@@ -53,6 +54,8 @@ class _Frame:
     repeat: int
     tags: tuple[str, ...]
     hasher: TestHasher
+    tool_choice: Any
+    api_names: dict[str, str]
 
 
 class Expander(SuiteTools):
@@ -69,6 +72,7 @@ class Expander(SuiteTools):
         self.variables = VariableChecks(self.resolver, report)
         self._default_node: Node | None = None
         self.agent_tools: dict[str, Tool] = {}
+        self._api_names: dict[str, str] = {}   # tool key -> the name the API sees (tools with a `name:`)
         self.judge_prompt = self._judge_prompt(data.get("judge_prompt"))
         self._suite_dir_text = str(suite_dir)
         self._offered_tools: dict[tuple[str, ...], tuple[tuple[dict[str, Any], ...], str]] = {}
@@ -76,6 +80,9 @@ class Expander(SuiteTools):
 
     def expand(self, skip: set[int]) -> list[Test]:
         self._check_tools()
+        for problem in api_name_problems(self.tools):
+            self.report.error(problem.path, problem.message, key=problem.key)
+        self._api_names = api_names(self.tools)
         self._compile_tools()
         self.resolver.check_definitions()
         default_eval = None
@@ -144,6 +151,11 @@ class Expander(SuiteTools):
         if messages and any(m.get("role") == "system" for m in messages) and "system" in raw:
             report.error(path + ("system",), "this test sets `system:` and also has a system turn in `messages:`; "
                                              "keep one of them")
+        offered = [*tool_names, *(name for name, _ in builtins)]
+        if messages and tools_ok:
+            for problem in check_conversation(messages, offered, path + ("messages",)):
+                report.error(problem.path, problem.message, key=problem.key)
+        choice = self._tool_choice(raw, path, offered)
         cases: Any = raw.get("cases") or [None]
         if "cases_from" in raw:
             cases = self._cases_from(raw, path)
@@ -168,7 +180,7 @@ class Expander(SuiteTools):
             if node is None:
                 return []   # its problems are reported (a broken default once, at `defaults:`)
         out: list[Test] = []
-        frame = self._frame(raw, path, spec, node, eval_path, tools, tools_json, system, line, agent)
+        frame = self._frame(raw, path, spec, node, eval_path, tools, tools_json, system, line, agent, choice)
         for row_index, row in enumerate(cases):
             test = self._one(frame, row, row_index if row is not None else None)
             if test is not None:
@@ -177,7 +189,7 @@ class Expander(SuiteTools):
 
     def _frame(self, raw: Mapping[str, Any], path: tuple[Any, ...], spec: Any, node: Node | None,
                eval_path: tuple[Any, ...], tools: tuple[Any, ...], tools_json: str | None, system: Any, line: int,
-               agent: _Agent | None) -> _Frame:
+               agent: _Agent | None, choice: Any = None) -> _Frame:
         max_tokens, temperature = self._setting(raw, "max_tokens"), self._setting(raw, "temperature")
         threshold = float(self._setting(raw, "threshold", 1.0))
         if "tags" in raw:
@@ -186,13 +198,17 @@ class Expander(SuiteTools):
             if self._suite_tags is None:
                 self._suite_tags = tuple(_unique([*self.data.get("tags", ()), *self.defaults.get("tags", ())]))
             tags = self._suite_tags
+        names = {t["function"]["name"]: self._api_names[t["function"]["name"]] for t in tools
+                 if t["function"]["name"] in self._api_names}
+        hasher = self._hasher(spec, tools, tools_json, max_tokens, temperature, threshold, agent, choice, names)
         return _Frame(raw=raw, path=path, spec=spec, node=node, eval_path=eval_path, tools=tools, system=system,
                       line=line, agent=agent, max_tokens=max_tokens, temperature=temperature, threshold=threshold,
-                      repeat=int(self._setting(raw, "repeat", 1)), tags=tags,
-                      hasher=self._hasher(spec, tools, tools_json, max_tokens, temperature, threshold, agent))
+                      repeat=int(self._setting(raw, "repeat", 1)), tags=tags, hasher=hasher, tool_choice=choice,
+                      api_names=names)
 
     def _hasher(self, spec: Any, tools: tuple[Any, ...], tools_json: str | None, max_tokens: Any, temperature: Any,
-                threshold: float, agent: _Agent | None) -> TestHasher:
+                threshold: float, agent: _Agent | None, choice: Any = None,
+                names: dict[str, str] | None = None) -> TestHasher:
         """The test's hasher: what its rows share, encoded once."""
         # a suite's judge_prompt changes how its judges score: it is in the hash (only of tests with a judge)
         return TestHasher(tools=tools, eval_spec=with_judge_prompt(spec, self.judge_prompt), max_tokens=max_tokens,
@@ -200,7 +216,23 @@ class Expander(SuiteTools):
                           agent=agent[2] if agent is not None else None,
                           returns={t["function"]["name"]: self.tools[t["function"]["name"]].get("returns")
                                    for t in tools if t["function"]["name"] in self.tools}
-                          if agent is not None else None, tools_json=tools_json)
+                          if agent is not None else None, tools_json=tools_json, tool_choice=choice, api_names=names)
+
+    def _tool_choice(self, raw: Mapping[str, Any], path: tuple[Any, ...], offered: list[str]) -> Any:
+        """The test's `tool_choice` as sent (its own or the defaults'), or None: not set, or no tools to go with."""
+        own = "tool_choice" in raw
+        value = self._setting(raw, "tool_choice")
+        if value is None or (not offered and not own):
+            return None   # a default choice means nothing to a test without tools: never sent
+        where = path + ("tool_choice",) if own else ("defaults", "tool_choice")
+        sent, problems = tool_choice(value, offered, where)
+        for problem in problems:
+            self.report.error(problem.path, problem.message)
+        if sent is not None and not offered:
+            self.report.warning(where, f"`tool_choice: {value}` is never sent: this test offers no tools; remove "
+                                "it or add `tools:`", key=True)
+            return None
+        return sent
 
     def _workspace(self, raw: Mapping[str, Any], path: tuple[Any, ...],
                    builtins: list[tuple[str, str]]) -> WorkspaceSpec | None:
@@ -304,13 +336,14 @@ class Expander(SuiteTools):
             system_text = render(system, variables) if isinstance(system, str) else None
             messages_json: str | None = None
             if "messages" in raw:
-                messages = [{"role": m["role"], "content": render(m["content"], variables)
+                messages = [sent_turn(m, lambda text: render(text, variables)) or
+                            {"role": m["role"], "content": render(m["content"], variables)
                              if not isinstance(m["content"], list) else
                              self._parts(m, path + ("messages", i, "content"), variables, agent, images)}
                             for i, m in enumerate(raw["messages"])]
                 if system_text and not any(m["role"] == "system" for m in messages):
                     messages.insert(0, {"role": "system", "content": system_text})
-                prompt = "\n\n".join(content_text(m["content"]) for m in messages)
+                prompt = "\n\n".join(content_text(m["content"] or "") for m in messages)
             else:
                 user = render(raw["prompt"], variables)
                 messages = ([{"role": "system", "content": system_text}] if system_text else [])
@@ -350,7 +383,8 @@ class Expander(SuiteTools):
                     prompt=prompt, eval=spec, golden=golden, variables=variables, tools=frame.tools, tags=frame.tags,
                     max_tokens=frame.max_tokens, temperature=frame.temperature, threshold=frame.threshold,
                     repeat=frame.repeat, case_index=row_index, hash=digest, suite_dir=self._suite_dir_text,
-                    evaluator=node, case_origin=origin, images=tuple(images), **agent_fields)
+                    evaluator=node, case_origin=origin, images=tuple(images), tool_choice=frame.tool_choice,
+                    api_names=frame.api_names, **agent_fields)
 
     def _parts(self, message: Mapping[str, Any], where: tuple[Any, ...], variables: Mapping[str, Any],
                agent: _Agent | None, images: list[tuple[str, int, int]]) -> list[dict[str, Any]]:

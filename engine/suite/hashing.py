@@ -28,7 +28,8 @@ def canonical_json(value: Any) -> str:
 def test_hash(*, messages: Sequence[Mapping[str, Any]], prompt: str, tools: Sequence[Mapping[str, Any]],
               eval_spec: Any, variables: Mapping[str, Any], max_tokens: int | None, temperature: float | None,
               threshold: float, agent: Mapping[str, Any] | None = None,
-              returns: Mapping[str, Any] | None = None) -> str:
+              returns: Mapping[str, Any] | None = None, tool_choice: Any = None,
+              api_names: Mapping[str, str] | None = None) -> str:
     """The first 16 hex digits of sha256 over the canonical JSON of the test's content.
 
     Args:
@@ -42,6 +43,8 @@ def test_hash(*, messages: Sequence[Mapping[str, Any]], prompt: str, tools: Sequ
         threshold: The score needed to pass.
         agent: The test's `agent:` block (defaults merged), or None for a single-turn test.
         returns: Tool name -> its `returns` rules as written, for the offered tools (agent tests only).
+        tool_choice: The test's `tool_choice` as sent, or None.
+        api_names: Tool key -> the name the API sees, for offered tools declared with a `name:`.
     """
     content = {"messages": list(messages), "prompt": prompt, "tools": list(tools), "eval": eval_spec,
                "variables": dict(variables), "max_tokens": max_tokens, "temperature": temperature,
@@ -50,6 +53,11 @@ def test_hash(*, messages: Sequence[Mapping[str, Any]], prompt: str, tools: Sequ
     if agent is not None:
         content["agent"] = dict(agent)
         content["returns"] = dict(returns or {})
+    # Only tests that set them carry these keys, so every other test keeps its hash.
+    if tool_choice is not None:
+        content["tool_choice"] = tool_choice
+    if api_names:
+        content["tool_names"] = dict(api_names)
     return hashlib.sha256(canonical_json(content).encode("utf-8")).hexdigest()[:16]
 
 
@@ -62,25 +70,30 @@ class TestHasher:
     and the settings.
 
     Args:
-        tools, eval_spec, max_tokens, temperature, threshold, agent, returns: As `test_hash` takes them.
+        tools, eval_spec, max_tokens, temperature, threshold, agent, returns, tool_choice, api_names: As
+            `test_hash` takes them.
     """
 
     __test__ = False   # not a pytest class, despite its name
 
     def __init__(self, *, tools: Sequence[Mapping[str, Any]], eval_spec: Any, max_tokens: int | None,
                  temperature: float | None, threshold: float, agent: Mapping[str, Any] | None = None,
-                 returns: Mapping[str, Any] | None = None, tools_json: str | None = None) -> None:
+                 returns: Mapping[str, Any] | None = None, tools_json: str | None = None, tool_choice: Any = None,
+                 api_names: Mapping[str, str] | None = None) -> None:
         """`tools_json`: `canonical_json(list(tools))` when the caller has it (tests that share their tools)."""
         tools_text = _ENCODE(list(tools)) if tools_json is None else tools_json
         eval_text = _ENCODE(eval_spec)
         # The canonical text is the keys in sorted order: agent, eval, max_tokens, messages, prompt, returns,
-        # temperature, threshold, tools, variables (`agent` and `returns` only for agent tests, as in `test_hash`).
+        # temperature, threshold, tool_choice, tool_names, tools, variables (`agent` and `returns` only for agent
+        # tests, `tool_choice` and `tool_names` only when set, as in `test_hash`).
         agent_text = "" if agent is None else f'"agent":{_ENCODE(dict(agent))},'
+        choice_text = "" if tool_choice is None else f'"tool_choice":{_ENCODE(tool_choice)},'
+        names_text = f'"tool_names":{_ENCODE(dict(api_names))},' if api_names else ""
         returns_text = "" if agent is None else f',"returns":{_ENCODE(dict(returns or {}))}'
         self._before_messages = (f'{{{agent_text}"eval":{eval_text},"max_tokens":{_ENCODE(max_tokens)},'
                                  '"messages":')
         self._before_variables = (f'{returns_text},"temperature":{_ENCODE(temperature)},"threshold":'
-                                  f'{_ENCODE(threshold)},"tools":{tools_text},"variables":')
+                                  f'{_ENCODE(threshold)},{choice_text}{names_text}"tools":{tools_text},"variables":')
 
     def digest(self, *, messages: Sequence[Mapping[str, Any]], prompt: str, variables: Mapping[str, Any],
                messages_json: str | None = None) -> str:

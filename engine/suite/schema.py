@@ -21,6 +21,7 @@ from engine.errors import Diagnostic
 from engine.evaluators.base import COMMON_KEYS
 from engine.paths import data_dir
 from engine.redact import mask_url
+from engine.suite.conversation import API_NAME_PATTERN
 
 __all__ = ["SCHEMA_DIR", "describe_value", "did_you_mean", "load_schema", "validate", "validator"]
 
@@ -308,6 +309,9 @@ class _Mapper:
             shown = mask_url(error.instance) if isinstance(error.instance, str) else error.instance
             return [(path, False, (f"'{name}' must start with http:// or https://, but it is "
                                   f"{describe_value(shown)}"))]
+        if isinstance(error.instance, str) and error.schema.get("pattern") == API_NAME_PATTERN:
+            return [(path, False, (f"'{name}' (the tool's name for the API) may only use letters, digits, _ and -, "
+                                  f"at most 64, but it is {describe_value(error.instance)}"))]
         if isinstance(error.instance, str) and error.schema.get("pattern", "").startswith("^[A-Za-z"):
             return [(path, False, (f"'{name}' may only use letters, digits and _ . - (no spaces), but it is "
                                   f"{describe_value(error.instance)}"))]

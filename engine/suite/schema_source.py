@@ -30,6 +30,7 @@ from engine.base.limits import (  # the bounds, shared with the `engine run` opt
 from engine.evaluators import KINDS
 from engine.evaluators.base import COMMON_OPTIONS
 from engine.paths import data_dir
+from engine.suite.conversation import API_NAME_PATTERN
 from engine.workspace.spec import BUILTIN_NAMES
 
 SCHEMA_DIR = data_dir("schemas")
@@ -73,14 +74,47 @@ def _evaluator_defs() -> dict[str, Any]:
 
 _TEMPLATE = "May use {{ variables }} from `cases`."
 _MESSAGES = {
-    "type": "array", "minItems": 1, "description": "A conversation to send, turn by turn (instead of `prompt`).",
-    "items": {"type": "object", "title": "message", "additionalProperties": False, "required": ["role", "content"],
+    "type": "array", "minItems": 1, "description": "A conversation to send, turn by turn (instead of `prompt`); it "
+    "may start mid-way: assistant turns with `tool_calls` and `tool` turns with their results, in OpenAI's shape.",
+    "items": {"type": "object", "title": "message", "additionalProperties": False, "required": ["role"],
               "properties": {
-                  "role": {"enum": ["system", "user", "assistant"], "description": "Who speaks this turn."},
-                  "content": {"oneOf": [{"type": "string"}, {"$ref": "#/$defs/content_parts"}],
-                              "description": f"What is said: text, or a list of text and image parts. {_TEMPLATE}"}}},
+                  "role": {"enum": ["system", "user", "assistant", "tool"], "description": "Who speaks this turn."},
+                  "content": {"oneOf": [{"type": "string"}, {"$ref": "#/$defs/content_parts"}, {"type": "null"}],
+                              "description": "What is said: text, or a list of text and image parts (null: an "
+                                             f"assistant turn that only calls tools). {_TEMPLATE}"},
+                  "tool_calls": {"type": "array", "minItems": 1, "items": {"$ref": "#/$defs/message_tool_call"},
+                                 "description": "An assistant turn's calls of the test's tools."},
+                  "tool_call_id": {"type": "string", "minLength": 1,
+                                   "description": "A `tool` turn: the id of the call it answers."}}},
     "examples": [[{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello!"},
-                  {"role": "user", "content": "What did I say?"}]]}
+                  {"role": "user", "content": "What did I say?"}],
+                 [{"role": "user", "content": "Book a table for two"},
+                  {"role": "assistant", "content": None, "tool_calls": [
+                      {"id": "call_1", "type": "function",
+                       "function": {"name": "find_slots", "arguments": {"party": 2}}}]},
+                  {"role": "tool", "tool_call_id": "call_1", "content": "{\"slots\": [\"19:00\"]}"}]]}
+_MESSAGE_TOOL_CALL = {
+    "title": "tool call", "type": "object", "additionalProperties": False, "required": ["id", "function"],
+    "description": "One call in an assistant turn, as OpenAI writes it.",
+    "properties": {
+        "id": {"type": "string", "minLength": 1, "description": "The call's id; a later `tool` turn answers it."},
+        "type": {"const": "function", "description": "Always `function` (may be left out)."},
+        "function": {"type": "object", "title": "called function", "additionalProperties": False,
+                     "description": "The tool called and its arguments.", "required": ["name"], "properties": {
+                         "name": {"type": "string", "minLength": 1, "description": "A tool of the test (its key "
+                                  "under `tools:`)."},
+                         "arguments": {"type": ["string", "object"], "description": "The arguments: a mapping "
+                                       "(sent as its JSON text) or the JSON text itself (default {})."}}}},
+    "examples": [{"id": "call_1", "type": "function", "function": {"name": "find_slots",
+                                                                   "arguments": {"party": 2}}}]}
+_TOOL_CHOICE = {
+    "type": ["string", "object"], "title": "tool choice", "minLength": 1, "additionalProperties": False,
+    "required": ["name"], "properties": {"name": {"type": "string", "minLength": 1,
+                                                  "description": "The one tool the model must call."}},
+    "description": "Whether the model may call the offered tools: `auto` (it decides), `required` (it must call "
+                   "one), `none` (it must not), or one tool it must call, by name (`find_slots` or "
+                   "`{name: find_slots}`). Only sent with tools; default: the server's (auto).",
+    "examples": ["required", "find_slots", {"name": "find_slots"}]}
 _RUN_SETTINGS = {
     "system": {"type": "string", "description": f"System instructions sent before the prompt. {_TEMPLATE}",
                "examples": ["Answer with one word."]},
@@ -92,6 +126,7 @@ _RUN_SETTINGS = {
                "description": "How many times to ask each model (default 1)."},
     "eval": {"$ref": "#/$defs/evaluator", "description": "How the answer is scored."},
     "agent": {"$ref": "#/$defs/agent"},
+    "tool_choice": {"$ref": "#/$defs/tool_choice"},
 }
 MAX_TURNS = 1000
 _AGENT = {
@@ -222,6 +257,10 @@ _TOOL = {
     "title": "tool", "type": "object", "additionalProperties": False, "required": ["parameters"],
     "description": "An OpenAI function definition (the name is the key above).",
     "properties": {
+        "name": {"type": "string", "pattern": API_NAME_PATTERN, "description": "The name sent to the API and "
+                 "called by the model, when the key above is one the API refuses (it allows letters, digits, _ "
+                 "and -, at most 64); the suite names the tool by its key everywhere.",
+                 "examples": ["calendar_find"]},
         "description": {"type": "string", "description": "What the function does (the model reads this)."},
         "parameters": {"type": "object", "description": "JSON Schema of the arguments.",
                        "examples": [{"type": "object", "properties": {"city": {"type": "string"}},
@@ -312,6 +351,7 @@ SUITE_SCHEMA: dict[str, Any] = {
                                    "cot": {"prompt": "Think step by step. {{ prompt }}"}}]},
     },
     "$defs": {"test": _TEST, "tool": _TOOL, "tool_rule": _TOOL_RULE, "agent": _AGENT, **_evaluator_defs(),
+              "message_tool_call": _MESSAGE_TOOL_CALL, "tool_choice": _TOOL_CHOICE,
               "content_parts": _CONTENT_PARTS, "variant": _VARIANT},
 }
 

@@ -61,7 +61,7 @@ __all__ = [
 
 
 RULE_KEYS = ("when", "result", "error", "delay_s", "set")
-TOOL_KEYS = ("description", "parameters", "returns")
+TOOL_KEYS = ("name", "description", "parameters", "returns")
 RESERVED_NAMES = frozenset({"args", "state"})
 MAX_DELAY_S = 300.0   # a simulated tool slower than this is a typo (ms for s), not a test
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
