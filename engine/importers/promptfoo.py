@@ -23,6 +23,7 @@ from typing import Any
 from jinja2.sandbox import SandboxedEnvironment
 
 from engine.errors import ConfigError
+from engine.evaluators.text import check_pattern
 
 __all__ = ["Imported", "Note", "import_promptfoo", "map_assert"]
 
@@ -187,8 +188,10 @@ def map_assert(assertion: Mapping[str, Any], variables: Mapping[str, Any],
             spec["case_sensitive"] = True
     elif base in ("contains-all", "icontains-all"):
         # promptfoo scores it 0 or 1; our `contains` list gives partial credit, which a test threshold would see.
-        looks = "".join(f"(?=.*?{re.escape(v)})" for v in _values(value))
-        spec = {"regex": _literal(r"\A" + looks), "flags": "is" if base == "icontains-all" else "s", "name": kind}
+        # "not any value is missing" is 0 or 1 too: `any` takes the best child, `not` its complement.
+        missing = [{"not_contains": _literal(v), **({"case_sensitive": True} if base == "contains-all" else {})}
+                   for v in _values(value)]
+        spec = {"not": {"any": missing}, "name": kind}
     elif base == "equals" and isinstance(value, (Mapping, list)):
         spec = {"json_schema": {"const": value}, "name": kind}
     elif base == "equals":
@@ -196,7 +199,11 @@ def map_assert(assertion: Mapping[str, Any], variables: Mapping[str, Any],
     elif base == "starts-with":
         spec = {"regex": _literal(r"\A" + re.escape(_js_str(value))), "name": kind}
     elif base == "regex":
-        spec = {"regex": _literal(_js_regex(_js_str(value)))}
+        pattern = _js_regex(_js_str(value))
+        problem, _ = check_pattern(pattern)
+        if problem is not None:
+            return None, f"`{kind}` assert not imported: {problem}"
+        spec = {"regex": _literal(pattern)}
     elif base in ("is-json", "contains-json"):
         spec = {"json_schema": value, "name": kind} if isinstance(value, Mapping) else {"is_json": True}
         if value is not None and not isinstance(value, Mapping):

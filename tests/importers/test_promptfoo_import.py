@@ -7,9 +7,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from ruamel.yaml import YAML
 
 from engine.evaluators.scoring import score
 from engine.importers.promptfoo import import_promptfoo, map_assert
+from engine.model import Answer
 from engine.suite import load_models, load_suites
 from tests.engine_proc import run_engine
 
@@ -20,15 +22,11 @@ def _verdict(assertion: dict[str, Any], answer: str, tmp_path: Path) -> bool:
     """The mapped evaluator's verdict on `answer`, through a real suite load and the engine's scorer."""
     spec, why = map_assert(assertion, {})
     assert spec is not None, why
-    from ruamel.yaml import YAML
-
     path = tmp_path / "one.yaml"
     with open(path, "w", encoding="utf-8") as handle:
         YAML().dump({"suite": "one", "tests": [{"id": "t", "prompt": "q", "eval": spec}]}, handle)
     suites, diagnostics = load_suites([path], golden_check=False)
     assert [str(d) for d in diagnostics] == []
-    from engine.model import Answer
-
     return bool(score(suites[0].tests[0], Answer(text=answer)).passed)
 
 
@@ -47,7 +45,7 @@ CASES = [
     ({"type": "equals", "value": {"a": 1}}, '{"a": 1.0}', True),
     ({"type": "starts-with", "value": "Yes"}, "Yes sir", True),
     ({"type": "starts-with", "value": "Yes"}, " Yes", False),
-    ({"type": "regex", "value": r"(?<n>\d+)-\k<n>"}, "12-12", True),
+    ({"type": "regex", "value": r"(?<n>\d+)-(?<m>\d+)"}, "12-12", True),
     ({"type": "not-regex", "value": r"\d"}, "none", True),
     ({"type": "is-json"}, '{"a": [1]}', True),
     ({"type": "is-json"}, "no", False),
@@ -69,9 +67,20 @@ def test_each_mapped_assert_gives_promptfoos_verdict(assertion: dict[str, Any], 
     assert _verdict(assertion, answer, tmp_path) is expected
 
 
-def test_contains_all_scores_0_or_1_as_promptfoo_does() -> None:
-    spec, _ = map_assert({"type": "contains-all", "value": ["a", "b"], "weight": 3}, {})
-    assert spec is not None and spec["weight"] == 3 and "regex" in spec
+def test_contains_all_scores_0_or_1_as_promptfoo_does(tmp_path: Path) -> None:
+    spec, _ = map_assert({"type": "contains-all", "value": ["a", "b", "c"], "weight": 3}, {})
+    assert spec is not None and spec["weight"] == 3
+    path = tmp_path / "one.yaml"
+    with open(path, "w", encoding="utf-8") as handle:
+        YAML().dump({"suite": "one", "tests": [{"id": "t", "prompt": "q", "eval": spec}]}, handle)
+    suites, _ = load_suites([path], golden_check=False)
+    verdict = score(suites[0].tests[0], Answer(text="a and b"))
+    assert verdict.score == 0.0 and not verdict.passed      # two of three found: no partial credit
+
+
+def test_a_regex_re2_cannot_run_is_reported_not_imported() -> None:
+    spec, why = map_assert({"type": "regex", "value": r"(?<n>\d+)-\k<n>"}, {})
+    assert spec is None and why is not None and "`regex`" in why and "RE2" in why
 
 
 def test_model_graded_asserts_become_judge_and_similar() -> None:
