@@ -70,13 +70,15 @@ async def test_every_fault_ends_in_one_classified_row(tmp_path: Path, fake_opena
     await run_jobs(tmp_path, [model], tests)
     df = read(tmp_path).set_index("test_id")
     assert len(df) == 9
-    expected = {"t0": (None, 1), "t1": (None, 1), "t2": ("connection", 2), "t3": (None, 1),
+    # t2 and t3: a reply that started is never sent again (paid once); t3 stalls after its first chunk.
+    expected = {"t0": (None, 1), "t1": (None, 1), "t2": ("connection", 0), "t3": ("timeout", 0),
                 "t4": ("stream", 0), "t5": (None, 0), "t6": ("stream", 0), "t7": (None, 0), "t8": ("http_400", 0)}
     for test_id, (kind, retries) in expected.items():
         row = df.loc[test_id]
         assert (row["error_kind"] if isinstance(row["error_kind"], str) else None) == kind, test_id
         assert row["retries"] == retries, test_id
     assert df.loc["t0", "rate_limit_wait_s"] > 0
+    assert str(df.loc["t2", "answer"]).startswith("x") and bool(df.loc["t2", "truncated"])   # the partial answer
     assert bool(df.loc["t6", "truncated"]) and pd.isna(df.loc["t6", "score"])
     assert bool(df.loc["t7", "fallback"]) and df.loc["t7", "served_model"] == "something-else"
     assert not df.loc["t0", "fallback"]
