@@ -32,6 +32,18 @@ def _ci(mean: float, lo: float, hi: float) -> str:
     return f"{mean:.3f} [{_num(lo)}, {_num(hi)}]"
 
 
+#: The models table's time to first token: the first visible content or tool-call delta (not the first byte
+#: of the reply, `ttft_provider_s`, which the HTML report shows beside it).
+TTFT_HEADER = "p50 TTFT (visible) s"
+
+
+def _money(value: Any) -> str:
+    """A total cost: "-" when nothing was priced, else up to 4 significant decimals."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    return f"{value:.4f}" if value >= 0.01 else f"{value:.6f}"
+
+
 def _pct(value: float) -> str:
     return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.1%}"
 
@@ -65,10 +77,10 @@ def sections(analysis: Analysis, *, full: bool = False) -> list[FoldedSection]:
     out.append(_zero_folded(
         f"Models (mean over tests; {analysis.interval_method})",
         ["model", "tests", "clusters", "score [CI]", "pass rate [CI]", "errors", "truncated",
-         "p50 latency s", "tokens out", "notes"],
+         "p50 latency s", TTFT_HEADER, "tokens out", "cost", "notes"],
         [[str(r.model), str(r.tests), str(r.clusters), _ci(r.mean_score, r.score_lo, r.score_hi),
           _ci(r.pass_rate, r.pass_lo, r.pass_hi), _pct(r.error_rate), _pct(r.truncation_rate),
-          _num(r.latency_p50, 2), _num(r.completion_tokens, 1), str(r.notes)]
+          _num(r.latency_p50, 2), _num(r.ttft_p50, 2), _num(r.completion_tokens, 1), _money(r.cost), str(r.notes)]
          for r in models.itertuples()], full, ("model", "tests", "clusters", "score [CI]", "pass rate [CI]")))
     agents = analysis.agents
     if agents is not None and len(agents):

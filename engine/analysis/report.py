@@ -32,6 +32,8 @@ if TYPE_CHECKING:
 
 MAX_HEATMAP_TESTS = 400
 MAX_TEXT = 2000
+#: Distinct system fingerprints listed per model (more are counted, not listed).
+MAX_FINGERPRINTS = 5
 
 
 def _clean(value: Any) -> Any:
@@ -147,6 +149,42 @@ def _drilldown(df: pd.DataFrame, item_code: np.ndarray, model_code: np.ndarray, 
     return out
 
 
+def _model_timing(df: pd.DataFrame) -> dict[str, dict[str, Any]]:
+    """Per model: the median of both times to first token (the reply's first byte, `ttft_provider_s`, and its
+    first visible content or tool call, `ttft_visible_s`; rows from the response cache left out), the time
+    spent waiting for rate limits (total, and the rows that waited) and the distinct `system_fingerprint`s."""
+    import pandas as pd
+
+    if "model" not in df or not len(df):
+        return {}
+    cached = df["cached"].astype("boolean").fillna(False) if "cached" in df else pd.Series(False, index=df.index)
+
+    def numbers(column: str) -> pd.Series:
+        if column not in df:
+            return pd.Series(np.nan, index=df.index, dtype="float64")
+        return pd.to_numeric(df[column], errors="coerce").astype("float64")
+
+    timed = ~cached.to_numpy(dtype=bool)
+    frame = pd.DataFrame({"model": df["model"].astype(str),
+                          "provider": numbers("ttft_provider_s").where(timed),
+                          "visible": numbers("ttft_visible_s").where(timed),
+                          "wait": numbers("rate_limit_wait_s")})
+    out: dict[str, dict[str, Any]] = {}
+    fingerprints = df["system_fingerprint"] if "system_fingerprint" in df else None
+    for model, rows in frame.groupby("model", sort=True):
+        waits = rows["wait"].dropna()
+        found: list[str] = []
+        if fingerprints is not None:
+            found = sorted({str(v) for v in fingerprints.loc[rows.index].dropna() if str(v)})
+        out[str(model)] = {"ttft_provider_p50": _clean(float(rows["provider"].median())),
+                           "ttft_visible_p50": _clean(float(rows["visible"].median())),
+                           "rate_limit_wait_s": _clean(float(waits.sum())) if len(waits) else None,
+                           "rate_limited_rows": int((waits > 0).sum()),
+                           "fingerprints": found[:MAX_FINGERPRINTS],
+                           "more_fingerprints": max(0, len(found) - MAX_FINGERPRINTS)}
+    return out
+
+
 def _judges(df: pd.DataFrame, calibration: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
     """The judges section of `engine analyze` (engine.analysis.judges), or None when nothing was judged."""
     if "evaluators" not in df.columns or "judge_calls" not in df.columns or df["judge_calls"].isna().all():
@@ -197,6 +235,7 @@ def build_payload(df: pd.DataFrame, *, alpha: float = DEFAULT_ALPHA, cluster_by:
         record["scores"] = [_clean(float(v)) for v in score[i]] if i < len(score) else []
         test_records.append(record)
     as_dict = analysis.to_dict()
+    timing = _model_timing(df)
     passk = analysis.passk if analysis.passk is not None else None
     folded, passk_fold = fold_passk(passk, full=False) if passk is not None else (None, "")
     return json_safe({
@@ -208,7 +247,7 @@ def build_payload(df: pd.DataFrame, *, alpha: float = DEFAULT_ALPHA, cluster_by:
         "rows": len(df),
         "notes": analysis.notes,
         "model_names": [cells.models[j] for j in ranked],
-        "models": as_dict["models"],
+        "models": [{**m, **timing.get(str(m.get("model")), {})} for m in as_dict["models"]],
         "comparisons": as_dict["comparisons"],
         "agents": as_dict["agents"],
         "variants": as_dict["variants"],

@@ -97,17 +97,28 @@ JS = r"""
     }
     return s;
   }
+  function rateWait(m) {
+    if (m.rate_limit_wait_s === null || m.rate_limit_wait_s === undefined) return "-";
+    return fmt(m.rate_limit_wait_s, 1) + " (" + (m.rate_limited_rows || 0) + " rows)";
+  }
+  function fingerprints(m) {
+    var found = m.fingerprints || [];
+    if (!found.length) return "-";
+    return found.join(", ") + (m.more_fingerprints ? " and " + m.more_fingerprints + " more" : "");
+  }
   var modelRows = data.models.map(function (m) {
     var bar = el("span", { "class": "ci" }); bar.appendChild(ciBar(m.mean_score, m.score_lo, m.score_hi));
     return [m.model, m.tests, m.clusters === null ? "-" : m.clusters,
             fmt(m.mean_score) + " [" + fmt(m.score_lo) + ", " + fmt(m.score_hi) + "]", bar,
             fmt(m.pass_rate) + " [" + fmt(m.pass_lo) + ", " + fmt(m.pass_hi) + "]", pct(m.error_rate),
-            pct(m.truncation_rate), fmt(m.latency_p50, 2), m.completion_tokens === null ? "-" : fmt(m.completion_tokens, 1),
-            m.cost === null ? "-" : fmt(m.cost, 4), m.notes];
+            pct(m.truncation_rate), fmt(m.latency_p50, 2), fmt(m.ttft_provider_p50, 2), fmt(m.ttft_visible_p50, 2),
+            m.completion_tokens === null ? "-" : fmt(m.completion_tokens, 1),
+            m.cost === null ? "-" : fmt(m.cost, 4), rateWait(m), fingerprints(m), m.notes];
   });
   document.getElementById("interval").textContent = "Mean over tests; intervals: " + data.interval + ".";
   document.getElementById("models").appendChild(table(["model", "tests", "clusters", "score [CI]", "", "pass rate [CI]",
-      "errors", "truncated", "p50 latency s", "tokens out", "cost", "notes"], modelRows, "models-table"));
+      "errors", "truncated", "p50 latency s", "p50 TTFT provider s", "p50 TTFT visible s", "tokens out", "cost",
+      "rate-limit wait s", "fingerprints", "notes"], modelRows, "models-table"));
   if (data.comparisons.length) {
     document.getElementById("comparisons").appendChild(table(["A", "B", "tests (clusters)", "win / tie / loss",
         "only A / only B pass", "McNemar p", "verdict"], data.comparisons.map(function (c) {
