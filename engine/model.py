@@ -278,8 +278,9 @@ class ModelConfig:
     Args:
         name: The name rows are reported under (`--model NAME`).
         model: The model id sent to the server.
-        base_url: The OpenAI-compatible base URL, ending in /v1. None for builtin models until started.
-        api: "chat" or "completions".
+        base_url: The API's base URL (`.../v1`; the method's path is added). None for builtin models until started.
+        api: The provider that speaks the API (`engine.client.providers`): "chat", "completions", "anthropic"
+            or "gemini".
         api_key_env: Name of the environment variable holding the key (never the key itself).
         api_key_header: Send the key in this header (`api-key`, Azure OpenAI) instead of `Authorization: Bearer`.
         api_key_query: Send the key as this query parameter (`key`) of every request instead of a header.
@@ -293,6 +294,8 @@ class ModelConfig:
         params: Extra request fields passed through (seed, top_p, ...).
         price_in: Price per 1M input tokens, or None.
         price_out: Price per 1M output tokens, or None.
+        price_cache_read: Price per 1M prompt tokens read from the provider's cache, or None: `price_in`.
+        price_cache_write: Price per 1M prompt tokens written to the provider's cache, or None: `price_in`.
         builtin: The name of an embedded model the engine starts itself (e.g. "gemma-3-270m").
         max_response_mb: The most bytes one reply may take (MiB); a larger one is an error row.
         structured_output: The server accepts `response_format: {type: json_schema}`: judge calls to
@@ -326,6 +329,8 @@ class ModelConfig:
     params: Mapping[str, Any] = field(default_factory=dict)
     price_in: float | None = None
     price_out: float | None = None
+    price_cache_read: float | None = None
+    price_cache_write: float | None = None
     builtin: str | None = None
     max_response_mb: float = 32.0
     structured_output: bool = False
@@ -336,10 +341,22 @@ class ModelConfig:
     cache_identity: str | None = None
 
 
-def cost_of(model: ModelConfig, prompt_tokens: int | None, completion_tokens: int | None) -> float | None:
-    """Priced spend of one call in the price's currency; None when unpriced or tokens unknown."""
+def cost_of(model: ModelConfig, prompt_tokens: int | None, completion_tokens: int | None,
+            cached_tokens: int | None = None, cache_write_tokens: int | None = None) -> float | None:
+    """Priced spend of one call in the price's currency; None when unpriced or tokens unknown.
+
+    The prompt tokens count the cached ones: those read from the cache (`cached_tokens`) are priced at
+    `price_cache_read` and those written to it at `price_cache_write` when the model has them, the rest at
+    `price_in`.
+    """
     if model.price_in is None and model.price_out is None:
         return None
     if prompt_tokens is None or completion_tokens is None:
         return None
-    return (prompt_tokens * (model.price_in or 0.0) + completion_tokens * (model.price_out or 0.0)) / 1e6
+    price_in = model.price_in or 0.0
+    cost = prompt_tokens * price_in + completion_tokens * (model.price_out or 0.0)
+    if cached_tokens and model.price_cache_read is not None:
+        cost += cached_tokens * (model.price_cache_read - price_in)
+    if cache_write_tokens and model.price_cache_write is not None:
+        cost += cache_write_tokens * (model.price_cache_write - price_in)
+    return cost / 1e6

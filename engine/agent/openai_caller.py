@@ -1,4 +1,4 @@
-"""The loop's model on a real OpenAI-compatible endpoint, through `engine.client.openai`.
+"""The loop's model on a real endpoint of any chat API (OpenAI chat, Anthropic, Gemini), through `engine.client.openai`.
 
 Each turn is prepared with the client's own `prepare` (so temperature, max_tokens, seed, params and
 streaming follow exactly the single-turn precedence) from the test with its messages replaced by the
@@ -15,6 +15,7 @@ from typing import Any
 
 from engine.agent.tools import Tool
 from engine.client.openai import CallResult, OpenAIClient, PreparedRequest, RequestSettings, prepare
+from engine.client.providers import provider
 from engine.errors import ConfigError
 from engine.model import ModelConfig, Test
 
@@ -26,7 +27,7 @@ class OpenAICaller:
 
     Args:
         client: The run's client.
-        model: The model to call; it must use the chat API.
+        model: The model to call; it must use a chat API (`chat`, `anthropic`, `gemini`).
         test: The test (its settings and offered tools; its messages are replaced each turn).
         settings: The run-wide request settings.
         tools: The tools to offer instead of `test.tools` (their OpenAI definitions), or None.
@@ -41,8 +42,9 @@ class OpenAICaller:
     def __init__(self, client: OpenAIClient, model: ModelConfig, test: Test, settings: RequestSettings, *,
                  tools: Sequence[Tool] | None = None, slots: AbstractAsyncContextManager[Any] | None = None,
                  cache_as: int | None = None) -> None:
-        if model.api != "chat":
-            raise ConfigError(f"model '{model.name}' uses the {model.api} API; agent tests need `api: chat`")
+        if not provider(model.api).chat:
+            raise ConfigError(f"model '{model.name}' uses the {model.api} API; agent tests need a chat API "
+                              "(`api: chat`, `anthropic` or `gemini`)")
         self._client = client
         self._model = model
         self._test = test if tools is None else replace(test, tools=tuple(tool.definition for tool in tools))

@@ -1,8 +1,10 @@
 """Embedding calls for `similar` evaluators: the request, the reply's shape, the cache key, the model names.
 
     similar scorer ──awaits──► ModelJudgeCaller.embed ──► JudgeCache.get_vector, per text (hit: no call)
-                                                     └──► the misses in one POST {base_url}/embeddings
-                                                          through the judge calls' slots and OpenAIClient.call
+                                                     └──► the misses in one POST to the model's embeddings
+                                                          method (its provider's: `{base_url}/embeddings`, Gemini's
+                                                          `:batchEmbedContents`) through the judge calls' slots
+                                                          and OpenAIClient.call
 
 An embedding call is a judge call in everything but its endpoint: the same client, retries, the model's own
 cap, the global cap, `--max-cost` and cache file (engine.client.judge owns that plumbing; this module owns
@@ -18,7 +20,9 @@ from typing import Any
 
 from engine.client import retry
 from engine.client.judge_cache import cache_key
-from engine.client.openai import method_url
+from engine.client.providers import method_url, provider
+from engine.client.providers.base import Embeddings
+from engine.client.providers.openai_chat import EMBEDDINGS as OPENAI_EMBEDDINGS
 from engine.client.response import CallResult, apply_usage
 from engine.client.tool_calls import loads
 from engine.errors import UsageError
@@ -60,19 +64,30 @@ def resolve_embedders(tests: Iterable[Test], configs: Mapping[str, ModelConfig],
         if key not in configs:
             raise UsageError(f"the similar evaluator of {site} names model {key!r}, which is not in {where}; "
                              f"add it under `models:` there, or name one of: {', '.join(sorted(configs))}")
+        if provider(configs[key].api).embeddings is None:
+            raise UsageError(f"the similar evaluator of {site} names model {key!r}, which uses the "
+                             f"{configs[key].api} API: it has no embeddings method; name a model with `api: chat` "
+                             f"(an /embeddings endpoint) or `api: gemini` instead")
         models[key] = configs[key]
     return models
 
 
+def _method(model: ModelConfig) -> Embeddings:
+    method = provider(model.api).embeddings
+    if method is None:   # resolve_embedders refuses such a model before any call
+        raise UsageError(f"model {model.name!r} uses the {model.api} API, which has no embeddings method")
+    return method
+
+
 def embeddings_url(model: ModelConfig) -> str:
-    """`{base_url}/embeddings` (the OpenAI protocol's endpoint), a query string of `base_url` kept after it."""
-    return method_url(model.base_url or "", "/embeddings")
+    """The model's embeddings method (`{base_url}/embeddings` for OpenAI's protocol), `base_url`'s query kept."""
+    return method_url(model.base_url or "", _method(model).path(model))
 
 
 def request_body(model: ModelConfig, texts: Sequence[str]) -> dict[str, Any]:
-    """The /embeddings request. The model's chat `params` are not sent (max_tokens, temperature mean nothing
+    """The embeddings request. The model's chat `params` are not sent (max_tokens, temperature mean nothing
     here and some servers refuse unknown fields); they still key the cache through the model's identity."""
-    return {"model": model.model, "input": list(texts), "encoding_format": "float"}
+    return _method(model).body(model, texts)
 
 
 def text_key(model: ModelConfig, text: str) -> str:
@@ -81,18 +96,21 @@ def text_key(model: ModelConfig, text: str) -> str:
 
 
 class VectorReader:
-    """Reads one /embeddings reply (a `PreparedRequest.reader`): the vectors land in `vectors`, in input order.
+    """Reads one embeddings reply (a `PreparedRequest.reader`): the vectors land in `vectors`, in input order.
 
-    Read only along the protocol's paths: `data` is a list of one object per input, each with `embedding`
-    (a list of finite numbers, all of one length) and `index`; `usage.prompt_tokens`. Anything else there is
-    a bad response (one error verdict, never retried: the same server gives the same reply).
+    Read only along the protocol's paths (OpenAI's: `data`, a list of one object per input, each with
+    `embedding` and `index`, and `usage.prompt_tokens`; Gemini's: `embeddings`, each with `values`): one vector
+    of finite numbers per input, all of one length. Anything else there is a bad response (one error verdict,
+    never retried: the same server gives the same reply).
 
     Args:
         count: How many texts were sent.
+        model: The embedding model (its API's reply shape); None: OpenAI's.
     """
 
-    def __init__(self, count: int) -> None:
+    def __init__(self, count: int, model: ModelConfig | None = None) -> None:
         self.count = count
+        self._read = (_method(model) if model is not None else OPENAI_EMBEDDINGS).read
         self.vectors: list[tuple[float, ...]] = []
 
     def read(self, raw: bytes, result: CallResult, redact: Redactor) -> None:
@@ -102,23 +120,18 @@ class VectorReader:
         except ValueError:
             raise retry.bad_response("the /embeddings reply is not JSON: "
                                      f"{redact.excerpt(raw[:160].decode('utf-8', 'replace'), 80)}") from None
-        if type(data) is not dict or type(data.get("data")) is not list:
-            raise retry.bad_response("the /embeddings reply has no `data` list")
-        items = data["data"]
+        items, usage = self._read(data)
         if len(items) != self.count:
             raise retry.bad_response(f"the /embeddings reply has {len(items)} vectors for {self.count} inputs")
-        if all(type(item) is dict and type(item.get("index")) is int for item in items):
-            items = sorted(items, key=lambda item: item["index"])
         vectors = [_vector(item, i) for i, item in enumerate(items)]
         if len({len(v) for v in vectors}) > 1:
             raise retry.bad_response("the /embeddings reply's vectors differ in length")
-        if data.get("usage") is not None:
-            apply_usage(data["usage"], result)
+        if usage is not None:
+            apply_usage(usage, result)
         self.vectors = vectors
 
 
-def _vector(item: Any, i: int) -> tuple[float, ...]:
-    embedding = item.get("embedding") if type(item) is dict else None
+def _vector(embedding: Any, i: int) -> tuple[float, ...]:
     if type(embedding) is not list or not embedding:
         raise retry.bad_response(f"data[{i}].embedding is not a list of numbers")
     out = []

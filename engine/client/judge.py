@@ -23,6 +23,7 @@ from engine.client import embeddings
 from engine.client.embeddings import resolve_embedders
 from engine.client.judge_cache import JudgeCache, cache_key
 from engine.client.openai import OpenAIClient, PreparedRequest, endpoint_url
+from engine.client.providers import WireRequest, provider
 from engine.client.response import CallResult
 from engine.errors import UsageError
 from engine.evaluators.base import JudgeReply
@@ -101,16 +102,23 @@ def resolve_judges(tests: Iterable[Test], configs: Mapping[str, ModelConfig], de
         if key not in configs:
             raise UsageError(f"the judge evaluator of {site} names model {key!r}, which is not in {where}; "
                              f"add it under `models:` there, or name one of: {', '.join(sorted(configs))}")
-        if configs[key].api != "chat":
-            raise UsageError(f"judge model {key!r} uses the {configs[key].api} API; a judge needs `api: chat` "
-                             f"(its prompt is a chat message)")
+        if not provider(configs[key].api).chat:
+            raise UsageError(f"judge model {key!r} uses the {configs[key].api} API; a judge needs a chat API "
+                             f"(`api: chat`, `anthropic` or `gemini`: its prompt is a chat message)")
         models[key] = configs[key]
     return JudgeModels(models=models, default=default, embedding_default=embedding_default)
 
 
 def request_body(model: ModelConfig, messages: list[dict[str, Any]], schema: Mapping[str, Any],
                  temperature: float, max_tokens: int) -> dict[str, Any]:
-    """The judge request: the model's params, then the judge's own settings (never streamed: one JSON reply)."""
+    """The judge request: the model's params, then the judge's own settings (never streamed: one JSON reply).
+
+    A model on another API (Anthropic, Gemini) gets its provider's body; the reply schema is then asked for in
+    the prompt only (a strict parse and one re-ask), whatever `structured_output` says.
+    """
+    if model.api != "chat":
+        return provider(model.api).build(WireRequest(model=model.model, messages=messages, params=model.params,
+                                                     max_tokens=max_tokens, temperature=temperature))
     body: dict[str, Any] = {"model": model.model, "messages": messages, **model.params,
                             "temperature": temperature, "max_tokens": max_tokens, "stream": False}
     if model.structured_output and model.builtin:
@@ -171,7 +179,8 @@ class ModelJudgeCaller:
         if self._client is None:
             return JudgeReply("", error=f"judge {config.name}: this judgement is not in the judge cache "
                                         f"({self._cache.path}) and nothing is called here; {self._miss_hint}")
-        request = PreparedRequest(endpoint_url(config), body, False, temperature, max_tokens, None)
+        request = PreparedRequest(endpoint_url(config, stream=False), body, False, temperature, max_tokens, None,
+                                  api=config.api)
         claim = self._claim(key)
         try:
             result, cost = await self._send(config, request)
@@ -208,10 +217,10 @@ class ModelJudgeCaller:
             return EmbeddingReply(cached=cached, error=f"embedding {config.name}: a text is not in the judge cache "
                                                        f"({self._cache.path}) and nothing is called here; "
                                                        f"{self._miss_hint}")
-        reader = embeddings.VectorReader(len(missing))
+        reader = embeddings.VectorReader(len(missing), config)
         request = PreparedRequest(embeddings.embeddings_url(config),
                                   embeddings.request_body(config, [by_key[key] for key in missing]),
-                                  False, None, 0, None, reader=reader.read)
+                                  False, None, 0, None, reader=reader.read, api=config.api)
         claims = {key: self._claim(key) for key in missing}
         try:
             result, cost = await self._send(config, request)
@@ -275,7 +284,8 @@ class ModelJudgeCaller:
         # an embedding reply has no completion: its cost is its prompt tokens' (cost_of needs both counts)
         completion = 0 if request.reader is not None and result.prompt_tokens is not None else None
         cost = cost_of(config, result.prompt_tokens, result.completion_tokens
-                       if result.completion_tokens is not None else completion)
+                       if result.completion_tokens is not None else completion, result.cached_tokens,
+                       result.cache_write_tokens)
         if cost is not None and self._on_cost is not None:
             self._on_cost(cost)
         return result, cost

@@ -1,19 +1,21 @@
-"""Request building and reading replies from OpenAI-compatible endpoints, nothing else.
+"""The model client: requests prepared, sent, retried and read, for every API the engine speaks.
 
 One `OpenAIClient` wraps the run's aiohttp sessions (`engine.client.session`) for the whole run. `call`
 sends a prepared body, retries as `engine.client.retry` decides, and always returns a `CallResult`:
 a failed call is a result with `error` set, never an exception, so the runner can write its row.
-`_once` is the one place a try is sent and its reply read (under the model's size cap; SSE through
-`engine.client.sse`); what the bytes mean is decided in `engine.client.response`, and `_failure` is the one
-place aiohttp's exceptions become the errors `retry.py` classifies: a try whose reply had started (a 2xx
-and its first body bytes) is never sent again, whatever breaks after. API keys, URL credentials (userinfo,
-query values of `base_url`) and proxy credentials are masked in everything a reply brings back (`engine.redact`).
+What differs between APIs (OpenAI chat and completions, Anthropic, Gemini) is the model's provider
+(`engine.client.providers`): its wire body, headers, reply readers and error classification; everything
+here is the same for all of them. `_once` is the one place a try is sent and its reply read (under the
+model's size cap; SSE through `engine.client.sse`, each event folded in by the provider's reader), and
+`_failure` is the one place aiohttp's exceptions become the errors `retry.py` classifies: a try whose reply
+had started (a 2xx and its first body bytes) is never sent again, whatever breaks after. API keys, URL
+credentials (userinfo, query values of `base_url`) and proxy credentials are masked in everything a reply
+brings back (`engine.redact`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import time
 from collections.abc import Callable, Mapping
@@ -22,19 +24,13 @@ from typing import Any
 from urllib.parse import quote
 
 import aiohttp
+from multidict import CIMultiDict
 
 from engine.base.jsontext import dumps_compact
 from engine.client import ratelimit, retry
+from engine.client.providers import Provider, WireRequest, method_url, provider
 from engine.client.replicas import ReplicaSet
-from engine.client.response import (
-    CallResult,
-    ToolCallAccumulator,
-    apply_event,
-    decode_events,
-    parse_whole,
-    split_think,
-    tool_call,
-)
+from engine.client.response import CallResult, split_think, tool_call
 from engine.client.response_cache import ResponseCache, cache_key, keyed_url
 from engine.client.session import Sessions, proxy_secrets
 from engine.client.sse import SSEDecoder
@@ -79,30 +75,22 @@ class PreparedRequest:
     max_tokens: int
     seed: int | None
     extra: dict[str, Any] = field(default_factory=dict)
-    # Reads a whole (non-streamed) reply into the result; None: a chat or completions reply (`parse_whole`).
-    # Another endpoint (/embeddings, engine.client.embeddings) brings its own reader.
+    # Reads a whole (non-streamed) reply into the result; None: the provider's reader of its API's reply.
+    # Another endpoint (embeddings, engine.client.embeddings) brings its own reader.
     reader: Callable[[bytes, CallResult, Redactor], None] | None = None
+    api: str = "chat"   # the provider whose wire the body is (`engine.client.providers`)
 
 
-def method_url(base_url: str, method: str) -> str:
-    """`base_url` with the method's path appended and its query string kept after it.
-
-    `https://x.openai.azure.com/openai/deployments/d?api-version=2024-06-01` + `/chat/completions` is
-    `.../d/chat/completions?api-version=2024-06-01`: a query string is the endpoint's, sent with every request.
-    """
-    base, sep, query = base_url.partition("#")[0].partition("?")
-    return base.rstrip("/") + method + (sep + query if query else "")
-
-
-def endpoint_url(model: ModelConfig, base_url: str | None = None) -> str:
-    """The full URL of the model's endpoint (`.../v1/chat/completions` or `.../v1/completions`, query kept).
+def endpoint_url(model: ModelConfig, base_url: str | None = None, *, stream: bool | None = None) -> str:
+    """The full URL of the model's method (`.../v1/chat/completions`, `.../v1/messages`, ...; query kept).
 
     Args:
         model: The model (its `base_url` and API).
         base_url: Another base URL to use (one of the model's replicas).
+        stream: Whether the call streams (Gemini's method differs); None: the model's `stream`.
     """
-    return method_url(base_url or model.base_url or "", "/completions" if model.api == "completions"
-                      else "/chat/completions")
+    return method_url(base_url or model.base_url or "",
+                      provider(model.api).path(model, model.stream if stream is None else stream))
 
 
 def prepare(model: ModelConfig, test: Test, settings: RequestSettings, *, inline_images: bool = True
@@ -133,25 +121,16 @@ def prepare(model: ModelConfig, test: Test, settings: RequestSettings, *, inline
     max_tokens = max(floor, test.max_tokens or 0)
     seed = settings.seed if settings.seed is not None else params.get("seed")
     stream = settings.stream and model.stream
-    body: dict[str, Any] = {"model": model.model}
-    if model.api == "completions":
-        body["prompt"] = test.prompt
-    else:
-        body["messages"] = list(test.messages) if not test.images else \
+    api = provider(model.api)
+    messages: Any = ()
+    if api.chat:
+        messages = test.messages if not test.images else \
             wire_messages(test.messages, test.suite_dir, inline=inline_images)
-        if test.tools:
-            body["tools"] = list(test.tools)
-            body["tool_choice"] = "auto"
-    body.update(params)
-    body["max_tokens"] = max_tokens
-    if temperature is not None:
-        body["temperature"] = temperature
-    if seed is not None:
-        body["seed"] = seed
-    body["stream"] = stream
-    if stream:
-        body["stream_options"] = {"include_usage": True}
-    return PreparedRequest(endpoint_url(model), body, stream, temperature, max_tokens, seed)
+    body = api.build(WireRequest(model=model.model, messages=messages, prompt=test.prompt, tools=test.tools,
+                                 tool_choice="auto" if test.tools else None, params=params, max_tokens=max_tokens,
+                                 temperature=temperature, seed=seed, stream=stream))
+    return PreparedRequest(endpoint_url(model, stream=stream), body, stream, temperature, max_tokens, seed,
+                           api=model.api)
 
 
 class _Failed(Exception):
@@ -190,12 +169,14 @@ class OpenAIClient:
         self._budgets: dict[str, ratelimit.Budget] = {}   # by endpoint and key (`ratelimit.budget_key`)
         self._budget_of: dict[str, ratelimit.Budget] = {}   # by model name
         self._key_digests = {name: ratelimit.key_digest(key) for name, key in api_keys.items()}
-        self._headers: dict[str, dict[str, str]] = {}
-        for name, key in api_keys.items():
-            headers = {"Content-Type": "application/json", "Accept": "application/json"}
-            if key:
-                headers["Authorization"] = f"Bearer {key}"
-            self._headers[name] = headers
+        self._headers: dict[str, dict[str, str]] = {}   # by model name, made on first use by its provider
+
+    def _headers_for(self, model: ModelConfig) -> dict[str, str]:
+        """The model's request headers, its key where its API reads it (`Authorization`, `x-api-key`, ...)."""
+        found = self._headers.get(model.name)
+        if found is None:
+            found = self._headers[model.name] = provider(model.api).headers(self._api_keys.get(model.name))
+        return found
 
     def replicas(self, model: ModelConfig) -> ReplicaSet | None:
         """The model's replica set (`base_urls`), made on first use; None for a single endpoint."""
@@ -209,11 +190,11 @@ class OpenAIClient:
 
     def _key_elsewhere(self, model: ModelConfig, url: str, headers: dict[str, str]) -> tuple[str, dict[str, str]]:
         """The URL and headers of a model whose API takes its key in another header (`api_key_header: api-key`,
-        Azure) or a query parameter (`api_key_query: key`), in place of `Authorization: Bearer`."""
+        Azure) or a query parameter (`api_key_query: key`), in place of the header its provider puts it in."""
         key = self._api_keys.get(model.name)
         if not key:
             return url, headers
-        headers = {name: value for name, value in headers.items() if name != "Authorization"}
+        headers = {name: value for name, value in headers.items() if key not in value}
         if model.api_key_header:
             headers[model.api_key_header] = key
         if model.api_key_query:
@@ -244,7 +225,7 @@ class OpenAIClient:
 
     async def _call(self, model: ModelConfig, request: PreparedRequest) -> CallResult:
         payload = dumps_compact(request.body)
-        headers = self._headers.get(model.name) or {"Content-Type": "application/json"}
+        headers = self._headers_for(model)
         redact = self._redactors.get(model.name)
         if redact is None:
             redact = self._redactors[model.name] = Redactor(
@@ -366,6 +347,7 @@ class OpenAIClient:
         Once the reply has started (`result.reply_started`), a failure is never retried (`retry.after_reply_started`).
         """
         started = time.perf_counter()
+        api = provider(request.api)
         session = self._sessions.for_url(url)
         if model.api_key_header or model.api_key_query:
             url, headers = self._key_elsewhere(model, url, headers)
@@ -379,13 +361,14 @@ class OpenAIClient:
                     # Read past the cut by a key's length, so the key is masked whole before the cut.
                     raw = await _read_at_most(resp, _ERROR_BODY_CHARS + redact.longest)
                     body = redact.clean(raw.decode("utf-8", "replace"))[:_ERROR_BODY_CHARS]
-                    raise _Failed(retry.status_error(resp.status, resp.headers, body), resp.headers)
+                    error, delay = api.classify(resp.status, resp.headers, body)
+                    raise _Failed(error, _with_delay(resp.headers, delay))
                 if request.stream:
-                    await _read_stream(resp, result, started, "prompt" in request.body, redact, limit)
+                    await _read_stream(resp, result, started, api, redact, limit)
                 else:
                     raw = await _read_body(resp, limit, result)
                     result.ttft_provider_s = time.perf_counter() - started
-                    (request.reader or parse_whole)(raw, result, redact)
+                    (request.reader or api.parse)(raw, result, redact)
         except aiohttp.ClientError as exc:
             raise _Failed(_failure(exc, model, result, stream=request.stream), None) from None
         except ClientError as exc:  # a reply that cannot be read, found while parsing
@@ -432,6 +415,16 @@ def _started(error: ClientError, result: CallResult, stream: bool) -> ClientErro
         result.truncated = True
     received = len(result.text) + len(result.reasoning or "") + sum(len(c.raw_arguments) for c in result.tool_calls)
     return retry.after_reply_started(error, cut=cut, received=received if stream else None)
+
+
+def _with_delay(headers: Mapping[str, str], delay: float | None) -> Mapping[str, str]:
+    """The failed reply's headers, with the delay its body asked for (Gemini's RetryInfo) as `retry-after`
+    when they name none: `engine.client.retry` reads every server delay from there."""
+    if delay is None or "retry-after" in headers or "retry-after-ms" in headers:
+        return headers
+    out = CIMultiDict(headers)
+    out["retry-after"] = f"{delay:g}"
+    return out
 
 
 def _with_message(error: ClientError, message: str) -> ClientError:
@@ -488,15 +481,12 @@ async def _read_body(resp: aiohttp.ClientResponse, limit: int, result: CallResul
     return b"".join(parts)
 
 
-async def _read_stream(resp: aiohttp.ClientResponse, result: CallResult, started: float, completions: bool,
+async def _read_stream(resp: aiohttp.ClientResponse, result: CallResult, started: float, api: Provider,
                        redact: Redactor, limit: int) -> None:
-    """Read an SSE response into `result`; raise when it is malformed, cut short or over `limit` bytes."""
+    """Read an SSE response into `result` with the provider's reader; raise when it is malformed, cut short or
+    over `limit` bytes."""
     decoder = SSEDecoder()
-    text: list[str] = []
-    reasoning: list[str] = []
-    calls = ToolCallAccumulator()
-    done = False
-    read = False   # the stream was read to its end (whatever it held)
+    reader = api.stream(result, redact)
     visible = False
     size = 0
     perf = time.perf_counter
@@ -512,35 +502,17 @@ async def _read_stream(resp: aiohttp.ClientResponse, result: CallResult, started
             datas = decoder.feed(chunk)
             if not datas:
                 continue
-            if "[DONE]" in datas:
-                datas = datas[:datas.index("[DONE]")]
-                done = True
-            for event in decode_events(datas, redact):
-                if apply_event(event, result, text, reasoning, calls, completions, redact) and not visible:
-                    visible = True
-                    result.ttft_visible_s = perf() - started
-            if done:
+            if reader.feed(datas) and not visible:
+                visible = True
+                result.ttft_visible_s = perf() - started
+            if reader.done:
                 break
         else:
             datas = decoder.close()
-            if "[DONE]" in datas:
-                datas = datas[:datas.index("[DONE]")]
-                done = True
-            for event in decode_events(datas, redact):
-                apply_event(event, result, text, reasoning, calls, completions, redact)
-        read = True
+            if datas:
+                reader.feed(datas)
     finally:
         # Kept on every way out: a stream cut short (a closed connection, the try's timeout, a bad event)
         # keeps the partial answer and its tool calls so far (marked truncated).
-        result.text = "".join(text)
-        result.reasoning = "".join(reasoning) if reasoning else None
-        if not read:
-            with contextlib.suppress(ClientError):
-                result.tool_calls = calls.finish()
-    result.tool_calls = calls.finish()
-    if not done:
-        result.truncated = True
-        raise retry.stream_error("the stream ended without [DONE]: the answer may be cut short")
-    if result.finish_reason is None:
-        result.truncated = True
-        raise retry.stream_error("the stream ended without a finish reason")
+        reader.keep()
+    reader.end()

@@ -52,7 +52,8 @@ class CallResult:
     system_fingerprint: str | None = None
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
-    cached_tokens: int | None = None
+    cached_tokens: int | None = None   # of the prompt tokens: read from the provider's prompt cache
+    cache_write_tokens: int | None = None   # of the prompt tokens: written to it (Anthropic's cache creation)
     reasoning_tokens: int | None = None
     latency_s: float | None = None
     ttft_provider_s: float | None = None
@@ -69,7 +70,7 @@ class CallResult:
     reply_started: bool = False
 
 
-__all__ = ["CallResult", "ToolCallAccumulator", "apply_event", "apply_usage", "decode_events", "parse_whole",
+__all__ = ["CallResult", "ToolCallAccumulator", "apply_event", "apply_usage", "count", "decode_events", "parse_whole",
            "split_think", "tool_call"]
 
 
@@ -147,14 +148,14 @@ def apply_usage(usage: Any, result: CallResult) -> None:
     """Token counts from a `usage` object; a count out of range is stored as null with a note."""
     if type(usage) is not dict:
         raise wrong_type("usage", usage, "an object")
-    result.prompt_tokens = _count(usage, "prompt_tokens", "usage", result)
-    result.completion_tokens = _count(usage, "completion_tokens", "usage", result)
+    result.prompt_tokens = count(usage, "prompt_tokens", "usage", result)
+    result.completion_tokens = count(usage, "completion_tokens", "usage", result)
     prompt_details = usage.get("prompt_tokens_details") or {}
     completion_details = usage.get("completion_tokens_details") or {}
     if type(prompt_details) is dict:
-        result.cached_tokens = _count(prompt_details, "cached_tokens", "usage.prompt_tokens_details", result)
+        result.cached_tokens = count(prompt_details, "cached_tokens", "usage.prompt_tokens_details", result)
     if type(completion_details) is dict:
-        result.reasoning_tokens = _count(completion_details, "reasoning_tokens", "usage.completion_tokens_details",
+        result.reasoning_tokens = count(completion_details, "reasoning_tokens", "usage.completion_tokens_details",
                                          result)
 
 
@@ -174,7 +175,8 @@ def _inexact_usage(usage: Any) -> bool:
     return False
 
 
-def _count(container: Mapping[str, Any], key: str, where: str, result: CallResult) -> int | None:
+def count(container: Mapping[str, Any], key: str, where: str, result: CallResult) -> int | None:
+    """`container[key]` as a token count; a value out of range is None, with a note on the result."""
     value = container.get(key)
     if type(value) is int and 0 <= value <= MAX_TOKEN_COUNT:   # the usual case, first
         return value

@@ -129,7 +129,8 @@ def _encode(result: CallResult) -> str:
         "finish_reason": result.finish_reason, "served_model": result.served_model,
         "system_fingerprint": result.system_fingerprint, "prompt_tokens": result.prompt_tokens,
         "completion_tokens": result.completion_tokens, "cached_tokens": result.cached_tokens,
-        "reasoning_tokens": result.reasoning_tokens, "notes": list(result.notes),
+        "cache_write_tokens": result.cache_write_tokens, "reasoning_tokens": result.reasoning_tokens,
+        "notes": list(result.notes),
     })
 
 
@@ -141,7 +142,8 @@ def _decode(text: str) -> CallResult:
         finish_reason=data.get("finish_reason"), served_model=data.get("served_model"),
         system_fingerprint=data.get("system_fingerprint"), prompt_tokens=data.get("prompt_tokens"),
         completion_tokens=data.get("completion_tokens"), cached_tokens=data.get("cached_tokens"),
-        reasoning_tokens=data.get("reasoning_tokens"), notes=list(data.get("notes") or ()), cached=True)
+        cache_write_tokens=data.get("cache_write_tokens"), reasoning_tokens=data.get("reasoning_tokens"),
+        notes=list(data.get("notes") or ()), cached=True)
 
 
 @dataclass(frozen=True)

@@ -178,6 +178,7 @@ def build_row(*, run_id: str, model: ModelConfig, test: Test, attempt: int, requ
         "prompt_tokens": result.prompt_tokens,
         "completion_tokens": result.completion_tokens,
         "cached_tokens": result.cached_tokens,
+        "cache_write_tokens": result.cache_write_tokens,
         "reasoning_tokens": result.reasoning_tokens,
         "latency_s": result.latency_s,
         "ttft_provider_s": result.ttft_provider_s,
@@ -244,7 +245,8 @@ def record_of(row: Mapping[str, Any]) -> Record:
 
 def row_cost(model: ModelConfig, result: CallResult) -> float | None:
     """The row's `cost`: 0 when the response cache answered (nothing was paid), null when unpriced."""
-    cost = cost_of(model, result.prompt_tokens, result.completion_tokens)
+    cost = cost_of(model, result.prompt_tokens, result.completion_tokens, result.cached_tokens,
+                   result.cache_write_tokens)
     return 0.0 if cost is not None and result.cached else cost
 
 
@@ -293,11 +295,14 @@ def build_agent_row(*, run_id: str, model: ModelConfig, test: Test, attempt: int
 
 
 def _conversation_cost(model: ModelConfig, transcript: Transcript, replies: Sequence[CallResult]) -> float | None:
-    """The conversation's spend; a turn the response cache answered costs nothing."""
+    """The conversation's spend; a turn the response cache answered costs nothing. Cached prompt tokens are
+    priced at the model's cache prices (`cost_of`)."""
     cost = transcript.cost(model.price_in, model.price_out)
-    if cost is None or not any(r.cached for r in replies):
+    cache_priced = model.price_cache_read is not None or model.price_cache_write is not None
+    if cost is None or not (cache_priced or any(r.cached for r in replies)):
         return cost
-    return sum(cost_of(model, r.prompt_tokens, r.completion_tokens) or 0.0 for r in replies if not r.cached)
+    return sum(cost_of(model, r.prompt_tokens, r.completion_tokens, r.cached_tokens, r.cache_write_tokens) or 0.0
+               for r in replies if not r.cached)
 
 
 class _Summary:
@@ -312,6 +317,7 @@ class _Summary:
         self.prompt_tokens = _total(r.prompt_tokens for r in replies)
         self.completion_tokens = _total(r.completion_tokens for r in replies)
         self.cached_tokens = _total(r.cached_tokens for r in replies)
+        self.cache_write_tokens = _total(r.cache_write_tokens for r in replies)
         self.reasoning_tokens = _total(r.reasoning_tokens for r in replies)
         self.ttft_provider_s = replies[0].ttft_provider_s if replies else None
         self.ttft_visible_s = replies[0].ttft_visible_s if replies else None

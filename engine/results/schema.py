@@ -184,6 +184,7 @@ COLUMNS: list[tuple[str, pa.DataType]] = [
     ("trimmed_messages", pa.int32()),   # agent rows: distinct messages trimmed or dropped to fit
     ("variant", pa.string()),           # the suite's `variants:` entry the row ran under; null without variants
     ("cached", pa.bool_()),             # answered from the response cache: no latency, cost 0 (null in older runs)
+    ("cache_write_tokens", pa.int64()),  # of prompt_tokens: written to the provider's prompt cache (Anthropic)
 ]
 
 SCHEMA = pa.schema(COLUMNS, metadata={b"schema_version": str(SCHEMA_VERSION).encode()})

@@ -63,7 +63,8 @@ class _Recorder:
         finally:
             self._in_flight(-1)
         self.replies.append(reply)
-        cost = cost_of(self._model, reply.prompt_tokens, reply.completion_tokens)
+        cost = cost_of(self._model, reply.prompt_tokens, reply.completion_tokens, reply.cached_tokens,
+                       reply.cache_write_tokens)
         if cost is not None and not reply.cached:   # a reply from the response cache was not paid for
             self._on_cost(cost)
         return reply

@@ -154,6 +154,8 @@ def _config(name: str, spec: dict[str, Any]) -> ModelConfig:
         params=dict(spec.get("params") or {}),
         price_in=_float_or_none(price.get("input")),
         price_out=_float_or_none(price.get("output")),
+        price_cache_read=_float_or_none(price.get("cache_read")),
+        price_cache_write=_float_or_none(price.get("cache_write")),
         builtin=builtin,
         max_response_mb=float(spec.get("max_response_mb", 32.0)),
         structured_output=bool(spec.get("structured_output", False)),

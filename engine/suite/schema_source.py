@@ -360,8 +360,9 @@ _MODEL = {
     "description": "How to reach one model.",
     "oneOf": [{"required": ["base_url"]}, {"required": ["base_urls"]}, {"required": ["builtin"]}],
     "properties": {
-        "base_url": {"type": "string", "pattern": "^https?://", "description": "OpenAI-compatible base URL, "
-                     "usually ending in /v1.", "examples": ["http://127.0.0.1:8000/v1"]},
+        "base_url": {"type": "string", "pattern": "^https?://", "description": "The API's base URL, usually "
+                     "ending in /v1 (the engine adds the method's path).",
+                     "examples": ["http://127.0.0.1:8000/v1"]},
         "builtin": {"type": "string", "description": "An embedded model the engine starts itself (instead of "
                     "base_url); `golden` answers every test with its golden, with no model at all.",
                     "examples": ["gemma-3-270m", "golden"]},
@@ -393,7 +394,11 @@ _MODEL = {
                             "description": f"The most one reply may take, in MiB (default {DEFAULT_RESPONSE_MB:g}); "
                                            "a larger reply is an error row (`response_too_large`).",
                             "examples": [64]},
-        "api": {"enum": ["chat", "completions"], "description": "Which endpoint to call (default chat)."},
+        "api": {"enum": ["chat", "completions", "anthropic", "gemini"],
+                "description": "Which API the endpoint speaks (default chat): OpenAI's chat completions or "
+                               "completions, Anthropic's Messages API, or Google's Gemini API; base_url is the API "
+                               "root each documents (https://api.anthropic.com/v1, "
+                               "https://generativelanguage.googleapis.com/v1beta)."},
         "stream": {"type": "boolean", "description": "Stream the answer with server-sent events (default true)."},
         "structured_output": {"type": "boolean", "description": "The server accepts `response_format` with a "
                               "`json_schema`: judge calls to this model send their reply schema that way "
@@ -407,8 +412,13 @@ _MODEL = {
         "price": {"type": "object", "title": "price", "additionalProperties": False,
                   "description": "Price per 1M tokens, for cost reports.", "properties": {
                       "input": {"type": "number", "minimum": 0, "description": "Per 1M input tokens."},
-                      "output": {"type": "number", "minimum": 0, "description": "Per 1M output tokens."}},
-                  "examples": [{"input": 0.15, "output": 0.6}]},
+                      "output": {"type": "number", "minimum": 0, "description": "Per 1M output tokens."},
+                      "cache_read": {"type": "number", "minimum": 0, "description": "Per 1M prompt tokens read "
+                                     "from the provider's prompt cache (default: the input price)."},
+                      "cache_write": {"type": "number", "minimum": 0, "description": "Per 1M prompt tokens "
+                                      "written to the provider's prompt cache (default: the input price)."}},
+                  "examples": [{"input": 0.15, "output": 0.6}, {"input": 3, "output": 15, "cache_read": 0.3,
+                                                                 "cache_write": 3.75}]},
         "description": {"type": "string", "description": "Notes for people."},
         "base_urls": {"type": "array", "minItems": 1, "maxItems": 256, "uniqueItems": True,
                       "items": {"type": "string", "pattern": "^https?://"},

@@ -1,0 +1,172 @@
+"""What every provider module gives the client: the request in the engine's shape, and the `Provider` it fills.
+
+The engine speaks OpenAI chat messages inside (a test's `messages`, an agent loop's assistant `tool_calls` and
+`tool` answers, `image_url` parts with data URLs); a provider turns them into its wire body and its replies,
+whole or streamed, into a `CallResult`. Everything else (sending, retries, pacing, size caps, masking, the reply
+paid once) is the client's (`engine.client.openai`), the same for every provider.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from engine.client.response import CallResult
+from engine.errors import ClientError
+from engine.model import ModelConfig
+from engine.redact import Redactor
+
+__all__ = ["Embeddings", "Provider", "StreamReader", "WireRequest", "call_arguments", "data_url_parts",
+           "error_message", "method_url", "system_text"]
+
+
+@dataclass(frozen=True)
+class WireRequest:
+    """One request as the engine holds it, for a provider to put on its wire.
+
+    Args:
+        model: The model id sent to the server.
+        messages: OpenAI chat messages (images as `image_url` parts); empty for a text prompt.
+        prompt: The text prompt (completions-style APIs).
+        tools: OpenAI tool definitions (`{"type": "function", "function": {name, description, parameters}}`).
+        tool_choice: "auto", "none", "required", `{"type": "function", "function": {"name": ...}}`, or None.
+        params: The model's `params:` from models.yaml, passed through where the API takes them.
+        max_tokens: The reply's token limit.
+        temperature: The temperature, or None to send none.
+        seed: The seed, or None.
+        stream: Ask for server-sent events.
+    """
+
+    model: str
+    messages: Sequence[Mapping[str, Any]] = ()
+    prompt: str = ""
+    tools: Sequence[Mapping[str, Any]] = ()
+    tool_choice: Any = None
+    params: Mapping[str, Any] = field(default_factory=dict)
+    max_tokens: int = 1024
+    temperature: float | None = None
+    seed: int | None = None
+    stream: bool = False
+
+
+class StreamReader(Protocol):
+    """Folds one streamed reply into its `CallResult`, event by event."""
+
+    done: bool   # the API's end-of-stream mark arrived: nothing more is read
+
+    def feed(self, datas: list[str]) -> bool:
+        """Fold in the data of the events one chunk completed; True when visible content arrived."""
+
+    def keep(self) -> None:
+        """Put what was read so far in the result (called on every way out, a cut stream included)."""
+
+    def end(self) -> None:
+        """The stream was read to its end: finish the tool calls; raise a stream error when it was incomplete."""
+
+
+@dataclass(frozen=True)
+class Embeddings:
+    """An API's embeddings method, for `similar` evaluators.
+
+    Args:
+        path: The method's path after `base_url` for a model.
+        body: The request for a model and its texts.
+        read: The reply's JSON -> (one vector per text as the reply holds them, the `usage` object or None).
+    """
+
+    path: Callable[[ModelConfig], str]
+    body: Callable[[ModelConfig, Sequence[str]], dict[str, Any]]
+    read: Callable[[Any], tuple[list[Any], Any]]
+
+
+@dataclass(frozen=True)
+class Provider:
+    """One API the client speaks: how a request is written and how its replies and failures are read.
+
+    Args:
+        name: The `api:` value in models.yaml.
+        chat: Takes messages and tools (agent tests, judges); False: a text prompt only.
+        path: (model, stream) -> the method's path after `base_url` (it may carry its own query, `?alt=sse`).
+        headers: The API key (or None) -> the request headers, the key where this API reads it.
+        build: The wire body of a request.
+        parse: Reads a whole reply's bytes into the result (a `BadResponse` for a shape it does not document).
+        stream: (result, redact) -> the reader of one streamed reply.
+        classify: (status, headers, body text) -> the error of a non-2xx reply, and the retry delay its body
+            asks for (None: the headers' `retry-after`, else the backoff).
+        embeddings: The embeddings method, or None when the API has none.
+    """
+
+    name: str
+    chat: bool
+    path: Callable[[ModelConfig, bool], str]
+    headers: Callable[[str | None], dict[str, str]]
+    build: Callable[[WireRequest], dict[str, Any]]
+    parse: Callable[[bytes, CallResult, Redactor], None]
+    stream: Callable[[CallResult, Redactor], StreamReader]
+    classify: Callable[[int, Mapping[str, str], str], tuple[ClientError, float | None]]
+    embeddings: Embeddings | None = None
+
+
+def method_url(base_url: str, method: str) -> str:
+    """`base_url` with the method's path appended and its query string kept after it.
+
+    `https://x.openai.azure.com/openai/deployments/d?api-version=2024-06-01` + `/chat/completions` is
+    `.../d/chat/completions?api-version=2024-06-01`: a query string is the endpoint's, sent with every request.
+    A method with its own query (`/models/m:streamGenerateContent?alt=sse`) puts it first.
+    """
+    base, _, query = base_url.partition("#")[0].partition("?")
+    path, _, own = method.partition("?")
+    joined = "&".join(q for q in (own, query) if q)
+    return base.rstrip("/") + path + ("?" + joined if joined else "")
+
+
+def system_text(content: Any) -> str:
+    """A system message's content as text (its text parts joined)."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(str(part.get("text", "")) for part in content
+                         if isinstance(part, Mapping) and part.get("type") == "text")
+    return "" if content is None else str(content)
+
+
+def data_url_parts(url: str) -> tuple[str, str] | None:
+    """(MIME type, base64 data) of a `data:<mime>;base64,<data>` URL; None for any other URL."""
+    if not url.startswith("data:"):
+        return None
+    head, sep, data = url[5:].partition(",")
+    mime, _, encoding = head.partition(";")
+    if not sep or encoding != "base64":
+        return None
+    return mime, data
+
+
+def call_arguments(raw: str) -> dict[str, Any]:
+    """A tool call's argument text as the object APIs with structured calls want back ({} when it was not one)."""
+    try:
+        value = json.loads(raw) if raw.strip() else {}
+    except (ValueError, RecursionError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def error_message(body: str) -> str:
+    """The `error.message` of an error body as one line, led by the error's type or status; the body when not JSON.
+
+    Anthropic: `{"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}`;
+    Gemini: `{"error": {"code": 429, "message": "...", "status": "RESOURCE_EXHAUSTED"}}` (sometimes in a list).
+    """
+    try:
+        data = json.loads(body)
+    except (ValueError, RecursionError):
+        return body
+    if isinstance(data, list) and data:
+        data = data[0]
+    error = data.get("error") if isinstance(data, dict) else None
+    if not isinstance(error, dict) or not isinstance(error.get("message"), str):
+        return body
+    kind = error.get("type") or error.get("status")
+    message = " ".join(error["message"].split())
+    return f"{kind}: {message}" if isinstance(kind, str) and kind else message

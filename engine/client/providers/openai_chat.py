@@ -1,0 +1,122 @@
+"""`api: chat`: OpenAI's chat completions (`POST {base_url}/chat/completions`), the engine's own message shape.
+
+The body is the messages as they are, the tools with `tool_choice: auto`, the model's `params`, then the
+resolved `max_tokens`, `temperature`, `seed` and `stream` (with `stream_options.include_usage`). Replies are
+read by `engine.client.response`; a stream ends at `data: [DONE]`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Mapping
+from typing import Any
+
+from engine.client import retry
+from engine.client.providers.base import Embeddings, Provider, WireRequest
+from engine.client.response import CallResult, ToolCallAccumulator, apply_event, decode_events, parse_whole
+from engine.errors import ClientError
+from engine.model import ModelConfig
+from engine.redact import Redactor
+
+__all__ = ["EMBEDDINGS", "PROVIDER", "OpenAIStream", "bearer_headers", "classify", "with_sampling"]
+
+
+def build(request: WireRequest) -> dict[str, Any]:
+    """The chat completions body."""
+    body: dict[str, Any] = {"model": request.model, "messages": list(request.messages)}
+    if request.tools:
+        body["tools"] = list(request.tools)
+        body["tool_choice"] = request.tool_choice or "auto"
+    return with_sampling(body, request)
+
+
+def with_sampling(body: dict[str, Any], request: WireRequest) -> dict[str, Any]:
+    """The model's params, then the resolved settings over them (shared with `api: completions`)."""
+    body.update(request.params)
+    body["max_tokens"] = request.max_tokens
+    if request.temperature is not None:
+        body["temperature"] = request.temperature
+    if request.seed is not None:
+        body["seed"] = request.seed
+    body["stream"] = request.stream
+    if request.stream:
+        body["stream_options"] = {"include_usage": True}
+    return body
+
+
+def bearer_headers(key: str | None) -> dict[str, str]:
+    """JSON both ways, the key as `Authorization: Bearer`."""
+    headers = {"Content-Type": "application/json", "Accept": "application/json"}
+    if key:
+        headers["Authorization"] = f"Bearer {key}"
+    return headers
+
+
+def classify(status: int, headers: Mapping[str, str], body: str) -> tuple[ClientError, float | None]:
+    """A non-2xx reply by `engine.client.retry`'s rules, its body shown as sent."""
+    return retry.status_error(status, headers, body), None
+
+
+class OpenAIStream:
+    """Reads an OpenAI SSE stream: chunks of `choices[0].delta` (or `.text`), usage last, then `[DONE]`."""
+
+    __slots__ = ("_calls", "_completions", "_reasoning", "_redact", "_result", "_text", "done")
+
+    def __init__(self, result: CallResult, redact: Redactor, completions: bool = False) -> None:
+        self._result = result
+        self._redact = redact
+        self._completions = completions
+        self._text: list[str] = []
+        self._reasoning: list[str] = []
+        self._calls = ToolCallAccumulator()
+        self.done = False
+
+    def feed(self, datas: list[str]) -> bool:
+        """Fold in a chunk's events, up to `[DONE]`."""
+        if "[DONE]" in datas:
+            datas = datas[:datas.index("[DONE]")]
+            self.done = True
+        visible = False
+        for event in decode_events(datas, self._redact):
+            if apply_event(event, self._result, self._text, self._reasoning, self._calls, self._completions,
+                           self._redact):
+                visible = True
+        return visible
+
+    def keep(self) -> None:
+        """The text, reasoning and tool calls read so far (a tool call cut mid-arguments is left out)."""
+        self._result.text = "".join(self._text)
+        self._result.reasoning = "".join(self._reasoning) if self._reasoning else None
+        with contextlib.suppress(ClientError):
+            self._result.tool_calls = self._calls.finish()
+
+    def end(self) -> None:
+        """Raise when the stream ended without `[DONE]` or without a finish reason."""
+        self._result.tool_calls = self._calls.finish()
+        if not self.done:
+            self._result.truncated = True
+            raise retry.stream_error("the stream ended without [DONE]: the answer may be cut short")
+        if self._result.finish_reason is None:
+            self._result.truncated = True
+            raise retry.stream_error("the stream ended without a finish reason")
+
+
+def _embeddings_body(model: ModelConfig, texts: Any) -> dict[str, Any]:
+    # The model's chat `params` are not sent (max_tokens, temperature mean nothing here and some servers refuse
+    # unknown fields); they still key the cache through the model's identity.
+    return {"model": model.model, "input": list(texts), "encoding_format": "float"}
+
+
+def _embeddings_read(data: Any) -> tuple[list[Any], Any]:
+    if type(data) is not dict or type(data.get("data")) is not list:
+        raise retry.bad_response("the /embeddings reply has no `data` list")
+    items = data["data"]
+    if all(type(item) is dict and type(item.get("index")) is int for item in items):
+        items = sorted(items, key=lambda item: item["index"])
+    return [item.get("embedding") if type(item) is dict else None for item in items], data.get("usage")
+
+
+EMBEDDINGS = Embeddings(path=lambda model: "/embeddings", body=_embeddings_body, read=_embeddings_read)
+
+PROVIDER = Provider(name="chat", chat=True, path=lambda model, stream: "/chat/completions", headers=bearer_headers,
+                    build=build, parse=parse_whole, stream=OpenAIStream, classify=classify, embeddings=EMBEDDINGS)
