@@ -136,7 +136,7 @@ class Verdict:
             yield from child.walk(f"{here}/{i}.{child.kind}")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Test:
     """One runnable test: a test of a suite, expanded for one row of `cases`.
 
