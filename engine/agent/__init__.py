@@ -1,4 +1,4 @@
-"""Agents: multi-turn tool use with tool results declared in YAML (issue #12).
+"""Agents: multi-turn tool use with tool results declared in YAML.
 
 What is here (the suite loader compiles tools and the agent block, engine/run/conversation.py runs
 each agent job through `run_conversation`, engine/results/rows.py stores the transcript)::
@@ -17,43 +17,7 @@ agent. The load-time halves (tool rules, the `agent:` block, golden turns) live 
 below, because the suite loader compiles them once per suite and reports problems at FILE:LINE:COL;
 nothing here imports run or cli.
 Public names load lazily (below), so evaluators may import `engine.agent.transcript` without a cycle.
-
-The plan (items 1-3 and `builtin: golden` of item 5 are done; see engine/run/conversation.py):
-
-1. YAML schema. `tools.<name>.returns` joins `$defs/tool` in schemas/suite.schema.json (a list of
-   `{when, result | error, delay_s, set}`), and a test (or `defaults`) gains
-   `agent: {max_turns: 8, max_repeats: 2, state: {...}}` (state: the initial state variables).
-   The suite loader calls `compile_tools(data["tools"])` once per suite and
-   `compile_golden(test["golden"])` for agent tests, mapping each `Problem.path` (with `key=`)
-   through `Report.error` to FILE:LINE:COL. `Test` gains `agent: AgentSettings | None`,
-   `initial_state` and the compiled golden turns; the test hash covers `returns` and `agent`.
-2. Runner. A job whose test has `agent` runs `run_conversation(OpenAICaller(client, model, test,
-   settings, slots=global_slots), test.messages, tools_of(test), test.agent, state=...,
-   asked_model=model.model)` instead of one `client.call`; the global slot is held per model call,
-   not across tool delays. `--max-cost`: a thin wrapper around the caller adds each reply's cost
-   to the spend as it comes (the loop knows no prices), so a long conversation counts while it
-   runs; passing the budget only ends dispatch, it never cuts a conversation mid-way. The unit of the
-   journal and of `--resume` stays the row, i.e. the whole conversation: a conversation cut by
-   kill -9 has no row and runs again from its first turn.
-3. Results columns (engine/results/schema.py): `transcript` list<struct> from
-   `Transcript.records()`, `ledger` list<struct> from `ledger_records()`, `tool_events` from
-   `tool_event_records()`, the `counts()` columns (`turns`, `prose_turns`, `tool_calls_made`,
-   `invented_tools`, `bad_tool_args`, `outcome`), `state` as JSON text; the existing
-   `prompt_tokens` / `completion_tokens` / `cost` / `retries` / `fallback` take the transcript's
-   totals (None when any call's usage is unknown, never a partial sum; `fallback` true when any
-   call had one), `latency_s` its `elapsed_s`, `answer` its `final_answer`; `error_kind` the
-   failing call's when `outcome == "error"`. The struct types are declared in results/schema.py
-   from the record keys (inferring them would type a column of empty `tool_calls` lists as null).
-4. Trajectory evaluators, one registry entry each in the compiled-node core, reading the
-   Transcript from the scoring context: `tool_sequence` (order exact|subsequence|any over
-   `Transcript.calls()`), `tool_call` with `at: first|last|any|N`, `max_calls`, `max_turns`,
-   `no_invented_tools` (`invented_tools == 0`), `parallel` (the named calls share one turn in
-   `calls()`; the tool events' start/end show the overlap), `final_answer: <answer evaluator>`
-   (scores `Transcript.answer()`) and `state: {...}` (the final state, matched
-   like `tool_call` args). Each names every expectation that failed, not only the first.
-5. Golden (done): `engine validate` replays each agent golden with `replay_golden` and scores the
-   transcript with the test's evaluator; `builtin: golden` in models.yaml runs `GoldenCaller`
-   (single-turn tests answer with `Answer.from_golden` as today).
+The YAML form, the columns a conversation fills and the trajectory evaluators are in docs/agents.md.
 """
 
 from __future__ import annotations
@@ -69,7 +33,7 @@ if TYPE_CHECKING:
     from engine.agent.transcript import LedgerEntry, Message, Outcome, ToolEvent, ToolStatus, Transcript
 
 # Names are loaded on first use (PEP 562), so `import engine.agent.transcript` costs only that module:
-# the trajectory evaluators will import it from inside engine.evaluators, while tools.py imports
+# the trajectory evaluators import it from inside engine.evaluators, while tools.py imports
 # engine.evaluators.tool_match; eager imports here would close that cycle.
 _HOMES = {
     "GoldenCaller": "golden", "GoldenTurn": "golden", "compile_golden": "golden", "replay_golden": "golden",

@@ -19,7 +19,7 @@ from engine.base.yaml import Positions
 from engine.errors import Diagnostic, HarnessError
 from engine.paths import data_dir
 
-if TYPE_CHECKING:  # imported by `validator`: only a run with an exec harness reads one (issue #22 item 2)
+if TYPE_CHECKING:  # imported by `validator`: only a run with an exec harness reads one
     from jsonschema import Draft202012Validator
     from jsonschema.exceptions import ValidationError
 

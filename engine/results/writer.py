@@ -147,8 +147,8 @@ def table_from_json_lines(count: int, data: bytes) -> pa.Table:
     try:
         # Single-turn rows first: Arrow's reader fills every field of its schema on every row, present or not, and
         # the agent columns and judge fields cost it as much as the fields a row has. Read without them (any row
-        # that has one refuses the narrow read: "unexpected field"), then add them as null columns. 5,335 rows of
-        # `bench/bench_run.py`: 7.6 -> 5.3 us per row (bench/README.md "engine run").
+        # that has one refuses the narrow read: "unexpected field"), then add them as null columns
+        # (bench/README.md, "engine run").
         table = _read_lines(data, _single_turn_schema(), "error")
         if table.num_rows == count:
             return _with_timestamps(_widened(table))
@@ -174,10 +174,8 @@ def _read_lines(data: bytes, schema: pa.Schema, unexpected: str) -> pa.Table:
         read_options=pa_json.ReadOptions(use_threads=False, block_size=len(data) + 1),
         parse_options=pa_json.ParseOptions(explicit_schema=schema, unexpected_field_behavior=unexpected,
                                            newlines_in_values=False),
-        # The system allocator, not Arrow's default mimalloc: mimalloc hands each part's
-        # buffers fresh memory, and the kernel zeroing its huge pages cost ~10 us per call
-        # in `bench/bench_run.py` (perf: `clear_page_erms` under `mi_page_free_list_extend`);
-        # glibc malloc reuses the memory freed by the previous part.
+        # The system allocator, not Arrow's default mimalloc: mimalloc hands each part's buffers fresh
+        # pages the kernel must zero, where glibc malloc reuses the memory the previous part freed.
         memory_pool=pa.system_memory_pool())
 
 

@@ -1,4 +1,4 @@
-"""Workspace tasks (issue #16): an agent with a shell and files in the sandbox, judged by a hidden check.
+"""Workspace tasks: an agent with a shell and files in the sandbox, judged by a hidden check.
 
     spec.py       the `workspace:` block and the `tools:` entries naming built-in tools, compiled at load
                   (the built-in tools' definitions: schemas/workspace-tools.json)

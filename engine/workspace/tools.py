@@ -61,7 +61,7 @@ class BuiltinTool:
         self.definition = builtin_definition(builtin, name)
         self.description = self.definition["function"]["description"]
         self.parameters = self.definition["function"]["parameters"]
-        # Here, not at the top: only a workspace task binds built-in tools (issue #22 item 2).
+        # Here, not at the top: only a workspace task binds built-in tools.
         from jsonschema import Draft202012Validator
 
         self._validator = Draft202012Validator(self.parameters)
