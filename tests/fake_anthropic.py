@@ -1,0 +1,215 @@
+"""A fake Anthropic Messages API on loopback, speaking the wire format as Anthropic documents it.
+
+`POST /v1/messages`: a whole `message` object, or (with `"stream": true`) the named SSE events in their
+documented order: message_start (usage with cache tokens), ping, one content_block_start / content_block_delta /
+content_block_stop run per block (thinking_delta + signature_delta, text_delta, input_json_delta with the
+arguments split over `arg_chunks` events, the first one empty), message_delta (stop_reason, output usage),
+message_stop. Each event is written on its own, so a client meets them in separate reads. Faults answer a status
+with Anthropic's error body (`{"type": "error", "error": {"type": ..., "message": ...}}`) and `retry-after`.
+
+    server = FakeAnthropic().start()
+    server.responder = lambda body: Reply(text="Paris")      # or server.script(Reply(...), ...)
+    server.requests, server.keys                              # bodies in order; x-api-key values seen
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
+               429: "rate_limit_error", 500: "api_error", 529: "overloaded_error"}
+
+
+@dataclass
+class Reply:
+    """One answer.
+
+    Args:
+        text: The answer text (streamed in `text_chunks` pieces).
+        thinking: A thinking block's text before the answer, or "".
+        tool_calls: [{"name": ..., "arguments": {...}}] as tool_use blocks after the text.
+        stop: The stop_reason (default: tool_use with calls, else end_turn).
+        model: The served model (default: the one asked for).
+        usage: input_tokens, output_tokens, cache_read_input_tokens, cache_creation_input_tokens.
+        status: Answer this HTTP status with an error body instead (429, 529, 400, ...).
+        message: The error's message.
+        retry_after: A `retry-after` header for the error.
+        arg_chunks: How many input_json_delta events carry each call's arguments.
+        text_chunks: How many text_delta events carry the text.
+    """
+
+    text: str = ""
+    thinking: str = ""
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    stop: str | None = None
+    model: str | None = None
+    usage: dict[str, int] = field(default_factory=lambda: {"input_tokens": 20, "output_tokens": 6,
+                                                           "cache_read_input_tokens": 0,
+                                                           "cache_creation_input_tokens": 0})
+    status: int | None = None
+    message: str = "error"
+    retry_after: str | None = None
+    arg_chunks: int = 3
+    text_chunks: int = 3
+
+
+def pieces(text: str, n: int) -> list[str]:
+    """`text` cut into `n` pieces (some may be empty), in order."""
+    step = max(1, -(-len(text) // max(1, n)))
+    out = [text[i:i + step] for i in range(0, len(text), step)] or [""]
+    return out
+
+
+class ThreadServer:
+    """An aiohttp app on an ephemeral loopback port, served from a thread with its own loop; scripted replies."""
+
+    name = "fake"
+
+    def __init__(self) -> None:
+        self.responder: Callable[[dict[str, Any]], Any] = lambda body: Reply()
+        self.requests: list[dict[str, Any]] = []
+        self.paths: list[str] = []
+        self.keys: set[str] = set()
+        self._script: deque[Any] = deque()
+        self._lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self.port = 0
+
+    def routes(self, app: web.Application) -> None:
+        raise NotImplementedError
+
+    def script(self, *replies: Any) -> None:
+        """Queue replies; each request takes the next one, then `responder` answers."""
+        with self._lock:
+            self._script.extend(replies)
+
+    def next_reply(self, request: web.Request, body: dict[str, Any], key_header: str) -> Any:
+        with self._lock:
+            self.requests.append(body)
+            self.paths.append(request.path_qs)
+            self.keys.add(request.headers.get(key_header, ""))
+            if self._script:
+                return self._script.popleft()
+        return self.responder(body)
+
+    def start(self) -> ThreadServer:
+        ready = threading.Event()
+
+        def serve() -> None:
+            loop = asyncio.new_event_loop()
+            self._loop = loop
+            app = web.Application(client_max_size=64 * 1024 * 1024)
+            self.routes(app)
+            runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.1)
+            loop.run_until_complete(runner.setup())
+            site = web.TCPSite(runner, "127.0.0.1", 0)
+            loop.run_until_complete(site.start())
+            self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+            ready.set()
+            loop.run_forever()
+            loop.run_until_complete(runner.cleanup())
+            loop.close()
+
+        self._thread = threading.Thread(target=serve, name=self.name, daemon=True)
+        self._thread.start()
+        ready.wait(10)
+        return self
+
+    def stop(self) -> None:
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+        if self._thread is not None:
+            self._thread.join(10)
+
+
+class FakeAnthropic(ThreadServer):
+    """The server; `base_url` is its API root (`http://127.0.0.1:PORT/v1`)."""
+
+    name = "fake-anthropic"
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def routes(self, app: web.Application) -> None:
+        app.router.add_post("/v1/messages", self._messages)
+
+    async def _messages(self, request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        if request.headers.get("anthropic-version") != "2023-06-01":
+            return _error(400, "anthropic-version: header is required")
+        reply: Reply = self.next_reply(request, body, "x-api-key")
+        if reply.status is not None:
+            return _error(reply.status, reply.message, reply.retry_after)
+        model = reply.model or body["model"]
+        stop = reply.stop or ("tool_use" if reply.tool_calls else "end_turn")
+        if not body.get("stream"):
+            content: list[dict[str, Any]] = []
+            if reply.thinking:
+                content.append({"type": "thinking", "thinking": reply.thinking, "signature": "sig"})
+            if reply.text:
+                content.append({"type": "text", "text": reply.text})
+            content += [{"type": "tool_use", "id": f"toolu_{i}", "name": c["name"], "input": c["arguments"]}
+                        for i, c in enumerate(reply.tool_calls)]
+            return web.json_response({"id": "msg_1", "type": "message", "role": "assistant", "model": model,
+                                      "content": content, "stop_reason": stop, "stop_sequence": None,
+                                      "usage": reply.usage})
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+        await resp.prepare(request)
+
+        async def event(name: str, data: dict[str, Any]) -> None:
+            await resp.write(f"event: {name}\ndata: {json.dumps(data)}\n\n".encode())
+            await asyncio.sleep(0)
+
+        start_usage = {**reply.usage, "output_tokens": 1}
+        await event("message_start", {"type": "message_start", "message": {
+            "id": "msg_1", "type": "message", "role": "assistant", "content": [], "model": model,
+            "stop_reason": None, "stop_sequence": None, "usage": start_usage}})
+        await event("ping", {"type": "ping"})
+        index = 0
+        if reply.thinking:
+            await event("content_block_start", {"type": "content_block_start", "index": index,
+                                                 "content_block": {"type": "thinking", "thinking": ""}})
+            for piece in pieces(reply.thinking, 2):
+                await event("content_block_delta", {"type": "content_block_delta", "index": index,
+                                                     "delta": {"type": "thinking_delta", "thinking": piece}})
+            await event("content_block_delta", {"type": "content_block_delta", "index": index,
+                                                 "delta": {"type": "signature_delta", "signature": "sig"}})
+            await event("content_block_stop", {"type": "content_block_stop", "index": index})
+            index += 1
+        if reply.text:
+            await event("content_block_start", {"type": "content_block_start", "index": index,
+                                                 "content_block": {"type": "text", "text": ""}})
+            for piece in pieces(reply.text, reply.text_chunks):
+                await event("content_block_delta", {"type": "content_block_delta", "index": index,
+                                                     "delta": {"type": "text_delta", "text": piece}})
+            await event("content_block_stop", {"type": "content_block_stop", "index": index})
+            index += 1
+        for i, call in enumerate(reply.tool_calls):
+            await event("content_block_start", {"type": "content_block_start", "index": index, "content_block": {
+                "type": "tool_use", "id": f"toolu_{i}", "name": call["name"], "input": {}}})
+            await event("ping", {"type": "ping"})
+            for piece in ["", *pieces(json.dumps(call["arguments"]), reply.arg_chunks)]:
+                await event("content_block_delta", {"type": "content_block_delta", "index": index,
+                                                     "delta": {"type": "input_json_delta", "partial_json": piece}})
+            await event("content_block_stop", {"type": "content_block_stop", "index": index})
+            index += 1
+        await event("message_delta", {"type": "message_delta", "delta": {"stop_reason": stop, "stop_sequence": None},
+                                      "usage": {"output_tokens": reply.usage["output_tokens"]}})
+        await event("message_stop", {"type": "message_stop"})
+        return resp
+
+
+def _error(status: int, message: str, retry_after: str | None = None) -> web.Response:
+    headers = {"retry-after": retry_after} if retry_after else {}
+    return web.json_response({"type": "error", "error": {"type": ERROR_TYPES.get(status, "api_error"),
+                                                         "message": message}}, status=status, headers=headers)
