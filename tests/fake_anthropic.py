@@ -20,7 +20,7 @@ import threading
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Self
 
 from aiohttp import web
 
@@ -44,6 +44,7 @@ class Reply:
         retry_after: A `retry-after` header for the error.
         arg_chunks: How many input_json_delta events carry each call's arguments.
         text_chunks: How many text_delta events carry the text.
+        raw: Send these bytes as the whole body, verbatim (an SSE stream when the request streams).
     """
 
     text: str = ""
@@ -59,6 +60,18 @@ class Reply:
     retry_after: str | None = None
     arg_chunks: int = 3
     text_chunks: int = 3
+    raw: bytes | None = None
+
+
+async def send_raw(request: web.Request, raw: bytes, stream: bool) -> web.StreamResponse:
+    """`raw` as the body of a 200, in two writes."""
+    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream" if stream else "application/json"})
+    await resp.prepare(request)
+    half = len(raw) // 2
+    await resp.write(raw[:half])
+    await asyncio.sleep(0.01)
+    await resp.write(raw[half:])
+    return resp
 
 
 def pieces(text: str, n: int) -> list[str]:
@@ -101,7 +114,7 @@ class ThreadServer:
                 return self._script.popleft()
         return self.responder(body)
 
-    def start(self) -> ThreadServer:
+    def start(self) -> Self:
         ready = threading.Event()
 
         def serve() -> None:
@@ -150,6 +163,8 @@ class FakeAnthropic(ThreadServer):
         reply: Reply = self.next_reply(request, body, "x-api-key")
         if reply.status is not None:
             return _error(reply.status, reply.message, reply.retry_after)
+        if reply.raw is not None:
+            return await send_raw(request, reply.raw, bool(body.get("stream")))
         model = reply.model or body["model"]
         stop = reply.stop or ("tool_use" if reply.tool_calls else "end_turn")
         if not body.get("stream"):

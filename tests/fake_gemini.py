@@ -22,7 +22,7 @@ from typing import Any
 
 from aiohttp import web
 
-from tests.fake_anthropic import ThreadServer, pieces
+from tests.fake_anthropic import ThreadServer, pieces, send_raw
 from tests.fake_openai import bag_of_words
 
 STATUSES = {400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED", 429: "RESOURCE_EXHAUSTED",
@@ -45,6 +45,7 @@ class Reply:
         message: The error's message.
         retry_delay: A RetryInfo retryDelay ("0.05s") in a 429's details.
         text_chunks: How many chunks carry the text when streamed.
+        raw: Send these bytes as the whole body, verbatim.
     """
 
     text: str = ""
@@ -59,6 +60,7 @@ class Reply:
     message: str = "error"
     retry_delay: str | None = None
     text_chunks: int = 3
+    raw: bytes | None = None
 
 
 class FakeGemini(ThreadServer):
@@ -82,6 +84,8 @@ class FakeGemini(ThreadServer):
         if method == "batchEmbedContents":
             return web.json_response({"embeddings": [{"values": bag_of_words(r["content"]["parts"][0]["text"])}
                                                      for r in body["requests"]]})
+        if reply.raw is not None:
+            return await send_raw(request, reply.raw, method == "streamGenerateContent")
         version = reply.model or f"{model}-001"
         chunks = _chunks(reply, version)
         if method == "generateContent":
