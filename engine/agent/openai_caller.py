@@ -34,6 +34,7 @@ class OpenAICaller:
         slots: A semaphore held for each model call only (the run's concurrency cap), not across the
             tool delays between calls; None for no cap.
         cache_as: Each turn's sample index in the response cache (`OpenAIClient.call`), or None for none.
+        attempt: The attempt index (each attempt's requests carry their own seed, `prepare`).
 
     Raises:
         ConfigError: The model uses the completions API, which has no tool calls.
@@ -41,7 +42,7 @@ class OpenAICaller:
 
     def __init__(self, client: OpenAIClient, model: ModelConfig, test: Test, settings: RequestSettings, *,
                  tools: Sequence[Tool] | None = None, slots: AbstractAsyncContextManager[Any] | None = None,
-                 cache_as: int | None = None) -> None:
+                 cache_as: int | None = None, attempt: int = 0) -> None:
         if not provider(model.api).chat:
             raise ConfigError(f"model '{model.name}' uses the {model.api} API; agent tests need a chat API "
                               "(`api: chat`, `anthropic` or `gemini`)")
@@ -51,11 +52,13 @@ class OpenAICaller:
         self._settings = settings
         self._slots = slots
         self._cache_as = cache_as
+        self._attempt = attempt
         self.last_request: PreparedRequest | None = None   # the resolved settings the results row records
 
     async def __call__(self, messages: list[dict[str, Any]]) -> CallResult:
         """Send the conversation so far; a failed call comes back as a result with `error` set."""
-        request = prepare(self._model, replace(self._test, messages=tuple(messages)), self._settings)
+        request = prepare(self._model, replace(self._test, messages=tuple(messages)), self._settings,
+                          attempt=self._attempt)
         self.last_request = request
         if self._slots is None:
             return await self._client.call(self._model, request, cache_as=self._cache_as)

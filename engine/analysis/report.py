@@ -170,7 +170,7 @@ def _model_timing(df: pd.DataFrame) -> dict[str, dict[str, Any]]:
                           "visible": numbers("ttft_visible_s").where(timed),
                           "wait": numbers("rate_limit_wait_s")})
     out: dict[str, dict[str, Any]] = {}
-    fingerprints = df["system_fingerprint"] if "system_fingerprint" in df else None
+    fingerprints = df.get("system_fingerprint")
     for model, rows in frame.groupby("model", sort=True):
         waits = rows["wait"].dropna()
         found: list[str] = []

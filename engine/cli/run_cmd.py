@@ -35,7 +35,9 @@ def run_command(
     repeat: int | None = typer.Option(None, "--repeat", min=1, max=MAX_REPEAT,
                                       help="Attempts per test (overrides the suites)."),
     seed: int | None = typer.Option(None, "--seed", min=INT64_MIN, max=INT64_MAX,
-                                    help="Sent as `seed` with every request (a 64-bit integer)."),
+                                    help="The run's order seed (--until-decided's random order; a 64-bit "
+                                         "integer). Never sent: a request's seed is the model's params.seed "
+                                         "plus the attempt index."),
     temperature: float | None = typer.Option(None, "--temperature", min=0, max=2,
                                              help="Used when a test sets none (default 0)."),
     max_tokens: int | None = typer.Option(None, "--max-tokens", min=1, max=INT32_MAX,

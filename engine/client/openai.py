@@ -16,6 +16,7 @@ brings back (`engine.redact`).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import time
 from collections.abc import Callable, Mapping
@@ -38,6 +39,7 @@ from engine.errors import ClientError
 from engine.model import ModelConfig, Test
 from engine.redact import Redactor, mask_urls, url_secrets
 from engine.suite.content_parts import wire_messages
+from engine.suite.conversation import named_for_api
 
 __all__ = ["CallResult", "OpenAIClient", "PreparedRequest", "RequestSettings", "endpoint_url", "method_url",
            "prepare"]
@@ -54,13 +56,13 @@ class RequestSettings:
     Args:
         temperature: `--temperature`: used when the test sets none.
         max_tokens: `--max-tokens`: the default floor; a test's larger value wins.
-        seed: `--seed`: sent as `seed` (overrides a seed in the model's params).
         stream: False for `--no-stream`.
+
+    `--seed` is not here: it orders the run and is never sent (a request's seed: `prepare`).
     """
 
     temperature: float | None = None
     max_tokens: int | None = None
-    seed: int | None = None
     stream: bool = True
 
 
@@ -79,6 +81,8 @@ class PreparedRequest:
     # Another endpoint (embeddings, engine.client.embeddings) brings its own reader.
     reader: Callable[[bytes, CallResult, Redactor], None] | None = None
     api: str = "chat"   # the provider whose wire the body is (`engine.client.providers`)
+    # API name -> tool key, for tools the API sees under a `name:` of their own: replies are read back to the keys.
+    tool_keys: Mapping[str, str] = field(default_factory=dict)
 
 
 def endpoint_url(model: ModelConfig, base_url: str | None = None, *, stream: bool | None = None) -> str:
@@ -93,20 +97,23 @@ def endpoint_url(model: ModelConfig, base_url: str | None = None, *, stream: boo
                       provider(model.api).path(model, model.stream if stream is None else stream))
 
 
-def prepare(model: ModelConfig, test: Test, settings: RequestSettings, *, inline_images: bool = True
-            ) -> PreparedRequest:
+def prepare(model: ModelConfig, test: Test, settings: RequestSettings, *, inline_images: bool = True,
+            attempt: int = 0) -> PreparedRequest:
     """Build the request body for one test.
 
     Precedence: temperature = the test's, else `--temperature`, else the model's params, else 0;
     max_tokens = max(floor, the test's), where the floor is `--max-tokens`, else the model's
     `params.max_tokens`, else 1024 (a test's value only raises the floor);
-    seed = `--seed`, else the model's params.
+    seed = the model's `params.seed` plus the attempt index (each attempt its own sample on a server that
+    honours seeds), none when the params set none; tools go out under their API names (`Test.api_names`)
+    with the test's `tool_choice`.
 
     Args:
         model: The model config (its `params` are passed through).
         test: The rendered test.
         settings: The run-wide settings.
         inline_images: Image files as base64 data URLs (False: a short placeholder, for `--dry-run`).
+        attempt: The attempt index (0 for the first), added to the params' seed.
 
     Raises:
         ImageUnavailable: An image file of the test is gone, unreadable or changed since the suite loaded.
@@ -119,18 +126,24 @@ def prepare(model: ModelConfig, test: Test, settings: RequestSettings, *, inline
         temperature = params.get("temperature", DEFAULT_TEMPERATURE)
     floor = settings.max_tokens if settings.max_tokens is not None else params.get("max_tokens", DEFAULT_MAX_TOKENS)
     max_tokens = max(floor, test.max_tokens or 0)
-    seed = settings.seed if settings.seed is not None else params.get("seed")
+    seed = params.get("seed")
+    if seed is not None:
+        seed = (int(seed) + attempt + 2**63) % 2**64 - 2**63   # kept a 64-bit integer
     stream = settings.stream and model.stream
     api = provider(model.api)
     messages: Any = ()
     if api.chat:
         messages = test.messages if not test.images else \
             wire_messages(test.messages, test.suite_dir, inline=inline_images)
-    body = api.build(WireRequest(model=model.model, messages=messages, prompt=test.prompt, tools=test.tools,
-                                 tool_choice="auto" if test.tools else None, params=params, max_tokens=max_tokens,
+    tools: Any = test.tools
+    choice = test.tool_choice if test.tools else None
+    if test.api_names:
+        messages, tools, choice = named_for_api(messages, tools, choice, test.api_names)
+    body = api.build(WireRequest(model=model.model, messages=messages, prompt=test.prompt, tools=tools,
+                                 tool_choice=choice, params=params, max_tokens=max_tokens,
                                  temperature=temperature, seed=seed, stream=stream))
     return PreparedRequest(endpoint_url(model, stream=stream), body, stream, temperature, max_tokens, seed,
-                           api=model.api)
+                           api=model.api, tool_keys={v: k for k, v in test.api_names.items()})
 
 
 class _Failed(Exception):
@@ -214,14 +227,14 @@ class OpenAIClient:
             The result; `error` is set when the call failed for good; `cached` when the cache answered.
         """
         if cache_as is None or self._cache is None:
-            return await self._call(model, request)
+            return _tool_keys(await self._call(model, request), request)
         key = cache_key(keyed_url(model, request.url), request.body, cache_as)
         stored = self._cache.get(key)
         if stored is not None:
-            return stored
+            return _tool_keys(stored, request)
         result = await self._call(model, request)
         self._cache.put(key, request.url, model.model, result)   # successes only (`response_cache.storable`)
-        return result
+        return _tool_keys(result, request)
 
     async def _call(self, model: ModelConfig, request: PreparedRequest) -> CallResult:
         payload = dumps_compact(request.body)
@@ -247,6 +260,7 @@ class OpenAIClient:
         cost = ratelimit.request_tokens(request.body)
         deadline = time.monotonic() + model.rate_limit_deadline_s
         limited: ClientError | None = None   # the last rate-limit answer, for the row if the deadline passes
+        first_try: float | None = None   # a failed call's latency runs from its first try, waits included
         while True:
             # `timeout_s` bounds each try, as openai-python's timeout does; a try that runs out is
             # retried like a connection error, so a call takes at most (max_retries + 1) tries
@@ -263,6 +277,8 @@ class OpenAIClient:
                 await self._wait_for_limit(ticket.wait, budget, ticket)
             if replicas is not None:   # each try picks again: a retry lands on another replica
                 replica = replicas.acquire()
+            if first_try is None:
+                first_try = time.perf_counter()
             url = request.url if replica is None else replica.url
             try:
                 async with asyncio.timeout(model.timeout_s):
@@ -309,6 +325,8 @@ class OpenAIClient:
             result = CallResult()   # each try starts afresh
         result.retries = retries
         result.rate_limit_wait_s = waited
+        if result.error is not None and first_try is not None:
+            result.latency_s = time.perf_counter() - first_try   # every try and the waits between them
         if replica is not None:
             result.served_by = replica.shown
         _mask_result(result, redact)
@@ -425,6 +443,15 @@ def _with_delay(headers: Mapping[str, str], delay: float | None) -> Mapping[str,
     out = CIMultiDict(headers)
     out["retry-after"] = f"{delay:g}"
     return out
+
+
+def _tool_keys(result: CallResult, request: PreparedRequest) -> CallResult:
+    """The result with each tool call the model made under a tool's API name named by the tool's key."""
+    if request.tool_keys and result.tool_calls:
+        keys = request.tool_keys
+        result.tool_calls = tuple(dataclasses.replace(c, name=keys[c.name]) if c.name in keys else c
+                                  for c in result.tool_calls)
+    return result
 
 
 def _with_message(error: ClientError, message: str) -> ClientError:

@@ -40,7 +40,8 @@ class CallResult:
     """Everything one call produced, success or not.
 
     Times are seconds measured from the start of the last try (retries and their waits are counted
-    in `retries` and `rate_limit_wait_s`, not in `latency_s`). Token counts are None when the server
+    in `retries` and `rate_limit_wait_s`, not in `latency_s`), but a failed call's `latency_s`, which runs
+    from its first try: every try and the waits between them. Token counts are None when the server
     sent none - never 0. `notes` says what was refused from a reply that was otherwise read.
     """
 

@@ -93,7 +93,7 @@ async def run_agent_job(*, client: OpenAIClient, model: ModelConfig, test: Test,
             for no cache (`OpenAIClient.call`): every turn is a request of its own.
     """
     started_us = time.time_ns() // 1000
-    request = prepare(model, test, settings)
+    request = prepare(model, test, settings, attempt=attempt)
     inner: _Caller
     if model.builtin == GOLDEN:
         inner = (GoldenCaller(test.golden_turns, served_model=model.model) if test.golden_turns
@@ -102,7 +102,8 @@ async def run_agent_job(*, client: OpenAIClient, model: ModelConfig, test: Test,
         try:
             # test.tools are already the offered definitions, in the test's order: the first request is
             # byte for byte the one a single-turn run of this test would send
-            inner = OpenAICaller(client, model, test, settings, slots=global_slots, cache_as=cache_as)
+            inner = OpenAICaller(client, model, test, settings, slots=global_slots, cache_as=cache_as,
+                                 attempt=attempt)
         except ConfigError as exc:
             inner = _failing(ClientError(str(exc), kind="config"))
     recorder = _Recorder(inner, model, on_cost, in_flight)

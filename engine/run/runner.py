@@ -245,9 +245,9 @@ class Runner:
         """Make the job's call under its slots; None when the run stopped while it waited for them."""
         settings = self.config.settings
         try:
-            request = prepare(model, job.test, settings)
+            request = prepare(model, job.test, settings, attempt=job.attempt)
         except ImageUnavailable as exc:   # deleted or edited since load: an error row, nothing sent
-            request = prepare(model, job.test, settings, inline_images=False)
+            request = prepare(model, job.test, settings, inline_images=False, attempt=job.attempt)
             return _Call(request, CallResult(error=ClientError(str(exc), kind="image")), time.time_ns() // 1000)
         cache_as = self._cache_as(model, job, request.temperature)
         async with slots:

@@ -272,7 +272,7 @@ def _settings(invocation: Invocation) -> Any:
     from engine.client.openai import RequestSettings
 
     return RequestSettings(temperature=invocation.temperature, max_tokens=invocation.max_tokens,
-                           seed=invocation.seed, stream=invocation.stream is not False)
+                           stream=invocation.stream is not False)
 
 
 def _dry_run(models: list[ModelConfig], tests: list[Test], invocation: Invocation, shard: Shard | None) -> None:

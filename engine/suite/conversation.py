@@ -28,8 +28,8 @@ from engine.base.diagnostic import Path, Problem
 from engine.base.jsontext import dumps_unicode
 from engine.base.words import did_you_mean
 
-__all__ = ["API_NAME", "API_NAME_PATTERN", "CHOICE_MODES", "api_name_problems", "api_names", "check_conversation", "sent_turn",
-           "tool_choice"]
+__all__ = ["API_NAME", "API_NAME_PATTERN", "CHOICE_MODES", "api_name_problems", "api_names", "check_conversation",
+           "named_for_api", "sent_turn", "tool_choice"]
 
 #: The tool names OpenAI's API accepts; other APIs accept at least these.
 API_NAME_PATTERN = "^[a-zA-Z0-9_-]{1,64}$"
@@ -139,7 +139,7 @@ def check_conversation(messages: Sequence[Mapping[str, Any]], offered: Collectio
                 open_calls[call_id] = i
                 if name not in offered:
                     guess = did_you_mean(name, offered)
-                    hint = (f"did you mean '{guess}'?" if guess else f"add it to the test's `tools: [...]`" +
+                    hint = (f"did you mean '{guess}'?" if guess else "add it to the test's `tools: [...]`" +
                             (f" (it offers {', '.join(sorted(offered))})" if offered else ""))
                     problems.append(Problem(at + ("function", "name"), f"this turn calls the tool '{name}', which "
                                             f"the test does not offer; {hint}"))
@@ -148,16 +148,16 @@ def check_conversation(messages: Sequence[Mapping[str, Any]], offered: Collectio
                     problems.append(Problem(at + ("function", "arguments"), "the arguments text must be a JSON "
                                             "object; or write them as a YAML mapping (sent as its JSON text)"))
         elif role == "tool":
-            call_id = message.get("tool_call_id")
-            if call_id is None:
+            answers = message.get("tool_call_id")
+            if answers is None:
                 problems.append(Problem(here, "a tool turn needs `tool_call_id:`, the id of the call it answers"))
-            elif call_id in open_calls:
-                del open_calls[call_id]
-                answered.add(call_id)
+            elif answers in open_calls:
+                del open_calls[answers]
+                answered.add(answers)
             else:
-                reason = ("is already answered" if call_id in answered else
+                reason = ("is already answered" if answers in answered else
                           "is not made by an assistant turn before it")
-                problems.append(Problem(here + ("tool_call_id",), f"this tool result answers the call '{call_id}', "
+                problems.append(Problem(here + ("tool_call_id",), f"this tool result answers the call '{answers}', "
                                         f"which {reason}; a result must follow the assistant turn whose "
                                         "`tool_calls` has that id"))
     unanswered(len(messages))
@@ -196,3 +196,24 @@ def sent_turn(message: Mapping[str, Any], render: Callable[[str], str]) -> dict[
             "name": str(function["name"]),
             "arguments": arguments if isinstance(arguments, str) else dumps_unicode(arguments)}})
     return {"role": "assistant", "content": text, "tool_calls": calls}
+
+
+def named_for_api(messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]], choice: Any,
+                  names: Mapping[str, str]) -> tuple[list[Mapping[str, Any]], list[Mapping[str, Any]], Any]:
+    """The messages, tool definitions and `tool_choice` of a request with each tool key in `names` replaced by
+    its API name (`Test.api_names`): in the definitions, the assistant turns' calls and a named choice."""
+    def rename(function: Mapping[str, Any]) -> Mapping[str, Any]:
+        name = str(function.get("name"))
+        return {**function, "name": names[name]} if name in names else function
+
+    tools = [{**t, "function": rename(t["function"])} if isinstance(t.get("function"), Mapping) else t
+             for t in tools]
+    out: list[Mapping[str, Any]] = []
+    for message in messages:
+        calls = message.get("tool_calls")
+        if calls:
+            message = {**message, "tool_calls": [{**c, "function": rename(c["function"])} for c in calls]}
+        out.append(message)
+    if isinstance(choice, Mapping) and isinstance(choice.get("function"), Mapping):
+        choice = {**choice, "function": rename(choice["function"])}
+    return out, tools, choice

@@ -39,7 +39,7 @@ DIALECT = "https://json-schema.org/draft/2020-12/schema"
 MAX_TOKENS = {"type": "integer", "minimum": 1, "maximum": INT32_MAX, "description": "Most tokens the model may "
               "write.", "examples": [32]}
 SEED = {"type": "integer", "minimum": INT64_MIN, "maximum": INT64_MAX,
-        "description": "Sent as `seed` (a 64-bit integer)."}
+        "description": "Sent as `seed` (a 64-bit integer), plus the attempt index: each attempt its own sample."}
 TEMPERATURE = {"type": "number", "minimum": 0, "maximum": 2, "description": "Sampling temperature (0..2)."}
 
 def _evaluator_defs() -> dict[str, Any]:

@@ -1,8 +1,9 @@
 """`api: chat`: OpenAI's chat completions (`POST {base_url}/chat/completions`), the engine's own message shape.
 
-The body is the messages as they are, the tools with `tool_choice: auto`, the model's `params`, then the
-resolved `max_tokens`, `temperature`, `seed` and `stream` (with `stream_options.include_usage`). Replies are
-read by `engine.client.response`; a stream ends at `data: [DONE]`.
+The body is the messages as they are, the tools with the test's `tool_choice` (else the params', else `auto`;
+none at all without tools), the model's `params`, then the resolved `max_tokens`, `temperature`, `seed` and
+`stream` (with `stream_options.include_usage`). Replies are read by `engine.client.response`; a stream ends at
+`data: [DONE]`.
 """
 
 from __future__ import annotations
@@ -26,13 +27,17 @@ def build(request: WireRequest) -> dict[str, Any]:
     body: dict[str, Any] = {"model": request.model, "messages": list(request.messages)}
     if request.tools:
         body["tools"] = list(request.tools)
-        body["tool_choice"] = request.tool_choice or "auto"
-    return with_sampling(body, request)
+    body = with_sampling(body, request)
+    if request.tools:   # the test's choice, else one in the model's params, else auto
+        body["tool_choice"] = request.tool_choice or body.get("tool_choice") or "auto"
+    return body
 
 
 def with_sampling(body: dict[str, Any], request: WireRequest) -> dict[str, Any]:
     """The model's params, then the resolved settings over them (shared with `api: completions`)."""
     body.update(request.params)
+    if not request.tools:
+        body.pop("tool_choice", None)   # never on a request without tools, whatever the params say
     body["max_tokens"] = request.max_tokens
     if request.temperature is not None:
         body["temperature"] = request.temperature
