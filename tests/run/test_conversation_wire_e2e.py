@@ -84,3 +84,39 @@ def test_each_attempt_sends_its_own_seed_and_run_seed_is_not_sent(tmp_path: Path
     assert seeds == [5, 6, 7]   # the models file's seed + the attempt index
     plain = df[df["test_id"] == "no-tools"].sort_values("attempt")
     assert list(plain["seed"]) == [5, 6, 7]
+
+
+AGENT = """\
+suite: agent-names
+tools:
+  calendar.book:
+    name: calendar_book
+    parameters: {type: object, properties: {time: {type: string}}, required: [time]}
+    returns:
+      - result: {booked: "{{ time }}"}
+tests:
+  - id: book
+    tools: [calendar.book]
+    agent: {max_turns: 3}
+    prompt: Book 19:00.
+    eval: {calls: {tool: calendar.book, equals: 1}}
+"""
+
+
+def test_an_agent_conversation_speaks_the_api_name_and_its_ledger_the_key(
+        tmp_path: Path, fake_openai: FakeOpenAI) -> None:
+    fake_openai.script(Reply(content="", tool_calls=[{"name": "calendar_book", "arguments": {"time": "19:00"}}]),
+                       Reply(content="Booked for 19:00."))
+    suites = tmp_path / "suites"
+    suites.mkdir()
+    (suites / "agent.yaml").write_text(AGENT)
+    models = tmp_path / "models.yaml"
+    models.write_text(MODELS.format(base_url=fake_openai.base_url))
+    done = engine("run", str(suites), "--models", str(models), "--out", str(tmp_path / "results"))
+    assert done.returncode == 0, done.stderr
+    second = fake_openai.requests[1]
+    assert second["messages"][1]["tool_calls"][0]["function"]["name"] == "calendar_book"
+    assert json.loads(second["messages"][2]["content"]) == {"booked": "19:00"}
+    row = pd.read_parquet(tmp_path / "results" / "latest").iloc[0]
+    assert row["outcome"] == "completed" and bool(row["passed"]), row["evaluators"]
+    assert row["invented_tools"] == 0
