@@ -22,7 +22,6 @@ from functools import lru_cache
 from typing import Any
 
 from engine.base.compiled_schema import schema_error, schema_validator
-from engine.base.render import is_template
 from engine.base.words import did_you_mean, short
 from engine.errors import EvaluatorConfigError
 from engine.evaluators.base import COMMON_OPTIONS, CheckSite, Kind, Scorer, ScoringContext, verdict
