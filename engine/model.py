@@ -284,7 +284,7 @@ class ModelConfig:
         api_key_env: Name of the environment variable holding the key (never the key itself).
         api_key_header: Send the key in this header (`api-key`, Azure OpenAI) instead of `Authorization: Bearer`.
         api_key_query: Send the key as this query parameter (`key`) of every request instead of a header.
-        concurrency: Calls in flight at most for this model.
+        concurrency: Calls in flight at most for this model (a ceiling: the rate-limit budget paces the calls).
         timeout_s: Time limit of each try; a try timed out before its reply started is retried (at most
             max_retries times), one whose reply was still arriving is not (engine.client.retry).
         connect_timeout_s: Time limit of opening a connection (the TCP connect, and TLS), within `timeout_s`:

@@ -9,29 +9,16 @@ corporate proxy cannot reach this machine's loopback. aiohttp decides everything
 
 from __future__ import annotations
 
-import ipaddress
 from types import TracebackType
 from urllib.parse import urlsplit
 from urllib.request import getproxies
 
 import aiohttp
 
+from engine.base.hosts import is_loopback
 from engine.redact import url_secrets
 
-__all__ = ["Sessions", "is_loopback", "proxy_secrets"]
-
-
-def is_loopback(host: str | None) -> bool:
-    """Whether `host` (a URL's host name) is this machine's loopback: localhost, 127.0.0.0/8 or ::1."""
-    if not host:
-        return False
-    host = host.strip("[]").rstrip(".").lower()
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
+__all__ = ["Sessions", "proxy_secrets"]
 
 
 def proxy_secrets() -> list[str]:

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from engine.run.until_decided import UntilDecided
 
 DEFAULT_OUT = "results"
-DEFAULT_CONCURRENCY = 32
+DEFAULT_CONCURRENCY = 64
 
 
 @dataclass

@@ -379,7 +379,8 @@ _MODEL = {
                                          "(e.g. `key`) instead of a header; never write the key into base_url.",
                           "examples": ["key"]},
         "concurrency": {"type": "integer", "minimum": 1, "maximum": MAX_CONCURRENCY,
-                        "description": "Calls in flight at most (default 8)."},
+                        "description": "Calls in flight at most: a ceiling, the rate limit paces the calls "
+                                       "(default 8 for a server on this machine, 64 for a hosted API)."},
         "timeout_s": {"type": "number", "exclusiveMinimum": 0, "maximum": MAX_TIMEOUT_S,
                       "description": "Time limit of each try, in seconds (default 120); a try that runs out "
                                      "before its reply started is retried (at most max_retries times), one "

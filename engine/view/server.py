@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import hmac
-import ipaddress
 import secrets
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -21,6 +20,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
+from engine.base.hosts import is_loopback
 from engine.errors import ResultsError
 from engine.view.store import Store
 
@@ -31,24 +31,12 @@ CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' 
 COOKIE = "engine_view_token"
 CLIENT_HEADER = "X-Engine-View"
 MAX_BODY = 64 * 1024
-LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
 
 STORE: web.AppKey[Store] = web.AppKey("store", Store)
 TOKEN: web.AppKey[str] = web.AppKey("token", str)
 REVIEWER: web.AppKey[str] = web.AppKey("reviewer", str)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-
-
-def is_loopback(host: str) -> bool:
-    """Whether `host` (a name or an address, IPv6 with or without brackets) is this machine's loopback."""
-    name = host.strip("[]").lower()
-    if name in LOOPBACK_NAMES:
-        return True
-    try:
-        return ipaddress.ip_address(name).is_loopback
-    except ValueError:
-        return False
 
 
 def dumps(data: Any) -> bytes:

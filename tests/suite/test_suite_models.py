@@ -78,3 +78,19 @@ def test_an_empty_or_tagged_models_file_is_named_as_a_models_file(tmp_path: Path
     _, [tagged] = load_models(write(tmp_path, "models: !include more.yaml\n"))
     assert str(tagged) == (f"{tmp_path / 'models.yaml'}:1:9: error: the tag '!include' is not allowed in models files "
                            "(only plain YAML values are); remove it")
+
+
+def test_concurrency_is_a_high_ceiling_for_a_hosted_api_and_low_for_a_local_server(tmp_path: Path) -> None:
+    path = tmp_path / "models.yaml"
+    path.write_text(
+        "models:\n"
+        "  hosted: {base_url: 'https://api.example.com/v1', model: m}\n"
+        "  local: {base_url: 'http://127.0.0.1:8080/v1', model: m}\n"
+        "  named-local: {base_url: 'http://localhost:8080/v1', model: m}\n"
+        "  ipv6-local: {base_url: 'http://[::1]:8080/v1', model: m}\n"
+        "  replicas: {base_urls: ['http://127.0.0.2:1/v1', 'http://127.0.0.3:1/v1'], model: m}\n"
+        "  set: {base_url: 'https://api.example.com/v1', model: m, concurrency: 3}\n", encoding="utf-8")
+    models, problems = load_models(path)
+    assert problems == []
+    assert {name: m.concurrency for name, m in models.items()} == {
+        "hosted": 64, "local": 8, "named-local": 8, "ipv6-local": 8, "replicas": 8, "set": 3}
