@@ -1,5 +1,6 @@
 """`engine validate --judges`: grade every calibration example, report agreement per judge node, write the
-calibration file `engine analyze` reads, and say whether each judge meets its `min_agreement`.
+calibration file `engine analyze` reads, and say whether each judge meets its `min_agreement`. With
+`--labels RUN`, reviewers' labels of a run's attempts are examples too (engine.analysis.label_examples).
 
 The only part of `engine validate` that calls a model, hence opt-in. Judge calls go through the run's
 judge caller and cache (engine.client.judge_calibrate), so a judgement paid here is not paid by a run.
@@ -41,27 +42,37 @@ class JudgeValidation:
 
 
 def validate_judges(tests: Sequence[Test], models_file: Path | None, calibration_out: Path,
-                    judge_cache: Path | None = None) -> JudgeValidation:
+                    judge_cache: Path | None = None, labels: Sequence[Path] = ()) -> JudgeValidation:
     """Grade the calibration examples of the tests' judges and compare them with the labels.
 
     Args:
-        tests: The loaded tests (only their judges with `calibration:` are graded).
+        tests: The loaded tests (only their judges with `calibration:`, or with labelled attempts, are graded).
         models_file: The models file the judges are found in; None for the default (embedded) models, as
             `engine run` without `--models` (engine.local.default_models and helper_models).
         calibration_out: Where the calibration records are written.
         judge_cache: The judge cache file (default: the user's).
+        labels: Run folders (or folders of runs) whose labelled attempts are examples as well.
 
     Raises:
         UsageError: the models file has errors, lacks a judge's model, or a judge's API key is not set.
+        ResultsError: a labels folder holds no labels file, or its results cannot be read.
     """
+    from engine.analysis.label_examples import label_examples, node_key
     from engine.client.judge import resolve_judges
     from engine.client.judge_cache import JudgeCache, default_path
     from engine.client.judge_calibrate import calibration_targets, grade_calibrations
     from engine.suite.models_file import load_models_file
 
-    targets = calibration_targets(tests)
+    labelled = label_examples(labels, tests) if labels else None
+    head = labelled.report() if labelled else []
+    targets = calibration_targets(tests, every_judge=labelled is not None)
+    if labelled is not None:
+        targets = [t for t in targets if t[2].calibration is not None or node_key(t[0], t[1]) in labelled.examples]
+    extra = [labelled.examples.get(node_key(t[0], t[1]), []) if labelled else [] for t in targets]
     if not targets:
-        return JudgeValidation(["judges: no judge has `calibration:` examples; nothing to grade"], False, [], 0)
+        return JudgeValidation([*head, "judges: no judge has `calibration:` examples"
+                                + (" or labelled attempts" if labelled else "") + "; nothing to grade"],
+                               False, [], 0)
     if models_file is None:
         from engine.local import default_models, helper_models
 
@@ -83,10 +94,10 @@ def validate_judges(tests: Sequence[Test], models_file: Path | None, calibration
         judges = dataclasses.replace(judges, models={**judges.models, **{m.name: m for m in models}})
         keys = _api_keys(models)
         try:
-            runs, calls = asyncio.run(grade_calibrations(targets, judges, cache, keys))
+            runs, calls = asyncio.run(grade_calibrations(targets, judges, cache, keys, extra=extra))
         finally:
             cache.close()
-    lines: list[str] = []
+    lines: list[str] = list(head)
     failed = False
     records = []
     for run in runs:
@@ -94,7 +105,9 @@ def validate_judges(tests: Sequence[Test], models_file: Path | None, calibration
         summary = calibration_summary(record)
         records.append({**record, "summary": summary})
         where = f"{run.site}: {run.suite}/{run.test_id} {run.path} (judge {run.judge_model}, {run.scale})"
-        lines.append(f"{where}: {_figures(summary)} - {summary['verdict']}: {summary['note']}")
+        from_labels = sum(item.source == "labels" for item in run.items)
+        figures = _figures(summary) + (f", {from_labels} from labels" if from_labels else "")
+        lines.append(f"{where}: {figures} - {summary['verdict']}: {summary['note']}")
         for problem in run.problems:
             lines.append(f"{run.site}: error: calibration: {problem}")
         for item in run.items:

@@ -154,8 +154,35 @@ def latest_labels(table: pa.Table) -> list[dict[str, Any]]:
     return list(latest.values())
 
 
-def labelled_rows(files: Sequence[Path], labels: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """The results rows the labels are about (a scan filtered to their test ids; every other row stays on disk)."""
+def labelled_runs(paths: Iterable[Path]) -> list[Path]:
+    """The run folders holding a labels file: each path itself, or the folders under it (symlinks such as
+    `latest` not followed, so no run is found twice), each once.
+
+    Raises:
+        ResultsError: A path is not a folder, or holds no labels file.
+    """
+    found: dict[Path, Path] = {}
+    for given in paths:
+        path = Path(given)
+        if not path.is_dir():
+            raise ResultsError(f"{path}: not a folder; pass a run folder (results/<run>) or a folder of runs")
+        here = []
+        for root, dirs, files in os.walk(path):
+            dirs.sort()
+            if LABELS_FILE in files:
+                here.append(Path(root))
+        if not here:
+            raise ResultsError(f"{path}: no {LABELS_FILE} in it or under it; label attempts with `engine view "
+                               f"{path}` first")
+        for folder in here:
+            found.setdefault(folder.resolve(), folder)
+    return list(found.values())
+
+
+def labelled_rows(files: Sequence[Path], labels: Sequence[Mapping[str, Any]],
+                  extra: Sequence[str] = ()) -> list[dict[str, Any]]:
+    """The results rows the labels are about (a scan filtered to their test ids; every other row stays on disk),
+    with the KEY columns, passed, score, evaluators and the `extra` columns."""
     import pyarrow.dataset as ds
 
     from engine.analysis.load import read_table
@@ -163,7 +190,7 @@ def labelled_rows(files: Sequence[Path], labels: Sequence[Mapping[str, Any]]) ->
     ids = sorted({str(label["test_id"]) for label in labels})
     if not ids:
         return []
-    columns = [*KEY, "passed", "score", "evaluators"]
+    columns = [*KEY, "passed", "score", "evaluators", *extra]
     table = read_table(list(files), columns=columns, where=ds.field("test_id").isin(ids))
     return table.select(columns).to_pylist()
 

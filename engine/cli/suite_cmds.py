@@ -58,16 +58,22 @@ def validate(
     calibration_out: Annotated[Path | None, typer.Option(
         "--calibration-out", help="Where --judges writes the calibration `engine analyze` reads (default: "
         "judge-calibration.json beside the judge cache).")] = None,
+    labels: Annotated[list[Path] | None, typer.Option(
+        "--labels", help="With --judges: a run folder (or a folder of runs) whose reviewers' labels "
+        "(`engine view`) become calibration examples of the judges; repeatable.")] = None,
 ) -> None:
     """Check suites before any model is called: YAML, schema, references, templates, goldens."""
     from engine._gc import tuned_gc
     from engine.suite import load_models, load_suites
     from engine.suite.loader import expand_paths
 
-    missing = _missing_paths(list(paths) + ([models] if models else []))
+    missing = _missing_paths(list(paths) + ([models] if models else []) + list(labels or []))
     if missing:
         for path in missing:
             print(f"{path}: error: no such file or folder", file=sys.stderr)
+        raise typer.Exit(EXIT_USAGE)
+    if labels and not judges:
+        print("error: --labels gives the judges calibration examples: add --judges", file=sys.stderr)
         raise typer.Exit(EXIT_USAGE)
     files, _ = expand_paths(list(paths))
     with tuned_gc(collect=False):
@@ -84,11 +90,12 @@ def validate(
     tests = sum(len(s.tests) for s in suites)
     code = _print_diagnostics(diagnostics, checked, tests)
     if judges:
-        code = _validate_judges(suites, models, calibration_out, code)
+        code = _validate_judges(suites, models, calibration_out, code, labels or [])
     raise typer.Exit(code)
 
 
-def _validate_judges(suites: list, models: Path | None, calibration_out: Path | None, code: int) -> int:
+def _validate_judges(suites: list, models: Path | None, calibration_out: Path | None, code: int,
+                     labels: list[Path]) -> int:
     """`validate --judges` (engine.analysis.judge_validate): only for suites without errors, nothing is paid
     for a suite that would not load."""
     from engine.analysis.judge_validate import validate_judges
@@ -100,7 +107,7 @@ def _validate_judges(suites: list, models: Path | None, calibration_out: Path | 
         return code
     try:
         found = validate_judges([t for s in suites for t in s.tests], models,
-                                calibration_out or default_calibration_path())
+                                calibration_out or default_calibration_path(), labels=labels)
     except EngineError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE

@@ -12,7 +12,7 @@ in engine.analysis.judges; this module only collects (expected, given) pairs.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,7 +22,7 @@ from engine.client.judge_cache import JudgeCache
 from engine.client.openai import OpenAIClient
 from engine.client.session import Sessions
 from engine.evaluators.judge import JudgeSpec, final_grade, question_of
-from engine.evaluators.judge_calibration import read_calibration
+from engine.evaluators.judge_calibration import Example, read_calibration
 from engine.evaluators.node import Node
 from engine.model import Test
 
@@ -31,13 +31,15 @@ __all__ = ["CalibrationItem", "CalibrationRun", "calibration_targets", "grade_ca
 
 @dataclass(frozen=True)
 class CalibrationItem:
-    """One graded example: what the author expected and what the judge gave (None: the judge failed)."""
+    """One graded example: what the author (or a reviewer's label) expected and what the judge gave (None: the
+    judge failed); `source` as the Example's ("calibration" or "labels")."""
 
     where: str
     expect: Any
     grade: Any
     error: str | None = None
     reason: str = ""
+    source: str = "calibration"
 
 
 @dataclass
@@ -74,6 +76,8 @@ class CalibrationRun:
 
 #: (the test whose context grades, the node's path, its spec, every case's [test id, test hash])
 Target = tuple[Test, str, JudgeSpec, list[list[str]]]
+#: An example graded in its own case's context (that case's question, rubric and reference), as its run graded it.
+InContext = tuple[Test, JudgeSpec, Example]
 
 
 def verdict_paths(node: Node, here: str = "") -> Iterator[tuple[str, Node]]:
@@ -84,17 +88,17 @@ def verdict_paths(node: Node, here: str = "") -> Iterator[tuple[str, Node]]:
         yield from verdict_paths(child, f"{path}/{index}.{child.kind}")
 
 
-def calibration_targets(tests: Iterable[Test]) -> list[Target]:
-    """Every judge node with `calibration:`, once per node as written (suite, file, line, path): the cases of
-    a table-driven test share its examples, graded once in the first case's context; the last item lists
-    every case's [test id, test hash]."""
+def calibration_targets(tests: Iterable[Test], *, every_judge: bool = False) -> list[Target]:
+    """Every judge node with `calibration:` (with `every_judge`, every judge node), once per node as written
+    (suite, file, line, path): the cases of a table-driven test share its examples, graded once in the first
+    case's context; the last item lists every case's [test id, test hash]."""
     found: dict[tuple[str, str, int, str], Target] = {}
     for test in tests:
         if test.evaluator is None:
             continue
         for path, node in verdict_paths(test.evaluator):
             spec = getattr(node.scorer, "spec", None) if node.kind == "judge" else None
-            if not isinstance(spec, JudgeSpec) or spec.calibration is None:
+            if not isinstance(spec, JudgeSpec) or (spec.calibration is None and not every_judge):
                 continue
             key = (test.suite, test.file, test.line, path)
             if key not in found:
@@ -104,7 +108,7 @@ def calibration_targets(tests: Iterable[Test]) -> list[Target]:
 
 
 async def grade_calibrations(targets: list[Target], judges: JudgeModels, cache: JudgeCache,
-                             api_keys: Mapping[str, str | None], *,
+                             api_keys: Mapping[str, str | None], *, extra: Sequence[Sequence[InContext]] = (),
                              concurrency: int = 8) -> tuple[list[CalibrationRun], int]:
     """Grade every example of every target (judge calls through caps, retries and the cache).
 
@@ -113,6 +117,8 @@ async def grade_calibrations(targets: list[Target], judges: JudgeModels, cache: 
         judges: The resolved judge models.
         cache: The judge cache.
         api_keys: Model name -> API key (None: none sent).
+        extra: Per target (same order), more examples each graded in its own case's context (labelled
+            attempts of a run: the same judge request as the run's, so the judge cache answers it).
         concurrency: Calls in flight at most (each judge model's own cap applies too).
 
     Returns:
@@ -121,29 +127,30 @@ async def grade_calibrations(targets: list[Target], judges: JudgeModels, cache: 
     async with Sessions(concurrency) as sessions:
         caller = ModelJudgeCaller(judges, cache, OpenAIClient(sessions, api_keys),
                                   global_slots=asyncio.Semaphore(concurrency))
-        runs = await asyncio.gather(*(_grade(test, path, spec, members, judges, caller)
-                                      for test, path, spec, members in targets))
+        more = list(extra) + [()] * (len(targets) - len(extra))
+        runs = await asyncio.gather(*(_grade(test, path, spec, members, judges, caller, added)
+                                      for (test, path, spec, members), added in zip(targets, more, strict=True)))
         return list(runs), caller.calls
 
 
 async def _grade(test: Test, path: str, spec: JudgeSpec, members: list[list[str]], judges: JudgeModels,
-                 caller: ModelJudgeCaller) -> CalibrationRun:
+                 caller: ModelJudgeCaller, extra: Sequence[InContext] = ()) -> CalibrationRun:
     config = judges.resolve(spec.model)
     run = CalibrationRun(suite=test.suite, test_id=test.id, test_hash=test.hash, path=path,
                          site=f"{test.file}:{test.line}", judge_model=config.name if config else str(spec.model),
                          scale=spec.scale.name, order=sorted(spec.scale.grades, key=spec.scale.grades.__getitem__),
                          numeric=spec.scale.numeric, min_agreement=spec.min_agreement, members=members)
     examples, problems = read_calibration(spec.calibration, spec.scale.grades, spec.scale.numeric,
-                                          Path(test.suite_dir or "."))
+                                          Path(test.suite_dir or ".")) if spec.calibration is not None else ([], [])
     run.problems = [message for _, message in problems]
-    question = question_of(test)
 
-    async def one(example: Any) -> CalibrationItem:
-        verdict = await spec.grade(example.answer, example.prompt or question, example.reference, caller)
+    async def one(example: Example, case: Test, judge: JudgeSpec) -> CalibrationItem:
+        verdict = await judge.grade(example.answer, example.prompt or question_of(case), example.reference, caller)
         grade = final_grade(verdict)
         return CalibrationItem(example.where, example.expect, grade, verdict.reason if grade is None else None,
-                               verdict.reason)
+                               verdict.reason, example.source)
 
-    run.items = list(await asyncio.gather(*(one(e) for e in examples)))
+    run.items = list(await asyncio.gather(*(one(e, test, spec) for e in examples),
+                                          *(one(e, case, judge) for case, judge, e in extra)))
     return run
 

@@ -45,6 +45,8 @@ class Example:
         prompt: The question, or None for the test's own.
         reference: The reference, or None for the judge's own.
         where: Where it was written ("calibration[2]" or "refunds.jsonl:3"), for reports.
+        source: "calibration" (the judge's `calibration:`) or "labels" (a reviewer's label of a run's attempt,
+            engine.analysis.label_examples).
     """
 
     answer: str
@@ -52,6 +54,7 @@ class Example:
     prompt: str | None = None
     reference: str | None = None
     where: str = ""
+    source: str = "calibration"
 
 
 def coerce_expect(value: Any, grades: Mapping[Any, float], numeric: bool) -> Any:
