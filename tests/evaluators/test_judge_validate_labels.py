@@ -170,6 +170,12 @@ def test_labelled_attempts_are_graded_as_calibration_examples(labelled: dict[str
     assert by_test["negated"]["path"] == "not/0.judge" and by_test["negated"]["summary"]["agreement"] == 1.0
     assert "n=3, agreement 0.667" in out and "1 from labels" in out
 
+    # `engine analyze` reads the same file: the run's judge shows the pooled calibration (2 + 3 + 1 items).
+    shown = engine("analyze", str(labelled["run"]), "--calibration",
+                   str(labelled["tmp"] / "cache" / "judge-calibration.json"), env=labelled["env"])
+    assert shown.returncode == 0, shown.stderr
+    assert "calibration: n=6" in shown.stdout
+
     # Again: nothing is paid twice.
     labelled["server"].requests.clear()
     again = validate(labelled, "--judges", "--labels", str(labelled["run"]))
