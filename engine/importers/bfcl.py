@@ -18,9 +18,12 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
+
+from engine.suite.conversation import API_NAME
 
 __all__ = [
     "CATEGORIES",
@@ -77,9 +80,14 @@ def convert_schema(schema: Any) -> Any:
 
 
 def to_tool(function: Mapping[str, Any]) -> dict[str, Any]:
-    """One BFCL function as a suite tool body: {description, parameters}."""
-    return {"description": str(function.get("description", "")),
+    """One BFCL function as a suite tool body: {description, parameters}, and a `name:` for the API when it
+    refuses BFCL's (`math.sum` goes out as `math_sum`, as BFCL sends it to OpenAI models)."""
+    body = {"description": str(function.get("description", "")),
             "parameters": convert_schema(function.get("parameters") or {"type": "object", "properties": {}})}
+    name = str(function.get("name", ""))
+    if not API_NAME.fullmatch(name):
+        body = {"name": re.sub(r"[^a-zA-Z0-9_-]", "_", name)[:64], **body}
+    return body
 
 
 def ground_truth_to_spec(category: str, ground_truth: list[Mapping[str, Any]] | None,

@@ -55,7 +55,8 @@ def _convert(entry: tuple[dict[str, Any], dict[str, Any] | None, str], underscor
     mapping, tools = convert_entry(question, answer, category, underscore_to_dot)
     return build_test(suite=f"bfcl_{category}", id=mapping["id"], file="<bfcl>", line=0,
                       messages=tuple(mapping["messages"]), prompt="", eval=mapping["eval"],
-                tools=tuple({"type": "function", "function": {"name": n, **body}} for n, body in tools.items()))
+                tools=tuple({"type": "function", "function": {**body, "name": n}}   # the key: `name:` is the API's
+                            for n, body in tools.items()))
 
 
 def calls_from_decoded(decoded: list[dict[str, Any]] | None) -> tuple[ToolCall, ...]:
