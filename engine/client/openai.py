@@ -16,6 +16,7 @@ brings back (`engine.redact`).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import functools
 import time
@@ -261,6 +262,11 @@ class OpenAIClient:
         deadline = time.monotonic() + model.rate_limit_deadline_s
         limited: ClientError | None = None   # the last rate-limit answer, for the row if the deadline passes
         first_try: float | None = None   # a failed call's latency runs from its first try, waits included
+        probe = budget.probe()
+        if probe is None:   # another call is finding out the limits: wait for its reply, at most one try's time
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(model.timeout_s):
+                    await budget.heard.wait()
         while True:
             # `timeout_s` bounds each try, as openai-python's timeout does; a try that runs out is
             # retried like a connection error, so a call takes at most (max_retries + 1) tries
@@ -289,6 +295,9 @@ class OpenAIClient:
             except TimeoutError as exc:
                 failed = _Failed(_failure(exc, model, result, stream=request.stream), None)
             finally:
+                if probe:   # the first call's try is over, however it went: the calls held back may go
+                    budget.hear()
+                    probe = False
                 if replica is not None and replicas is not None:
                     replicas.release(replica, failed=failed is not None and retry.replica_at_fault(failed.error))
             if failed is None:

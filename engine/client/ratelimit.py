@@ -3,7 +3,9 @@
 A `Budget` holds two token buckets, one for requests and one for tokens, refilled at the rate the provider
 allows. The rate comes from the provider's rate-limit headers (OpenAI's `x-ratelimit-*`, Anthropic's
 `anthropic-ratelimit-*`), from a `rate_limit:` declared in models.yaml, or, where neither says anything, from
-the 429 answers themselves (AIMD: halve the rate on a 429, add a little back with each success). A call
+the 429 answers themselves (AIMD: halve the rate on a 429, add a little back with each success). Until a
+first reply has said what the limits are (or models.yaml declares them), one call goes alone and the others
+wait for its reply (`probe`): a burst of every worker at once would only meet the limit as a storm of 429s. A call
 reserves its cost before it is sent and waits until the buckets have refilled it; reservations are taken in
 order, so waiting calls go first come, first served. The buckets are plain data over the times passed in;
 the client does the sleeping, and bounds every wait by the call's deadline.
@@ -11,6 +13,7 @@ the client does the sleeping, and bounds every wait by the call's deadline.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import math
 import re
@@ -263,11 +266,31 @@ class Budget:
         self._sends: deque[float] = deque(maxlen=4096)
         self._requests_total = 0.0   # reserved so far: a published `remaining` is matched to the ones after it
         self._tokens_total = 0.0
+        self.heard = asyncio.Event()   # set once a reply (or a declared limit) has told what the limits are
+        self._probing = False
+
+    def probe(self) -> bool | None:
+        """Before the first reply: True, send this call alone (its reply tells the limits); None, wait for `heard`.
+
+        False once the limits are known (or nothing more will be learnt by waiting): send.
+        """
+        if self.heard.is_set():
+            return False
+        if self._probing:
+            return None
+        self._probing = True
+        return True
+
+    def hear(self) -> None:
+        """The first call's try is over (a reply, or a failure that told nothing): the calls held back may go."""
+        self._probing = False
+        self.heard.set()
 
     def declare(self, limit: RateLimit | None) -> None:
         """Add a `rate_limit:` declared in models.yaml (the lowest declared rate wins)."""
         if limit is None:
             return
+        self.heard.set()   # a declared limit paces from the first call: nothing to probe
         if limit.requests_per_minute is not None:
             rate = limit.requests_per_minute / 60.0 * RATE_MARGIN
             self._declared_rps = rate if self._declared_rps is None else min(self._declared_rps, rate)
@@ -304,6 +327,7 @@ class Budget:
 
     def observe(self, ticket: Ticket, status: int, headers: Mapping[str, str]) -> None:
         """Learn from a response to the ticket's request: its published limits, a 429, or a success."""
+        self.hear()
         now = self._clock()
         published = read_headers(headers, self._wall())
         if published is not None:

@@ -257,3 +257,17 @@ def test_past_the_deadline_the_error_says_so() -> None:
                                                 status=429), 600, 900)
     assert error.kind == "http_429" and not error.retryable
     assert "rate_limit_deadline_s (600 s" in str(error) and "900 s" in str(error)
+
+
+def test_the_first_call_goes_alone_until_a_reply_or_a_declared_limit_tells_the_limits() -> None:
+    budget = Budget()
+    assert [budget.probe(), budget.probe(), budget.probe()] == [True, None, None]   # one goes, the rest wait
+    budget.observe(budget.reserve(1), 200, {})   # its reply, whatever it says
+    assert budget.heard.is_set() and budget.probe() is False
+    failed = Budget()
+    assert failed.probe() is True
+    failed.hear()                                 # a first try that failed with no reply also lets the rest go
+    assert failed.probe() is False
+    declared = Budget()
+    declared.declare(RateLimit(requests_per_minute=60))
+    assert declared.probe() is False              # a declared limit paces from the first call
