@@ -44,9 +44,7 @@ class ToolCall:
     def from_arguments(cls, name: str, arguments: Any, id: str | None = None) -> ToolCall:
         """Build a call from already-decoded arguments (goldens, replayed data).
 
-        `raw_arguments` is `json.dumps(arguments)`'s text, from the encoder built once (engine.base.jsontext:
-        `json.dumps` builds one per call: 3.5 -> 1.1 µs for a one-argument call, timeit, min of 7; every tool-call
-        golden of `engine validate` comes here, issue #22 item 3, third pass).
+        `raw_arguments` is `json.dumps(arguments)`'s text, from the encoder engine.base.jsontext builds once.
         """
         return cls(name=name, arguments=arguments, raw_arguments=dumps_ascii(arguments), valid_json=True, id=id)
 
@@ -94,8 +92,7 @@ class Answer:
                        finish_reason="tool_calls" if calls else "stop")
         if isinstance(golden, str):
             return cls(text=golden, finish_reason="stop")
-        # `json.dumps(golden, ensure_ascii=False)`'s text, its encoder built once: 25 -> 13 µs for a number
-        # golden (timeit, loaded machine; the golden check of `engine validate`, issue #22).
+        # `json.dumps(golden, ensure_ascii=False)`'s text, its encoder built once.
         return cls(text=dumps_unicode(golden), finish_reason="stop")
 
 

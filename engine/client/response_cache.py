@@ -22,8 +22,8 @@ What is stored: successful, complete replies only - never an error, a truncated 
 `CallResult` with `cached=True`, no latency or TTFT (nothing was timed) and no retries.
 
 When stored: a reply `put` while an event loop runs waits in memory (answering `get` from there) until the
-end of the loop's current turn, and every reply of that turn is committed in one transaction (a transaction
-per reply was ~47 us per new call, bench/README.md "engine run"); without a running loop, at once. A kill -9
+end of the loop's current turn, and every reply of that turn is committed in one transaction (not one
+transaction per reply); without a running loop, at once. A kill -9
 loses at most the replies of one turn: calls that were in flight together, never more than the concurrency.
 
 Where: `$ENGINE_RESPONSE_CACHE`, else `$XDG_CACHE_HOME/llm-eval-engine/responses/responses.sqlite`
@@ -104,8 +104,7 @@ def cache_key(url: str, body: Mapping[str, Any], sample: int) -> str:
     identity = {"url": _masked(url), "body": {k: v for k, v in body.items() if k not in _NOT_KEYED},
                 "sample": sample}
     # The text of `json.dumps(identity, sort_keys=True, ensure_ascii=False, default=str)`, byte for byte, so
-    # entries stored by earlier versions keep answering (a compact orjson text would make every key new);
-    # the encoder is built once instead of per call (9.9 -> 5.6 us per key, bench/README.md "engine run").
+    # entries stored by earlier versions keep answering (a compact orjson text would make every key new).
     # surrogatepass: a conversation holding half a UTF-16 pair (a reply's "\\ud800" escape) still has a key
     return hashlib.sha256(dumps_sorted_unicode(identity).encode("utf-8", "surrogatepass")).hexdigest()
 
