@@ -15,5 +15,6 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-import_app = typer.Typer(help="Convert public datasets (BFCL, HumanEval) into YAML suites.", no_args_is_help=True)
+import_app = typer.Typer(help="Convert public benchmarks (BFCL, HumanEval, IFEval, Terminal-Bench) and promptfoo "
+                         "configs into YAML suites.", no_args_is_help=True)
 app.add_typer(import_app, name="import")

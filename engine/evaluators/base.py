@@ -109,7 +109,8 @@ class ScoringContext(NamedTuple):
         test: The test being scored (tools, golden, prompt, suite_dir for harness files).
         variables: The test's template variables (case values, golden, test_id, suite); the tree's
             templates were rendered with them when it was compiled.
-        transcript: Reserved for trajectory evaluators: the turns of a multi-turn run (None today).
+        transcript: An agent test's conversation (`engine.agent.Transcript`), for the trajectory kinds; None
+            for a single-turn answer.
         caller: For model-graded evaluators (`judge`): a `JudgeCaller` that awaits a model call through
             the run's client, caps, retries, budget and judge cache (None where no model may be called:
             the golden check).
