@@ -243,8 +243,8 @@ def serve_builtins(servers: Sequence[tuple[str, str, Path]], *, startup_timeout_
     """Serve several builtin models for the duration of a `with` block, started together.
 
     Every server is started before the first is waited for, so their imports and model loads overlap (`make
-    run` starts three: gemma, SmolLM2 and SmolLM2's embedding server); all are stopped when the block ends, however it ends, and all
-    that were started when one fails to come up.
+    run` starts three: gemma, SmolLM2 and SmolLM2's embedding server); all are stopped when the block ends,
+    however it ends, and all that were started when one fails to come up.
 
     Args:
         servers: (builtin name, alias, log file) of each server.

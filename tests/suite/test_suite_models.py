@@ -57,7 +57,8 @@ def test_unknown_key_and_bad_api(tmp_path: Path) -> None:
                                                  "    timout_s: 3\n    api: chats\n"))
     assert [str(d).split("models.yaml:")[1] for d in diagnostics] == [
         "4:5: error: unknown key 'timout_s' in a model — did you mean 'timeout_s'?",
-        "5:10: error: 'api' must be one of chat, completions, anthropic, gemini, but it is the text 'chats' — did you mean 'chat'?"]
+        "5:10: error: 'api' must be one of chat, completions, anthropic, gemini, but it is the text 'chats' — "
+        "did you mean 'chat'?"]
 
 
 def test_a_pasted_key_is_not_repeated(tmp_path: Path) -> None:
