@@ -25,6 +25,7 @@ from datetime import datetime
 from typing import Any
 from urllib.parse import urlsplit
 
+from engine.base.jsontext import dumps_compact
 from engine.model import ModelConfig, RateLimit
 
 __all__ = ["Bucket", "Budget", "Limit", "Published", "Ticket", "budget_key", "key_digest", "parse_duration",
@@ -137,28 +138,43 @@ def read_headers(headers: Mapping[str, str], now_epoch: float) -> Published | No
 
 
 def _text_bytes(content: Any) -> int:
-    """UTF-8 bytes of a message's text (a string, or content parts), images at a fixed estimate."""
+    """UTF-8 bytes of what a message says: text, text parts, a tool call or result as sent; an image at a fixed
+    estimate. Every API's shapes: OpenAI's `content` parts, Anthropic's blocks, Gemini's `parts`."""
     if isinstance(content, str):
         return len(content.encode("utf-8", "replace"))
-    total = 0
     if isinstance(content, list):
-        for part in content:
-            if isinstance(part, Mapping):
-                if part.get("type") == "text" and isinstance(part.get("text"), str):
-                    total += len(part["text"].encode("utf-8", "replace"))
-                else:
-                    total += 4 * IMAGE_TOKENS
-    return total
+        return sum(_text_bytes(part) for part in content)
+    if not isinstance(content, Mapping):
+        return 0
+    if isinstance(content.get("text"), str):
+        return len(content["text"].encode("utf-8", "replace"))
+    if content.get("type") in ("image", "image_url") or "inlineData" in content or "fileData" in content:
+        return 4 * IMAGE_TOKENS
+    try:   # a tool call or a tool's result: its JSON text, as the provider counts it
+        return len(dumps_compact(content))
+    except TypeError:
+        return 0
 
 
 def request_tokens(body: Mapping[str, Any]) -> int:
-    """The tokens a request costs against a token limit: its `max_tokens` and its prompt at 4 bytes a token."""
+    """The tokens a request costs against a token limit: its reply's room and its prompt at 4 bytes a token.
+
+    Reads every API's wire body: `messages` (OpenAI, Anthropic; with Anthropic's `system`), `contents` and
+    `systemInstruction` (Gemini), `prompt` / `input`; the reply's room is `max_tokens` or Gemini's
+    `generationConfig.maxOutputTokens`.
+    """
     size = 0
-    messages = body.get("messages")
-    if isinstance(messages, list):
-        for message in messages:
-            if isinstance(message, Mapping):
-                size += 16 + _text_bytes(message.get("content"))   # a message's framing: a few tokens
+    for key in ("messages", "contents"):
+        turns = body.get(key)
+        if isinstance(turns, list):
+            for turn in turns:
+                if isinstance(turn, Mapping):   # a turn's framing: a few tokens
+                    size += 16 + _text_bytes(turn.get("content", turn.get("parts")))
+                    size += _text_bytes(turn.get("tool_calls"))
+    size += _text_bytes(body.get("system"))
+    instruction = body.get("systemInstruction")
+    if isinstance(instruction, Mapping):
+        size += _text_bytes(instruction.get("parts"))
     for key in ("prompt", "input"):
         value = body.get(key)
         if isinstance(value, str):
@@ -169,7 +185,10 @@ def request_tokens(body: Mapping[str, Any]) -> int:
     if isinstance(tools, list):
         size += 64 * len(tools)   # a rough floor: definitions are sent as text
     reply = body.get("max_tokens")
-    return size // 4 + (reply if isinstance(reply, int) and reply > 0 else 0)
+    config = body.get("generationConfig")
+    if reply is None and isinstance(config, Mapping):
+        reply = config.get("maxOutputTokens")
+    return size // 4 + (reply if isinstance(reply, int) and not isinstance(reply, bool) and reply > 0 else 0)
 
 
 def key_digest(api_key: str | None) -> str:

@@ -119,6 +119,14 @@ def test_bucket_refund_and_lowering() -> None:
     ({"prompt": "é" * 10, "max_tokens": 5}, 20 // 4 + 5),      # bytes, not characters
     ({"input": ["abcd", "efgh"]}, 2),
     ({"messages": "not a list", "max_tokens": "ten"}, 0),
+    # Anthropic: the top-level system prompt and content blocks; a tool result counted as its JSON text
+    ({"system": "s" * 40, "max_tokens": 10, "messages": [{"role": "user", "content": [
+        {"type": "tool_result", "tool_use_id": "t", "content": "ok"}]}]},
+     (40 + 16 + len('{"type":"tool_result","tool_use_id":"t","content":"ok"}')) // 4 + 10),
+    # Gemini: contents of parts, systemInstruction, and the reply's room in generationConfig
+    ({"systemInstruction": {"parts": [{"text": "s" * 8}]}, "generationConfig": {"maxOutputTokens": 32},
+      "contents": [{"role": "user", "parts": [{"text": "x" * 400}, {"inlineData": {"mimeType": "image/png"}}]}]},
+     (8 + 16 + 400 + 4 * ratelimit.IMAGE_TOKENS) // 4 + 32),
 ])
 def test_request_token_estimate(body: dict[str, object], tokens: int) -> None:
     assert ratelimit.request_tokens(body) == tokens
