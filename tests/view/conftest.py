@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,6 +23,9 @@ def two_runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Two runs in one folder: in the second, `other` answers Spain right (a fail→pass flip)."""
     folder = tmp_path_factory.mktemp("view2")
     make_run(folder)
+    # Run ids name the second a run started: start the second run in a later second, so that the two sort in
+    # the order they ran (two runs started in one second sort by their random suffix).
+    time.sleep(1.05 - time.time() % 1)
     return make_run(folder, fixed=True)
 
 
