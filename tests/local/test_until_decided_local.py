@@ -1,7 +1,7 @@
 """`engine run --until-decided` on a real run folder: the embedded gemma-3-270m (marked local_model).
 
 tests/fixtures/until_decided/: 100 one-digit additions, the model few-shot on /completions against the same model
-in chat. The sequential run must name the same better model as the full run (the folder completed by `--resume`
+in chat. The sequential run must name the same better model as the full run (the folder completed by `--resume --complete`
 and read by `engine analyze`), with fewer calls. bench/bench_until_decided.py --real prints the figures.
 """
 
@@ -41,8 +41,12 @@ def test_until_decided_on_the_embedded_model_matches_the_full_run(tmp_path: Path
     rows = len(pd.read_parquet(run_dir))
     print(seq.stdout)
     assert decision["better"] == "gemma-fewshot" and rows == decision["jobs_made"] < decision["jobs_full_run"] == 200
+    # --resume of a decided run keeps its decision: nothing more to run; --resume --complete runs the rest.
     resumed = engine("run", "--resume", str(run_dir), "--no-cache", "--quiet")
     assert resumed.returncode == 0, resumed.stderr
+    assert len(pd.read_parquet(run_dir)) == rows
+    completed = engine("run", "--resume", str(run_dir), "--complete", "--no-cache", "--quiet")
+    assert completed.returncode == 0, completed.stderr
     report = json.loads(engine("analyze", str(run_dir), "--format", "json").stdout)
     (comparison,) = report["comparisons"]
     assert comparison["better"] == decision["better"], comparison["verdict"]
