@@ -1,8 +1,9 @@
 """`engine run --until-decided` on a real run folder: the embedded gemma-3-270m (marked local_model).
 
 tests/fixtures/until_decided/: 100 one-digit additions, the model few-shot on /completions against the same model
-in chat. The sequential run must name the same better model as the full run (the folder completed by `--resume --complete`
-and read by `engine analyze`), with fewer calls. bench/bench_until_decided.py --real prints the figures.
+in chat. The sequential run must name the same better model as the full run (the folder completed by
+`--resume --complete` and read by `engine analyze`), with fewer calls. bench/bench_until_decided.py --real prints
+the figures.
 """
 
 from __future__ import annotations
