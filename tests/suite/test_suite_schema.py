@@ -90,6 +90,23 @@ def test_all_errors_of_a_file_come_in_one_pass() -> None:
     assert [e.split(": error")[0] for e in _errors(text)] == ["s.yaml:5:17", "s.yaml:8:18"]
 
 
+def test_a_spec_written_in_many_tests_is_reported_at_each_of_them() -> None:
+    # Each distinct evaluator spec is validated once: its errors still come at every test that writes it, inside
+    # a composition or not, and a spec that differs only in a value's type is validated on its own.
+    text = ("suite: s\ntests:\n"
+            "  - id: a\n    prompt: p\n    eval: {numeric: 3, tolerance: -1}\n"
+            "  - id: b\n    prompt: p\n    eval: {all: [{numeric: 3, tolerance: -1}]}\n"
+            "  - id: c\n    prompt: p\n    eval: {numeric: 3, tolerance: -1}\n"
+            "  - id: d\n    prompt: p\n    eval: {numeric: 3, tolerance: '-1'}\n")
+    for _ in range(2):   # and again, from what the first pass remembered
+        assert _errors(text) == [
+            "s.yaml:5:35: error: 'tolerance' must be at least 0, but it is -1",
+            "s.yaml:8:42: error: 'tolerance' must be at least 0, but it is -1",
+            "s.yaml:11:35: error: 'tolerance' must be at least 0, but it is -1",
+            "s.yaml:14:35: error: 'tolerance' must be a number, but it is the text '-1'; write the number without "
+            "quotes"]
+
+
 def test_api_key_env_errors_never_repeat_the_value() -> None:
     loaded = load_yaml_text("models:\n  m:\n    base_url: http://127.0.0.1:1/v1\n"
                             "    api_key_env: sk-live-abcdef123456\n", "m.yaml")
