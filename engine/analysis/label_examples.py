@@ -6,11 +6,10 @@ attempt only where it fixes the grade that judge should have given:
 - the label is about the test as the suites have it now (same test_hash) and the run holds its scored row;
 - the reviewers of the attempt agree (each reviewer's last label counts);
 - the judge grades `pass_fail` (right/wrong fixes pass or fail, never a grade of 1-5, 0-10 or labels);
-- the judge decided the verdict: the test's tree, replayed over the row's recorded checks with the run's own
-  composition rule (engine.evaluators.compose), gives one verdict with the judge's pass and the other with
-  its fail. The expected grade is then the one whose verdict is the true one (the recorded verdict when the
-  label is `right`, its opposite when `wrong`). A judge whose grade changes nothing is skipped: the label says
-  nothing about it.
+- the judge decided the verdict (`labels.expected_grade`, the rule `engine analyze` uses for every check too):
+  the test's tree, replayed over the row's recorded checks with the run's own composition rule, gives one
+  verdict with the judge's pass and the other with its fail. The expected grade is then the one whose verdict
+  is the true one. A judge whose grade changes nothing is skipped: the label says nothing about it.
 
 Every label not used is counted with its reason. Definitions: docs/evaluators.md ("Labelled attempts").
 """
@@ -23,14 +22,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from engine.analysis.labels import KEY, labelled_rows, labelled_runs, latest_labels, read_labels
-from engine.evaluators.compose import combine, finish
+from engine.analysis.labels import (
+    KEY,
+    NO_REPLAY,
+    NOT_DECIDED,
+    expected_grade,
+    labelled_rows,
+    labelled_runs,
+    latest_labels,
+    read_labels,
+)
 from engine.evaluators.judge import JudgeSpec
 from engine.evaluators.judge_calibration import Example
-from engine.evaluators.node import Node
-from engine.model import Test, Verdict
+from engine.model import Test
 
-__all__ = ["LabelExamples", "NodeKey", "expected_grade", "label_examples", "node_key"]
+__all__ = ["NOT_DECIDED", "NO_REPLAY", "LabelExamples", "NodeKey", "expected_grade", "label_examples", "node_key"]
 
 #: A judge node as written: (suite, file, line, path), the key calibration_targets groups cases by.
 NodeKey = tuple[str, str, int, str]
@@ -42,8 +48,6 @@ NO_JUDGE = "the test has no judge"
 NO_ROW = "no scored row in the run (an error row, or not in the results)"
 DISAGREE = "the reviewers disagree"
 SCALE = "the judge's scale is not pass_fail (right/wrong fixes no grade)"
-NOT_DECIDED = "the judge did not decide the verdict (the other checks did)"
-NO_REPLAY = "the row's checks do not replay to its verdict"
 
 
 @dataclass
@@ -148,56 +152,3 @@ def _add(out: LabelExamples, folder: Path, label: Mapping[str, Any], test: Test,
             continue
         example = Example(row.get("answer") or "", expect, where=where, source="labels")
         out.examples.setdefault(node_key(test, path), []).append((test, spec, example))
-
-
-class _NoReplay(Exception):
-    """The row's recorded checks do not fit the test's tree."""
-
-
-def expected_grade(test: Test, judge_path: str, recorded: Sequence[Mapping[str, Any]], passed: bool,
-                   truth: bool) -> tuple[str | None, str]:
-    """The grade ("pass"/"fail") the judge at `judge_path` should have given for the verdict to be `truth`.
-
-    Args:
-        test: The test (its compiled tree and threshold).
-        judge_path: The judge node's path in the results' `evaluators` list.
-        recorded: The row's `evaluators` entries (path, score, passed, error).
-        passed: The row's verdict.
-        truth: The verdict the label says is true.
-
-    Returns:
-        (grade, "") or (None, why): NOT_DECIDED when the judge's grade does not change the verdict, NO_REPLAY
-        when the recorded checks do not replay to the recorded verdict.
-    """
-    assert test.evaluator is not None
-    entries = {str(e.get("path")): e for e in recorded if e is not None}
-    try:
-        as_run = _replay(test.evaluator, test.evaluator.kind, entries, judge_path, None, test.threshold)
-        with_pass = _replay(test.evaluator, test.evaluator.kind, entries, judge_path, True, test.threshold)
-        with_fail = _replay(test.evaluator, test.evaluator.kind, entries, judge_path, False, test.threshold)
-    except _NoReplay:
-        return None, NO_REPLAY
-    if as_run.passed != passed:
-        return None, NO_REPLAY
-    if with_pass.passed == with_fail.passed:
-        return None, NOT_DECIDED
-    return ("pass" if with_pass.passed == truth else "fail"), ""
-
-
-def _replay(node: Node, here: str, entries: Mapping[str, Mapping[str, Any]], judge_path: str,
-            judge_passed: bool | None, root_threshold: float | None) -> Verdict:
-    """The verdict of `node` from the recorded leaves, with the judge's pass/fail set when `judge_passed` is
-    not None (a pass_fail judge scores 1 or 0, then its own options apply as in a run)."""
-    if here == judge_path and judge_passed is not None:
-        raw = Verdict(score=1.0 if judge_passed else 0.0, passed=judge_passed, reason="", kind=node.kind)
-        return finish(node, raw, root_threshold)
-    if not node.children:
-        entry = entries.get(here)
-        if entry is None or (entry.get("score") is None and not entry.get("error")):
-            raise _NoReplay(here)
-        error = bool(entry.get("error"))
-        return Verdict(score=0.0 if error else float(entry["score"]), passed=bool(entry.get("passed")) and not error,
-                       reason="", kind=node.kind, name=node.name, weight=node.weight, error=error)
-    children = tuple(_replay(child, f"{here}/{index}.{child.kind}", entries, judge_path, judge_passed, None)
-                     for index, child in enumerate(node.children))
-    return finish(node, combine(node, children), root_threshold)

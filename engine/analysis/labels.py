@@ -1,11 +1,13 @@
 """Human review labels: the `_labels.parquet` file `engine view` writes, and how well the evaluators agree with it.
 
 A reviewer marks an attempt's verdict `right` or `wrong`. The label fixes the attempt's true outcome: the
-verdict's pass when `right`, its opposite when `wrong`. Every evaluator node of the attempt (per evaluator
-kind, and per judge model and scale) is then compared with that truth: agreement and Cohen's κ over the pairs,
-under `judges.MIN_N` pairs marked "too few" (the rule of the judges section). Definitions: docs/analysis.md
-("Human labels"). Labels never change results: the file sits beside the parts and `load` skips it (its name
-starts with `_`).
+verdict's pass when `right`, its opposite when `wrong`. The verdict is compared with that truth; each check
+(per evaluator kind, and per judge model and scale) with the outcome it should have had for the verdict to be
+true (`expected_grade`: the test's tree replayed with the check passing and failing; a check whose outcome
+changes nothing is skipped, the label says nothing about it). Agreement and Cohen's κ over the pairs, under
+`judges.MIN_N` pairs marked "too few" (the rule of the judges section). Definitions: docs/analysis.md ("Human
+labels"). Labels never change results: the file sits beside the parts and `load` skips it (its name starts
+with `_`).
 """
 
 from __future__ import annotations
@@ -15,16 +17,20 @@ import datetime as dt
 import fcntl
 import os
 import threading
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from engine.analysis.judges import MIN_N, _figures, _judge_name, _pair_stats
 from engine.errors import ResultsError
+from engine.evaluators.compose import combine, finish
+from engine.model import Test, Verdict
 
 if TYPE_CHECKING:
     import pyarrow as pa
+
+    from engine.evaluators.node import Node
 
 LABELS_FILE = "_labels.parquet"
 LABELS = ("right", "wrong")
@@ -33,6 +39,11 @@ KEY = ("model", "suite", "test_id", "case_index", "attempt", "test_hash")
 MAX_NOTE = 4000
 MAX_REVIEWER = 200
 _COMPOSITIONS = frozenset({"all", "any", "not"})
+# Why a labelled check gives no pair (the wording of the reports).
+NOT_DECIDED = "did not decide the verdict (the other checks did)"
+NO_REPLAY = "the row's checks do not replay to its verdict"
+INSIDE = "part of another check (that check is compared)"
+NO_TREE = "the test as it ran is not in the run's suite files (moved, or changed since)"
 _LOCKS: dict[Path, threading.Lock] = {}
 _LOCKS_GUARD = threading.Lock()
 
@@ -195,22 +206,89 @@ def labelled_rows(files: Sequence[Path], labels: Sequence[Mapping[str, Any]],
     return table.select(columns).to_pylist()
 
 
-def label_agreement(rows: Sequence[Mapping[str, Any]], labels: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+class _NoReplay(Exception):
+    """The row's recorded checks do not fit the test's tree."""
+
+
+def expected_grade(test: Test, check_path: str, recorded: Sequence[Mapping[str, Any]], passed: bool,
+                   truth: bool) -> tuple[str | None, str]:
+    """The outcome ("pass"/"fail") the check at `check_path` (a judge, or any other leaf) should have had for the
+    verdict to be `truth`: the test's tree replayed from the row's recorded checks with the run's own composition
+    rule (engine.evaluators.compose), once with the check passing and once failing.
+
+    Args:
+        test: The test (its compiled tree and threshold).
+        check_path: The check's path in the results' `evaluators` list.
+        recorded: The row's `evaluators` entries (path, score, passed, error).
+        passed: The row's verdict.
+        truth: The verdict the label says is true.
+
+    Returns:
+        (grade, "") or (None, why): INSIDE when the path is no node of the tree (a check within a check that
+        wraps it, such as `final_answer`'s), NOT_DECIDED when the check's outcome does not change the verdict,
+        NO_REPLAY when the recorded checks do not replay to the recorded verdict.
+    """
+    assert test.evaluator is not None
+    if check_path not in _paths(test.evaluator, test.evaluator.kind):
+        return None, INSIDE
+    entries = {str(e.get("path")): e for e in recorded if e is not None}
+    try:
+        as_run = _replay(test.evaluator, test.evaluator.kind, entries, check_path, None, test.threshold)
+        with_pass = _replay(test.evaluator, test.evaluator.kind, entries, check_path, True, test.threshold)
+        with_fail = _replay(test.evaluator, test.evaluator.kind, entries, check_path, False, test.threshold)
+    except _NoReplay:
+        return None, NO_REPLAY
+    if as_run.passed != passed:
+        return None, NO_REPLAY
+    if with_pass.passed == with_fail.passed:
+        return None, NOT_DECIDED
+    return ("pass" if with_pass.passed == truth else "fail"), ""
+
+
+def _paths(node: Node, here: str) -> set[str]:
+    """The `evaluators` paths of the tree's nodes (a wrapping check's inner checks are not nodes of it)."""
+    return {here}.union(*(_paths(child, f"{here}/{index}.{child.kind}") for index, child in enumerate(node.children)))
+
+
+def _replay(node: Node, here: str, entries: Mapping[str, Mapping[str, Any]], check_path: str,
+            check_passed: bool | None, root_threshold: float | None) -> Verdict:
+    """The verdict of `node` from the recorded leaves, with the check's pass/fail set when `check_passed` is
+    not None (it scores 1 or 0, as a pass_fail judge does, then its own options apply as in a run)."""
+    if here == check_path and check_passed is not None:
+        raw = Verdict(score=1.0 if check_passed else 0.0, passed=check_passed, reason="", kind=node.kind)
+        return finish(node, raw, root_threshold)
+    if not node.children:
+        entry = entries.get(here)
+        if entry is None or (entry.get("score") is None and not entry.get("error")):
+            raise _NoReplay(here)
+        error = bool(entry.get("error"))
+        return Verdict(score=0.0 if error else float(entry["score"]), passed=bool(entry.get("passed")) and not error,
+                       reason="", kind=node.kind, name=node.name, weight=node.weight, error=error)
+    children = tuple(_replay(child, f"{here}/{index}.{child.kind}", entries, check_path, check_passed, None)
+                     for index, child in enumerate(node.children))
+    return finish(node, combine(node, children), root_threshold)
+
+
+def label_agreement(rows: Sequence[Mapping[str, Any]], labels: Sequence[Mapping[str, Any]],
+                    tests: Mapping[tuple[str, str, str], Test]) -> dict[str, Any]:
     """Agreement of the verdicts, each evaluator kind and each judge with the human labels (module docstring).
 
     Args:
         rows: Results rows with the KEY columns, passed and evaluators.
         labels: `latest_labels` output.
+        tests: The labelled tests as they ran, by (suite, test_id, test_hash): their trees replay the checks.
 
     Returns:
         min_n, labels, matched, unmatched (labels of no scored row: the test changed, or the row errored),
         verdict, evaluators [{evaluator, n, agreement, kappa, note?}], judges [{judge_model, scale, ...}],
-        disagreements [{model, suite, test_id, case_index, attempt, passed, label, note, reviewer, nodes}].
+        skipped {reason: labelled checks given no pair}, disagreements [{model, suite, test_id, case_index,
+        attempt, passed, label, note, reviewer, nodes}].
     """
     by_key = {tuple(r[k] for k in KEY): r for r in rows if r.get("passed") is not None}
     verdict: list[tuple[bool, bool]] = []
     kinds: defaultdict[str, list[tuple[bool, bool]]] = defaultdict(list)
     judges: defaultdict[tuple[str, str], list[tuple[bool, bool]]] = defaultdict(list)
+    skipped: Counter[str] = Counter()
     disagreements = []
     unmatched = 0
     for label in labels:
@@ -221,15 +299,24 @@ def label_agreement(rows: Sequence[Mapping[str, Any]], labels: Sequence[Mapping[
         passed = bool(row["passed"])
         truth = passed if label["label"] == "right" else not passed
         verdict.append((passed, truth))
+        test = tests.get((str(row["suite"]), str(row["test_id"]), str(row["test_hash"])))
+        recorded = row.get("evaluators") or []
         wrong_nodes = []
-        for node in row.get("evaluators") or []:
+        for node in recorded:
             if node.get("kind") in _COMPOSITIONS or node.get("error") or node.get("passed") is None:
                 continue
-            pair = (bool(node["passed"]), truth)
+            if test is None or test.evaluator is None:
+                skipped[NO_TREE] += 1
+                continue
+            expect, why = expected_grade(test, str(node.get("path")), recorded, passed, truth)
+            if expect is None:
+                skipped[why] += 1
+                continue
+            pair = (bool(node["passed"]), expect == "pass")
             kinds[str(node.get("kind"))].append(pair)
             if node.get("kind") == "judge":
                 judges[_judge_name(node)].append(pair)
-            if pair[0] != truth:
+            if pair[0] != pair[1]:
                 wrong_nodes.append(str(node.get("path")))
         if label["label"] == "wrong" or wrong_nodes:
             disagreements.append({**{k: label[k] for k in KEY}, "passed": passed, "label": label["label"],
@@ -245,18 +332,40 @@ def label_agreement(rows: Sequence[Mapping[str, Any]], labels: Sequence[Mapping[
         "evaluators": [{"evaluator": kind, **stats(pairs)} for kind, pairs in sorted(kinds.items())],
         "judges": [{"judge_model": name[0], "scale": name[1], **stats(pairs)}
                    for name, pairs in sorted(judges.items())],
+        "skipped": dict(sorted(skipped.items())),
         "disagreements": disagreements,
     }
 
 
+def run_tests(folders: Iterable[Path], labels: Sequence[Mapping[str, Any]]) -> dict[tuple[str, str, str], Test]:
+    """The labelled tests as they ran, by (suite, test_id, test_hash): loaded from the suite files the run
+    folders' manifests name (a file moved or a test changed since gives none: its hash differs)."""
+    from engine.results.folder import read_manifest
+    from engine.suite import load_suites
+
+    wanted = {(str(x["suite"]), str(x["test_id"]), str(x["test_hash"])) for x in labels}
+    names = {suite for suite, _, _ in wanted}
+    files = set()
+    for folder in folders:
+        suites = (read_manifest(folder) or {}).get("suites")
+        for name, entry in (suites.items() if isinstance(suites, dict) else ()):
+            where = entry.get("file") if isinstance(entry, dict) else None
+            if name in names and isinstance(where, str) and Path(where).is_file():
+                files.add(where)
+    if not files:
+        return {}
+    loaded, _ = load_suites(sorted(files))
+    return {(t.suite, t.id, t.hash): t for suite in loaded for t in suite.tests if (t.suite, t.id, t.hash) in wanted}
+
+
 def label_report(files: Sequence[Path]) -> dict[str, Any] | None:
     """`label_agreement` over the labels of the run folders holding `files` (the folder of a part, or the one
-    above it for a shard), or None when no run has labels."""
-    folders = {f.parent for f in files} | {f.parent.parent for f in files}
-    labels = [label for folder in sorted(folders) for label in latest_labels(read_labels(folder))]
+    above it for a shard), the tests from their manifests' suite files, or None when no run has labels."""
+    folders = sorted({f.parent for f in files} | {f.parent.parent for f in files})
+    labels = [label for folder in folders for label in latest_labels(read_labels(folder))]
     if not labels:
         return None
-    return label_agreement(labelled_rows(files, labels), labels)
+    return label_agreement(labelled_rows(files, labels), labels, run_tests(folders, labels))
 
 
 def render_labels(report: Mapping[str, Any] | None, fmt: str, *, limit: int = 20) -> str:
@@ -273,6 +382,8 @@ def render_labels(report: Mapping[str, Any] | None, fmt: str, *, limit: int = 20
         lines.append(f"- {entry['evaluator']}: " + _figures(entry))
     for entry in report["judges"]:
         lines.append(f"- judge {entry['judge_model']} ({entry['scale']}): " + _figures(entry))
+    for reason, count in report["skipped"].items():
+        lines.append(f"- labelled checks skipped: {count} {reason}")
     shown = report["disagreements"][:limit]
     if shown:
         lines.append(f"Disagreements ({len(report['disagreements'])}):")
