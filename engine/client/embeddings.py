@@ -29,8 +29,8 @@ from engine.errors import UsageError
 from engine.model import ModelConfig, Test
 from engine.redact import Redactor
 
-__all__ = ["VectorReader", "embedding_model_names", "embeddings_url", "request_body", "resolve_embedders",
-           "text_key"]
+__all__ = ["VectorReader", "embedding_model_names", "embeddings_path", "embeddings_url", "request_body",
+           "resolve_embedders", "text_key"]
 
 KIND = "similar"
 
@@ -81,7 +81,12 @@ def _method(model: ModelConfig) -> Embeddings:
 
 def embeddings_url(model: ModelConfig) -> str:
     """The model's embeddings method (`{base_url}/embeddings` for OpenAI's protocol), `base_url`'s query kept."""
-    return method_url(model.base_url or "", _method(model).path(model))
+    return method_url(model.base_url or "", embeddings_path(model))
+
+
+def embeddings_path(model: ModelConfig) -> str:
+    """The path of the model's embeddings method after its base URL (a replica's URL is its base with it)."""
+    return _method(model).path(model)
 
 
 def request_body(model: ModelConfig, texts: Sequence[str]) -> dict[str, Any]:

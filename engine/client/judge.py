@@ -22,7 +22,7 @@ from typing import Any
 from engine.client import embeddings
 from engine.client.embeddings import resolve_embedders
 from engine.client.judge_cache import JudgeCache, cache_key
-from engine.client.openai import OpenAIClient, PreparedRequest, endpoint_url
+from engine.client.openai import OpenAIClient, PreparedRequest, endpoint_url, method_path
 from engine.client.providers import WireRequest, provider
 from engine.client.response import CallResult
 from engine.errors import UsageError
@@ -180,7 +180,7 @@ class ModelJudgeCaller:
             return JudgeReply("", error=f"judge {config.name}: this judgement is not in the judge cache "
                                         f"({self._cache.path}) and nothing is called here; {self._miss_hint}")
         request = PreparedRequest(endpoint_url(config, stream=False), body, False, temperature, max_tokens, None,
-                                  api=config.api)
+                                  api=config.api, method=method_path(config, stream=False))
         claim = self._claim(key)
         try:
             result, cost = await self._send(config, request)
@@ -220,7 +220,8 @@ class ModelJudgeCaller:
         reader = embeddings.VectorReader(len(missing), config)
         request = PreparedRequest(embeddings.embeddings_url(config),
                                   embeddings.request_body(config, [by_key[key] for key in missing]),
-                                  False, None, 0, None, reader=reader.read, api=config.api)
+                                  False, None, 0, None, reader=reader.read, api=config.api,
+                                  method=embeddings.embeddings_path(config))
         claims = {key: self._claim(key) for key in missing}
         try:
             result, cost = await self._send(config, request)

@@ -42,8 +42,8 @@ from engine.redact import Redactor, mask_urls, url_secrets
 from engine.suite.content_parts import wire_messages
 from engine.suite.conversation import named_for_api
 
-__all__ = ["CallResult", "OpenAIClient", "PreparedRequest", "RequestSettings", "endpoint_url", "method_url",
-           "prepare"]
+__all__ = ["CallResult", "OpenAIClient", "PreparedRequest", "RequestSettings", "endpoint_url", "method_path",
+           "method_url", "prepare"]
 
 DEFAULT_MAX_TOKENS = 1024
 DEFAULT_TEMPERATURE = 0.0
@@ -82,6 +82,9 @@ class PreparedRequest:
     # Another endpoint (embeddings, engine.client.embeddings) brings its own reader.
     reader: Callable[[bytes, CallResult, Redactor], None] | None = None
     api: str = "chat"   # the provider whose wire the body is (`engine.client.providers`)
+    # The method's path after the base URL (`/chat/completions`, `/models/m:generateContent`): a replica's URL is
+    # its base with it, so the method follows the request (`method_url`).
+    method: str = ""
     # API name -> tool key, for tools the API sees under a `name:` of their own: replies are read back to the keys.
     tool_keys: Mapping[str, str] = field(default_factory=dict)
 
@@ -94,8 +97,12 @@ def endpoint_url(model: ModelConfig, base_url: str | None = None, *, stream: boo
         base_url: Another base URL to use (one of the model's replicas).
         stream: Whether the call streams (Gemini's method differs); None: the model's `stream`.
     """
-    return method_url(base_url or model.base_url or "",
-                      provider(model.api).path(model, model.stream if stream is None else stream))
+    return method_url(base_url or model.base_url or "", method_path(model, stream=stream))
+
+
+def method_path(model: ModelConfig, *, stream: bool | None = None) -> str:
+    """The path of the model's method after its base URL (Gemini's differs when streamed); None: the model's."""
+    return provider(model.api).path(model, model.stream if stream is None else stream)
 
 
 def prepare(model: ModelConfig, test: Test, settings: RequestSettings, *, inline_images: bool = True,
@@ -144,7 +151,8 @@ def prepare(model: ModelConfig, test: Test, settings: RequestSettings, *, inline
                                  tool_choice=choice, params=params, max_tokens=max_tokens,
                                  temperature=temperature, seed=seed, stream=stream))
     return PreparedRequest(endpoint_url(model, stream=stream), body, stream, temperature, max_tokens, seed,
-                           api=model.api, tool_keys={v: k for k, v in test.api_names.items()})
+                           api=model.api, tool_keys={v: k for k, v in test.api_names.items()},
+                           method=method_path(model, stream=stream))
 
 
 class _Failed(Exception):
@@ -199,7 +207,7 @@ class OpenAIClient:
         found = self._replicas.get(model.name)
         if found is None:
             found = self._replicas[model.name] = ReplicaSet(
-                model.base_urls, lambda base: endpoint_url(model, base), clock=self._clock)
+                model.base_urls, clock=self._clock)
         return found
 
     def _key_elsewhere(self, model: ModelConfig, url: str, headers: dict[str, str]) -> tuple[str, dict[str, str]]:
@@ -285,7 +293,7 @@ class OpenAIClient:
                 replica = replicas.acquire()
             if first_try is None:
                 first_try = time.perf_counter()
-            url = request.url if replica is None else replica.url
+            url = request.url if replica is None else method_url(replica.base, request.method)
             try:
                 async with asyncio.timeout(model.timeout_s):
                     await self._once(url, request, payload, headers, timeout, model, result, redact, limit,

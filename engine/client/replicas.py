@@ -43,7 +43,8 @@ class Replica:
     """One endpoint of a model.
 
     Args:
-        url: The endpoint the request goes to (`.../v1/chat/completions`).
+        base: The base URL requests go under (`.../v1`); each request adds its own method's path
+            (`PreparedRequest.method`), which follows the request (streamed or whole, chat or embeddings).
         shown: The base URL with any userinfo masked (`engine.redact.mask_url`): the `served_by` column.
         in_flight: Tries sent and not yet finished.
         cool_until: Clock time until which it is skipped (-inf: available).
@@ -51,7 +52,7 @@ class Replica:
         failures: Tries that failed at it so far.
     """
 
-    url: str
+    base: str
     shown: str
     in_flight: int = 0
     cool_until: float = -math.inf
@@ -64,16 +65,15 @@ class ReplicaSet:
 
     Args:
         base_urls: The model's `base_urls`, in order (the tie-break order).
-        endpoint: Base URL -> the full endpoint URL (`openai.endpoint_url` for the model's API).
         clock: Monotonic seconds.
         cool_down_s: How long a failing replica is skipped.
     """
 
-    def __init__(self, base_urls: Sequence[str], endpoint: Callable[[str], str], *,
-                 clock: Callable[[], float] = time.monotonic, cool_down_s: float = COOL_DOWN_S) -> None:
+    def __init__(self, base_urls: Sequence[str], *, clock: Callable[[], float] = time.monotonic,
+                 cool_down_s: float = COOL_DOWN_S) -> None:
         if not base_urls:
             raise ValueError("a replica set needs at least one base URL")
-        self.replicas = tuple(Replica(endpoint(url), mask_url(url) or url) for url in base_urls)
+        self.replicas = tuple(Replica(url, mask_url(url) or url) for url in base_urls)
         self._clock = clock
         self._cool_down_s = cool_down_s
         self._cursor = 0

@@ -32,8 +32,7 @@ class Clock:
 
 
 def replica_set(n: int = 3, clock: Clock | None = None) -> ReplicaSet:
-    return ReplicaSet([f"http://r{i}/v1" for i in range(n)], lambda base: base + "/chat/completions",
-                      clock=clock or Clock())
+    return ReplicaSet([f"http://r{i}/v1" for i in range(n)], clock=clock or Clock())
 
 
 def names(picks: list[Any]) -> list[str]:
@@ -48,7 +47,7 @@ def test_sequential_calls_go_round_robin() -> None:
         replicas.release(pick, failed=False)
         picks.append(pick)
     assert names(picks) == ["r0", "r1", "r2", "r0", "r1", "r2"]
-    assert picks[0].url == "http://r0/v1/chat/completions"
+    assert picks[0].base == "http://r0/v1"
 
 
 def test_the_replica_with_fewest_in_flight_wins_over_the_cursor() -> None:
@@ -96,10 +95,10 @@ def test_when_every_replica_cools_down_the_one_back_soonest_is_tried() -> None:
 
 
 def test_userinfo_is_masked_in_what_a_replica_shows() -> None:
-    replicas = ReplicaSet(["http://bob:hunter2-secret@gpu1:8000/v1"], lambda b: b + "/chat/completions")
+    replicas = ReplicaSet(["http://bob:hunter2-secret@gpu1:8000/v1"])
     (only,) = replicas.replicas
     assert only.shown == "http://***@gpu1:8000/v1"
-    assert "hunter2" in only.url                   # the request still carries it (basic auth), nothing else
+    assert "hunter2" in only.base                  # the request still carries it (basic auth), nothing else
 
 
 # -- the client over fake servers ---------------------------------------------------------------------------
