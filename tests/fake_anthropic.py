@@ -4,7 +4,9 @@
 documented order: message_start (usage with cache tokens), ping, one content_block_start / content_block_delta /
 content_block_stop run per block (thinking_delta + signature_delta, text_delta, input_json_delta with the
 arguments split over `arg_chunks` events, the first one empty), message_delta (stop_reason, output usage),
-message_stop. Each event is written on its own, so a client meets them in separate reads. Faults answer a status
+message_stop. Each event is written on its own, so a client meets them in separate reads. As the API does, a request
+with `thinking` enabled is refused (400) when its last assistant turn with a tool_use does not start with the
+thinking blocks this server sent in that turn, unchanged (signature included). Faults answer a status
 with Anthropic's error body (`{"type": "error", "error": {"type": ..., "message": ...}}`) and `retry-after`.
 
     server = FakeAnthropic().start()
@@ -34,7 +36,8 @@ class Reply:
 
     Args:
         text: The answer text (streamed in `text_chunks` pieces).
-        thinking: A thinking block's text before the answer, or "".
+        thinking: A thinking block's text before the answer, or "" (signed by the server, one signature per reply).
+        redacted: A redacted_thinking block's data after it, or "".
         tool_calls: [{"name": ..., "arguments": {...}}] as tool_use blocks after the text.
         stop: The stop_reason (default: tool_use with calls, else end_turn).
         model: The served model (default: the one asked for).
@@ -49,6 +52,7 @@ class Reply:
 
     text: str = ""
     thinking: str = ""
+    redacted: str = ""
     tool_calls: list[dict[str, Any]] = field(default_factory=list)
     stop: str | None = None
     model: str | None = None
@@ -149,6 +153,10 @@ class FakeAnthropic(ThreadServer):
 
     name = "fake-anthropic"
 
+    def __init__(self) -> None:
+        super().__init__()
+        self.signed: list[list[dict[str, Any]]] = []   # the thinking blocks of each reply, as sent
+
     @property
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.port}/v1"
@@ -161,16 +169,25 @@ class FakeAnthropic(ThreadServer):
         if request.headers.get("anthropic-version") != "2023-06-01":
             return _error(400, "anthropic-version: header is required")
         reply: Reply = self.next_reply(request, body, "x-api-key")
+        refused = self._thinking_refused(body)
+        if refused:
+            return _error(400, refused)
         if reply.status is not None:
             return _error(reply.status, reply.message, reply.retry_after)
         if reply.raw is not None:
             return await send_raw(request, reply.raw, bool(body.get("stream")))
         model = reply.model or body["model"]
         stop = reply.stop or ("tool_use" if reply.tool_calls else "end_turn")
+        signature = f"EqQBCkYIBxgCKkD-sig-{len(self.signed)}/" + "A" * 40
+        thinking: list[dict[str, Any]] = []
+        if reply.thinking:
+            thinking.append({"type": "thinking", "thinking": reply.thinking, "signature": signature})
+        if reply.redacted:
+            thinking.append({"type": "redacted_thinking", "data": reply.redacted})
+        if thinking:
+            self.signed.append(thinking)
         if not body.get("stream"):
-            content: list[dict[str, Any]] = []
-            if reply.thinking:
-                content.append({"type": "thinking", "thinking": reply.thinking, "signature": "sig"})
+            content: list[dict[str, Any]] = list(thinking)
             if reply.text:
                 content.append({"type": "text", "text": reply.text})
             content += [{"type": "tool_use", "id": f"toolu_{i}", "name": c["name"], "input": c["arguments"]}
@@ -198,7 +215,13 @@ class FakeAnthropic(ThreadServer):
                 await event("content_block_delta", {"type": "content_block_delta", "index": index,
                                                      "delta": {"type": "thinking_delta", "thinking": piece}})
             await event("content_block_delta", {"type": "content_block_delta", "index": index,
-                                                 "delta": {"type": "signature_delta", "signature": "sig"}})
+                                                 "delta": {"type": "signature_delta", "signature": signature}})
+            await event("content_block_stop", {"type": "content_block_stop", "index": index})
+            index += 1
+        if reply.redacted:
+            redacted = {"type": "redacted_thinking", "data": reply.redacted}
+            await event("content_block_start", {"type": "content_block_start", "index": index,
+                                                 "content_block": redacted})
             await event("content_block_stop", {"type": "content_block_stop", "index": index})
             index += 1
         if reply.text:
@@ -222,6 +245,29 @@ class FakeAnthropic(ThreadServer):
                                       "usage": {"output_tokens": reply.usage["output_tokens"]}})
         await event("message_stop", {"type": "message_stop"})
         return resp
+
+    def _thinking_refused(self, body: dict[str, Any]) -> str:
+        """The API's refusal of a request with thinking on whose last tool_use turn lacks its thinking blocks."""
+        if (body.get("thinking") or {}).get("type") != "enabled":
+            return ""
+        turns = [(i, m) for i, m in enumerate(body.get("messages") or ()) if m.get("role") == "assistant"
+                 and any(b.get("type") == "tool_use" for b in m.get("content") or ())]
+        if not turns:
+            return ""
+        i, turn = turns[-1]
+        content = turn["content"]
+        lead = []
+        for block in content:
+            if block.get("type") not in ("thinking", "redacted_thinking"):
+                break
+            lead.append(block)
+        if not lead:
+            return (f"messages.{i}.content.0.type: Expected `thinking` or `redacted_thinking`, but found "
+                    f"`{content[0].get('type')}`. When `thinking` is enabled, a final `assistant` message must start "
+                    "with a thinking block (preceeding the lastmost set of `tool_use` and `tool_result` blocks).")
+        if lead not in self.signed:
+            return f"messages.{i}.content.0: Invalid `signature` in `thinking` block"
+        return ""
 
 
 def _error(status: int, message: str, retry_after: str | None = None) -> web.Response:

@@ -37,6 +37,8 @@ class Reply:
         text: The answer text.
         thought: Thought-summary text (parts with `thought: true`) before it, or "".
         tool_calls: [{"name": ..., "arguments": {...}}] as functionCall parts.
+        signature: A `thoughtSignature` on the first functionCall part, or "": the server then refuses (400, as the
+            API does for thinking models) a later request whose last model turn's first call lacks it.
         finish: The finishReason (default STOP).
         block: A promptFeedback.blockReason: no candidate at all.
         model: The modelVersion (default: the model of the path, with "-001").
@@ -51,6 +53,7 @@ class Reply:
     text: str = ""
     thought: str = ""
     tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    signature: str = ""
     finish: str = "STOP"
     block: str | None = None
     model: str | None = None
@@ -68,6 +71,10 @@ class FakeGemini(ThreadServer):
 
     name = "fake-gemini"
 
+    def __init__(self) -> None:
+        super().__init__()
+        self.signed: set[str] = set()   # the thoughtSignatures this server sent
+
     @property
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.port}/v1beta"
@@ -79,6 +86,14 @@ class FakeGemini(ThreadServer):
         model, _, method = request.match_info["call"].partition(":")
         body = await request.json()
         reply: Reply = self.next_reply(request, body, "x-goog-api-key")
+        calls = [[p for p in c.get("parts") or () if "functionCall" in p] for c in body.get("contents") or ()
+                 if c.get("role") == "model"]
+        calls = [c for c in calls if c]
+        if self.signed and calls and calls[-1][0].get("thoughtSignature") not in self.signed:
+            return _error(Reply(status=400, message="Function call is missing a thought_signature in functionCall "
+                                                    "parts."))
+        if isinstance(reply, Reply) and reply.signature:
+            self.signed.add(reply.signature)
         if reply.status is not None:
             return _error(reply)
         if method == "batchEmbedContents":
@@ -108,7 +123,11 @@ def _chunks(reply: Reply, version: str) -> list[dict[str, Any]]:
     if reply.thought:
         parts.append({"text": reply.thought, "thought": True})
     parts += [{"text": piece} for piece in pieces(reply.text, reply.text_chunks) if piece]
-    parts += [{"functionCall": {"name": c["name"], "args": c["arguments"]}} for c in reply.tool_calls]
+    calls: list[dict[str, Any]] = [{"functionCall": {"name": c["name"], "args": c["arguments"]}}
+                                   for c in reply.tool_calls]
+    if calls and reply.signature:
+        calls[0]["thoughtSignature"] = reply.signature
+    parts += calls
     parts = parts or [{"text": ""}]
     out = [{"candidates": [{"content": {"role": "model", "parts": [part]}, "index": 0}], "modelVersion": version}
            for part in parts]

@@ -37,6 +37,7 @@ from typing import Any, Protocol, cast
 from engine.agent.context import ContextBudget
 from engine.agent.tools import Tool, ToolAnswer, error_text
 from engine.agent.transcript import CallKind, LedgerEntry, Message, Outcome, ToolEvent, ToolStatus, Transcript
+from engine.client.providers.base import ECHO
 from engine.errors import ClientError
 from engine.model import ToolCall
 from engine.results.rows import is_fallback
@@ -60,6 +61,8 @@ class ModelReply(Protocol):
     def reasoning(self) -> str | None: ...
     @property
     def tool_calls(self) -> tuple[ToolCall, ...]: ...
+    @property
+    def echo(self) -> Any: ...
     @property
     def finish_reason(self) -> str | None: ...
     @property
@@ -143,7 +146,10 @@ async def run_conversation(call_model: ModelCaller, messages: Sequence[Mapping[s
         said = Message("assistant", reply.text if not calls else (reply.text or None), calls,
                        reasoning=reply.reasoning, turn=turn)
         history.append(said)
-        wire.append(said.to_openai())
+        sent = said.to_openai()
+        if reply.echo is not None:   # what the API asks back with this turn (signed thinking): sent, not recorded
+            sent[ECHO] = reply.echo
+        wire.append(sent)
         if not calls:
             prose_in_a_row += 1
             if finish is None:

@@ -56,6 +56,9 @@ class CallResult:
     cached_tokens: int | None = None   # of the prompt tokens: read from the provider's prompt cache
     cache_write_tokens: int | None = None   # of the prompt tokens: written to it (Anthropic's cache creation)
     reasoning_tokens: int | None = None
+    # What the API asks to get back unchanged with this turn in a conversation (`providers.base.ECHO`); opaque,
+    # only its provider reads it; never stored in rows.
+    echo: Any = None
     latency_s: float | None = None
     ttft_provider_s: float | None = None
     ttft_visible_s: float | None = None

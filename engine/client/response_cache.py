@@ -129,7 +129,7 @@ def _encode(result: CallResult) -> str:
         "system_fingerprint": result.system_fingerprint, "prompt_tokens": result.prompt_tokens,
         "completion_tokens": result.completion_tokens, "cached_tokens": result.cached_tokens,
         "cache_write_tokens": result.cache_write_tokens, "reasoning_tokens": result.reasoning_tokens,
-        "notes": list(result.notes),
+        "notes": list(result.notes), "echo": result.echo,
     })
 
 
@@ -142,7 +142,7 @@ def _decode(text: str) -> CallResult:
         system_fingerprint=data.get("system_fingerprint"), prompt_tokens=data.get("prompt_tokens"),
         completion_tokens=data.get("completion_tokens"), cached_tokens=data.get("cached_tokens"),
         cache_write_tokens=data.get("cache_write_tokens"), reasoning_tokens=data.get("reasoning_tokens"),
-        notes=list(data.get("notes") or ()), cached=True)
+        notes=list(data.get("notes") or ()), echo=data.get("echo"), cached=True)
 
 
 @dataclass(frozen=True)

@@ -265,3 +265,105 @@ def test_engine_analyze_compares_the_providers_models(tmp_path: Path,
     report = analyzed.stdout
     assert "claude" in report and "gemini" in report
     assert KEY not in report
+
+
+THINKING_SUITE = """\
+suite: thinking
+tools:
+  get_weather:
+    description: Current weather for a city.
+    parameters: {type: object, properties: {city: {type: string}}, required: [city]}
+    returns:
+      - result: {temp_c: 18, sky: cloudy}
+tests:
+  - id: agent
+    prompt: "TASK agent: what should I wear in Paris?"
+    tools: [get_weather]
+    agent: {max_turns: 4}
+    eval: {contains: "18"}
+"""
+
+THINKING_MODELS = """\
+models:
+  claude:
+    api: anthropic
+    base_url: {anthropic}
+    model: claude-test
+    api_key_env: PROVIDER_TEST_KEY
+    timeout_s: 10
+    params: {{thinking: {{type: enabled, budget_tokens: 1024}}}}
+  gemini:
+    api: gemini
+    base_url: {gemini}
+    model: gemini-test
+    api_key_env: PROVIDER_TEST_KEY
+    timeout_s: 10
+"""
+
+SIGNATURE = "CsgBAVSoXO5-gemini-thought-signature"
+
+
+@pytest.mark.parametrize("stream", [True, False], ids=["stream", "whole"])
+def test_an_agent_with_thinking_on_sends_its_signed_thinking_back(tmp_path: Path,
+                                                                  servers: tuple[FakeAnthropic, FakeGemini],
+                                                                  stream: bool) -> None:
+    claude, gemini = servers
+    weather = [{"name": "get_weather", "arguments": {"city": "Paris"}}]
+    claude.script(fake_anthropic.Reply(thinking="I need the weather.", redacted="EmwKAhgBEgy-redacted",
+                                       text="Checking.", tool_calls=weather),
+                  fake_anthropic.Reply(thinking="18 degrees.", text="It is 18 degrees: take a jacket."))
+    gemini.script(fake_gemini.Reply(thought="I need the weather.", tool_calls=weather, signature=SIGNATURE),
+                  fake_gemini.Reply(text="It is 18 degrees: take a jacket."))
+    (tmp_path / "suites").mkdir()
+    (tmp_path / "suites" / "thinking.yaml").write_text(THINKING_SUITE)
+    (tmp_path / "models.yaml").write_text(THINKING_MODELS.format(anthropic=claude.base_url, gemini=gemini.base_url))
+    out = tmp_path / "results"
+    done = engine("run", str(tmp_path / "suites"), "--models", str(tmp_path / "models.yaml"), "--out", str(out),
+                  "--no-cache", *(() if stream else ("--no-stream",)), env={"PROVIDER_TEST_KEY": KEY})
+    assert done.returncode == 0, done.stdout + done.stderr
+    (run_dir,) = [p for p in out.iterdir() if p.is_dir() and p.name != "latest"]
+    df = pd.read_parquet(run_dir).set_index(["model", "test_id"])
+    for model in ("claude", "gemini"):
+        agent = df.loc[(model, "agent")]
+        assert (agent["outcome"], agent["turns"], agent["passed"]) == ("completed", 2, True), agent["error_message"]
+
+    # the tool_use turn sent back starts with the thinking blocks as the server signed them, then text and call
+    first, second = claude.requests
+    assert first["thinking"] == {"type": "enabled", "budget_tokens": 1024}
+    turn = second["messages"][1]
+    assert turn["role"] == "assistant"
+    assert turn["content"][:2] == claude.signed[0]
+    assert [b["type"] for b in turn["content"]] == ["thinking", "redacted_thinking", "text", "tool_use"]
+    # Gemini: the call's part carries its thoughtSignature back
+    g_turn = gemini.requests[1]["contents"][1]
+    assert g_turn["role"] == "model" and g_turn["parts"][0]["thoughtSignature"] == SIGNATURE
+    # the thinking is the row's reasoning; the signatures are in no Parquet file
+    assert "I need the weather." in json.dumps(df.loc[("claude", "agent")]["transcript"].tolist(), default=str)
+    for path in run_dir.rglob("*.parquet"):
+        data = path.read_bytes()
+        assert b"-sig-" not in data and b"redacted" not in data and SIGNATURE.encode() not in data, path
+
+
+@pytest.mark.parametrize("stream", [True, False], ids=["stream", "whole"])
+def test_gemini_replicas_take_the_method_of_the_request(tmp_path: Path, stream: bool) -> None:
+    replicas = [FakeGemini().start() for _ in range(2)]
+    try:
+        for server in replicas:
+            server.responder = lambda body: fake_gemini.Reply(text="Paris")
+        (tmp_path / "suites").mkdir()
+        tests = "".join(f"  - id: t{i}\n    prompt: \"Capital {i}?\"\n    eval: {{contains: Paris}}\n"
+                        for i in range(4))
+        (tmp_path / "suites" / "replicas.yaml").write_text(f"suite: replicas\ntests:\n{tests}")
+        (tmp_path / "models.yaml").write_text(
+            "models:\n  gemini:\n    api: gemini\n    model: gemini-test\n    api_key_env: PROVIDER_TEST_KEY\n"
+            f"    base_urls: [{replicas[0].base_url}, {replicas[1].base_url}]\n")
+        done = engine("run", str(tmp_path / "suites"), "--models", str(tmp_path / "models.yaml"), "--out",
+                      str(tmp_path / "results"), "--no-cache", *(() if stream else ("--no-stream",)),
+                      env={"PROVIDER_TEST_KEY": KEY})
+        assert done.returncode == 0, done.stdout + done.stderr
+        method = ":streamGenerateContent?alt=sse" if stream else ":generateContent"
+        for server in replicas:
+            assert server.paths and set(server.paths) == {f"/v1beta/models/gemini-test{method}"}
+    finally:
+        for server in replicas:
+            server.stop()

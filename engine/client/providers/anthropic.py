@@ -5,15 +5,16 @@ Request: the key in `x-api-key` with `anthropic-version: 2023-06-01`; system mes
 assistant's calls, `tool_result` for the tools' answers, consecutive answers in one user turn); tools as
 `{name, description, input_schema}` and `tool_choice` auto / any / tool / none; `max_tokens` always; the
 model's `params` at the top level (`thinking`, `top_k`, `stop_sequences`, `metadata`...). The API has no seed:
-`--seed` is not sent.
+`--seed` is not sent. An assistant turn's `thinking` and `redacted_thinking` blocks, kept as the reply sent them
+(`base.ECHO`), go back first in that turn: with thinking on, the API refuses a tool_use turn without them.
 
 Reply: `content` blocks (text, thinking -> reasoning, tool_use -> tool calls), `model` (the served model),
 `stop_reason` (end_turn and stop_sequence -> stop, max_tokens -> length, tool_use -> tool_calls, refusal and
 others by their own name), `usage`. The prompt tokens are the engine's total: `input_tokens` plus
 `cache_read_input_tokens` (also `cached_tokens`) plus `cache_creation_input_tokens` (also
 `cache_write_tokens`). Streams carry named events (message_start, content_block_start, content_block_delta
-with text_delta / input_json_delta / thinking_delta, content_block_stop, message_delta with the stop reason and
-usage, message_stop, ping, error); each event's data names its type, which is all that is read.
+with text_delta / input_json_delta / thinking_delta / signature_delta, content_block_stop, message_delta with the
+stop reason and usage, message_stop, ping, error); each event's data names its type, which is all that is read.
 
 Failures: 529 `overloaded_error` and 429 are waits (`engine.client.retry`, `retry-after` honoured); an error
 body is shown as its `type: message`; embeddings: none (a `similar` naming an anthropic model is refused).
@@ -27,6 +28,7 @@ from typing import Any
 
 from engine.client import retry
 from engine.client.providers.base import (
+    ECHO,
     Provider,
     WireRequest,
     call_arguments,
@@ -101,7 +103,7 @@ def _messages(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
                                              "content": system_text(message.get("content"))}]
             role = "user"
         else:
-            blocks = _blocks(message.get("content"))
+            blocks = [*_thinking(message.get(ECHO)), *_blocks(message.get("content"))]
             for call in message.get("tool_calls") or ():
                 fn = call.get("function") or {}
                 blocks.append({"type": "tool_use", "id": call.get("id"), "name": fn.get("name"),
@@ -112,6 +114,14 @@ def _messages(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
         else:
             out.append({"role": role, "content": blocks})
     return out
+
+
+def _thinking(echo: Any) -> list[dict[str, Any]]:
+    """The thinking blocks an assistant turn carries back, as the reply sent them (none when it carries none)."""
+    if not isinstance(echo, list):
+        return []
+    return [dict(block) for block in echo if isinstance(block, Mapping)
+            and block.get("type") in ("thinking", "redacted_thinking")]
 
 
 def _blocks(content: Any) -> list[dict[str, Any]]:
@@ -189,6 +199,7 @@ def parse(raw: bytes, result: CallResult, redact: Redactor) -> None:
     result.finish_reason = finish_reason(stop) if stop else None
     text: list[str] = []
     thoughts: list[str] = []
+    signed: list[dict[str, Any]] = []
     calls = []
     for i, block in enumerate(content):
         where = f"content[{i}]"
@@ -198,7 +209,12 @@ def parse(raw: bytes, result: CallResult, redact: Redactor) -> None:
         if kind == "text":
             text.append(optional_str(block, "text", where) or "")
         elif kind == "thinking":
-            thoughts.append(optional_str(block, "thinking", where) or "")
+            thought = optional_str(block, "thinking", where) or ""
+            thoughts.append(thought)
+            signed.append({"type": "thinking", "thinking": thought,
+                           "signature": optional_str(block, "signature", where) or ""})
+        elif kind == "redacted_thinking":
+            signed.append({"type": "redacted_thinking", "data": optional_str(block, "data", where) or ""})
         elif kind == "tool_use":
             arguments = block.get("input")
             if arguments is not None and type(arguments) is not dict:
@@ -208,6 +224,7 @@ def parse(raw: bytes, result: CallResult, redact: Redactor) -> None:
                                    optional_str(block, "id", where)))
     result.text = "".join(text)
     result.reasoning = "".join(thoughts) or None
+    result.echo = signed or None
     result.tool_calls = tuple(calls)
 
 
@@ -219,7 +236,8 @@ class AnthropicStream:
     def __init__(self, result: CallResult, redact: Redactor) -> None:
         self._result = result
         self._redact = redact
-        self._blocks: dict[int, list[Any]] = {}   # index -> [type, pieces, tool id, tool name]
+        # index -> [type, pieces, tool id, tool name, signature pieces (a redacted block: its data)]
+        self._blocks: dict[int, list[Any]] = {}
         self.done = False
 
     def feed(self, datas: list[str]) -> bool:
@@ -248,9 +266,12 @@ class AnthropicStream:
             if type(delta) is not dict:
                 raise wrong_type("content_block_delta.delta", delta, "an object")
             step = delta.get("type")
+            if step == "signature_delta":
+                block[4].append(optional_str(delta, "signature", "content_block_delta.delta") or "")
+                return False
             field = {"text_delta": "text", "input_json_delta": "partial_json", "thinking_delta": "thinking"}.get(
                 str(step))
-            if field is None:   # signature_delta, citations_delta: nothing the engine keeps
+            if field is None:   # citations_delta and delta types added later: nothing the engine keeps
                 return False
             piece = optional_str(delta, field, "content_block_delta.delta") or ""
             block[1].append(piece)
@@ -262,9 +283,14 @@ class AnthropicStream:
                 raise retry.bad_response("content_block_start needs an integer `index` and a `content_block`")
             block_type = start.get("type")
             entry: list[Any] = [block_type, [], optional_str(start, "id", "content_block"),
-                     optional_str(start, "name", "content_block")]
-            if block_type == "text" and start.get("text"):
-                entry[1].append(optional_str(start, "text", "content_block"))
+                                optional_str(start, "name", "content_block"), []]
+            opening = {"text": "text", "thinking": "thinking"}.get(str(block_type))
+            if opening is not None and start.get(opening):
+                entry[1].append(optional_str(start, opening, "content_block"))
+            if block_type == "thinking" and start.get("signature"):
+                entry[4].append(optional_str(start, "signature", "content_block"))
+            if block_type == "redacted_thinking":
+                entry[4].append(optional_str(start, "data", "content_block") or "")
             self._blocks[index] = entry
             return block_type == "tool_use"
         if kind == "message_start":
@@ -296,10 +322,13 @@ class AnthropicStream:
         return block
 
     def keep(self) -> None:
-        """The text, thinking and complete tool calls so far."""
+        """The text, thinking (and its signed blocks) and complete tool calls so far."""
         blocks = [self._blocks[i] for i in sorted(self._blocks)]
         self._result.text = "".join("".join(b[1]) for b in blocks if b[0] == "text")
         self._result.reasoning = "".join("".join(b[1]) for b in blocks if b[0] == "thinking") or None
+        self._result.echo = [{"type": "thinking", "thinking": "".join(b[1]), "signature": "".join(b[4])}
+                             if b[0] == "thinking" else {"type": "redacted_thinking", "data": "".join(b[4])}
+                             for b in blocks if b[0] in ("thinking", "redacted_thinking")] or None
         with contextlib.suppress(ClientError):
             self._result.tool_calls = self._calls()
 

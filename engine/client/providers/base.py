@@ -18,8 +18,14 @@ from engine.errors import ClientError
 from engine.model import ModelConfig
 from engine.redact import Redactor
 
-__all__ = ["Embeddings", "Provider", "StreamReader", "WireRequest", "call_arguments", "data_url_parts",
+__all__ = ["ECHO", "Embeddings", "Provider", "StreamReader", "WireRequest", "call_arguments", "data_url_parts",
            "error_message", "method_url", "system_text"]
+
+#: The field of an assistant message (the engine's OpenAI-shaped conversation) that carries what its provider's
+#: API asks to get back unchanged with that turn (Anthropic's signed thinking blocks, Gemini's thought signatures):
+#: opaque to the engine, written by a provider's reader (`CallResult.echo`), read by the same provider's `build`,
+#: never sent by the others and never stored in rows.
+ECHO = "echo"
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,8 @@ Reply: the first candidate's parts (text; `thought: true` parts -> reasoning; fu
 MAX_TOKENS -> length; SAFETY, RECITATION, BLOCKLIST, PROHIBITED_CONTENT, SPII... by their own name in lower
 case), `promptFeedback.blockReason` (no candidate: `blocked_<reason>`), `usageMetadata`: promptTokenCount
 (cached included, `cachedContentTokenCount` also `cached_tokens`), candidatesTokenCount + thoughtsTokenCount as
-the completion (`thoughtsTokenCount` also `reasoning_tokens`).
+the completion (`thoughtsTokenCount` also `reasoning_tokens`). A functionCall part's `thoughtSignature` (thinking
+models) is kept by call (`base.ECHO`) and sent back on that call's part, as the API asks.
 
 Failures: 429 RESOURCE_EXHAUSTED waits for its `RetryInfo.retryDelay`, 503 UNAVAILABLE is waited out; an error
 body is shown as its `STATUS: message`.
@@ -34,6 +35,7 @@ from urllib.parse import quote
 
 from engine.client import retry
 from engine.client.providers.base import (
+    ECHO,
     Embeddings,
     Provider,
     WireRequest,
@@ -175,11 +177,16 @@ def _contents(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
             role = "user"
         else:
             parts = _parts(message.get("content"))
-            for call in message.get("tool_calls") or ():
+            echo = message.get(ECHO)
+            signatures = echo if isinstance(echo, list) else []
+            for i, call in enumerate(message.get("tool_calls") or ()):
                 fn = call.get("function") or {}
                 names[str(call.get("id"))] = str(fn.get("name"))
-                parts.append({"functionCall": {"name": fn.get("name"),
-                                               "args": call_arguments(str(fn.get("arguments") or ""))}})
+                part: dict[str, Any] = {"functionCall": {"name": fn.get("name"),
+                                                         "args": call_arguments(str(fn.get("arguments") or ""))}}
+                if i < len(signatures) and isinstance(signatures[i], str):
+                    part["thoughtSignature"] = signatures[i]
+                parts.append(part)
             role = "model" if role == "assistant" else "user"
         if out and out[-1]["role"] == role:
             out[-1]["parts"].extend(parts)
@@ -221,13 +228,14 @@ def finish_reason(reason: str, called: bool) -> str:
 class _Reply:
     """What the chunks of one reply said so far."""
 
-    __slots__ = ("calls", "done", "reason", "result", "text", "thoughts")
+    __slots__ = ("calls", "done", "reason", "result", "signatures", "text", "thoughts")
 
     def __init__(self, result: CallResult) -> None:
         self.result = result
         self.text: list[str] = []
         self.thoughts: list[str] = []
         self.calls: list[Any] = []
+        self.signatures: list[str | None] = []   # by call: its part's thoughtSignature, sent back with it
         self.reason: str | None = None
         self.done = False
 
@@ -281,6 +289,7 @@ class _Reply:
                     self.calls.append(tool_call(optional_str(call, "name", where + ".functionCall") or "",
                                                 arguments_text(args if args is not None else {}, where),
                                                 optional_str(call, "id", where + ".functionCall")))
+                    self.signatures.append(optional_str(part, "thoughtSignature", where))
                     visible = True
                     continue
                 piece = optional_str(part, "text", where)
@@ -300,6 +309,7 @@ class _Reply:
         result.text = "".join(self.text)
         result.reasoning = "".join(self.thoughts) or None
         result.tool_calls = tuple(self.calls)
+        result.echo = self.signatures if any(self.signatures) else None
         if self.reason is not None:
             result.finish_reason = (self.reason if self.reason.startswith("blocked_")
                                     else finish_reason(self.reason, bool(self.calls)))

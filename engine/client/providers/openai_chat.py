@@ -1,9 +1,9 @@
 """`api: chat`: OpenAI's chat completions (`POST {base_url}/chat/completions`), the engine's own message shape.
 
-The body is the messages as they are, the tools with the test's `tool_choice` (else the params', else `auto`;
-none at all without tools), the model's `params`, then the resolved `max_tokens`, `temperature`, `seed` and
-`stream` (with `stream_options.include_usage`). Replies are read by `engine.client.response`; a stream ends at
-`data: [DONE]`.
+The body is the messages as they are (less another API's `base.ECHO`), the tools with the test's `tool_choice`
+(else the params', else `auto`; none at all without tools), the model's `params`, then the resolved `max_tokens`,
+`temperature`, `seed` and `stream` (with `stream_options.include_usage`). Replies are read by
+`engine.client.response`; a stream ends at `data: [DONE]`.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from engine.client import retry
-from engine.client.providers.base import Embeddings, Provider, WireRequest
+from engine.client.providers.base import ECHO, Embeddings, Provider, WireRequest
 from engine.client.response import CallResult, ToolCallAccumulator, apply_event, decode_events, parse_whole
 from engine.errors import ClientError
 from engine.model import ModelConfig
@@ -24,7 +24,8 @@ __all__ = ["EMBEDDINGS", "PROVIDER", "OpenAIStream", "bearer_headers", "classify
 
 def build(request: WireRequest) -> dict[str, Any]:
     """The chat completions body."""
-    body: dict[str, Any] = {"model": request.model, "messages": list(request.messages)}
+    body: dict[str, Any] = {"model": request.model, "messages": [
+        {k: v for k, v in m.items() if k != ECHO} if ECHO in m else m for m in request.messages]}
     if request.tools:
         body["tools"] = list(request.tools)
     body = with_sampling(body, request)
