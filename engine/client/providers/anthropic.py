@@ -31,6 +31,7 @@ from engine.client.providers.base import (
     ECHO,
     Provider,
     WireRequest,
+    add_turn,
     call_arguments,
     data_url_parts,
     error_message,
@@ -109,10 +110,7 @@ def _messages(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
                 blocks.append({"type": "tool_use", "id": call.get("id"), "name": fn.get("name"),
                                "input": call_arguments(str(fn.get("arguments") or ""))})
             role = "assistant" if role == "assistant" else "user"
-        if out and out[-1]["role"] == role:
-            out[-1]["content"].extend(blocks)
-        else:
-            out.append({"role": role, "content": blocks})
+        add_turn(out, role, "content", blocks)
     return out
 
 

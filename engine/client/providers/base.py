@@ -18,8 +18,8 @@ from engine.errors import ClientError
 from engine.model import ModelConfig
 from engine.redact import Redactor
 
-__all__ = ["ECHO", "Embeddings", "Provider", "StreamReader", "WireRequest", "call_arguments", "data_url_parts",
-           "error_message", "method_url", "system_text"]
+__all__ = ["ECHO", "Embeddings", "Provider", "StreamReader", "WireRequest", "add_turn", "call_arguments",
+           "data_url_parts", "error_message", "method_url", "system_text"]
 
 #: The field of an assistant message (the engine's OpenAI-shaped conversation) that carries what its provider's
 #: API asks to get back unchanged with that turn (Anthropic's signed thinking blocks, Gemini's thought signatures):
@@ -126,6 +126,15 @@ def method_url(base_url: str, method: str) -> str:
     path, _, own = method.partition("?")
     joined = "&".join(q for q in (own, query) if q)
     return base.rstrip("/") + path + ("?" + joined if joined else "")
+
+
+def add_turn(turns: list[dict[str, Any]], role: str, key: str, items: list[dict[str, Any]]) -> None:
+    """Append a turn of `role` holding `items` under `key`, or extend the last turn when it has the same role
+    (Anthropic's and Gemini's APIs take the roles in turn: a tool's answer and the next user text are one turn)."""
+    if turns and turns[-1]["role"] == role:
+        turns[-1][key].extend(items)
+    else:
+        turns.append({"role": role, key: items})
 
 
 def system_text(content: Any) -> str:

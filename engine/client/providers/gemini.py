@@ -39,6 +39,7 @@ from engine.client.providers.base import (
     Embeddings,
     Provider,
     WireRequest,
+    add_turn,
     call_arguments,
     data_url_parts,
     error_message,
@@ -188,10 +189,7 @@ def _contents(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
                     part["thoughtSignature"] = signatures[i]
                 parts.append(part)
             role = "model" if role == "assistant" else "user"
-        if out and out[-1]["role"] == role:
-            out[-1]["parts"].extend(parts)
-        else:
-            out.append({"role": role, "parts": parts})
+        add_turn(out, role, "parts", parts)
     return out
 
 
