@@ -11,11 +11,11 @@ from __future__ import annotations
 import io
 import os
 import stat
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
-__all__ = ["InputFileError", "capped_lines", "open_regular", "read_capped"]
+__all__ = ["InputFileError", "capped_lines", "open_checked", "open_regular", "read_capped"]
 
 _KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
           (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
@@ -41,6 +41,20 @@ def _mib(size: int) -> str:
     return f"{size / (1024 * 1024):g} MiB"
 
 
+def open_checked(path: Path | str, refuse: Callable[[int], None], flags: int = os.O_RDONLY, mode: int = 0o644) -> int:
+    """A descriptor of `path` opened without blocking, `refuse(st_mode)` asked of that same descriptor (it raises
+    to refuse the file) before the descriptor blocks again: the one way a file the user or the model named is
+    opened, so that a FIFO never blocks and no file can be swapped in between the check and the open."""
+    fd = os.open(path, flags | os.O_NONBLOCK | os.O_CLOEXEC, mode)
+    try:
+        refuse(os.fstat(fd).st_mode)
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
 def open_regular(path: Path, what: str) -> BinaryIO:
     """`path` opened for reading in binary, after checking it is a regular file.
 
@@ -51,23 +65,19 @@ def open_regular(path: Path, what: str) -> BinaryIO:
     Raises:
         InputFileError: It does not exist, cannot be opened, or is not a regular file.
     """
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    except FileNotFoundError:
-        raise InputFileError(what, path, "no such file") from None
-    except OSError as exc:
-        raise InputFileError(what, path, f"cannot open it ({exc.strerror or exc}); check its permissions") from None
-    try:
-        mode = os.fstat(fd).st_mode
+    def refuse(mode: int) -> None:
         if not stat.S_ISREG(mode):
             kind = next((name for test, name in _KINDS if test(mode)), "not a file")
             raise InputFileError(what, path, f"not a regular file (it is {kind}); {what} reads a regular file: "
                                              "save the data to a file and name that file")
-        os.set_blocking(fd, True)
-        return os.fdopen(fd, "rb")
-    except BaseException:
-        os.close(fd)
-        raise
+
+    try:
+        fd = open_checked(path, refuse)
+    except FileNotFoundError:
+        raise InputFileError(what, path, "no such file") from None
+    except OSError as exc:
+        raise InputFileError(what, path, f"cannot open it ({exc.strerror or exc}); check its permissions") from None
+    return os.fdopen(fd, "rb")
 
 
 def read_capped(path: Path, what: str, cap: int) -> bytes:

@@ -32,6 +32,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
+from engine.base.input_file import open_checked
 from engine.errors import HarnessError
 from engine.harness import sandbox
 from engine.workspace.spec import WorkspaceSpec
@@ -95,14 +96,7 @@ def open_regular(path: Path | str, flags: int = os.O_RDONLY, mode: int = 0o644) 
         _refuse_special(os.lstat(path).st_mode)   # told apart before opening (a socket cannot be opened at all)
     except FileNotFoundError:
         pass
-    fd = os.open(path, flags | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
-    try:
-        _refuse_special(os.fstat(fd).st_mode)     # and after: what was opened is what is used
-        os.set_blocking(fd, True)
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
+    return open_checked(path, _refuse_special, flags | os.O_NOFOLLOW, mode)   # and after, on what was opened
 
 
 def _refuse_special(mode: int) -> None:
