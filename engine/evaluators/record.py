@@ -201,10 +201,6 @@ def _dollars(value: float) -> str:
     return f"${value:.6g}"
 
 
-def _tokens(value: float) -> str:
-    return f"{value:g} tokens"
-
-
 def _budget(kind: str, label: str, rng: _Range, unit: Callable[[float], str],
             read: Callable[[Record], tuple[float | None, str]]) -> Scorer:
     """A scorer holding the recorded figure `read` gives (or, for None, why there is none) within `rng`."""
@@ -222,13 +218,16 @@ def _budget(kind: str, label: str, rng: _Range, unit: Callable[[float], str],
     return score
 
 
+_CACHED = "the response cache answered, so nothing was timed; run with --no-cache to time it"
+
+
 def latency_s(value: Any, options: Mapping[str, Any]) -> Scorer:
     """The call's latency (an agent test: the whole conversation) within `{min, max}` seconds."""
     rng = _range("latency_s", value, (), exact=False, whole=False)
 
     def read(record: Record) -> tuple[float | None, str]:
         if record.cached:
-            return None, "the response cache answered, so nothing was timed; run with --no-cache to time it"
+            return None, _CACHED
         return record.latency_s, "the run recorded no latency for this call"
 
     return _budget("latency_s", "latency", rng, _seconds, read)
@@ -248,7 +247,7 @@ def ttft_s(value: Any, options: Mapping[str, Any]) -> Scorer:
 
     def read(record: Record) -> tuple[float | None, str]:
         if record.cached:
-            return None, "the response cache answered, so nothing was timed; run with --no-cache to time it"
+            return None, _CACHED
         if which == "visible":
             return record.ttft_visible_s, ("no visible first token was timed: the reply was not streamed; set "
                                            "`stream: true` for the model, or use `kind: provider`")
