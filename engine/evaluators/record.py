@@ -283,8 +283,8 @@ def cost(value: Any, options: Mapping[str, Any]) -> Scorer:
     rng = _range("cost", value, (), exact=False, whole=False)
 
     def read(record: Record) -> tuple[float | None, str]:
-        return record.cost, ("the call has no price: give the model `price_in` and `price_out` (dollars per "
-                             "million tokens) in the models file, and a server that reports usage")
+        return record.cost, ("the call has no price: give the model `price: {input: ..., output: ...}` (dollars "
+                             "per million tokens) in the models file, and a server that reports usage")
 
     return _budget("cost", "cost", rng, _dollars, read)
 
