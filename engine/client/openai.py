@@ -42,8 +42,17 @@ from engine.redact import Redactor, mask_urls, url_secrets
 from engine.suite.content_parts import wire_messages
 from engine.suite.conversation import named_for_api
 
-__all__ = ["CallResult", "OpenAIClient", "PreparedRequest", "RequestSettings", "endpoint_url", "method_path",
-           "method_url", "prepare"]
+__all__ = [
+    "CallResult",
+    "OpenAIClient",
+    "PreparedRequest",
+    "RequestSettings",
+    "endpoint_url",
+    "method_path",
+    "method_url",
+    "prepare",
+    "temperature_of",
+]
 
 DEFAULT_MAX_TOKENS = 1024
 DEFAULT_TEMPERATURE = 0.0
@@ -105,6 +114,17 @@ def method_path(model: ModelConfig, *, stream: bool | None = None) -> str:
     return provider(model.api).path(model, model.stream if stream is None else stream)
 
 
+def temperature_of(model: ModelConfig, test: Test, settings: RequestSettings) -> float:
+    """The temperature a test's requests to `model` go with: the test's, else `--temperature`, else the
+    model's params, else 0."""
+    if test.temperature is not None:
+        return test.temperature
+    if settings.temperature is not None:
+        return settings.temperature
+    value: float = model.params.get("temperature", DEFAULT_TEMPERATURE)   # as written: the body and cache keys
+    return value
+
+
 def prepare(model: ModelConfig, test: Test, settings: RequestSettings, *, inline_images: bool = True,
             attempt: int = 0) -> PreparedRequest:
     """Build the request body for one test.
@@ -127,11 +147,7 @@ def prepare(model: ModelConfig, test: Test, settings: RequestSettings, *, inline
         ImageUnavailable: An image file of the test is gone, unreadable or changed since the suite loaded.
     """
     params = model.params   # read, never changed: no copy
-    temperature = test.temperature
-    if temperature is None:
-        temperature = settings.temperature
-    if temperature is None:
-        temperature = params.get("temperature", DEFAULT_TEMPERATURE)
+    temperature = temperature_of(model, test, settings)
     floor = settings.max_tokens if settings.max_tokens is not None else params.get("max_tokens", DEFAULT_MAX_TOKENS)
     max_tokens = max(floor, test.max_tokens or 0)
     seed = params.get("seed")

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from engine.client.judge import ModelJudgeCaller
 from engine.client.judge_cache import JudgeCache, default_path
-from engine.client.openai import CallResult, OpenAIClient, PreparedRequest, prepare
+from engine.client.openai import CallResult, OpenAIClient, PreparedRequest, prepare, temperature_of
 from engine.client.response_cache import use_cache
 from engine.client.session import Sessions
 from engine.errors import ClientError, StorageError
@@ -223,7 +223,7 @@ class Runner:
                         client=client, model=model, test=job.test, attempt=job.attempt, run_id=self.config.run_id,
                         settings=settings, global_slots=slots, on_cost=self._spend,
                         in_flight=self._count_in_flight, caller=self._judge,
-                        cache_as=self._cache_as(model, job, prepare(model, job.test, settings).temperature),
+                        cache_as=self._cache_as(model, job, temperature_of(model, job.test, settings)),
                         score_blocking=lambda test, answer, ctx: self._score_in_thread(answer, test, exec_slots, ctx))
                     self._record(job, row, spent=True)   # its cost was counted reply by reply
                     continue
