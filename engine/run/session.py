@@ -185,6 +185,7 @@ def _run(invocation: Invocation, *, dry_run: bool, resume: Path | None, retry_er
         if until_decided is not None:
             _err("dry run: with --until-decided these are the most calls the run makes (it stops once decided)")
         return 0
+    inputs.isolation_notice(tests)
 
     if journal is None:
         from engine.results import folder
