@@ -14,14 +14,10 @@ from __future__ import annotations
 
 import math
 import re
-import re._constants as sre_constants
-import re._parser as sre_parser
-from collections.abc import Iterator, Mapping
-from functools import lru_cache
+from collections.abc import Mapping
 from typing import Any
 
-import re2
-
+from engine.base.patterns import check_pattern, compile_re2
 from engine.base.render import is_template
 from engine.errors import EvaluatorConfigError
 from engine.evaluators.base import (
@@ -161,100 +157,6 @@ def not_contains(value: Any, options: Mapping[str, Any]) -> Scorer:
     return score
 
 
-# ------------------------------------------------------------------------------------------ RE2 patterns
-
-_RE2_OPTIONS = re2.Options()
-_RE2_OPTIONS.log_errors = False
-# flag letter -> RE2's inline flag; `x` (verbose) has none.
-_INLINE_FLAGS = {"i": "i", "m": "m", "s": "s"}
-_OPCODES = sre_constants
-# What RE2 lacks, found in Python's parse of the pattern: (opcode, what it is, how to do without it).
-_UNSUPPORTED = {
-    _OPCODES.GROUPREF: ("A backreference (\\1, (?P=name))", "match the text again explicitly, or use two checks"),
-    _OPCODES.GROUPREF_EXISTS: ("A conditional group (?(1)...)", "write the alternatives with |"),
-    _OPCODES.ASSERT: ("A lookahead/lookbehind ((?=...), (?<=...))", "match the text itself, or use two checks "
-                      "under `all`"),
-    _OPCODES.ASSERT_NOT: ("A negative lookahead/lookbehind ((?!...), (?<!...))", "wrap a positive regex in "
-                          "`not:`, or use `not_contains`"),
-    _OPCODES.ATOMIC_GROUP: ("An atomic group (?>...)", "use a plain group (?:...): RE2 never backtracks"),
-    _OPCODES.POSSESSIVE_REPEAT: ("A possessive repeat (*+, ++, ?+)", "drop the trailing +: RE2 never backtracks"),
-}
-_MAX_RE2_REPEAT = 1000
-
-
-def _walk(parsed: Any) -> Iterator[tuple[Any, Any]]:
-    """Every (opcode, argument) of a parsed pattern, depth first."""
-    for op, arg in parsed:
-        yield op, arg
-        if op in (_OPCODES.MAX_REPEAT, _OPCODES.MIN_REPEAT, _OPCODES.POSSESSIVE_REPEAT):
-            yield from _walk(arg[2])
-        elif op in (_OPCODES.SUBPATTERN,):
-            yield from _walk(arg[-1])
-        elif op in (_OPCODES.ASSERT, _OPCODES.ASSERT_NOT):
-            yield from _walk(arg[1])
-        elif op == _OPCODES.ATOMIC_GROUP:
-            yield from _walk(arg)
-        elif op == _OPCODES.BRANCH:
-            for branch in arg[1]:
-                yield from _walk(branch)
-        elif op == _OPCODES.GROUPREF_EXISTS:
-            yield from _walk(arg[1])
-            if arg[2] is not None:
-                yield from _walk(arg[2])
-
-
-def _unbounded(sub: Any) -> bool:
-    return any(op in (_OPCODES.MAX_REPEAT, _OPCODES.MIN_REPEAT) and arg[1] is _OPCODES.MAXREPEAT
-               for op, arg in _walk(sub))
-
-
-def _nested_repeat(parsed: Any) -> bool:
-    """A repeat that may run more than once holding an unbounded repeat: `(a+)+`, `(?:.*?x){20}`."""
-    return any(op in (_OPCODES.MAX_REPEAT, _OPCODES.MIN_REPEAT) and (arg[1] is _OPCODES.MAXREPEAT or arg[1] > 1)
-               and _unbounded(arg[2]) for op, arg in _walk(parsed))
-
-
-@lru_cache(maxsize=4096)
-def check_pattern(pattern: str, flags: str = "") -> tuple[str | None, str | None]:
-    """(why the pattern cannot run on RE2 or None, a warning about it or None)."""
-    if "x" in flags:
-        return ("RE2 has no verbose mode (flag `x`): remove the flag and write the pattern without spaces "
-                "and comments"), None
-    bits = 0
-    for letter in flags:
-        bits |= {"i": re.IGNORECASE, "m": re.MULTILINE, "s": re.DOTALL}.get(letter, 0)
-    try:
-        parsed = sre_parser.parse(pattern, bits)
-    except re.error as exc:
-        return str(exc), None
-    for op, arg in _walk(parsed):
-        if op in _UNSUPPORTED:
-            what, fix = _UNSUPPORTED[op]
-            return f"{what} is not supported by RE2, the engine's linear-time regex engine: {fix}", None
-        if op in (_OPCODES.MAX_REPEAT, _OPCODES.MIN_REPEAT) and arg[1] is not _OPCODES.MAXREPEAT \
-                and arg[1] > _MAX_RE2_REPEAT:
-            return (f"RE2 allows repeat counts up to {{{_MAX_RE2_REPEAT}}}, got {{{arg[1]}}}: use + or a smaller "
-                    "count"), None
-    try:
-        re2.compile(_re2_source(pattern, flags), _RE2_OPTIONS)
-    except re2.error as exc:
-        message = exc.args[0].decode() if exc.args and isinstance(exc.args[0], bytes) else str(exc)
-        return f"RE2 cannot compile it: {message}", None
-    warning = None
-    if _nested_repeat(parsed):
-        warning = ("a repeat inside a repeat (as in (a+)+ or (?:.*?x){20}): RE2 matches it in linear time, but "
-                   "the same pattern in Python's re or a backtracking tool can run for hours; a simpler form "
-                   "(one repeat, or a [^...] class) says the same")
-    return None, warning
-
-
-def _re2_source(pattern: str, flags: str) -> str:
-    """The pattern as RE2 reads it: flag letters inline, Python's \\Z as RE2's \\z."""
-    source = re.sub(r"(?<!\\)((?:\\\\)*)\\Z", r"\1\\z", pattern)
-    inline = "".join(_INLINE_FLAGS[f] for f in dict.fromkeys(flags) if f in _INLINE_FLAGS)
-    return f"(?{inline}){source}" if inline else source
-
-
 def compile_pattern(pattern: str, flags: str, kind: str, option: str | None = None) -> Any:
     """The pattern compiled on RE2 (linear-time matching), with `re.search`-like `search`.
 
@@ -265,11 +167,11 @@ def compile_pattern(pattern: str, flags: str, kind: str, option: str | None = No
     if unknown:
         raise EvaluatorConfigError(f"{kind}: unknown flag {unknown[0]!r}; use letters from 'ims'", kind=kind,
                                    option="flags")
-    problem, _ = check_pattern(pattern, flags)
-    if problem:
-        raise EvaluatorConfigError(f"{kind}: invalid pattern {short(pattern)}: {problem}", kind=kind,
+    try:
+        return compile_re2(pattern, flags)
+    except ValueError as exc:
+        raise EvaluatorConfigError(f"{kind}: invalid pattern {short(pattern)}: {exc}", kind=kind,
                                    option=option) from None
-    return re2.compile(_re2_source(pattern, flags), _RE2_OPTIONS)
 
 
 def regex(value: Any, options: Mapping[str, Any]) -> Scorer:
