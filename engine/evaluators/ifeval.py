@@ -10,6 +10,12 @@ variants of the answer follows it (as is, without its first line, its last line 
 Where the reference needs data that cannot be installed (NLTK's punkt model), the closest rule stands in;
 docs/evaluators.md "ifeval" lists every difference. The language checks use the reference's own detector,
 langdetect, seeded so that a verdict never changes between runs.
+
+The answer is the model's, so no rule may take more than linear time on it. The patterns that a run of one
+character (`[[[[`, blank lines, `<<<<`) would send backtracking from every start run on RE2
+(engine/base/patterns.py), with Python's white space spelled out (RE2's `\\s` is ASCII only); the others stay on
+Python's `re` for its Unicode classes and were written so that a failed start costs constant work (no lookahead
+after a run, no leading `\\s*`). A word read back before a full stop is read at most `_WORD_WINDOW` characters.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from engine.base.patterns import compile_re2, searchable
 from engine.base.words import did_you_mean, short
 from engine.errors import EvaluatorConfigError
 from engine.evaluators.base import Kind, Scorer, ScoringContext, verdict
@@ -107,8 +114,11 @@ _COMMON = frozenset([
     "some", "many", "most", "more", "few", "one", "two", "three", "other", "another", "such", "both", "either",
     "neither", "overall", "instead", "now", "today", "remember", "note", "just",
 ])
-_CANDIDATE = re.compile(r"[.?!…]+[\"'”’)\]}*]*(?=\s|$)")
+# Terminal punctuation and what closes after it; a candidate when white space or the end follows, checked in
+# `split_sentences` (as a lookahead, a run of marks followed by anything else was tried again from each mark).
+_CANDIDATE = re.compile(r"[.?!…]+[\"'”’)\]}*]*")
 _NEXT_TOKEN = re.compile(r"\s+[\"'“‘(\[{*_]*(\S+)")
+_WORD_WINDOW = 256   # a word longer than this before a full stop is no title, abbreviation, initial or number
 
 
 def _ends_sentence(text: str, start: int, end: int) -> bool:
@@ -120,9 +130,12 @@ def _ends_sentence(text: str, start: int, end: int) -> bool:
     if following is None:
         return True
     nxt = following.group(1)
-    line_start = text.rfind("\n", 0, start) + 1
-    space = max(text.rfind(" ", line_start, start), text.rfind("\t", line_start, start))
-    word = text[max(space + 1, line_start):start].lstrip("\"'“‘([{*_").lower()
+    # The word before the mark: after the last space, tab or line break, read back at most _WORD_WINDOW.
+    low = max(0, start - _WORD_WINDOW)
+    cut = max(text.rfind(" ", low, start), text.rfind("\t", low, start), text.rfind("\n", low, start))
+    if cut < 0 and low > 0:
+        return True
+    word = text[cut + 1:start].lstrip("\"'“‘([{*_").lower()
     starts_sentence = nxt[:1].isupper() and nxt.lower().rstrip(".,;:!?") in _COMMON
     if mark.startswith("..") or mark.startswith("…"):
         return starts_sentence
@@ -136,8 +149,10 @@ def _ends_sentence(text: str, start: int, end: int) -> bool:
 def split_sentences(text: str) -> list[str]:
     """The sentences of `text` by the punkt-like rule above (empty pieces dropped)."""
     sentences, begin = [], 0
+    size = len(text)
     for match in _CANDIDATE.finditer(text):
-        if _ends_sentence(text, match.start(), match.end()):
+        end = match.end()
+        if (end == size or text[end].isspace()) and _ends_sentence(text, match.start(), end):
             piece = text[begin:match.end()].strip()
             if piece:
                 sentences.append(piece)
@@ -307,7 +322,7 @@ def _nth_paragraph_first_word(args: Mapping[str, Any]) -> Check:
     return check
 
 
-_PLACEHOLDER = re.compile(r"\[.*?\]")
+_PLACEHOLDER = compile_re2(r"\[.*?\]")
 
 
 def _number_placeholders(args: Mapping[str, Any]) -> Check:
@@ -321,29 +336,54 @@ def _number_placeholders(args: Mapping[str, Any]) -> Check:
 
 def _postscript(args: Mapping[str, Any]) -> Check:
     marker = _text(args, "postscript_marker").strip()
+    # The reference searches `\s*MARKER.*$` (multi-line), which is found exactly where MARKER is: the leading
+    # `\s*`, tried again from each white space character of a run, is left out.
     if marker == "P.P.S":
-        pattern = re.compile(r"\s*p\.\s?p\.\s?s.*$", re.MULTILINE)
+        pattern: re.Pattern[str] | None = re.compile(r"p\.\s?p\.\s?s")
     elif marker == "P.S.":
-        pattern = re.compile(r"\s*p\.\s?s\..*$", re.MULTILINE)
+        pattern = re.compile(r"p\.\s?s\.")
     else:
-        pattern = re.compile(r"\s*" + re.escape(marker.lower()) + r".*$", re.MULTILINE)
+        pattern = None
+    folded = marker.lower()
 
     def check(text: str) -> tuple[bool, str]:
-        if pattern.search(text.lower()):
+        lower = text.lower()
+        if folded in lower if pattern is None else pattern.search(lower):
             return True, f"a postscript starting with {marker!r} found"
         return False, f"no postscript starting with {marker!r}"
     return check
 
 
-_STAR_BULLET = re.compile(r"^\s*\*[^\*].*$", re.MULTILINE)
-_DASH_BULLET = re.compile(r"^\s*-.*$", re.MULTILINE)
+_NOT_SPACE = re.compile(r"\S")
+
+
+def count_bullets(text: str, mark: str) -> int:
+    """How many times the reference's `^\\s*\\*[^\\*].*$` (mark `*`) or `^\\s*-.*$` (mark `-`) matches, multi-line.
+
+    Found as `re.findall` finds them, in one pass: a match starts at a line start, skips white space (line
+    breaks too) to the mark (`*` wants one more character, not `*`: a line break counts) and ends at the end of
+    the line after the mark. A start that fails fails for every line start inside the same white space, so the
+    next start is looked for after it (the pattern itself tries each of those again: quadratic in a run of blank
+    lines).
+    """
+    size, count, start = len(text), 0, 0
+    while True:
+        found = _NOT_SPACE.search(text, start)
+        at = size if found is None else found.start()
+        after = at + 2 if mark == "*" else at + 1
+        matched = at < size and text[at] == mark and after <= size and (mark != "*" or text[at + 1] != "*")
+        count += matched
+        end = text.find("\n", after if matched else at)   # the end of the match's last line, or of `at`'s
+        if end < 0:
+            return count
+        start = end + 1
 
 
 def _number_bullet_lists(args: Mapping[str, Any]) -> Check:
     bound = _int(args, "num_bullets")
 
     def check(text: str) -> tuple[bool, str]:
-        n = len(_STAR_BULLET.findall(text)) + len(_DASH_BULLET.findall(text))
+        n = count_bullets(text, "*") + count_bullets(text, "-")
         return n == bound, f"{n} bullet lines (starting with * or -), needs exactly {bound}"
     return check
 
@@ -396,11 +436,13 @@ def _json_format(args: Mapping[str, Any]) -> Check:
             json.loads(value)
         except ValueError as exc:
             return False, f"not one JSON value (a ``` fence allowed): {exc}"
+        except RecursionError:
+            return False, "not one JSON value: nested deeper than Python's JSON reader goes"
         return True, "the whole answer is one JSON value"
     return check
 
 
-_TITLE = re.compile(r"<<[^\n]+>>")
+_TITLE = compile_re2(r"<<[^\n]+>>")
 
 
 def _title(args: Mapping[str, Any]) -> Check:
@@ -565,6 +607,7 @@ def bind(value: Any) -> tuple[str, Check, bool]:
 
 def follows(check: Check, text: str, loose: bool) -> tuple[bool, str]:
     """Whether the answer follows the bound instruction, strict or loose, and what was counted."""
+    text = searchable(text)
     if not loose:
         if not text.strip():
             return False, "empty answer"
