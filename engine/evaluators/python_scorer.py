@@ -12,7 +12,8 @@ the run's record), the golden and the case variables. It runs in `engine.harness
 do (same limits, no network, a scrubbed environment: no secrets); a fixed runner script (`_RUNNER`) loads
 the file, calls the function and prints its result on a line behind a fresh marker. Whatever goes wrong in
 the scorer (an exception, a bad return, a timeout) is an *error* verdict with its stdout/stderr, never a
-crashed run. The file is read when the answer is scored, so `engine rescore` runs the current file.
+crashed run. The file is read when the answer is scored, so `engine rescore` runs the current file; it is opened
+as input files are (a regular file only, without blocking: a FIFO in its place is refused, never waited on).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from dataclasses import asdict
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from engine.base.input_file import InputFileError, read_capped
 from engine.errors import EngineError, EvaluatorConfigError
 from engine.evaluators.base import CheckSite, Kind, Scorer, ScoringContext, error, short
 from engine.harness import sandbox
@@ -121,11 +123,9 @@ def transcript_data(answer: Answer, ctx: ScoringContext) -> dict[str, Any]:
 def _run(file: str, function: str, limits: sandbox.Limits, answer: Answer, ctx: ScoringContext) -> Verdict:
     path = Path(ctx.test.suite_dir, file)
     try:
-        if path.stat().st_size > _MAX_FILE:
-            return error(f"python: {path} is larger than {_MAX_FILE // 1024} KB; keep the scorer small", KIND)
-        source = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        return error(f"python: cannot read the scorer file {path}: {exc}; put it beside the suite", KIND)
+        source = _source(path)
+    except InputFileError as exc:
+        return error(f"python: {exc}", KIND)
     marker = f"@@score-{secrets.token_hex(8)}@@"
     case = {k: v for k, v in ctx.variables.items() if k not in ("golden", "test_id", "suite")}
     arguments = {"answer": answer.text, "transcript": transcript_data(answer, ctx), "golden": ctx.test.golden,
@@ -162,6 +162,28 @@ def _run(file: str, function: str, limits: sandbox.Limits, answer: Answer, ctx: 
                    details=details)
 
 
+def _source(path: Path) -> str:
+    """The scorer file's text: a regular file of at most `_MAX_FILE` bytes, in UTF-8.
+
+    Raises:
+        InputFileError: naming the file, what is wrong and the fix.
+    """
+    what = "the scorer file"
+    try:
+        data = read_capped(path, what, _MAX_FILE)
+    except InputFileError as exc:
+        if exc.problem == "no such file":
+            raise InputFileError(what, path, "does not exist; put it beside the suite") from None
+        if exc.problem.startswith("not a regular file"):   # its kind, then the scorer's own fix
+            raise InputFileError(what, path, exc.problem.split(";")[0] + "; a scorer is a regular .py file beside "
+                                 "the suite") from None
+        raise
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputFileError(what, path, f"is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+
+
 def _output(result: sandbox.RunResult) -> str:
     """The scorer's own prints (it writes both to stderr), for a reason that is not a pass."""
     text = result.stderr.strip()
@@ -190,12 +212,9 @@ def _check(value: Any, spec: Mapping[str, Any], site: CheckSite) -> None:
     path = site.suite_dir / file
     function = str(value.get("function") or "score")
     try:
-        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
-    except FileNotFoundError:
-        site.error((KIND, "file"), f"the scorer file {path} does not exist; put it beside the suite")
-        return
-    except (OSError, UnicodeDecodeError) as exc:
-        site.error((KIND, "file"), f"cannot read the scorer file {path}: {exc}")
+        tree = ast.parse(_source(path), filename=str(path))
+    except InputFileError as exc:
+        site.error((KIND, "file"), str(exc))
         return
     except SyntaxError as exc:
         site.error((KIND, "file"), f"{path}:{exc.lineno}: {exc.msg}; fix the scorer file")
