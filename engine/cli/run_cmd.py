@@ -47,7 +47,8 @@ def run_command(
     filter_file: Path | None = typer.Option(None, "--filter-file", help="Run exactly the tests this file lists "
                                             "(suite/test_id a line, # comments; `engine analyze --subset` writes it)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print every request without calling anything."),
-    resume: Path | None = typer.Option(None, "--resume", help="Continue this run folder: skip finished rows."),
+    resume: Path | None = typer.Option(None, "--resume", help="Continue this run folder (or a symlink to one, "
+                                       "such as results/latest): skip finished rows."),
     retry_errors: bool = typer.Option(False, "--retry-errors", help="With --resume: re-run only error rows."),
     max_cost: float | None = typer.Option(None, "--max-cost", min=0, help="Stop dispatch past this priced spend."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress output."),

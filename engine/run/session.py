@@ -136,7 +136,7 @@ def _run(invocation: Invocation, *, dry_run: bool, resume: Path | None, retry_er
     if resume is not None:
         from engine.results import folder
 
-        resume = resume_folder(resume, shard)
+        resume = resume_folder(_named_run(resume), shard)
         if not folder.is_run_folder(resume):
             raise UsageError(f"--resume {resume}: not a run folder (no _journal.sqlite, _manifest.json or "
                              f"part-*.parquet there); give a run folder such as results/<run-id>")
@@ -323,9 +323,31 @@ def _image_conflicts(tests: list[Test], models: list[ModelConfig]) -> bool:
     return bool(problems)
 
 
+def _named_run(path: Path) -> Path:
+    """The run folder `--resume PATH` names: PATH itself, the folder a symlink leads to (`OUT/latest`), or the run
+    a `latest` text file names (written where symlinks cannot be made)."""
+    if path.is_symlink():
+        return Path(os.path.realpath(path))
+    try:
+        if path.is_file() and path.stat().st_size <= _LATEST_TEXT_BYTES:
+            name = path.read_text(encoding="utf-8", errors="replace").strip()
+            if name and name == Path(name).name and (path.parent / name).is_dir():
+                return path.parent / name
+    except OSError:
+        pass   # not readable: refused below as not a run folder
+    return path
+
+
+_LATEST_TEXT_BYTES = 4096   # a `latest` text file holds one run id
+
+
 def _point_latest(run_dir: Path) -> None:
-    """Make `<out>/latest` name this run: a relative symlink, or a text file holding the run id."""
+    """Make `<out>/latest` name this run: a relative symlink, or a text file holding the run id.
+
+    Left as it is when it already names the run (a resumed run, `--resume OUT/latest`)."""
     latest = run_dir.parent / "latest"
+    if os.path.realpath(_named_run(latest)) == os.path.realpath(run_dir):
+        return
     tmp = run_dir.parent / f".latest-{os.getpid()}"
     try:
         tmp.unlink(missing_ok=True)

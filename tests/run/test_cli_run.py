@@ -116,6 +116,61 @@ def test_kill_9_then_resume_loses_nothing_and_duplicates_nothing(tmp_path: Path,
     assert len(fake_openai.requests) - 303 <= 4 + 512
 
 
+def _kill_part_way(tmp_path: Path, fake_openai: FakeOpenAI) -> tuple[Path, Path]:
+    """Start a 303-call run, SIGKILL it once 40 rows are committed; (the results folder, the run folder)."""
+    fake_openai.responder = lambda body: Reply(content="ok", delay_s=0.01)
+    suites, models = write_project(tmp_path, fake_openai.base_url, tests=300, concurrency=4)
+    out = tmp_path / "results"
+    proc = start_engine("run", str(suites), "--models", str(models), "--model", "fast", "--out", str(out),
+                        "--quiet", env={KEY_ENV: "k"})
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        runs = [p for p in out.glob("2*") if p.is_dir()] if out.exists() else []
+        if runs and _journal_rows(runs[0]) >= 40:
+            break
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(10)
+    (run_dir,) = [p for p in out.glob("2*") if p.is_dir()]
+    assert 40 <= _journal_rows(run_dir) < 303, "killed too late to test anything"
+    return out, run_dir
+
+
+def test_resume_through_latest_continues_the_run_it_names_and_leaves_latest_alone(
+        tmp_path: Path, fake_openai: FakeOpenAI) -> None:
+    out, run_dir = _kill_part_way(tmp_path, fake_openai)
+    latest = out / "latest"
+    assert os.readlink(latest) == run_dir.name
+    resumed = engine("run", "--resume", str(latest), "--quiet", env={KEY_ENV: "k"})
+    assert resumed.returncode == 0, resumed.stderr
+    assert "Traceback" not in resumed.stderr
+    assert os.readlink(latest) == run_dir.name            # still names the run, not itself
+    assert sorted(p.name for p in out.iterdir()) == sorted([run_dir.name, "latest"])   # no second run folder
+    df = pd.read_parquet(run_dir)
+    assert len(df) == 303
+    assert not df.duplicated(["model", "suite", "test_id", "case_index", "attempt"]).any()
+    assert json.loads((run_dir / "_manifest.json").read_text())["complete"] is True
+    assert str(run_dir) in resumed.stdout                 # the results line names the run folder itself
+
+
+def test_resume_through_any_symlink_or_a_latest_text_file(tmp_path: Path, fake_openai: FakeOpenAI) -> None:
+    out, run_dir = _kill_part_way(tmp_path, fake_openai)
+    elsewhere = tmp_path / "my-run"
+    elsewhere.symlink_to(run_dir)
+    rows = _journal_rows(run_dir)
+    first = engine("run", "--resume", str(elsewhere), "--quiet", "--max-cost", "0.0000001", env={KEY_ENV: "k"})
+    assert first.returncode == 1 and "stopped early (budget)" in first.stderr, first.stderr
+    assert rows < _journal_rows(run_dir) < 303               # it went on in the run folder the link leads to
+    assert elsewhere.is_symlink() and elsewhere.resolve() == run_dir
+    # where symlinks cannot be made, `latest` is a text file holding the run id: it names the run all the same
+    (out / "latest").unlink()
+    (out / "latest").write_text(run_dir.name + "\n")
+    resumed = engine("run", "--resume", str(out / "latest"), "--quiet", env={KEY_ENV: "k"})
+    assert resumed.returncode == 0, resumed.stderr
+    assert (out / "latest").read_text() == run_dir.name + "\n"
+    assert len(pd.read_parquet(run_dir)) == 303
+
+
 def test_api_key_canary_is_nowhere(tmp_path: Path, fake_openai: FakeOpenAI) -> None:
     canary = "sk-CANARY-" + os.urandom(8).hex()
     # one call fails with a gateway that echoes the key back; the rest succeed
