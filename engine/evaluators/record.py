@@ -83,8 +83,9 @@ def outcome(value: Any, options: Mapping[str, Any]) -> Scorer:
 
 def no_fallback(value: Any, options: Mapping[str, Any]) -> Scorer:
     """The served model is the one asked for. Names compare as `engine.results.rows.is_fallback` does:
-    without case; a provider prefix (`openai/gpt-4o`) or a dated snapshot of the asked id
-    (`gpt-4o-mini-2024-07-18`, `-20240718`, `-0718`) is the same model."""
+    without case; a provider prefix (`openai/gpt-4o`), a dated snapshot of the asked id
+    (`gpt-4o-mini-2024-07-18`, `-20240718`, `-0718`, Gemini's `-001`), or a dated model answering a `-latest`
+    alias is the same model."""
     kind = "no_fallback"
     _flag(kind, value)
 

@@ -38,7 +38,12 @@ _NO_JUDGE: dict[str, Any] = dict.fromkeys(JUDGE_SUM_COLUMNS)
 #: rows without them are what the writer's narrow read takes (`writer.table_from_json_lines`).
 SINGLE_TURN_NULLS = (*AGENT_COLUMNS, "trimmed_requests", "trimmed_messages", *JUDGE_SUM_COLUMNS)
 
-_DATE_SUFFIX = re.compile(r"-(\d{4}-\d{2}-\d{2}|\d{8}|\d{4})$")
+#: What a provider appends to a model id for one pinned version of it: a date (`-2024-08-06`, `-20240806`),
+#: OpenAI's `-0613`, Gemini's `-001`.
+_VERSION_SUFFIX = re.compile(r"-(\d{4}-\d{2}-\d{2}|\d{8}|\d{4}|\d{3})$")
+#: What an id asking for "the current version" ends with: Anthropic's and Gemini's `-latest`, and Anthropic's
+#: `-0` of a major version (`claude-sonnet-4-0` is `claude-sonnet-4-20250514`).
+_ALIAS_SUFFIX = re.compile(r"-(latest|0)$")
 
 
 def row_key(model: str, test: Test, attempt: int) -> str:
@@ -63,10 +68,11 @@ def key_of_row(row: dict[str, Any]) -> str:
 def is_fallback(asked: str, served: str | None) -> bool | None:
     """Whether the server answered with a different model than the one asked for.
 
-    Lenient on purpose, so ordinary aliasing is not a fallback: the ids are compared without case;
-    the served id may equal the asked id, end with "/" + the asked id (a provider prefix), be the
-    asked id plus a date or version suffix (`-2024-08-06`, `-20240806`, `-0613`), or the asked id
-    may end with "/" + the served id (a router that strips its prefix). None when the server named no model.
+    Lenient on purpose, so ordinary aliasing is not a fallback: the ids are compared without case, either
+    may carry a provider prefix the other lacks (`meta/llama3` for `llama3`, `openai/gpt-4o` served as
+    `gpt-4o`), the served id may be a pinned version of the asked one (`-2024-08-06`, `-20240806`, `-0613`,
+    Gemini's `-001`), and an asked alias for the current version (`-latest`, Anthropic's `-0`) may be
+    answered by a pinned version of its name. None when the server named no model.
 
     Args:
         asked: The model id sent in the request.
@@ -75,9 +81,25 @@ def is_fallback(asked: str, served: str | None) -> bool | None:
     if not served:
         return None
     a, s = asked.strip().lower(), served.strip().lower()
-    if s == a or s.endswith("/" + a) or a.endswith("/" + s):
-        return False
-    return not (s.startswith(a) and _DATE_SUFFIX.fullmatch(s[len(a):]) is not None)
+    pairs = {(a, s), (a, _unprefixed(s)), (_unprefixed(a), s)}
+    return not any(_same_model(asked_id, served_id) for asked_id, served_id in pairs)
+
+
+def _unprefixed(model_id: str) -> str:
+    """The id without a provider or router prefix (`openai/gpt-4o` -> `gpt-4o`)."""
+    return model_id.rsplit("/", 1)[-1]
+
+
+def _same_model(asked: str, served: str) -> bool:
+    """`served` is `asked`, a pinned version of it, or the name an alias suffix of it stands for (pinned or not)."""
+    if served == asked or _pinned(asked, served):
+        return True
+    alias = _ALIAS_SUFFIX.search(asked)
+    return alias is not None and (served == asked[:alias.start()] or _pinned(asked[:alias.start()], served))
+
+
+def _pinned(name: str, served: str) -> bool:
+    return served.startswith(name) and _VERSION_SUFFIX.fullmatch(served[len(name):]) is not None
 
 
 def evaluator_nodes(verdict: Verdict) -> tuple[list[dict[str, Any]], str | None]:

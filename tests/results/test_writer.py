@@ -74,6 +74,21 @@ def test_a_row_without_its_null_columns_makes_the_same_part_as_with_them(tmp_pat
     ("gpt-4o", "gpt-4o", False), ("gpt-4o", "gpt-4o-2024-08-06", False), ("gpt-4", "gpt-4-0613", False),
     ("llama3", "meta/llama3", False), ("openai/gpt-4o", "gpt-4o", False), ("GPT-4o", "gpt-4o", False),
     ("gpt-4o", "gpt-4o-mini", True), ("claude-3", "gpt-4o", True), ("m", None, None),
+    # Gemini's pinned versions (ai.google.dev "Model versions": `gemini-1.5-flash-002`, `gemini-2.0-flash-001`),
+    # as the reply's modelVersion names them, with or without the `models/` prefix; `-latest` aliases too.
+    ("gemini-1.5-flash", "gemini-1.5-flash-002", False), ("gemini-2.0-flash", "gemini-2.0-flash-001", False),
+    ("gemini-2.0-flash-lite", "models/gemini-2.0-flash-lite-001", False),
+    ("gemini-1.5-pro-latest", "gemini-1.5-pro-002", False),
+    ("gemini-2.0-flash", "gemini-2.0-flash-lite-001", True), ("gemini-1.5-pro-latest", "gemini-1.5-flash-002", True),
+    # Anthropic's aliases (docs.anthropic.com "Models overview"): `-latest`, and `claude-sonnet-4-0` for
+    # `claude-sonnet-4-20250514`; a dated id for another model is still a fallback.
+    ("claude-3-5-sonnet-latest", "claude-3-5-sonnet-20241022", False),
+    ("claude-3-7-sonnet-latest", "claude-3-7-sonnet-20250219", False),
+    ("claude-3-5-haiku-latest", "claude-3-5-haiku-20241022", False),
+    ("claude-sonnet-4-0", "claude-sonnet-4-20250514", False), ("claude-opus-4-1", "claude-opus-4-1-20250805", False),
+    ("claude-3-5-sonnet-latest", "claude-3-5-haiku-20241022", True),
+    ("claude-sonnet-4-0", "claude-opus-4-20250514", True), ("claude-3-5-sonnet-latest", "claude-3-5-sonnet", False),
+    ("openai/gpt-4o", "azure/gpt-4o", True),
 ])
 def test_fallback_rule(asked: str, served: str | None, expected: bool | None) -> None:
     assert is_fallback(asked, served) is expected
