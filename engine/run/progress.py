@@ -23,14 +23,25 @@ def _paced(stats: RunStats) -> str:
     return f", {stats.rate_limited} paced to the rate limit" if stats.rate_limited else ""
 
 
+def rate_of_scored(passed: int, scored: int) -> str:
+    """A pass rate that says what it is over: "100.0% of 2 scored" (error rows and rows without a check are not
+    scored), or "-" when nothing was."""
+    return f"{100.0 * passed / scored:.1f}% of {scored} scored" if scored else "-"
+
+
+def _passed(stats: RunStats) -> str:
+    """What the rows done so far came to: "2 of 6 passed, 4 errors (pass rate 100.0% of 2 scored)"."""
+    failed = sum(m.failed for m in stats.by_model.values())
+    rate = rate_of_scored(stats.passed, stats.passed + failed)
+    return f"{stats.passed} of {stats.done} passed, {stats.errors} errors (pass rate {rate})"
+
+
 def _line(stats: RunStats) -> str:
     elapsed = max(1e-9, time.monotonic() - stats.started)
-    scored = stats.done - stats.errors
-    rate = f"{100.0 * stats.passed / scored:.1f}%" if scored else "-"
     speed = stats.done / elapsed
     left = stats.total - stats.done
     eta = f"{left / speed:.0f}s" if speed > 0 and left > 0 else "-"
-    return (f"{stats.done}/{stats.total} done, pass {rate}, errors {stats.errors}, retries {stats.retries} "
+    return (f"{stats.done}/{stats.total} done: {_passed(stats)}, retries {stats.retries} "
             f"({stats.retrying} waiting{_paced(stats)}), in flight {stats.in_flight}, {_tokens_per_s(stats, elapsed)}, "
             f"eta {eta}")
 
@@ -69,9 +80,7 @@ class Progress:
             if self._task is None:
                 self._task = self._bar.add_task("run", total=stats.total, info="")
             elapsed = max(1e-9, time.monotonic() - stats.started)
-            scored = stats.done - stats.errors
-            rate = f"{100.0 * stats.passed / scored:.1f}%" if scored else "-"
-            info = (f"pass {rate}  errors {stats.errors}  retries {stats.retries} ({stats.retrying} waiting"
+            info = (f"{_passed(stats)}  retries {stats.retries} ({stats.retrying} waiting"
                     f"{_paced(stats)})  "
                     f"in flight {stats.in_flight}  "
                     f"{_tokens_per_s(stats, elapsed)}")
@@ -89,12 +98,14 @@ class Progress:
 
 
 def summary_rows(stats: RunStats) -> list[dict[str, Any]]:
-    """One summary dict per model: done, passed, failed, errors, pass rate, cost, mean latency, cached rows."""
+    """One summary dict per model: done, passed, failed, errors, unscored (no check), pass rate over the scored
+    rows, cost, mean latency, cached rows."""
     out = []
     for name, m in stats.by_model.items():
         scored = m.passed + m.failed
         out.append({
             "model": name, "done": m.done, "passed": m.passed, "failed": m.failed, "errors": m.errors,
+            "unscored": m.unscored, "scored": scored,
             "pass_rate": (m.passed / scored) if scored else None, "fallbacks": m.fallbacks,
             "retries": m.retries, "cost": m.cost if m.priced else None,
             "mean_latency_s": (m.latency_sum / m.timed) if m.timed else None,   # cached rows are not timed
@@ -105,20 +116,29 @@ def summary_rows(stats: RunStats) -> list[dict[str, Any]]:
 
 
 def print_summary(stats: RunStats, *, stream: TextIO | None = None) -> None:
-    """Print the per-model summary table (rich on a terminal, aligned text otherwise)."""
+    """Print the per-model summary table (rich on a terminal, aligned text otherwise): passed out of every row
+    done, errors beside it, and the pass rate saying it is over the scored rows only."""
     from rich.console import Console
     from rich.table import Table
 
     table = Table(title="results by model")
-    for column in ("model", "done", "passed", "failed", "errors", "pass rate", "fallbacks", "cost",
-                   "mean latency"):
+    for column in ("model", "done", "passed", "failed", "errors", "pass rate (errors left out)", "fallbacks",
+                   "cost", "mean latency"):
         table.add_column(column, justify="left" if column == "model" else "right")
+    notes = []
     for row in summary_rows(stats):
         kinds = ", ".join(f"{k}×{v}" for k, v in sorted(row["error_kinds"].items()))
         done = str(row["done"]) + (f" ({row['cached']} cached)" if row["cached"] else "")
-        table.add_row(row["model"], done, str(row["passed"]), str(row["failed"]),
+        table.add_row(row["model"], done, f"{row['passed']} of {row['done']}", str(row["failed"]),
                       f"{row['errors']}" + (f" ({kinds})" if kinds else ""),
-                      "-" if row["pass_rate"] is None else f"{100 * row['pass_rate']:.1f}%",
+                      rate_of_scored(row["passed"], row["scored"]),
                       str(row["fallbacks"]), "-" if row["cost"] is None else f"{row['cost']:.4f}",
                       "-" if row["mean_latency_s"] is None else f"{row['mean_latency_s']:.2f}s")
-    Console(file=stream or sys.stdout, width=120).print(table)
+        unscored = f", {row['unscored']} without a check" if row["unscored"] else ""
+        if row["errors"] or unscored:
+            notes.append(f"{row['model']}: {row['passed']} of {row['done']} passed, {row['errors']} errors{unscored}"
+                         f" (errors are not scored: `engine analyze` counts them apart)")
+    console = Console(file=stream or sys.stdout, width=120)
+    console.print(table)
+    for note in notes:
+        console.print(note, markup=False, highlight=False)

@@ -36,3 +36,17 @@ async def test_known_tokens_and_prices_are_shown(tmp_path: Path, fake_openai: Fa
     line, table = _outputs(stats)
     assert "tok/s -" not in line and " tok/s" in line
     assert "0.0040" in table   # 2 × (1000 × $1 + 500 × $2) / 1M
+
+
+async def test_errors_stand_beside_the_pass_rate(tmp_path: Path, fake_openai: FakeOpenAI) -> None:
+    """2 passed and 4 error rows read "2 of 6 passed, 4 errors", never a bare "100.0%" over the 2 scored."""
+    fake_openai.responder = lambda body: (Reply(content="ok") if "question 0" in str(body) or "question 1" in str(body)
+                                          else Reply(fault="http_400"))
+    stats = await run_jobs(tmp_path, [make_model(fake_openai.base_url)], [make_test(i) for i in range(6)])
+    line, table = _outputs(stats)
+    assert "6/6 done: 2 of 6 passed, 4 errors (pass rate 100.0% of 2 scored)" in line
+    model_row = next(r for r in table.splitlines() if r.startswith("│ m "))
+    cells = [c.strip() for c in model_row.strip("│").split("│")]
+    assert cells[2:6] == ["2 of 6", "0", "4 (http_400×4)", "100.0% of 2 scored"]
+    assert "pass rate (errors left out)" in " ".join(table.split())
+    assert "m: 2 of 6 passed, 4 errors" in table
