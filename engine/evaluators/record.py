@@ -6,13 +6,16 @@
     usage_reported   the server reported token counts
     latency_s / ttft_s / tokens / cost      budgets: {min: .., max: ..} (ttft_s, tokens: `kind:` too)
     calls / prose_turns / bad_arguments / invented_tools      counts: {equals | min | max} (calls: `tool:`)
+    turns / failed_commands      a conversation's model calls, a workspace's failed commands: {equals | min | max}
+    tool_status      every tool call's recorded status: {all: ok} or {none: [invented, bad_args]} (`tool:` too)
 
 The run facts (served model, finish reason, usage, times, cost) come from `ScoringContext.record`, which the
 runner and `engine rescore` build from the results row (`engine.results.rows.record_of`); where nothing ran
 (the golden self-check) there is no record, and those kinds, listed in `RUN_ONLY`, give a neutral verdict
 saying so (`engine validate` names them). `outcome` and the counts read the conversation (an agent test's
 transcript, duck-typed as in trajectory.py) or, on a single-turn test, the answer's tool calls, so a golden
-checks them like any answer evaluator.
+checks them like any answer evaluator. `turns`, `tool_status` and `failed_commands` read only a conversation
+(`CONVERSATION_ONLY`): a single-turn test has no statuses and one model call, so they give an error verdict there.
 """
 
 from __future__ import annotations
@@ -27,12 +30,19 @@ from engine.evaluators.base import Kind, Record, Scorer, ScoringContext, error, 
 from engine.model import Answer, Test, ToolCall, Verdict
 
 __all__ = [
-    "BAD_ARGUMENTS", "CALLS", "COST", "INVENTED_TOOLS", "LATENCY_S", "NOT_TRUNCATED", "NO_FALLBACK", "OUTCOME",
-    "OUTCOMES", "PROSE_TURNS", "RUN_ONLY", "TOKENS", "TTFT_S", "USAGE_REPORTED",
+    "BAD_ARGUMENTS", "CALLS", "CONVERSATION_ONLY", "COST", "FAILED_COMMANDS", "INVENTED_TOOLS", "LATENCY_S",
+    "NOT_TRUNCATED", "NO_FALLBACK", "OUTCOME", "OUTCOMES", "PROSE_TURNS", "RUN_ONLY", "TOKENS", "TOOL_STATUS",
+    "TOOL_STATUSES", "TTFT_S", "TURNS", "USAGE_REPORTED",
 ]
 
 #: How an agent conversation can end and still be scored (an `error` conversation is an error row).
 OUTCOMES = ("completed", "escalated", "capped", "stuck", "failed")
+#: A tool call's status as the row's `tool_events[].status` records it (engine.agent.transcript.ToolStatus): ok,
+#: error (the declared tool answered with an error), invented (no such tool offered), bad_args, and a workspace's
+#: failed (a command that exited non-zero, timed out or wrote too much) and refused (a path outside it).
+TOOL_STATUSES = ("ok", "error", "invented", "bad_args", "failed", "refused")
+#: Kinds that read only a conversation: on a single-turn test they are an error verdict (as trajectory's are).
+CONVERSATION_ONLY: frozenset[str] = frozenset({"outcome", "turns", "tool_status", "failed_commands"})
 #: Kinds that read what a run records: the golden self-check cannot judge them.
 RUN_ONLY: frozenset[str] = frozenset({"no_fallback", "not_truncated", "usage_reported", "latency_s", "ttft_s",
                                       "tokens", "cost"})
@@ -300,8 +310,12 @@ def _made(answer: Answer, ctx: ScoringContext) -> list[str]:
     return [event.name for event in transcript.tool_events]
 
 
-def _count(kind: str, label: str, rng: _Range, count: Callable[[Answer, ScoringContext], tuple[int, str]]) -> Scorer:
+def _count(kind: str, label: str, rng: _Range, count: Callable[[Answer, ScoringContext], tuple[int, str]], *,
+           conversation: bool = False) -> Callable[[Answer, ScoringContext], Verdict]:
+    """A scorer holding `count`'s figure within `rng`; with `conversation`, an error verdict on a single-turn test."""
     def score(answer: Answer, ctx: ScoringContext) -> Verdict:
+        if conversation and ctx.transcript is None:
+            return _no_conversation(kind)
         got, which = count(answer, ctx)
         detail = f": {which}" if which and not rng.holds(got) else ""
         return verdict(1.0 if rng.holds(got) else 0.0, f"{got} {label}, {rng.words(lambda n: f'{n:g}')} "
@@ -378,6 +392,104 @@ def invented_tools(value: Any, options: Mapping[str, Any]) -> Scorer:
     return _count("invented_tools", "call(s) to tools not offered", rng, count)
 
 
+def _no_conversation(kind: str) -> Verdict:
+    return error(f"{kind} reads a multi-turn conversation, and this test has none; give the test an `agent:` "
+                 "block (or a `workspace:`)", kind)
+
+
+def turns(value: Any, options: Mapping[str, Any]) -> Scorer:
+    """How many model calls the conversation took, `{equals | min | max}`: `{equals: 3}` is "exactly 3 turns"."""
+    rng = _range("turns", value, (), exact=True, whole=True)
+
+    def count(answer: Answer, ctx: ScoringContext) -> tuple[int, str]:
+        return int(ctx.transcript.turns), f"the conversation ended {ctx.transcript.outcome}"
+
+    return _count("turns", "model call(s)", rng, count, conversation=True)
+
+
+def _where(event: Any) -> str:
+    """A tool event named for a reason: its tool (as the model wrote it, cut to 60 characters) and turn."""
+    name = str(event.name)
+    return f"{name[:60]}{'...' if len(name) > 60 else ''} (turn {event.turn})"
+
+
+def failed_commands(value: Any, options: Mapping[str, Any]) -> Scorer:
+    """How many of a workspace's commands failed (tool status `failed`: exited non-zero, timed out or wrote too
+    much), `{equals | min | max}`. A test without a workspace has no commands: an error verdict, not a pass."""
+    kind = "failed_commands"
+    rng = _range(kind, value, (), exact=True, whole=True)
+
+    def count(answer: Answer, ctx: ScoringContext) -> tuple[int, str]:
+        failed = [_where(event) for event in ctx.transcript.tool_events if event.status == "failed"]
+        return len(failed), ", ".join(failed)
+
+    counted = _count(kind, "failed command(s)", rng, count)
+
+    def score(answer: Answer, ctx: ScoringContext) -> Verdict:
+        if ctx.transcript is None:
+            return _no_conversation(kind)
+        if ctx.test.workspace is None:
+            return error("failed_commands counts a workspace's failed commands, and this test has no "
+                         "`workspace:`; for declared tools use {tool_status: {none: [error]}}", kind)
+        return counted(answer, ctx)
+
+    return score
+
+
+def _statuses(kind: str, name: str, raw: Any) -> tuple[str, ...]:
+    """`all:` / `none:` as a tuple of known statuses (one name is a list of one)."""
+    listed = [raw] if isinstance(raw, str) else raw
+    if not isinstance(listed, list) or not listed or not all(isinstance(x, str) for x in listed):
+        raise EvaluatorConfigError(f"{kind}: {name} takes a status or a list of them, e.g. {{{name}: ok}}; got "
+                                   f"{short(raw)}", kind=kind, option=name)
+    unknown = [x for x in listed if x not in TOOL_STATUSES]
+    if unknown:
+        raise EvaluatorConfigError(f"{kind}: {unknown[0]!r} is not a tool status; the statuses are "
+                                   f"{', '.join(TOOL_STATUSES)} (a call that worked is `ok`)", kind=kind,
+                                   option=name)
+    return tuple(dict.fromkeys(listed))
+
+
+def tool_status(value: Any, options: Mapping[str, Any]) -> Scorer:
+    """Every tool call's recorded status: `{all: ok}` (each call's status is one of these) or
+    `{none: [invented, bad_args]}` (no call's is); `tool:` looks at one function's calls only. No call made
+    passes (there is nothing to fault): pair it with `calls: {min: 1}` to require one."""
+    kind = "tool_status"
+    if not isinstance(value, Mapping):
+        raise EvaluatorConfigError(f"{kind} takes a mapping like {{{kind}: {{all: ok}}}}, got {short(value)}",
+                                   kind=kind)
+    unknown = [k for k in value if k not in ("all", "none", "tool")]
+    if unknown:
+        raise EvaluatorConfigError(f"{kind}: unknown option {unknown[0]!r}; use all, none or tool", kind=kind,
+                                   option=str(unknown[0]))
+    if ("all" in value) == ("none" in value):
+        raise EvaluatorConfigError(f"{kind}: give one of `all` (every call's status is one of these) or `none` "
+                                   "(no call's is), e.g. {tool_status: {all: ok}}", kind=kind)
+    every = "all" in value
+    wanted = _statuses(kind, "all" if every else "none", value["all" if every else "none"])
+    tool = value.get("tool")
+    if tool is not None and (not isinstance(tool, str) or not tool):
+        raise EvaluatorConfigError(f"{kind}: tool is a function name, got {short(tool)}", kind=kind, option="tool")
+    statuses = " or ".join(wanted)
+    which = "tool call(s)" if tool is None else f"call(s) of {tool}"
+
+    def score(answer: Answer, ctx: ScoringContext) -> Verdict:
+        if ctx.transcript is None:
+            return _no_conversation(kind)
+        events = [e for e in ctx.transcript.tool_events if tool is None or e.name == tool]
+        wrong = [e for e in events if (e.status in wanted) != every]
+        if not events:
+            return verdict(1.0, f"no {which} made: nothing to check", kind)
+        if not wrong:
+            return verdict(1.0, f"all {len(events)} {which} {statuses}" if every
+                           else f"none of {len(events)} {which} {statuses}", kind)
+        shown = ", ".join(f"{_where(e)} {e.status}" for e in wrong[:10]) + (", ..." if len(wrong) > 10 else "")
+        head = f"not {statuses}" if every else statuses
+        return verdict(0.0, f"{len(wrong)} of {len(events)} {which} {head}: {shown}", kind)
+
+    return score
+
+
 # ------------------------------------------------------------------------------------------ registry entries
 
 def _bounds(integer: bool, exact: bool, **extra: Any) -> dict[str, Any]:
@@ -423,3 +535,20 @@ BAD_ARGUMENTS = Kind("How many tool calls had arguments not fitting the tool: eq
                      _bounds(True, True), {}, ({"bad_arguments": {"max": 0}},), build=bad_arguments)
 INVENTED_TOOLS = Kind("How many tool calls named a tool the test did not offer: equals, min or max.",
                       _bounds(True, True), {}, ({"invented_tools": {"max": 0}},), build=invented_tools)
+TURNS = Kind("How many model calls the conversation took (agent tests only): equals, min or max.",
+             _bounds(True, True), {}, ({"turns": {"equals": 3}},), build=turns)
+FAILED_COMMANDS = Kind("How many of a workspace's commands failed (exited non-zero, timed out or wrote too much): "
+                       "equals, min or max.", _bounds(True, True), {}, ({"failed_commands": {"max": 0}},),
+                       build=failed_commands)
+_STATUS_LIST = {"oneOf": [{"enum": list(TOOL_STATUSES)},
+                          {"type": "array", "minItems": 1, "items": {"enum": list(TOOL_STATUSES)}}]}
+TOOL_STATUS = Kind("Every tool call's recorded status (agent tests only): all: one or more statuses each call "
+                   "has, or none: statuses no call has; tool: one function's calls only.",
+                   {"type": "object", "additionalProperties": False, "minProperties": 1, "properties": {
+                       "all": {**_STATUS_LIST, "description": "Each call's status is one of these (ok = the call "
+                               "worked)."},
+                       "none": {**_STATUS_LIST, "description": "No call's status is one of these."},
+                       "tool": {"type": "string", "minLength": 1, "description": "Look at this function's calls "
+                                "only."}}},
+                   {}, ({"tool_status": {"all": "ok"}}, {"tool_status": {"none": ["invented", "bad_args"]}}),
+                   build=tool_status)

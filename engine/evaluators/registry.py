@@ -73,6 +73,9 @@ KINDS: dict[str, Kind] = {
     "prose_turns": record.PROSE_TURNS,
     "bad_arguments": record.BAD_ARGUMENTS,
     "invented_tools": record.INVENTED_TOOLS,
+    "turns": record.TURNS,
+    "tool_status": record.TOOL_STATUS,
+    "failed_commands": record.FAILED_COMMANDS,
     # code
     "exec": exec_family.EXEC,
     "python": python_scorer.PYTHON,

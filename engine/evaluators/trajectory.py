@@ -26,7 +26,8 @@ from typing import TYPE_CHECKING, Any
 from engine.errors import EvaluatorConfigError
 from engine.evaluators import subtree
 from engine.evaluators import tool_call as single
-from engine.evaluators.base import Kind, Scorer, ScoringContext, error, option_choice, verdict
+from engine.evaluators.base import COMMON_KEYS, Kind, Scorer, ScoringContext, error, option_choice, verdict
+from engine.evaluators.record import CONVERSATION_ONLY
 from engine.evaluators.tool_match import plain, show, strict_equal
 from engine.model import Answer, ToolCall, Verdict
 
@@ -36,11 +37,12 @@ if TYPE_CHECKING:
 
 __all__ = [
     "FINAL_ANSWER", "MAX_CALLS", "MAX_TURNS", "NO_INVENTED_TOOLS", "PARALLEL", "STATE", "TOOL_CALL",
-    "TOOL_SEQUENCE", "TRANSCRIPT_ONLY", "transcript_only_paths",
+    "TOOL_SEQUENCE", "TRANSCRIPT_ONLY", "conversation_kinds_in", "transcript_only_paths",
 ]
 
-#: Kinds that mean nothing without a conversation: on a single-turn test they are an error verdict.
-TRANSCRIPT_ONLY: frozenset[str] = frozenset({"max_turns", "final_answer", "state"})
+#: Kinds that mean nothing without a conversation: on a single-turn test they are an error verdict (the record
+#: kinds that read only a conversation included).
+TRANSCRIPT_ONLY: frozenset[str] = frozenset({"max_turns", "final_answer", "state", *CONVERSATION_ONLY})
 
 
 def _transcript(ctx: ScoringContext) -> Transcript | None:
@@ -377,6 +379,21 @@ def _state_problems(final: Mapping[str, Any], accepted: Mapping[str, list[Any]])
 
 
 # ------------------------------------------------------------------------------------------ load time
+
+def conversation_kinds_in(spec: Any, path: tuple[Any, ...] = ()) -> Iterator[tuple[tuple[Any, ...], str]]:
+    """(path, kind) of every node of an evaluator spec as written (`use` inlined) that needs a conversation, its
+    path pointing at the kind's value: for the loader to report at FILE:LINE:COL on a single-turn test."""
+    if not isinstance(spec, Mapping):
+        return
+    kind = next((k for k in spec if k not in COMMON_KEYS), None)
+    if kind in TRANSCRIPT_ONLY:
+        yield path + (kind,), str(kind)
+    elif kind in ("all", "any") and isinstance(spec[kind], list):
+        for i, child in enumerate(spec[kind]):
+            yield from conversation_kinds_in(child, path + (kind, i))
+    elif kind == "not":
+        yield from conversation_kinds_in(spec[kind], path + (kind,))
+
 
 def transcript_only_paths(node: Node) -> list[tuple[tuple[Any, ...], str]]:
     """(spec path, kind) of every node in the tree that needs a conversation: for the loader to report

@@ -15,6 +15,7 @@ from engine.base.render import render, render_value
 from engine.evaluators import Node, compile_spec
 from engine.evaluators.judge_prompt import JudgePrompt, parse_judge_prompt, with_judge_prompt
 from engine.evaluators.node import has_template
+from engine.evaluators.trajectory import conversation_kinds_in
 from engine.model import Test
 from engine.suite.agent import AgentSettings, GoldenTurn, compile_golden, merge_agent
 from engine.suite.cases_from import CaseOrigin, open_cases
@@ -165,6 +166,8 @@ class Expander(SuiteTools):
                                              eval_path if has_eval else None)
         self.variables.check_rows(cases, templates, path, golden_given)
         agent = self._agent(raw, path, tool_names, workspace)
+        if agent is None or workspace is None:
+            self._check_conversation_kinds(spec, eval_path, agent is not None)
         if not tools_ok or any(d.severity == "error" for d in report.diagnostics[errors_before:]):
             return []
         tools, shared_json = self._offered(tuple(tool_names))
@@ -186,6 +189,19 @@ class Expander(SuiteTools):
             if test is not None:
                 out.append(test)
         return out
+
+    def _check_conversation_kinds(self, spec: Any, eval_path: tuple[Any, ...], agent: bool) -> None:
+        """A check that reads a conversation on a single-turn test, or `failed_commands` on a test without a
+        workspace, could only give an error verdict: say so now, at the check."""
+        for where, kind in conversation_kinds_in(spec):
+            if not agent:
+                self.report.error(eval_path + where, f"{kind} reads a multi-turn conversation, and this test has "
+                                  "none; give the test an `agent:` block (or a `workspace:`), or drop the check",
+                                  key=True)
+            elif kind == "failed_commands":
+                self.report.error(eval_path + where, "failed_commands counts a workspace's failed commands, and "
+                                  "this test has no `workspace:`; for declared tools use {tool_status: {none: "
+                                  "[error]}}", key=True)
 
     def _frame(self, raw: Mapping[str, Any], path: tuple[Any, ...], spec: Any, node: Node | None,
                eval_path: tuple[Any, ...], tools: tuple[Any, ...], tools_json: str | None, system: Any, line: int,

@@ -10,6 +10,10 @@ A trajectory case gives `conversation` instead of `answer`: the model's turns as
 is written (engine/agent/golden.py), replayed through the real agent loop with `agent_tools` (a suite's
 `tools:` mapping, `returns` included, compiled by engine/agent/tools.py), optional `state` (the initial
 state) and `max_turns`; the transcript is scored with its final answer, as the runner scores agent tests.
+
+A stored-row case gives `stored` instead: an agent row's columns as Parquet holds them (`outcome`, `ledger`,
+`tool_events`, ...), read back by `engine.agent.stored.transcript_of_row` as `engine rescore` reads them;
+`workspace: true` makes the test a workspace test (no files: nothing runs).
 """
 
 from __future__ import annotations
@@ -23,11 +27,13 @@ from ruamel.yaml import YAML
 
 from engine.agent.golden import compile_golden, replay_golden
 from engine.agent.loop import AgentSettings
+from engine.agent.stored import transcript_of_row
 from engine.agent.tools import compile_tools
 from engine.agent.transcript import Transcript
 from engine.evaluators import ScoringContext, score
 from engine.evaluators.base import Record
 from engine.model import Answer, Test, ToolCall, Verdict
+from engine.workspace.spec import WorkspaceSpec
 from tests.factories import make_test as build_test
 
 CASES_DIR = Path(__file__).parent / "cases"
@@ -61,7 +67,8 @@ def make_test(case: dict[str, Any]) -> Test:
                   for name, params in schemas.items())
     return build_test(suite="cases", id=case.get("name", "case"), file="cases.yaml", line=0, messages=(), prompt="",
                       eval=case["eval"], golden=case.get("golden"), variables=case.get("variables") or {}, tools=tools,
-                      threshold=case.get("threshold", 1.0), suite_dir=str(CASES_DIR))
+                      threshold=case.get("threshold", 1.0), suite_dir=str(CASES_DIR),
+                      workspace=WorkspaceSpec() if case.get("workspace") else None)
 
 
 def replay(case: dict[str, Any]) -> Transcript:
@@ -77,8 +84,10 @@ def replay(case: dict[str, Any]) -> Transcript:
 def score_case(case: dict[str, Any]) -> Verdict:
     test = make_test(case)
     record = Record(**case["record"]) if "record" in case else None
-    if "conversation" in case:
-        transcript = replay(case)
+    if "conversation" in case or "stored" in case:
+        transcript = replay(case) if "conversation" in case else transcript_of_row({"transcript": [],
+                                                                                  **case["stored"]})
+        assert transcript is not None
         return score(test, transcript.answer(), ScoringContext(test, test.variables, transcript=transcript,
                                                                record=record))
     return score(test, make_answer(case["answer"]), ScoringContext(test, test.variables, record=record))

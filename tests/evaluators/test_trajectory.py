@@ -56,7 +56,8 @@ def test_the_loader_can_name_every_transcript_only_node() -> None:
     assert transcript_only_paths(node) == [(("all", 1, "not"), "state"), (("all", 2), "max_turns"),
                                            (("all", 3), "final_answer")]
     assert transcript_only_paths(compile_spec({"tool_sequence": ["a"], "order": "any"})) == []
-    assert {"max_turns", "final_answer", "state"} == TRANSCRIPT_ONLY
+    assert {"max_turns", "final_answer", "state", "outcome", "turns", "tool_status",
+            "failed_commands"} == TRANSCRIPT_ONLY
 
 
 def test_the_child_of_final_answer_is_rendered_once_with_the_tests_variables() -> None:

@@ -38,6 +38,8 @@ NODES = {
     ("must-call", "all/0.prose_turns"), ("must-call", "all/1.calls"),
     ("booking", "all/0.outcome"), ("booking", "all/1.calls"), ("booking", "all/2.calls"),
     ("booking", "all/3.bad_arguments"), ("booking", "all/4.invented_tools"), ("booking", "all/5.python"),
+    ("booking", "all/6.turns"), ("booking", "all/7.tool_status"),
+    ("midway", "tool_call"),
 }
 
 
@@ -61,6 +63,12 @@ def _booking(good: bool, turn: int) -> Reply:
     return script[min(turn, len(script) - 1)]
 
 
+def _forced(body: dict[str, Any]) -> str | None:
+    """The one tool the request's tool_choice names, if it names one."""
+    choice = body.get("tool_choice")
+    return choice["function"]["name"] if isinstance(choice, dict) else None
+
+
 def respond(body: dict[str, Any]) -> Reply:
     good = body["model"] == "gpt-4o-mini"
     text = _user(body)
@@ -74,6 +82,8 @@ def respond(body: dict[str, Any]) -> Reply:
     if "free slot" in text:
         return (Reply(content="", tool_calls=[{"name": "find_slots", "arguments": {"day": "friday"}}]) if good
                 else Reply(content="Friday looks free."))
+    if _forced(body) == "book":   # the mid-way conversation
+        return Reply(content="", tool_calls=[{"name": "book", "arguments": {"time": "19:00" if good else "20:00"}}])
     turn = sum(1 for m in body["messages"] if m["role"] == "assistant")
     return _booking(good, turn)
 
@@ -97,6 +107,11 @@ def test_each_record_check_passes_and_fails_as_scripted(tmp_path: Path, fake_ope
     out = tmp_path / "results"
     done = engine("run", str(suites), "--models", str(models), "--model", "good", "--model", "bad", "--out", str(out))
     assert done.returncode in (0, 1), done.stderr
+    midway = next(r for r in fake_openai.requests if _forced(r))
+    assert midway["tool_choice"] == {"type": "function", "function": {"name": "book"}}
+    assert [m["role"] for m in midway["messages"]] == ["user", "assistant", "tool"]
+    assert midway["messages"][1]["tool_calls"][0]["function"] == {"name": "find_slots",
+                                                                  "arguments": '{"day": "friday"}'}
     verdicts = _verdicts(out / "latest")
     for test, path in sorted(NODES):
         assert verdicts[("good", test, path)] == (True, False), (test, path)
@@ -111,6 +126,10 @@ def test_each_record_check_passes_and_fails_as_scripted(tmp_path: Path, fake_ope
                                                                 "(asked 'gpt-4o-mini')")
     assert reasons[("bad", "booking", "all/0.outcome")] == ("the conversation ended capped, expected completed "
                                                             "(after 4 model call(s))")
+    assert reasons[("bad", "booking", "all/6.turns")] == ("4 model call(s), exactly 3 expected: the conversation "
+                                                          "ended capped")
+    assert reasons[("bad", "booking", "all/7.tool_status")] == ("2 of 5 tool call(s) not ok: cancel_everything (turn "
+                                                                "1) invented, book (turn 1) bad_args")
     assert reasons[("bad", "single", "all/7.python")] == ("answered 'London is the capital', expected 'Paris' "
                                                           "[output: expected one word, got 4]")
 

@@ -34,16 +34,19 @@ tests:
         - workspace_check:
             command: python3 -c 'import sys; sys.path.append("."); import greet; assert greet.greet() == "hello"'
         - no_invented_tools: true
+        - failed_commands: {max: 0}
+        - tool_status: {all: ok}
+        - turns: {equals: 5}
   - id: failing-command
     prompt: "TASK failing: run the tests"
     workspace: workspaces/greet
     tools: [run_command]
-    eval: {no_invented_tools: true}
+    eval: {failed_commands: {max: 0}}
   - id: escape
     prompt: "TASK escape: OUTSIDE"
     workspace: workspaces/greet
     tools: [run_command, read_file, write_file, list_files]
-    eval: {no_invented_tools: true}
+    eval: {tool_status: {none: [refused]}}
   - id: loop
     prompt: "TASK loop: keep going"
     workspace: workspaces/greet
@@ -171,6 +174,9 @@ def test_the_issue_example_is_solved_and_judged_by_its_hidden_check(results: Any
     assert sent and all("assert greet.greet()" not in json.dumps(r) for r in sent)
     assert sorted(t["function"]["name"] for t in sent[0]["tools"]) == ["list_files", "read_file", "run_command",
                                                                        "write_file"]
+    assert row["passed"] == True  # noqa: E712 - the hidden check, no failed command, every call ok, 5 turns
+    assert [n["kind"] for n in row["evaluators"]][1:] == ["workspace_check", "no_invented_tools", "failed_commands",
+                                                          "tool_status", "turns"]
 
 
 def test_a_failing_command_is_a_result_the_model_reads_and_is_counted(results: Any) -> None:
@@ -180,6 +186,8 @@ def test_a_failing_command_is_a_result_the_model_reads_and_is_counted(results: A
     assert event["status"] == "failed"
     assert json.loads(event["content"]) == {"exit_code": 3, "stdout": "trying\n", "stderr": "", "error": "exit code 3"}
     assert row["answer"] == "the command failed with 3"
+    assert row["passed"] == False  # noqa: E712 - numpy's bool
+    assert row["evaluators"][0]["reason"] == "1 failed command(s), at most 0 expected: run_command (turn 1)"
     assert row["workspace_diff"] == "" and list(row["workspace_files"]) == ["greet.py"]
 
 
@@ -195,6 +203,8 @@ def test_writes_outside_the_workspace_are_refused_counted_and_nothing_is_written
     assert all("the engine's secret" not in m["content"] for m in row["transcript"] if m["content"])
     assert list(row["workspace_files"]) == ["greet.py", "link"]            # the symlink itself is the only change
     assert "refused" in row["tool_events"][0]["content"]
+    assert row["passed"] == False  # noqa: E712
+    assert row["evaluators"][0]["reason"].startswith("5 of 7 tool call(s) refused: write_file (turn 1) refused, ")
 
 
 def test_a_model_that_never_stops_is_capped_and_a_renamed_tool_works(results: Any) -> None:
