@@ -155,6 +155,89 @@ def append_labels(run_dir: Path, records: Iterable[Mapping[str, Any]]) -> int:
         return table.num_rows
 
 
+def find_attempt(run_dir: Path, *, model: str, test: str, case_index: int | None = None,
+                 attempt: int | None = None) -> dict[str, Any]:
+    """The one results row of a run a label given by name is about (`engine label`): its KEY fields, `passed` and
+    `error_kind`. `test` is a test id, or `suite/test_id` where ids repeat across suites; `case_index` is needed
+    when the id holds several cases, `attempt` when the model ran it more than once. A test run again after an
+    edit (two hashes) is the newer row.
+
+    Raises:
+        ResultsError: No such row, or the name fits several; the message lists what there is and the option to add.
+    """
+    import pyarrow.dataset as ds
+
+    from engine.analysis.load import read_table
+
+    run_dir = Path(run_dir)
+    suite, _, test_id = test.rpartition("/")
+    rows = read_table(run_dir, columns=[*KEY, "passed", "error_kind", "started_at"],
+                      where=(ds.field("model") == model) & (ds.field("test_id") == test_id)).to_pylist()
+    if suite:
+        rows = [r for r in rows if r["suite"] == suite]
+    if not rows:
+        raise ResultsError(_no_test(run_dir, model, suite, test_id))
+    suites = sorted({str(r["suite"]) for r in rows})
+    if len(suites) > 1:
+        raise ResultsError(f"test {test_id!r} is in suites {', '.join(suites)}: write --test SUITE/{test_id}, e.g. "
+                           f"--test {suites[0]}/{test_id}")
+    where = f"{model}'s rows of {suites[0]}/{test_id} in {run_dir}"
+    cases = sorted({r["case_index"] for r in rows if r["case_index"] is not None})
+    if case_index is None and len(cases) > 1:
+        raise ResultsError(f"{suites[0]}/{test_id} has cases {_span(cases)}: give --case N")
+    if case_index is None and cases:
+        case_index = cases[0]   # an id made per case (`id: "country-{{ name }}"`) names its one case
+    if case_index is not None and not cases:
+        raise ResultsError(f"{suites[0]}/{test_id} has no cases: leave out --case")
+    rows = [r for r in rows if r["case_index"] == case_index]
+    if not rows:
+        raise ResultsError(f"no case {case_index} in {where} (cases {_span(cases)})")
+    attempts = sorted({int(r["attempt"]) for r in rows})
+    if attempt is None and len(attempts) > 1:
+        raise ResultsError(f"{model} ran {suites[0]}/{test_id}{_case(case_index)} {len(attempts)} times (attempts "
+                           f"{_span(attempts)}): give --attempt K")
+    chosen = [r for r in rows if attempt is None or r["attempt"] == attempt]
+    if not chosen:
+        raise ResultsError(f"no attempt {attempt} in {where}{_case(case_index)} (attempts {_span(attempts)}, "
+                           f"counted from 0)")
+    row = max(chosen, key=lambda r: (r["started_at"] is not None, r["started_at"] or 0))
+    return {**{k: row[k] for k in KEY}, "passed": row["passed"], "error_kind": row["error_kind"]}
+
+
+def _case(case_index: int | None) -> str:
+    return "" if case_index is None else f"#{case_index}"
+
+
+def _span(numbers: Sequence[int]) -> str:
+    """"0-4" for a run of whole numbers, else them listed (the first ten)."""
+    if len(numbers) > 2 and list(numbers) == list(range(numbers[0], numbers[-1] + 1)):
+        return f"{numbers[0]}-{numbers[-1]}"
+    shown = ", ".join(map(str, numbers[:10]))
+    return shown + (f", ... ({len(numbers)} in all)" if len(numbers) > 10 else "")
+
+
+def _no_test(run_dir: Path, model: str, suite: str, test_id: str) -> str:
+    """Why no row matched a model and test: the model or the test is not in the run (with the nearest name)."""
+    import pyarrow.compute as pc
+
+    from engine.analysis.load import read_table
+    from engine.base.words import did_you_mean
+
+    names = read_table(run_dir, columns=["model", "suite", "test_id"])
+    models = sorted(str(m) for m in pc.unique(names["model"]).to_pylist() if m is not None)
+    if model not in models:
+        guess = did_you_mean(model, models)
+        return (f"no model {model!r} in {run_dir}" + (f" - did you mean {guess!r}?" if guess else "")
+                + f" (its models: {', '.join(models[:20])})")
+    tests = sorted({f"{s}/{t}" for s, t in zip(names["suite"].to_pylist(), names["test_id"].to_pylist(),
+                                                strict=True)})
+    ids = sorted({t.split("/", 1)[1] for t in tests})
+    wanted = f"{suite}/{test_id}" if suite else test_id
+    guess = did_you_mean(wanted, tests if suite else ids)
+    return (f"no test {wanted!r} for {model} in {run_dir}" + (f" - did you mean {guess!r}?" if guess else "")
+            + f" ({len(tests)} tests; `engine analyze {run_dir} --format csv` lists them)")
+
+
 def latest_labels(table: pa.Table) -> list[dict[str, Any]]:
     """Each reviewer's last label of each attempt, in the order first given."""
     latest: dict[tuple[Any, ...], dict[str, Any]] = {}

@@ -1,5 +1,5 @@
-"""Command-line interface: `engine validate|list|schema|init|run|analyze|report|view|rescore|diff|import|cache|
-doctor`."""
+"""Command-line interface: `engine validate|list|schema|init|run|analyze|report|view|label|rescore|diff|import|
+cache|doctor`."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from engine.cli import (  # noqa: F401  (importing registers the commands)
     doctor,
     import_cmds,
     import_humaneval,
+    label_cmd,
     run_cmd,
     suite_cmds,
     view_cmd,

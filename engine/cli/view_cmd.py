@@ -12,7 +12,8 @@ from engine.cli.app import app
 USAGE = 2
 
 
-def _login_name() -> str:
+def login_name() -> str:
+    """The reviewer name labels carry by default: the login name."""
     import getpass
 
     try:
@@ -40,7 +41,7 @@ def view(
     if not 0 <= port <= 65535:
         typer.echo(f"error: --port {port}: give a port between 0 and 65535", err=True)
         raise typer.Exit(USAGE)
-    name = (reviewer or _login_name()).strip() or "reviewer"
+    name = (reviewer or login_name()).strip() or "reviewer"
 
     def ready(url: str) -> None:
         typer.echo(f"engine view: serving {path} at {url}  (Ctrl-C stops)")

@@ -7,12 +7,13 @@ from __future__ import annotations
 import os
 import shutil
 from pathlib import Path
+from urllib.parse import urlencode
 
 import pyarrow.parquet as pq
 import pytest
 
 from tests.view.cdp import CHROMIUM, Browser
-from tests.view.viewrun import HOSTILE, ViewServer
+from tests.view.viewrun import HOSTILE, ViewServer, documented_link
 
 pytestmark = [
     pytest.mark.browser,
@@ -88,6 +89,14 @@ async def test_browse_filter_read_label_reload(two_runs: Path, tmp_path: Path) -
         assert await browser.js("document.querySelectorAll('main script, main img').length") == 0
         assert browser.dialogs == []
         await browser.screenshot(shots / "view-test-xss.png")
+
+        # docs/viewing.md's example link opens that test's page, every model's attempt at the Spain case.
+        page, query = documented_link(run)
+        await browser.goto(f"{server.base}/#/{page}?{urlencode(query)}", "test")
+        shown = await browser.js("[...document.querySelectorAll('.attempt')].map(a => [a.dataset.model, "
+                                 "a.querySelector('pre.answer').textContent])")
+        assert shown == [["fast", "Madrid"], ["other", "Barcelona"]]
+        assert "geo/country-Spain#1" in await browser.js("document.getElementById('crumbs').textContent")
 
         # Two runs compared: the tests whose verdict changed.
         names = sorted(p.name for p in results.iterdir() if p.is_dir() and not p.is_symlink())

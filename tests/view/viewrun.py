@@ -9,9 +9,13 @@ import subprocess
 import sys
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qsl
 
 from tests.engine_proc import checkout_env, run_engine
 from tests.fake_openai import FakeOpenAI, Reply
+
+#: docs/viewing.md, whose example link the tests open.
+DOC = (Path(__file__).resolve().parents[2] / "docs" / "viewing.md").read_text(encoding="utf-8")
 
 HOSTILE = "<script>alert('xss')</script><img src=x onerror=alert(1)>"
 
@@ -125,3 +129,10 @@ class ViewServer:
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait(timeout=20)
+
+
+def documented_link(run: str) -> tuple[str, dict[str, str]]:
+    """docs/viewing.md's example link, its run replaced: (the page, the query after `#/page?`)."""
+    found = re.search(r"^http://127\.0\.0\.1:40123/#/(\w+)\?(\S+)$", DOC, flags=re.M)
+    assert found, "no example link in docs/viewing.md"
+    return found.group(1), {**dict(parse_qsl(found.group(2))), "run": run}
