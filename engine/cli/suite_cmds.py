@@ -174,13 +174,15 @@ def schema(
 def init(
     directory: Annotated[Path, typer.Argument(help="Folder to write a starter suite into (created if needed).")],
 ) -> None:
-    """Write a commented starter suite that validates, to edit into your own."""
-    from engine.suite.starter import STARTER_FILE, starter_suite
+    """Write a commented starter suite that validates, to edit into your own, and the suite schema beside it."""
+    from engine.suite.starter import STARTER_FILE, starter_suite, write_schema
 
     target = directory / STARTER_FILE
     if target.exists():
         print(f"{target}: error: already exists; choose another folder or remove the file", file=sys.stderr)
         raise typer.Exit(EXIT_USAGE)
     directory.mkdir(parents=True, exist_ok=True)
-    target.write_text(starter_suite(directory), encoding="utf-8")
-    print(f"wrote {target}; check it with: engine validate {target}")
+    target.write_text(starter_suite(), encoding="utf-8")
+    schema = write_schema(directory)
+    print(f"wrote {target} and {schema} (editor help: a suite whose first line is `# yaml-language-server: "
+          f"$schema={schema.name}` finds it in its own folder); check it with: engine validate {target}")

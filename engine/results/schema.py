@@ -58,7 +58,7 @@ TRANSCRIPT_MESSAGE = pa.struct([
     ("tool_calls", pa.list_(TRANSCRIPT_CALL)),
     ("tool_call_id", pa.string()),      # a tool message: the call it answers
     ("tool_name", pa.string()),         # a tool message: its tool event's name, status, rule, latency
-    ("tool_status", pa.string()),       # ok | error | invented | bad_args
+    ("tool_status", pa.string()),       # ok | error | invented | bad_args | failed | refused
     ("tool_rule", pa.int32()),
     ("tool_latency_s", pa.float64()),
     ("latency_s", pa.float64()),        # an assistant message: its model call's figures
@@ -97,7 +97,7 @@ TOOL_EVENT = pa.struct([
     ("call_id", pa.string()),
     ("name", pa.string()),
     ("raw_arguments", pa.string()),
-    ("status", pa.string()),            # ok | error | invented | bad_args
+    ("status", pa.string()),            # ok | error | invented | bad_args | failed | refused
     ("content", pa.string()),           # the tool message the model read
     ("rule", pa.int32()),               # the `returns` rule that answered, or null
     ("started_s", pa.float64()),

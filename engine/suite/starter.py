@@ -1,15 +1,20 @@
-"""The commented starter suite `engine init` writes."""
+"""The commented starter suite `engine init` writes, and the schema file it writes beside it.
+
+The starter's first line names `suite.schema.json` in its own folder, so an editor finds the schema wherever the
+folder is moved, copied or cloned (a path to the engine's installed schemas would hold on this machine only).
+"""
 
 from __future__ import annotations
 
-import os
+import shutil
 from pathlib import Path
 
 from engine.suite.schema import SCHEMA_DIR
 
-__all__ = ["STARTER_FILE", "starter_suite"]
+__all__ = ["SCHEMA_FILE", "STARTER_FILE", "starter_suite", "write_schema"]
 
 STARTER_FILE = "my-first-suite.yaml"
+SCHEMA_FILE = "suite.schema.json"
 
 _BODY = '''\
 # A starter suite. Check it with `engine validate`, then make it your own.
@@ -51,10 +56,13 @@ tests:
 '''
 
 
-def starter_suite(directory: Path) -> str:
-    """The starter suite's text, with a schema line that points at schemas/ from `directory`."""
-    try:
-        schema = os.path.relpath(SCHEMA_DIR / "suite.schema.json", directory.resolve())
-    except ValueError:  # another drive on Windows
-        schema = str(SCHEMA_DIR / "suite.schema.json")
-    return f"# yaml-language-server: $schema={Path(schema).as_posix()}\n{_BODY}"
+def starter_suite() -> str:
+    """The starter suite's text; its first line names the schema file beside it (`write_schema`)."""
+    return f"# yaml-language-server: $schema={SCHEMA_FILE}\n{_BODY}"
+
+
+def write_schema(directory: Path) -> Path:
+    """Copy this engine's suite schema into `directory` (replacing an older copy) and return its path."""
+    target = directory / SCHEMA_FILE
+    shutil.copyfile(SCHEMA_DIR / SCHEMA_FILE, target)
+    return target

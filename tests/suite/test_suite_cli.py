@@ -81,6 +81,30 @@ def test_init_writes_a_starter_that_validates_and_refuses_to_overwrite(tmp_path:
     assert engine("init", str(target)).returncode == 2
 
 
+def test_the_starters_schema_line_resolves_wherever_the_folder_goes(tmp_path: Path) -> None:
+    """The schema line names a file in the suite's own folder: moved elsewhere, the folder keeps it, the suite
+    validates against it, and `engine validate FOLDER` does not read the JSON file as a suite."""
+    import shutil
+
+    import jsonschema
+    from ruamel.yaml import YAML
+
+    from engine.suite.schema import load_schema
+
+    assert engine("init", str(tmp_path / "made")).returncode == 0
+    moved = tmp_path / "elsewhere" / "deeper" / "suites"
+    shutil.move(str(tmp_path / "made"), moved)
+    text = (moved / "my-first-suite.yaml").read_text(encoding="utf-8")
+    named = moved / text.split("$schema=")[1].split("\n")[0]
+    assert named.parent == moved and named.is_file()
+    schema = json.loads(named.read_text(encoding="utf-8"))
+    assert schema == load_schema("suite")
+    jsonschema.validate(YAML(typ="safe", pure=True).load(text), schema)
+    done = engine("validate", str(moved))
+    assert done.returncode == 0, done.stderr
+    assert "1 file" in done.stdout + done.stderr
+
+
 def test_list_names_evaluator_kinds_not_their_options(repo_root: Path) -> None:
     proc = engine("list", str(repo_root / "suites" / "arithmetic.yaml"))
     kinds = {line.split()[3] for line in proc.stdout.strip().splitlines()[1:]}
