@@ -76,7 +76,8 @@ def test_a_row_that_does_not_exist_is_an_error_naming_what_there_is(results_copy
 
 def test_a_folder_of_runs_is_not_a_run(results_copy: Path) -> None:
     code, said = _label(results_copy, "--model", "other", "--test", "france", "right")
-    assert code == 2 and said.startswith(f"error: {results_copy} is not a run folder but holds 1 run(s): give one "), said
+    assert code == 2, said
+    assert said.startswith(f"error: {results_copy} is not a run folder but holds 1 run(s): give one "), said
 
 
 SUITE = """\
@@ -117,10 +118,10 @@ async def test_the_documented_link_names_what_the_test_page_shows(results_copy: 
     name = next(iter(find_runs(results_copy)))
     page, query = documented_link(name)
     assert page == "test"
-    async with Live(results_copy) as server, aiohttp.ClientSession() as session:
-        async with session.get(server.base + "/api/test", params=query) as response:
-            assert response.status == 200
-            data = await response.json()
+    async with Live(results_copy) as server, aiohttp.ClientSession() as session, \
+            session.get(server.base + "/api/test", params=query) as response:
+        assert response.status == 200
+        data = await response.json()
     assert (data["suite"], data["test_id"], data["case_index"]) == ("geo", "country-Spain", 1)
     assert [(a["model"], a["answer"]) for a in data["attempts"]] == [("fast", "Madrid"), ("other", "Barcelona")]
 
