@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from engine.analysis.passk import ALL_SUITES
 
@@ -34,12 +34,16 @@ SEE_ALL = "--full shows them"
 _CLAUSE_END = (")", ";", ":")
 
 
-def fold_rows(rows: list[list[str]], what: str, *, full: bool, limit: int = FOLD_ROWS,
-              how: str = SEE_ALL) -> tuple[list[list[str]], str]:
+Rows = TypeVar("Rows", list[list[str]], "pd.DataFrame")
+
+
+def fold_rows(rows: Rows, what: str, *, full: bool, limit: int = FOLD_ROWS,
+              how: str = SEE_ALL) -> tuple[Rows, str]:
     """The first `limit` rows of a long list, and the line saying how many were left out.
 
     Args:
-        rows: The table's rows, in the order shown.
+        rows: The table's rows, in the order shown: their cells, or a frame whose display rows are built after
+            the fold (only for the rows kept).
         what: What a row is, plural ("uninformative tests").
         full: Show every row (no fold).
         limit: Rows kept.

@@ -115,12 +115,10 @@ def per_test(df: pd.DataFrame | None = None, *, alpha: float = DEFAULT_ALPHA, ce
                        | ((cells.score_max - cells.score_min) > 1e-9))
     flaky_cell = mixed & cells.greedy
     flaky = flaky_cell.any(axis=1)
-    model_names = np.array(cells.models, dtype=object)
-    counts = [[f"{m} {int(x)}/{int(n)}" for m, x, n, ok in zip(model_names, xs, ns, row, strict=True) if ok]
-              for xs, ns, row in zip(cells.n_passed, cells.n_scored, present, strict=True)]
-    flaky_models = [", ".join(model_names[row]) for row in flaky_cell]
-    mixed_models = [", ".join(c for c, hit in zip(cs, row[ok], strict=True) if hit)
-                    for cs, row, ok in zip(counts, mixed, present, strict=True)]
+    counts, mixed_models = _pass_counts([str(m) for m in cells.models], cells.n_passed, cells.n_scored, present,
+                                        mixed)
+    flaky_models = [", ".join(m for m, hit in zip(cells.models, row, strict=True) if hit)
+                    for row in flaky_cell.tolist()]
     rows_total = cells.n_rows.sum(axis=1)
     with np.errstate(invalid="ignore", divide="ignore"):
         truncation = cells.n_truncated.sum(axis=1) / rows_total
@@ -132,9 +130,10 @@ def per_test(df: pd.DataFrame | None = None, *, alpha: float = DEFAULT_ALPHA, ce
     attempts = cells.n_scored.sum(axis=1).astype("int64")
     methods = p_value_methods(cells.n_passed, cells.n_scored) if len(items) else np.zeros(0, dtype=object)
     reason = [
-        _reason(str(s), int(m), d, pr, p, q, alpha, int(a), _TEST_NAMES.get(str(how), "exact test"))
-        for s, m, d, pr, p, q, a, how in zip(status, n_models, difficulty, pass_rate, p_value, q_value, attempts,
-                                             methods, strict=True)
+        _reason(s, m, d, pr, p, q, alpha, a, _TEST_NAMES.get(how, "exact test"))
+        for s, m, d, pr, p, q, a, how in zip(status.tolist(), n_models.tolist(), difficulty.tolist(),
+                                             pass_rate.tolist(), p_value.tolist(), q_value.tolist(),
+                                             attempts.tolist(), [str(x) for x in methods], strict=True)
     ]
     return pd.DataFrame({
         "suite": items["suite"], "test_id": items["test_id"], "case_index": items["case_index"],
@@ -147,6 +146,19 @@ def per_test(df: pd.DataFrame | None = None, *, alpha: float = DEFAULT_ALPHA, ce
         "truncation_share": truncation, "error_share": errors, "hash_changed": items["hashes"].to_numpy() > 1,
         "status": status, "reason": reason,
     })
+
+
+def _pass_counts(models: list[str], passed: np.ndarray, scored: np.ndarray, present: np.ndarray,
+                 mixed: np.ndarray) -> tuple[list[list[str]], list[str]]:
+    """Per test: "model passed/scored" for each model with data, and those of models whose attempts disagree."""
+    counts, disagree = [], []
+    for xs, ns, here, split in zip(passed.astype("int64").tolist(), scored.astype("int64").tolist(),
+                                   present.tolist(), mixed.tolist(), strict=True):
+        row = [f"{m} {x}/{n}" for m, x, n, ok in zip(models, xs, ns, here, strict=True) if ok]
+        counts.append(row)
+        disagree.append(", ".join(c for c, hit in zip(row, [h for h, ok in zip(split, here, strict=True) if ok],
+                                                       strict=True) if hit))
+    return counts, disagree
 
 
 # How each homogeneity path is named in a test's reason (homogeneity.p_value_methods).

@@ -58,7 +58,7 @@ def pass_hat_k(n: np.ndarray, c: np.ndarray, k: int) -> np.ndarray:
 def _draw_ratio(n: np.ndarray, m: np.ndarray, k: int) -> np.ndarray:
     """C(m, k) / C(n, k) per cell: the chance that k attempts drawn from n all come from m marked ones.
 
-    NaN where n < k or n is 0. The ratios of one attempt count are tabulated once for every m.
+    NaN where n < k or n is 0. Each ratio is computed once per (attempt count, m) the cells hold.
     """
     n = np.asarray(n, dtype="int64")
     m = np.asarray(m, dtype="int64")
@@ -66,9 +66,10 @@ def _draw_ratio(n: np.ndarray, m: np.ndarray, k: int) -> np.ndarray:
     ok = (n >= k) & (n > 0)
     for size in np.unique(n[ok]):
         size = int(size)
-        ratio = np.array([comb(j, k) / comb(size, k) for j in range(size + 1)])
         mask = ok & (n == size)
-        out[mask] = ratio[m[mask]]
+        marked, where = np.unique(m[mask], return_inverse=True)
+        whole = comb(size, k)
+        out[mask] = np.array([comb(int(j), k) / whole for j in marked])[where]
     return out
 
 

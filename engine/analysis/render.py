@@ -155,7 +155,8 @@ def _test_sections(analysis: Analysis, full: bool) -> list[FoldedSection]:
     title = (f"Discriminating tests: pass rates differ between models beyond sampling noise ({rule} ≤ "
              f"{analysis.alpha:g}), ranked by item-rest r")
     if len(chosen):
-        shown, line = fold_rows(rows(chosen), "discriminating tests", full=full, how=every)
+        kept, line = fold_rows(chosen, "discriminating tests", full=full, how=every)
+        shown = rows(kept)
         out.append((f"{title} - {len(chosen)} of {len(tests)}" + (f", top {len(shown)}" if line else ""),
                     header, shown, line))
     for status, title in (("uninformative", "Uninformative tests: no evidence the models' pass rates differ"),
@@ -163,23 +164,23 @@ def _test_sections(analysis: Analysis, full: bool) -> list[FoldedSection]:
                           ("floor", "Floor tests: no model passes (check golden and evaluator)")):
         chosen = tests[tests["status"] == status]
         if len(chosen):
-            shown, line = fold_rows([[_test_name(r), _num(r["difficulty"]), str(r["reason"])]
-                                     for _, r in chosen.iterrows()], f"{status} tests", full=full, how=every)
+            kept, line = fold_rows(chosen, f"{status} tests", full=full, how=every)
+            shown = [[_test_name(r), _num(r["difficulty"]), str(r["reason"])] for _, r in kept.iterrows()]
             more = f", first {len(shown)}" if line else ""
             header_why, shown, shared = hoist_common_text(["test", "difficulty", "why"], shown, 2, full=full)
             out.append((f"{title} - {len(chosen)} of {len(tests)}{more}", header_why, shown,
                         "\n".join(x for x in (shared, line) if x)))
     flaky = tests[tests["flaky"]]
     if len(flaky):
-        shown, line = fold_rows([[_test_name(r), str(r["flaky_models"]), str(r["pass_counts"])]
-                                 for _, r in flaky.iterrows()], "flaky tests", full=full, how=every)
+        kept, line = fold_rows(flaky, "flaky tests", full=full, how=every)
+        shown = [[_test_name(r), str(r["flaky_models"]), str(r["pass_counts"])] for _, r in kept.iterrows()]
         out.append((f"Flaky tests: attempts at temperature 0 disagree (nondeterministic server or evaluator) - "
                     f"{len(flaky)} of {len(tests)}" + (f", first {len(shown)}" if line else ""),
                     ["test", "models", "pass counts"], shown, line))
     mixed = tests[(tests["mixed_models"] != "") & ~tests["flaky"]]
     if len(mixed):
-        shown, line = fold_rows([[_test_name(r), str(r["mixed_models"])] for _, r in mixed.iterrows()],
-                                "tests whose attempts disagree", full=full, how=every)
+        kept, line = fold_rows(mixed, "tests whose attempts disagree", full=full, how=every)
+        shown = [[_test_name(r), str(r["mixed_models"])] for _, r in kept.iterrows()]
         out.append((f"Attempts that disagree at temperature > 0 (sampling, not a flag) - {len(mixed)} of "
                     f"{len(tests)}" + (f", first {len(shown)}" if line else ""),
                     ["test", "passes / attempts of the models that disagree"], shown, line))

@@ -111,11 +111,19 @@ def bootstrap_mean_ci(
     return float(low[0]), float(high[0])
 
 
+# Discordant pairs up to which McNemar's p-value is summed exactly in integers; past it the same tail is summed in
+# floating point from an accurate log-probability (`_binomial_half_log_cdf`), which agrees with the integer sum to
+# about 1e-13 relative (tests/analysis/test_stats.py) at a cost linear in the pairs instead of about cubic.
+MCNEMAR_EXACT_PAIRS = 1_000
+
+
 def mcnemar_exact(only_a: int, only_b: int) -> float:
     """Two-sided exact McNemar p-value: a binomial test of the discordant pairs against p = 1/2.
 
-    Computed with exact integer arithmetic (no scipy at run time): p = min(1, 2·P[X ≤ min(b, c)]) with
-    X ~ Binomial(b + c, 1/2), which equals scipy.stats.binomtest(b, b + c, 0.5).pvalue.
+    p = min(1, 2·P[X ≤ min(b, c)]) with X ~ Binomial(b + c, 1/2), which equals
+    scipy.stats.binomtest(b, b + c, 0.5).pvalue. Up to `MCNEMAR_EXACT_PAIRS` discordant pairs the tail is a sum
+    of big integers, rounded once; past it, a sum in floating point from Loader's saddle-point log-probability
+    (docs/analysis.md, "Comparing two models"). No scipy at run time.
 
     Args:
         only_a: Pairs where only the first model passed.
@@ -130,9 +138,69 @@ def mcnemar_exact(only_a: int, only_b: int) -> float:
     k = min(only_a, only_b)
     if 2 * k == n:
         return 1.0
+    if n > MCNEMAR_EXACT_PAIRS:
+        return min(1.0, math.exp(math.log(2.0) + _binomial_half_log_cdf(k, n)))
     tail = sum(math.comb(n, i) for i in range(k + 1))
     # Exact big-integer ratio, rounded once (Python's int / int): no float underflow on the way.
     return min(1.0, (2 * tail) / (1 << n))
+
+
+def _stirling_error(n: int) -> float:
+    """log(n!) − log(√(2πn)·(n/e)^n), the error of Stirling's formula (Loader 2000; R's `stirlerr`)."""
+    if n <= 15:
+        return math.lgamma(n + 1.0) - (n + 0.5) * math.log(n) + n - 0.5 * math.log(2.0 * math.pi)
+    s0, s1, s2, s3, s4 = 1.0 / 12, 1.0 / 360, 1.0 / 1260, 1.0 / 1680, 1.0 / 1188
+    nn = float(n) * n
+    if n > 500:
+        return (s0 - s1 / nn) / n
+    if n > 80:
+        return (s0 - (s1 - s2 / nn) / nn) / n
+    if n > 35:
+        return (s0 - (s1 - (s2 - s3 / nn) / nn) / nn) / n
+    return (s0 - (s1 - (s2 - (s3 - s4 / nn) / nn) / nn) / nn) / n
+
+
+def _deviance_term(x: float, mean: float) -> float:
+    """x·log(x / mean) + mean − x without cancellation near x = mean (Loader 2000; R's `bd0`)."""
+    if abs(x - mean) < 0.1 * (x + mean):
+        v = (x - mean) / (x + mean)
+        total, term, v2 = (x - mean) * v, 2.0 * x * v, v * v
+        for j in range(1, 1000):
+            term *= v2
+            step = total + term / (2 * j + 1)
+            if step == total:
+                break
+            total = step
+        return total
+    return x * math.log(x / mean) + mean - x
+
+
+def _binomial_half_log_pmf(x: int, n: int) -> float:
+    """log P[X = x] for X ~ Binomial(n, 1/2), accurate to a few ulps whatever n (Loader's saddle point)."""
+    if x in (0, n):
+        return -n * math.log(2.0)
+    half = n / 2.0
+    exponent = (_stirling_error(n) - _stirling_error(x) - _stirling_error(n - x)
+                - _deviance_term(x, half) - _deviance_term(n - x, half))
+    return exponent - 0.5 * (math.log(2.0 * math.pi) + math.log(x) + math.log1p(-x / n))
+
+
+def _binomial_half_log_cdf(k: int, n: int) -> float:
+    """log P[X ≤ k] for X ~ Binomial(n, 1/2) and 2k < n.
+
+    P[X = k] times Σ_{i ≤ k} P[X = i] / P[X = k], the ratios a running product of i / (n − i + 1) from i = k
+    down, summed in blocks until a block adds nothing a float can hold (the ratios only shrink).
+    """
+    total, carry, top = 1.0, 1.0, k
+    block = 4096
+    while top > 0:
+        i = np.arange(top, max(top - block, 0), -1, dtype="float64")
+        ratios = carry * np.cumprod(i / (n - i + 1.0))
+        total += float(ratios.sum())
+        carry, top = float(ratios[-1]), top - len(i)
+        if carry < total * 1e-17:
+            break
+    return _binomial_half_log_pmf(k, n) + math.log(total)
 
 
 def rowwise_corr(x: np.ndarray, y: np.ndarray, min_count: int = 3) -> np.ndarray:

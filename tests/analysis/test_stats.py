@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from engine.analysis.stats import (
+    MCNEMAR_EXACT_PAIRS,
     benjamini_hochberg,
     bootstrap_mean_ci,
     cluster_bootstrap_means,
@@ -31,6 +34,42 @@ def test_mcnemar_matches_scipy_binomtest(only_a: int, only_b: int) -> None:
 def test_mcnemar_textbook_value() -> None:
     # 1 vs 9 discordant pairs: 2 * (1 + 9) / 2**10 = 0.021484375 exactly.
     assert mcnemar_exact(1, 9) == 0.021484375
+
+
+def _mcnemar_by_definition(only_a: int, only_b: int) -> float:
+    """min(1, 2·P[X ≤ min(a, b)]), X ~ Binomial(a + b, 1/2), summed in integers (each C(n, i + 1) from C(n, i))."""
+    n, k = only_a + only_b, min(only_a, only_b)
+    if n == 0:
+        return 1.0
+    tail, term = 0, 1
+    for i in range(k + 1):
+        tail += term
+        term = term * (n - i) // (i + 1)
+    return min(1.0, 2 * tail / (1 << n))
+
+
+@settings(max_examples=300, deadline=None)
+@given(n=st.integers(MCNEMAR_EXACT_PAIRS - 300, 4 * MCNEMAR_EXACT_PAIRS), share=st.floats(0.0, 1.0),
+       near_half=st.booleans(), swap=st.booleans())
+def test_mcnemar_agrees_with_its_definition_on_both_sides_of_the_switch(n: int, share: float, near_half: bool,
+                                                                        swap: bool) -> None:
+    # Past MCNEMAR_EXACT_PAIRS discordant pairs the tail is summed in floating point: it must give the integer
+    # sum's value (and around n/2, where p is near 1 and most terms count, as well as in the far tail).
+    k = round(n / 2 - share * 3 * n ** 0.5) if near_half else round(share * n / 2)
+    k = max(0, min(k, n // 2))
+    a, b = (k, n - k) if not swap else (n - k, k)
+    expected = _mcnemar_by_definition(a, b)
+    assert mcnemar_exact(a, b) == pytest.approx(expected, rel=1e-11, abs=1e-300)
+    assert mcnemar_exact(a, b) == mcnemar_exact(b, a)
+
+
+@pytest.mark.parametrize("only_a,only_b", [(4_900, 5_100), (49_400, 50_600), (499_000, 501_000), (1, 2_000_000),
+                                           (40_000, 60_000), (2_000_000, 2_000_001)])
+def test_mcnemar_far_past_the_switch_matches_scipy(only_a: int, only_b: int) -> None:
+    from scipy.stats import binom
+
+    expected = min(1.0, 2 * binom.cdf(min(only_a, only_b), only_a + only_b, 0.5))
+    assert mcnemar_exact(only_a, only_b) == pytest.approx(expected, rel=1e-9, abs=1e-300)
 
 
 def test_cluster_bootstrap_covers_the_true_mean_at_about_the_nominal_rate() -> None:
