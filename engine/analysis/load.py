@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     import pandas as pd
     import pyarrow as pa
     import pyarrow.compute as pc
+    import pyarrow.dataset as ds
 
 # The columns the statistics need; text columns (prompt, answer, evaluators) are only for drill-down.
 # The last six are the agent counts (engine/analysis/agents.py); a single-turn run has none of them,
@@ -180,18 +181,12 @@ def load(
     return df
 
 
-def read_table(
-    paths: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
-    *,
-    columns: Sequence[str] | None = None,
-    where: pc.Expression | None = None,
-) -> pa.Table:
-    """Read runs as one Arrow table (fallback rows included), schemas unified, absent schema columns as nulls.
+def open_dataset(paths: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]) -> ds.Dataset:
+    """The runs' Parquet files as one dataset, their schemas unified; `read_table` scans it.
 
-    Args:
-        paths: Run folders, a parent folder of runs, Parquet files, or a list of them.
-        columns: Read only these columns (plus `fallback`); None reads all.
-        where: A row filter pushed into the scan (row groups its statistics rule out are not read).
+    Kept by a reader that scans the same files again and again (`engine view`): each file's footer, read at its
+    first filtered scan, is kept with it, so later scans skip the files whose statistics rule a filter out
+    without opening them.
 
     Raises:
         ResultsError: Paths missing, no Parquet found, or column types that cannot be unified.
@@ -199,8 +194,6 @@ def read_table(
     import pyarrow as pa
     import pyarrow.dataset as ds
     import pyarrow.parquet as pq
-
-    from engine.results.schema import SCHEMA
 
     files = find_parquet_files(paths)
     schemas = []
@@ -214,16 +207,62 @@ def read_table(
     except (pa.ArrowException, TypeError) as exc:
         raise ResultsError(f"{files[0].parent}: the results files disagree on a column type ({exc}); "
                            f"load the runs separately") from exc
+    try:
+        return ds.dataset([str(f) for f in files], schema=unified, format="parquet")
+    except (OSError, pa.ArrowException) as exc:
+        raise ResultsError(f"{files[0].parent}: cannot read the results ({exc})") from exc
+
+
+def read_table(
+    paths: str | os.PathLike[str] | Sequence[str | os.PathLike[str]] | ds.Dataset,
+    *,
+    columns: Sequence[str] | None = None,
+    where: pc.Expression | None = None,
+) -> pa.Table:
+    """Read runs as one Arrow table (fallback rows included), schemas unified, absent schema columns as nulls.
+
+    Args:
+        paths: Run folders, a parent folder of runs, Parquet files, or a list of them; or their `open_dataset`.
+        columns: Read only these columns (plus `fallback`); None reads all.
+        where: A row filter pushed into the scan (files and row groups its statistics rule out are not read).
+
+    Raises:
+        ResultsError: Paths missing, no Parquet found, or column types that cannot be unified.
+    """
+    import pyarrow as pa
+    import pyarrow.dataset as ds
+
+    from engine.results.schema import SCHEMA
+
+    dataset = paths if isinstance(paths, ds.Dataset) else open_dataset(paths)
+    unified = dataset.schema
     wanted = list(columns) if columns is not None else list(unified.names)
     if columns is not None and "fallback" not in wanted:
         wanted.append("fallback")
     present = [c for c in wanted if c in unified.names]
     try:
-        dataset = ds.dataset([str(f) for f in files], schema=unified, format="parquet")
+        if where is not None and isinstance(dataset, ds.FileSystemDataset):
+            dataset = _pruned(dataset, where)
         table = dataset.to_table(columns=present, filter=where)
     except (OSError, pa.ArrowException) as exc:
-        raise ResultsError(f"{files[0].parent}: cannot read the results ({exc})") from exc
+        files = dataset.files if isinstance(dataset, ds.FileSystemDataset) else []
+        raise ResultsError(f"{Path(files[0]).parent if files else 'the runs'}: cannot read the results ({exc})") \
+            from exc
     for field in SCHEMA:
         if (columns is None or field.name in wanted) and field.name not in table.column_names:
             table = table.append_column(field.name, pa.nulls(table.num_rows, field.type))
     return table
+
+
+def _pruned(dataset: ds.FileSystemDataset, where: pc.Expression) -> ds.FileSystemDataset:
+    """The dataset without the row groups whose statistics rule `where` out (files with none left are not opened)."""
+    import pyarrow.dataset as ds
+
+    kept = []
+    for fragment in dataset.get_fragments():
+        if isinstance(fragment, ds.ParquetFileFragment):
+            fragment = fragment.subset(filter=where, schema=dataset.schema)
+            if not fragment.num_row_groups:
+                continue
+        kept.append(fragment)
+    return ds.FileSystemDataset(kept, dataset.schema, dataset.format, dataset.filesystem)

@@ -114,7 +114,7 @@ def _records(frame: pd.DataFrame) -> list[dict[str, Any]]:
 
 def analyze(df: pd.DataFrame, *, alpha: float = DEFAULT_ALPHA, level: float = DEFAULT_LEVEL,
             cluster_by: str = DEFAULT_CLUSTER, ks: list[int] | None = None, seed: int = 0,
-            correction: str = DEFAULT_CORRECTION) -> Analysis:
+            correction: str = DEFAULT_CORRECTION, cells: Cells | None = None) -> Analysis:
     """Per-model and per-test tables, pass@k, suite and tag health, and the best model against the others.
 
     Args:
@@ -125,8 +125,9 @@ def analyze(df: pd.DataFrame, *, alpha: float = DEFAULT_ALPHA, level: float = DE
         ks: The k values of pass@k / pass^k; None: 1, 2, 3, 5, 10, ... up to the attempts.
         seed: Seed of the Monte Carlo permutations (only for tests with more than 400 attempts).
         correction: "bh" (Benjamini-Hochberg: false-discovery rate alpha) or "holm" (family-wise rate alpha).
+        cells: The grid already built from `df` with the same `cluster_by` (saves building it again).
     """
-    cells = build_cells(df, cluster_by=cluster_by)
+    cells = cells if cells is not None else build_cells(df, cluster_by=cluster_by)
     analysis = analyze_grid(cells, model_rows(df, cells), agents=per_model_agents(df), alpha=alpha, level=level,
                             ks=ks, seed=seed, correction=correction)
     if has_variants(df):
