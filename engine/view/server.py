@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+import re
 import secrets
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -31,6 +32,8 @@ CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' 
 COOKIE = "engine_view_token"
 CLIENT_HEADER = "X-Engine-View"
 MAX_BODY = 64 * 1024
+MAX_OFFSET = 10**12   # a page's offset and size: beyond any run (larger sizes are cut to the page limit)
+MAX_CASE = 2**31 - 1  # case_index is a 32-bit column; -1 means "no case"
 
 STORE: web.AppKey[Store] = web.AppKey("store", Store)
 TOKEN: web.AppKey[str] = web.AppKey("token", str)
@@ -116,15 +119,45 @@ def _run(request: web.Request) -> Any:
     return request.app[STORE].run(request.query.get("run", ""))
 
 
-def _flag(request: web.Request, name: str) -> bool:
-    return request.query.get(name, "") in ("1", "true", "yes")
+class BadParameter(ValueError):
+    """A query parameter the API cannot take: answered 400 with the message (the page shows it)."""
 
 
-def _int(request: web.Request, name: str, default: int) -> int:
+@web.middleware
+async def _parameters(request: web.Request, handler: Handler) -> web.StreamResponse:
     try:
-        return int(request.query.get(name, default))
-    except ValueError:
-        raise web.HTTPBadRequest(text=f"`{name}` must be a whole number\n") from None
+        return await handler(request)
+    except BadParameter as exc:
+        return _error(400, str(exc))
+
+
+FLAGS = {"": False, "0": False, "false": False, "no": False, "1": True, "true": True, "yes": True}
+
+
+def _flag(request: web.Request, name: str) -> bool:
+    """A yes/no parameter: 1, true or yes; 0, false, no or absent."""
+    value = request.query.get(name, "").lower()
+    if value not in FLAGS:
+        raise BadParameter(f"`{name}` must be 1 or 0 (true/false, yes/no), not {value[:40]!r}")
+    return FLAGS[value]
+
+
+def _int(request: web.Request, name: str, default: int, low: int, high: int) -> int:
+    """A whole-number parameter between `low` and `high` (written in digits, an optional minus sign)."""
+    text = request.query.get(name, "")
+    if text == "":
+        return default
+    if not re.fullmatch(r"-?[0-9]{1,19}", text) or not low <= int(text) <= high:
+        raise BadParameter(f"`{name}` must be a whole number from {low} to {high}, not {text[:40]!r}")
+    return int(text)
+
+
+def _text(request: web.Request, name: str, *, required: bool = False) -> str:
+    """A text parameter; `required` ones must be given and not empty."""
+    value = request.query.get(name, "")
+    if required and not value:
+        raise BadParameter(f"`{name}` is required")
+    return value
 
 
 async def _runs(request: web.Request) -> web.StreamResponse:
@@ -141,7 +174,7 @@ async def _summary(request: web.Request) -> web.StreamResponse:
 
 async def _grid(request: web.Request) -> web.StreamResponse:
     q = request.query
-    offset, limit = _int(request, "offset", 0), _int(request, "limit", 50)
+    offset, limit = _int(request, "offset", 0, 0, MAX_OFFSET), _int(request, "limit", 50, 1, MAX_OFFSET)
     return await _call(lambda: _run(request).grid(
         suite=q.get("suite") or None, tag=q.get("tag") or None, klass=q.get("class") or None,
         failed=_flag(request, "failed"), errors=_flag(request, "errors"), query=q.get("q") or None,
@@ -149,9 +182,9 @@ async def _grid(request: web.Request) -> web.StreamResponse:
 
 
 async def _test(request: web.Request) -> web.StreamResponse:
-    q = request.query
-    case = _int(request, "case", -1)
-    return await _call(lambda: _run(request).attempts(q.get("suite", ""), q.get("test_id", ""), case))
+    suite, test_id = _text(request, "suite", required=True), _text(request, "test_id", required=True)
+    case = _int(request, "case", -1, -1, MAX_CASE)
+    return await _call(lambda: _run(request).attempts(suite, test_id, case))
 
 
 async def _diff(request: web.Request) -> web.StreamResponse:
@@ -184,7 +217,7 @@ def make_app(store: Store, *, token: str = "", reviewer: str = "reviewer") -> we
         token: The access token every request must carry (empty: loopback only, no token).
         reviewer: The name written with each label.
     """
-    app = web.Application(middlewares=[_headers, _guard], client_max_size=MAX_BODY)
+    app = web.Application(middlewares=[_headers, _guard, _parameters], client_max_size=MAX_BODY)
     app[STORE], app[TOKEN], app[REVIEWER] = store, token, reviewer
     app.router.add_get("/", _index)
     app.router.add_get("/static/{name}", _asset)

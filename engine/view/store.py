@@ -2,9 +2,10 @@
 its tests × models grid, one test's attempts, two runs' flips, and the human labels.
 
 Every figure comes from the functions `engine analyze` calls (`summary.analyze`, or `large.grid_from_parquet` and
-`summary.analyze_grid` past memory; `compare.diff`). Only aggregates are held in memory: the grid has one row per
-test, a page of it goes to the browser, and a test's attempts or a text search are filtered scans of the Parquet
-files, so a run of millions of rows opens without loading its rows.
+`summary.analyze_grid` past memory; `compare.diff`), computed once per run and kept beside it (engine.view.cache).
+Only aggregates are held in memory: the grid has one row per test, the rows of a page are built for that page
+alone, and a test's attempts or a text search are filtered scans of the Parquet files, so a run of millions of
+rows opens without loading its rows.
 """
 
 from __future__ import annotations
@@ -21,10 +22,10 @@ from engine.analysis.labels import KEY, append_labels, latest_labels, read_label
 from engine.analysis.summary import json_safe
 from engine.errors import ResultsError
 from engine.results.folder import MANIFEST, read_manifest
+from engine.view import cache
 
 if TYPE_CHECKING:
     from engine.analysis.cells import Cells
-    from engine.analysis.summary import Analysis
 
 CLASSES = ("discriminating", "saturated", "floor", "uninformative", "disagree")
 MAX_PAGE = 200
@@ -73,7 +74,8 @@ def _clip(value: Any) -> Any:
 
 @dataclass
 class Run:
-    """One run folder and what was computed from it (recomputed when its Parquet files change).
+    """One run folder and the snapshot of its analysis (engine.view.cache: computed once, kept beside the run,
+    recomputed when its Parquet files change).
 
     Args:
         name: Its path relative to the folder `engine view` was given.
@@ -82,9 +84,9 @@ class Run:
 
     name: str
     folder: Path
-    _signature: tuple[Any, ...] = ()
-    _analysis: Analysis | None = None
-    _cells: Cells | None = None
+    _signature: cache.Signature = field(default_factory=list)
+    _snapshot: cache.Snapshot | None = None
+    _dataset: Any = None
     _search: dict[str, set[tuple[str, str, int]]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -94,37 +96,35 @@ class Run:
 
         return find_parquet_files(self.folder)
 
-    def _current(self) -> tuple[Analysis, Cells]:
-        """The analysis and grid, computed by engine.analysis as `engine analyze` does (DuckDB past memory)."""
-        from engine.analysis.large import choose_engine
-
+    def _current(self) -> cache.Snapshot:
+        """The snapshot for the run's files as they are now: held, read from beside the run, or computed."""
         files = self.files()
-        signature = tuple((str(f), f.stat().st_mtime_ns, f.stat().st_size) for f in files)
+        signature = cache.signature(self.folder, files)
         with self._lock:
-            if self._analysis is not None and self._cells is not None and signature == self._signature:
-                return self._analysis, self._cells
-            path, _ = choose_engine(files, "auto")
-            if path == "duckdb":
-                from engine.analysis.large import grid_from_parquet
-                from engine.analysis.summary import analyze_grid
+            if self._snapshot is not None and signature == self._signature:
+                return self._snapshot
+            snapshot = cache.read(self.folder, signature)
+            if snapshot is None:
+                snapshot = cache.compute(files)
+                cache.write(self.folder, signature, snapshot)   # a folder that cannot be written: memory only
+            self._snapshot, self._signature = snapshot, signature
+            self._dataset, self._search = None, {}
+            return snapshot
 
-                cells, rows, agents = grid_from_parquet(files)
-                analysis = analyze_grid(cells, rows, agents=agents)
-            else:
-                from engine.analysis.cells import build_cells
-                from engine.analysis.load import ANALYSIS_COLUMNS, load
-                from engine.analysis.summary import analyze
+    def dataset(self) -> Any:
+        """The run's Parquet files as one dataset, kept while they are unchanged (each file's footer is read once
+        for all the scans: a test's attempts, a text search)."""
+        from engine.analysis.load import open_dataset
 
-                df = load(files, columns=ANALYSIS_COLUMNS)
-                analysis = analyze(df)
-                cells = build_cells(df)
-            self._analysis, self._cells, self._signature = analysis, cells, signature
-            self._search = {}
-            return analysis, cells
+        self._current()
+        with self._lock:
+            if self._dataset is None:
+                self._dataset = open_dataset(self.files())
+            return self._dataset
 
     def grid_cells(self) -> Cells:
         """The run's tests × models grid (what `compare.diff` pairs)."""
-        return self._current()[1]
+        return self._current().grid_cells()
 
     def manifest(self) -> dict[str, Any]:
         """The run's `_manifest.json` (an interrupted run has none: {})."""
@@ -132,29 +132,22 @@ class Run:
 
     def overview(self) -> dict[str, Any]:
         """One line of the runs page: date, models with pass rates, tests, cost, errors."""
-        analysis, cells = self._current()
+        snapshot = self._current()
         manifest = self.manifest()
-        models = analysis.models
-        return json_safe({
-            "run": self.name, "started_at": manifest.get("started_at"), "complete": manifest.get("complete"),
-            "tests": len(cells.items), "rows": int(models["rows"].sum()) if len(models) else 0,
-            "errors": int(models["error_rows"].sum()) if len(models) else 0,
-            "cost": float(models["cost"].sum(min_count=1)) if len(models) else None,
-            "models": [{"model": r["model"], "pass_rate": r["pass_rate"], "mean_score": r["mean_score"]}
-                       for r in models.to_dict(orient="records")],
-        })
+        return {"run": self.name, "started_at": json_safe(manifest.get("started_at")),
+                "complete": json_safe(manifest.get("complete")), **snapshot.overview}
 
     def summary(self) -> dict[str, Any]:
         """The models with their intervals, the paired comparisons, notes, and the grid's filter choices."""
-        analysis, cells = self._current()
-        data = analysis.to_dict()
-        tags = sorted({str(t) for tags in cells.items["tags"] for t in (tags if tags is not None else [])})
+        snapshot = self._current()
+        manifest = self.manifest()
+        tags = snapshot.derived("tag names", lambda: sorted({str(t) for t in _tag_values(snapshot)}))
+        suites = snapshot.derived("suite names", lambda: sorted({str(s) for s in snapshot.column("suite")}))
         return json_safe({
-            "run": self.name, "manifest": {k: self.manifest().get(k) for k in ("run_id", "started_at", "ended_at",
-                                                                               "complete", "engine_version")},
-            "interval": data["interval"], "notes": data["notes"], "models": data["models"],
-            "comparisons": data["comparisons"], "agents": data["agents"],
-            "suites": sorted({str(s) for s in cells.items["suite"]}), "tags": tags, "classes": list(CLASSES),
+            "run": self.name, "manifest": {k: manifest.get(k) for k in ("run_id", "started_at", "ended_at",
+                                                                        "complete", "engine_version")},
+            **{k: snapshot.summary.get(k) for k in ("interval", "notes", "models", "comparisons", "agents")},
+            "suites": suites, "tags": tags, "classes": list(CLASSES),
         })
 
     def grid(self, *, suite: str | None = None, tag: str | None = None, klass: str | None = None,
@@ -170,42 +163,44 @@ class Run:
             query: Keep tests whose prompt or answer holds this text (case-insensitive).
             offset, limit: The page (limit at most MAX_PAGE).
         """
-        analysis, cells = self._current()
-        tests = analysis.tests
-        keep = np.ones(len(tests), dtype=bool)
+        if klass and klass not in CLASSES:
+            raise ValueError(f"class {klass!r}: use one of {', '.join(CLASSES)}")
+        snapshot = self._current()
+        cells = snapshot.cells
+        keep = np.ones(snapshot.tests.num_rows, dtype=bool)
         if suite:
-            keep &= (tests["suite"].astype(str) == suite).to_numpy()
+            keep &= snapshot.column("suite") == suite
         if tag:
-            keep &= np.array([tag in (list(t) if t is not None else []) for t in tests["tags"]], dtype=bool)
+            keep &= _has_tag(snapshot, tag)
         if klass:
-            if klass not in CLASSES:
-                raise ValueError(f"class {klass!r}: use one of {', '.join(CLASSES)}")
-            keep &= (tests["mixed_models"] != "").to_numpy() if klass == "disagree" else \
-                (tests["status"] == klass).to_numpy()
+            keep &= snapshot.column("mixed_models") != "" if klass == "disagree" else \
+                snapshot.column("status") == klass
         if failed:
-            keep &= (cells.n_passed < cells.n_scored).any(axis=1)
+            keep &= (cells["n_passed"] < cells["n_scored"]).any(axis=1)
         if errors:
-            keep &= (cells.n_rows > cells.n_scored).any(axis=1)
+            keep &= (cells["n_rows"] > cells["n_scored"]).any(axis=1)
         if query:
             found = self.search(query)
-            keys = zip(tests["suite"].astype(str), tests["test_id"].astype(str),
-                       tests["case_index"].astype("int64"), strict=True)
-            keep &= np.array([key in found for key in keys], dtype=bool)
+            index = snapshot.derived("key index", lambda: _key_index(snapshot))
+            hits = np.zeros(len(keep), dtype=bool)
+            hits[[index[key] for key in found if key in index]] = True
+            keep &= hits
         chosen = np.nonzero(keep)[0]
         limit = max(1, min(int(limit), MAX_PAGE))
         offset = max(0, int(offset))
-        ranked = [m for m in analysis.models["model"] if m in cells.models]
-        order = [cells.models.index(m) for m in ranked]
+        ranked = [m for m in snapshot.ranking if m in snapshot.models]
+        order = [snapshot.models.index(m) for m in ranked]
+        page = chosen[offset:offset + limit]
+        shown = snapshot.tests.select(["suite", "test_id", "case_index", "tags", "status", "difficulty", "reason"])
         rows = []
-        for i in chosen[offset:offset + limit]:
-            t = tests.iloc[int(i)]
+        for i, t in zip(page, shown.take(page).to_pylist(), strict=True):
             rows.append({
                 "suite": t["suite"], "test_id": t["test_id"], "case_index": int(t["case_index"]),
-                "tags": list(t["tags"]) if t["tags"] is not None else [], "status": t["status"],
-                "difficulty": t["difficulty"], "reason": t["reason"],
-                "cells": [{"passed": int(cells.n_passed[i, j]), "scored": int(cells.n_scored[i, j]),
-                           "rows": int(cells.n_rows[i, j]),
-                           "score": float(cells.score[i, j]) if cells.n_scored[i, j] else None} for j in order],
+                "tags": list(t["tags"] or []), "status": t["status"], "difficulty": t["difficulty"],
+                "reason": t["reason"],
+                "cells": [{"passed": int(cells["n_passed"][i, j]), "scored": int(cells["n_scored"][i, j]),
+                           "rows": int(cells["n_rows"][i, j]),
+                           "score": float(cells["score"][i, j]) if cells["n_scored"][i, j] else None} for j in order],
             })
         return json_safe({"total": len(chosen), "offset": offset, "limit": limit, "models": ranked,
                           "rows": rows})
@@ -223,7 +218,7 @@ class Run:
             return cached
         where = (pc.match_substring(ds.field("prompt"), query, ignore_case=True)
                  | pc.match_substring(ds.field("answer"), query, ignore_case=True))
-        table = read_table(self.files(), columns=["suite", "test_id", "case_index"], where=where)
+        table = read_table(self.dataset(), columns=["suite", "test_id", "case_index"], where=where)
         found = {(str(s), str(t), -1 if c is None else int(c)) for s, t, c in zip(
             table["suite"].to_pylist(), table["test_id"].to_pylist(), table["case_index"].to_pylist(), strict=True)}
         self._search[query] = found
@@ -235,20 +230,23 @@ class Run:
 
         from engine.analysis.load import read_table
 
-        analysis, _ = self._current()
+        snapshot = self._current()
         where = (ds.field("suite") == suite) & (ds.field("test_id") == test_id)
         where &= ds.field("case_index").is_null() if case_index < 0 else ds.field("case_index") == case_index
-        table = read_table(self.files(), where=where)
+        table = read_table(self.dataset(), where=where)
         rows = table.slice(0, MAX_ATTEMPTS).to_pylist()
-        rank = {m: i for i, m in enumerate(analysis.models["model"])}
+        rank = {m: i for i, m in enumerate(snapshot.ranking)}
         rows.sort(key=lambda r: (rank.get(r["model"], len(rank)), str(r["model"]), r.get("variant") or "",
                                  r.get("attempt") or 0))
         labels: dict[tuple[Any, ...], dict[str, Any]] = {}
         for label in latest_labels(read_labels(self.folder)):
             labels[tuple(label[k] for k in KEY)] = label
-        tests = analysis.tests
-        match = tests[(tests["suite"].astype(str) == suite) & (tests["test_id"].astype(str) == test_id)
-                      & (tests["case_index"].astype("int64") == case_index)]
+        index = snapshot.derived("key index", lambda: _key_index(snapshot)).get((suite, test_id, case_index))
+        test = None
+        if index is not None:
+            test = snapshot.tests.slice(index, 1).to_pylist()[0]
+            for name in [k for k in test if k.startswith("item_")]:
+                del test[name]
         out = []
         for row in rows:
             row.pop("fallback", None)
@@ -257,12 +255,36 @@ class Run:
             out.append(_clip(row))
         return json_safe({
             "suite": suite, "test_id": test_id, "case_index": case_index, "total": table.num_rows,
-            "shown": len(out), "test": match.iloc[0].to_dict() if len(match) else None, "attempts": out,
+            "shown": len(out), "test": test, "attempts": out,
         })
 
     def add_label(self, record: dict[str, Any]) -> int:
         """Append one label to the run's `_labels.parquet` (engine.analysis.labels)."""
         return append_labels(self.folder, [record])
+
+
+def _tag_values(snapshot: cache.Snapshot) -> list[Any]:
+    import pyarrow.compute as pc
+
+    return pc.list_flatten(snapshot.tests["tags"]).to_pylist()
+
+
+def _has_tag(snapshot: cache.Snapshot, tag: str) -> np.ndarray:
+    """Tests carrying `tag` (the tags column is a list per test)."""
+    import pyarrow.compute as pc
+
+    tags = snapshot.tests["tags"]
+    flat = pc.list_flatten(tags).to_numpy(zero_copy_only=False)
+    parents = pc.list_parent_indices(tags).to_numpy()
+    out = np.zeros(snapshot.tests.num_rows, dtype=bool)
+    out[parents[flat == tag]] = True
+    return out
+
+
+def _key_index(snapshot: cache.Snapshot) -> dict[tuple[str, str, int], int]:
+    """Each test's row by its key (suite, test_id, case_index)."""
+    return {(str(s), str(t), int(c)): i for i, (s, t, c) in enumerate(zip(
+        snapshot.column("suite"), snapshot.column("test_id"), snapshot.column("case_index"), strict=True))}
 
 
 class Store:

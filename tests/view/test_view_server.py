@@ -108,6 +108,44 @@ async def test_grid_pages_and_filters(live: tuple[Live, aiohttp.ClientSession, s
     assert status == 404
 
 
+@pytest.mark.parametrize("path,params,named", [
+    ("test", {"suite": "geo", "test_id": "france", "case": str(10**23)}, "case"),
+    ("test", {"suite": "geo", "test_id": "france", "case": "1e23"}, "case"),
+    ("test", {"suite": "geo", "test_id": "france", "case": "-2"}, "case"),
+    ("test", {"suite": "geo", "test_id": "france", "case": str(2**31)}, "case"),
+    ("test", {"suite": "geo", "case": "0"}, "test_id"),
+    ("test", {"test_id": "france"}, "suite"),
+    ("grid", {"offset": "1e3"}, "offset"),
+    ("grid", {"offset": "-1"}, "offset"),
+    ("grid", {"offset": str(10**40)}, "offset"),
+    ("grid", {"limit": "0"}, "limit"),
+    ("grid", {"limit": "ten"}, "limit"),
+    ("grid", {"limit": "5.5"}, "limit"),
+    ("grid", {"failed": "maybe"}, "failed"),
+    ("grid", {"errors": "2"}, "errors"),
+    ("grid", {"class": "bogus"}, "bogus"),
+])
+async def test_malformed_parameters_are_a_400_naming_the_parameter(live: tuple[Live, aiohttp.ClientSession, str],
+                                                                   path: str, params: dict[str, str],
+                                                                   named: str) -> None:
+    server, session, run = live
+    status, error, body = await _get(session, f"{server.base}/api/{path}", run=run, **params)
+    assert status == 400, body
+    assert named in error["error"] and "Traceback" not in error["error"]
+
+
+async def test_parameters_at_their_bounds_are_answered(live: tuple[Live, aiohttp.ClientSession, str]) -> None:
+    server, session, run = live
+    status, page, _ = await _get(session, server.base + "/api/grid", run=run, offset=10**12, limit=10**12,
+                                 failed="true", errors="no")
+    assert status == 200 and page["rows"] == [] and page["limit"] == 200
+    status, test, _ = await _get(session, server.base + "/api/test", run=run, suite="geo", test_id="france",
+                                 case=str(2**31 - 1))
+    assert status == 200 and test["attempts"] == [] and test["test"] is None
+    status, test, _ = await _get(session, server.base + "/api/test", run=run, suite="geo", test_id="france")
+    assert status == 200 and len(test["attempts"]) == 2
+
+
 Served = tuple[Live, aiohttp.ClientSession, str]
 
 
