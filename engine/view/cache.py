@@ -224,41 +224,58 @@ def _write_ipc(fh: Any, *, table: pa.Table, stamp: str) -> None:
         writer.write_table(table)
 
 
+def _read_summary(run_dir: Path, sig: Signature) -> dict[str, Any] | None:
+    """`summary.json` when it is the one of these files and holds what it should, else None."""
+    path = run_dir / CACHE_DIR / SUMMARY_FILE
+    try:
+        if not path.is_file() or path.stat().st_size > MAX_SUMMARY_BYTES:
+            return None
+        data = json.loads(path.read_bytes())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict) or data.get("key") != _key(sig):
+        return None
+    models, ranking, summary = data.get("models"), data.get("ranking"), data.get("summary")
+    if not (isinstance(data.get("stamp"), str) and isinstance(data.get("tests"), int) and isinstance(models, list)
+            and isinstance(ranking, list) and all(isinstance(m, str) for m in [*models, *ranking])
+            and isinstance(summary, dict) and isinstance(data.get("overview"), dict)
+            and data.get("cluster_by") in ("test", "case") and isinstance(summary.get("interval"), str)
+            and all(isinstance(summary.get(k), list) for k in ("notes", "models", "comparisons", "agents"))):
+        return None
+    return data
+
+
+def read_overview(run_dir: Path, sig: Signature) -> dict[str, Any] | None:
+    """The runs page's figures of the run from its snapshot, without reading the tables (None: none for these
+    files)."""
+    data = _read_summary(run_dir, sig)
+    return data["overview"] if data is not None else None
+
+
 def read(run_dir: Path, sig: Signature) -> Snapshot | None:
     """The snapshot written beside the run for these files, or None (absent, stale, unreadable or inconsistent)."""
     import pyarrow as pa
 
-    folder = run_dir / CACHE_DIR
+    data = _read_summary(run_dir, sig)
+    if data is None:
+        return None
+    n_tests, models, stamp = data["tests"], data["models"], data["stamp"]
     try:
-        path = folder / SUMMARY_FILE
-        if not path.is_file() or path.stat().st_size > MAX_SUMMARY_BYTES:
-            return None
-        data = json.loads(path.read_bytes())
-        if not isinstance(data, dict) or data.get("key") != _key(sig):
-            return None
-        stamp, n_tests, models = data.get("stamp"), data.get("tests"), data.get("models")
-        summary, overview, ranking = data.get("summary"), data.get("overview"), data.get("ranking")
-        if not (isinstance(stamp, str) and isinstance(n_tests, int) and isinstance(models, list)
-                and isinstance(ranking, list) and all(isinstance(m, str) for m in [*models, *ranking])
-                and isinstance(summary, dict) and isinstance(overview, dict)
-                and data.get("cluster_by") in ("test", "case")):
-            return None
-        tests = _read_ipc(folder / TESTS_FILE, stamp)
-        cells = _read_ipc(folder / CELLS_FILE, stamp)
+        tests = _read_ipc(run_dir / CACHE_DIR / TESTS_FILE, stamp)
+        cells = _read_ipc(run_dir / CACHE_DIR / CELLS_FILE, stamp)
     except (OSError, ValueError, pa.ArrowException):
         return None
     if tests is None or cells is None or tests.num_rows != n_tests or cells.num_rows != n_tests * len(models):
         return None
     if not (_typed(tests, _tests_types()) and _typed(cells, _cells_types())
-            and all(cells[name].null_count == 0 for name in cells.column_names)
-            and isinstance(summary.get("interval"), str)
-            and all(isinstance(summary.get(k), list) for k in ("notes", "models", "comparisons", "agents"))):
+            and all(cells[name].null_count == 0 for name in cells.column_names)):
         return None
     shape = (n_tests, len(models))
     arrays = {name: cells[name].to_numpy().astype("float64").reshape(shape) for name in (*CELL_COUNTS, *CELL_VALUES)}
     arrays["greedy"] = cells["greedy"].to_numpy(zero_copy_only=False).astype(bool).reshape(shape)
-    return Snapshot(summary=summary, overview=overview, ranking=list(ranking), models=list(models),
-                    cluster_by=str(data["cluster_by"]), tests=tests.replace_schema_metadata(None), cells=arrays)
+    return Snapshot(summary=data["summary"], overview=data["overview"], ranking=list(data["ranking"]),
+                    models=list(models), cluster_by=str(data["cluster_by"]), tests=tests.replace_schema_metadata(None),
+                    cells=arrays)
 
 
 def _tests_types() -> dict[str, pa.DataType]:

@@ -131,11 +131,16 @@ class Run:
         return read_manifest(self.folder) or {}
 
     def overview(self) -> dict[str, Any]:
-        """One line of the runs page: date, models with pass rates, tests, cost, errors."""
-        snapshot = self._current()
+        """One line of the runs page: date, models with pass rates, tests, cost, errors (from the snapshot's
+        summary alone when the run has one beside it: the runs page does not load every run's tables)."""
+        files = self.files()
+        signature = cache.signature(self.folder, files)
+        with self._lock:
+            held = self._snapshot.overview if self._snapshot is not None and signature == self._signature else None
+        figures = held or cache.read_overview(self.folder, signature) or self._current().overview
         manifest = self.manifest()
         return {"run": self.name, "started_at": json_safe(manifest.get("started_at")),
-                "complete": json_safe(manifest.get("complete")), **snapshot.overview}
+                "complete": json_safe(manifest.get("complete")), **figures}
 
     def summary(self) -> dict[str, Any]:
         """The models with their intervals, the paired comparisons, notes, and the grid's filter choices."""
