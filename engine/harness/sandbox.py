@@ -48,15 +48,16 @@ from engine.errors import HarnessError
 from engine.harness import bwrap as bubblewrap
 from engine.harness.bwrap import bwrap_argv
 
-__all__ = ["CHECK_ENV", "CHECK_SITE", "LEVELS", "SANDBOX_PATH", "Isolation", "Limits", "RunResult", "Session",
-           "check_root", "check_site", "give_tree", "interrupt", "isolation", "isolation_report", "lease_uid",
-           "release_uid", "resolve_program", "run", "run_in"]
+__all__ = ["CHECK_ENV", "CHECK_SITE", "LEVELS", "SANDBOX_PATH", "CheckFolders", "Isolation", "Limits", "RunResult",
+           "Session", "check_python", "check_root", "check_site", "give_tree", "interrupt", "isolation",
+           "isolation_report", "lease_uid", "release_uid", "resolve_program", "run", "run_in"]
 
 SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin"
 # What a hidden check adds to the environment, so the folder it judges cannot shape how it runs: Python
 # without the user site folder or the current folder on sys.path (the parts of `-I` that matter when the
-# environment is already an allowlist), pytest without conftest.py files or a cache folder.
-CHECK_ENV = {"PYTHONNOUSERSITE": "1", "PYTHONSAFEPATH": "1", "PYTEST_ADDOPTS": "-p no:cacheprovider --noconftest"}
+# environment is already an allowlist); the check's own start-up (engine/workspace/check_startup.py) puts
+# the workspace back, after everything else.
+CHECK_ENV = {"PYTHONNOUSERSITE": "1", "PYTHONSAFEPATH": "1"}
 # The isolation levels, strongest first (`isolation()` says which one runs).
 LEVELS = ("bwrap+pidns+netns+uid", "bwrap+pidns+netns", "pidns+netns+uid", "uid", "pidns+netns", "rlimits",
           "session")
@@ -577,9 +578,26 @@ def run(argv: Sequence[str], files: Mapping[str, str], limits: Limits = Limits()
         shutil.rmtree(workdir, ignore_errors=True)
 
 
+@dataclass(frozen=True)
+class CheckFolders:
+    """A hidden check's own places outside the workspace, each shown to it at its own path.
+
+    Args:
+        home: HOME and TMPDIR; handed to the check's uid.
+        out: Where the check writes its report; handed to the check's uid.
+        tools: The engine's check programs, read-only; `tools/lib` goes first on PYTHONPATH.
+        result_fd: An open file of the engine's the check's wrapper writes its end to (passed to it).
+    """
+
+    home: Path
+    out: Path
+    tools: Path
+    result_fd: int
+
+
 def run_in(argv: Sequence[str], workdir: Path, limits: Limits = Limits(), *, network: bool = False,
-           uid: int | None = None, home: Path | None = None, group: str | None = None, root: str | None = None,
-           netns: int | None = None) -> RunResult:
+           uid: int | None = None, check: CheckFolders | None = None, env: Mapping[str, str] | None = None,
+           group: str | None = None, root: str | None = None, netns: int | None = None) -> RunResult:
     """Run `argv` under the sandbox in an existing folder that outlives the run (an agent's workspace).
 
     The same isolation, limits, output caps and group kill as `run`; the folder is neither created nor
@@ -593,7 +611,9 @@ def run_in(argv: Sequence[str], workdir: Path, limits: Limits = Limits(), *, net
         network: Keep the host's network (no network namespace); off by default.
         uid: The uid to run as, leased by the caller (`lease_uid`) and kept after the run; None: a uid of
             the run's own, when privileges are dropped here.
-        home: A hidden check's own folder outside `workdir`: HOME and TMPDIR, with CHECK_ENV added.
+        check: A hidden check's own folders (HOME and TMPDIR, its report, the engine's programs), with CHECK_ENV
+            and the engine's pytest on PYTHONPATH.
+        env: More environment variables.
         group: A name `interrupt(group)` stops this program by.
         root: Where the folder is shown to the program (bubblewrap only; HarnessError elsewhere).
         netns: An open fd of a network namespace to run in (a workspace session's, so a hidden check reaches
@@ -610,21 +630,27 @@ def run_in(argv: Sequence[str], workdir: Path, limits: Limits = Limits(), *, net
     try:
         if uid is not None:
             give_tree(workdir, uid)
-            if home is not None:
-                os.chown(home, uid, uid)
-        binds = () if home is None else (str(home),)
-        site = check_site() if home is not None else None
-        ro_binds = ((site, CHECK_SITE),) if site and plan.level.startswith("bwrap") else ()
+            for folder in (check.home, check.out) if check is not None else ():
+                os.chown(folder, uid, uid)
+        binds = () if check is None else (str(check.home), str(check.out))
+        site = check_site() if check is not None else None
+        bwrap = plan.level.startswith("bwrap")
+        ro_binds: tuple[tuple[str, str], ...] = ()
+        if check is not None and bwrap:
+            ro_binds = ((str(check.tools), str(check.tools)),) + (((site, CHECK_SITE),) if site else ())
         join = netns is not None and os.geteuid() == 0
         command = _command(plan, uid, workdir, limits, [*program, *argv[1:]], network or join, binds, root,
                            ro_binds)
         if join:
             command = ["nsenter", f"--net=/proc/self/fd/{netns}", "--", *command]
-        env = _base_env(root or str(workdir), None if home is None else str(home))
-        if site:
-            env["PYTHONPATH"] = CHECK_SITE if ro_binds else site
-        return _supervise(command, str(workdir), limits, plan, uid, home=None if home is None else str(home),
-                          group=group, env=env, pass_fds=(netns,) if join and netns is not None else ())
+        full_env = _base_env(root or str(workdir), None if check is None else str(check.home))
+        if check is not None:
+            shown_site = [CHECK_SITE if bwrap else site] if site else []
+            full_env["PYTHONPATH"] = ":".join([str(check.tools / "lib"), *shown_site])
+        full_env.update(env or {})
+        fds = ((netns,) if join and netns is not None else ()) + ((check.result_fd,) if check is not None else ())
+        return _supervise(command, str(workdir), limits, plan, uid, home=None if check is None else str(check.home),
+                          group=group, env=full_env, pass_fds=fds)
     finally:
         if uid is not None:
             _sweep_uid(uid)
@@ -777,6 +803,12 @@ def _kill_all(proc: subprocess.Popen[bytes], plan: _Plan, uid: int | None, alive
 # The check's pytest: the engine's own, shown to a hidden check only
 
 CHECK_SITE = "/opt/engine-check/site-packages"   # where bubblewrap shows it to a hidden check
+
+
+def check_python() -> str | None:
+    """The interpreter a hidden check's own programs run with: `python3` on the sandbox's PATH (the one the
+    task's commands ran), else the interpreter the sandbox was probed with; None when there is neither."""
+    return shutil.which("python3", path=SANDBOX_PATH) or _get_plan().python
 
 
 @functools.cache

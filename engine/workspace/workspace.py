@@ -3,7 +3,8 @@
     ws = Workspace.create(spec)        # copy the folder, write inline files, run `setup` (WorkspaceError if it fails)
     ws.run("pytest -q")                # bash -c in the workspace's sandbox session (engine.harness.sandbox.Session)
     ws.inside("src/a.py")              # a path the model named, resolved inside the workspace, or None (refused)
-    ws.check("python3 -m unittest", files={...})   # the hidden check, in an environment the model cannot shape
+    ws.check(HiddenCheck(pytest=("tests",)), files={...})   # the hidden check, in an environment the model
+                                                            # cannot shape (engine.workspace.check)
     ws.files(), ws.diff()              # the final file list, a compact unified diff against the seed
     ws.close()                         # the folder is deleted, its private uid given back
 
@@ -35,6 +36,7 @@ from pathlib import Path, PurePosixPath
 from engine.base.input_file import open_checked
 from engine.errors import HarnessError
 from engine.harness import sandbox
+from engine.workspace.check import CheckResult, HiddenCheck, run_check
 from engine.workspace.spec import WorkspaceSpec
 
 __all__ = ["DIFF_CHARS", "FILE_DIFF_BYTES", "FILE_LIST_MAX", "Entry", "Workspace", "WorkspaceError",
@@ -174,24 +176,24 @@ class Workspace:
         with self._running:
             return self.session.run(command, limits)
 
-    def check(self, command: str, timeout_s: float | None = None,
-              files: Mapping[str, Path] | None = None) -> sandbox.RunResult:
+    def check(self, check: HiddenCheck | str, timeout_s: float | None = None,
+              files: Mapping[str, Path] | None = None) -> CheckResult:
         """Run a hidden check once the model is done, in an environment the model cannot shape.
 
         The final file list and diff are taken first (the check's files are not the model's work); then
         each of `files` (a workspace path -> a file or folder of the suite) replaces whatever the model left
-        at that path, and the command runs with a HOME and TMPDIR of its own outside the workspace and
-        sandbox.CHECK_ENV (no user site folder, nor the current folder on Python's sys.path, no conftest.py),
-        the engine's pytest on PYTHONPATH. It runs in a sandbox of its own, as a uid of its own that the
-        folder is handed to (no longer writable by what the model left running), in the session's network
-        namespace (so it reaches a server the model started).
+        at that path, and the check runs (engine.workspace.check: the engine's wrapper, start-up and pytest
+        configuration, places of its own outside the workspace). It runs in a sandbox of its own, as a uid
+        of its own that the folder is handed to (no longer writable by what the model left running), in the
+        session's network namespace (so it reaches a server the model started).
 
         Raises:
             HarnessError: The sandbox could not run it, or a check file could not be copied in.
         """
+        if isinstance(check, str):
+            check = HiddenCheck(command=check)
         self.final_state()
         uid = sandbox.lease_uid()
-        home: Path | None = None
         try:
             with self._running:
                 try:
@@ -202,15 +204,12 @@ class Workspace:
                         _replace(self.root, rel, source)
                 except OSError as exc:
                     raise HarnessError(f"could not copy the check's files into the workspace: {exc}") from exc
-                home = Path(tempfile.mkdtemp(prefix="engine-check-"))
                 limits = sandbox.Limits(timeout_s=timeout_s or self.spec.timeout_s, memory_mb=self.spec.memory_mb)
-                return sandbox.run_in(["bash", "-c", command], self.root, limits, network=self.spec.network,
-                                      uid=uid if uid is not None else self.uid, home=home, group=self.group,
-                                      root=self.spec.root, netns=self.session.netns())
+                return run_check(check, self.root, limits, network=self.spec.network,
+                                 uid=uid if uid is not None else self.uid, group=self.group, root=self.spec.root,
+                                 netns=self.session.netns())
         finally:
             sandbox.release_uid(uid)
-            if home is not None:
-                shutil.rmtree(home, ignore_errors=True)
 
     def interrupt(self) -> None:
         """Stop this workspace's running command now (its tool call was cancelled or ran out of time)."""

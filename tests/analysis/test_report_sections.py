@@ -85,6 +85,7 @@ def run_folder(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     shutil.copy(ROOT / "suites" / "workspace_tasks.yaml", suites)
     shutil.copy(ROOT / "suites" / "judged.yaml", suites)
     shutil.copytree(ROOT / "suites" / "workspaces", suites / "workspaces")
+    shutil.copytree(ROOT / "suites" / "checks", suites / "checks")
     (suites / "qa.yaml").write_text(VARIANTS_SUITE)
     server = FakeOpenAI().start()
     try:

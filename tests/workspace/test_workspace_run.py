@@ -23,7 +23,7 @@ GREET = 'def greet():\n    return "helo"\n'
 SUITE = """\
 suite: workspace-e2e
 tests:
-  # the issue's example, as written
+  # docs/agents.md's example, as written
   - id: fix-the-greeting
     prompt: greet.py returns a misspelled greeting. Fix it.
     workspace: workspaces/greet
@@ -32,7 +32,7 @@ tests:
     eval:
       all:
         - workspace_check:
-            command: python3 -c 'import sys; sys.path.append("."); import greet; assert greet.greet() == "hello"'
+            command: python3 -c 'import greet; assert greet.greet() == "hello"'
         - no_invented_tools: true
         - failed_commands: {max: 0}
         - tool_status: {all: ok}

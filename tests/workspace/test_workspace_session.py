@@ -47,7 +47,7 @@ def test_a_background_server_outlives_its_command_serves_the_check_and_dies_with
         assert json.loads(run_command(ws, {"command": FETCH}).content)["stdout"] == "pong\n"
         assert len(live_processes(token=token)) == 1
         check = ws.check(FETCH + " && pwd")
-        assert check.ok and check.stdout == "pong\n/app\n", check
+        assert check.passed and check.run.stdout == "pong\n/app\n", check
     finally:
         ws.close()
     assert live_processes(token=token) == []
@@ -59,7 +59,7 @@ def test_pytest_is_the_checks_and_not_the_models() -> None:
     try:
         model = json.loads(run_command(ws, {"command": "python3 -m pytest --version"}).content)
         assert model["exit_code"] != 0 and "No module named pytest" in model["stderr"], model
-        assert ws.check("python3 -m pytest --version").ok
+        assert ws.check("python3 -m pytest --version").passed
     finally:
         ws.close()
 
