@@ -8,18 +8,20 @@ task becomes one workspace test:
     workspace   the files the Dockerfile copies into its WORKDIR, seen at that path (`root: /app`), with
                 the task's agent time limit as `time_limit_s`
     golden      one `run_command` of solution.sh's text, then `finish`
-    eval        `workspace_check` running the task's tests with the engine's pytest (`files:` copies tests/
-                in after the model is done; TEST_DIR points at them)
+    eval        a `pytest:` workspace check of the task's tests (`files:` copies tests/ in after the model is
+                done; TEST_DIR points at them), run with the engine's pytest and configuration only
 
 What a workspace cannot be, the importer refuses, naming the task and the reason, never silently: a
 Dockerfile that does more than pick a plain base image, set WORKDIR and COPY files (`RUN apt-get install`,
 a custom image), several containers, tests that install packages, a solution that fetches from the network,
-a solution given as keystrokes (solution.yaml).
+a solution given as keystrokes (solution.yaml), and a symbolic link anywhere in the task that is absolute
+or leads out of the task folder (its target would be copied in from outside the task).
 """
 
 from __future__ import annotations
 
 import io
+import os
 import re
 import shlex
 import shutil
@@ -83,6 +85,7 @@ def read_task(folder: Path) -> Task:
     from ruamel.yaml.error import YAMLError
 
     name = folder.name
+    _refuse_links_out(folder)
     try:
         meta = YAML(typ="safe").load((folder / "task.yaml").read_text(encoding="utf-8"))
     except (OSError, YAMLError, UnicodeDecodeError) as exc:
@@ -116,6 +119,29 @@ def read_task(folder: Path) -> Task:
                 agent_s=_seconds(meta.get("max_agent_timeout_sec"), DEFAULT_AGENT_S),
                 test_s=_seconds(meta.get("max_test_timeout_sec"), DEFAULT_TEST_S), workdir=workdir,
                 copies=tuple(copies), solution=solution)
+
+
+def _refuse_links_out(folder: Path) -> None:
+    """Raise for the first symbolic link in the task that is absolute or resolves outside the task folder.
+
+    Raises:
+        ConfigError: Naming the file, the link's text and where it leads.
+    """
+    top = os.path.realpath(folder)
+    for here, dirs, names in os.walk(folder):
+        for name in sorted(dirs + names):
+            _refuse_link_out(Path(here, name), top, "the task folder")
+
+
+def _refuse_link_out(path: Path, top: str, where: str) -> None:
+    if not path.is_symlink():
+        return
+    link = os.readlink(path)
+    target = os.path.realpath(path)
+    if os.path.isabs(link) or not (target == top or target.startswith(top + os.sep)):
+        raise ConfigError(f"{path}: a symbolic link to {link!r} (which is {target}), "
+                          f"{'an absolute path' if os.path.isabs(link) else f'outside {where}'}; a task's links "
+                          "must stay inside its folder (the importer never copies files from outside the task)")
 
 
 def _seconds(value: Any, default: float) -> float:
@@ -232,7 +258,6 @@ def _test(task: Task, seed: str | None) -> dict[str, Any]:
     prompt = task.instruction
     if "{{" in prompt or "{%" in prompt or "{#" in prompt:
         prompt = "{% raw %}" + prompt + "{% endraw %}"
-    check = (f"TEST_DIR={task.workdir}/{TESTS_AT} python3 -m pytest -q -rA {TESTS_AT}/test_outputs.py")
     test: dict[str, Any] = {
         "id": task.name,
         "prompt": _literal(prompt),
@@ -240,8 +265,9 @@ def _test(task: Task, seed: str | None) -> dict[str, Any]:
         "workspace": workspace,
         "tools": ["run_command", "read_file", "write_file", "list_files", "finish"],
         "agent": {"max_turns": 50, "max_repeats": 5},
-        "eval": {"workspace_check": {"command": check, "files": {TESTS_AT: f"checks/{task.name}/tests"},
-                                     "timeout_s": task.test_s}},
+        "eval": {"workspace_check": {"pytest": f"{TESTS_AT}/test_outputs.py",
+                                     "env": {"TEST_DIR": f"{task.workdir}/{TESTS_AT}"},
+                                     "files": {TESTS_AT: f"checks/{task.name}/tests"}, "timeout_s": task.test_s}},
         "golden": [
             {"tool_calls": [{"name": "run_command", "arguments": {"command": _literal(task.solution)}}]},
             {"tool_calls": [{"name": "finish", "arguments": {"summary": "Ran the reference solution."}}]},
@@ -276,6 +302,8 @@ def import_terminal_bench(src: Path, out: Path) -> Imported:
     tests = []
     for folder in _task_folders(src):
         try:
+            if folder != src:
+                _refuse_link_out(folder, os.path.realpath(src), "the folder of tasks")
             task = read_task(folder)
         except (ConfigError, OSError, UnicodeDecodeError) as exc:
             imported.skipped.append((folder.name, str(exc)))
@@ -287,11 +315,11 @@ def import_terminal_bench(src: Path, out: Path) -> Imported:
         for source, dest in task.copies:
             target = seed / dest
             target.parent.mkdir(parents=True, exist_ok=True)
-            if (folder / source).is_dir():
-                shutil.copytree(folder / source, target, dirs_exist_ok=True)
+            if (folder / source).is_dir():   # links inside the task stay links (read_task refused the others)
+                shutil.copytree(folder / source, target, symlinks=True, dirs_exist_ok=True)
             else:
                 shutil.copyfile(folder / source, target)
-        shutil.copytree(folder / "tests", checks / "tests")
+        shutil.copytree(folder / "tests", checks / "tests", symlinks=True)
         tests.append(_test(task, f"workspaces/{task.name}" if task.copies else None))
         imported.tests.append(task.name)
     if not tests:
