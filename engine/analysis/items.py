@@ -172,7 +172,7 @@ def _reason(status: str, n_models: int, difficulty: float, pass_rate: float, p_v
     models = f"{n_models} model{'s' if n_models != 1 else ''}"
     evidence = "" if np.isnan(p_value) else f" ({test} p = {p_value:.3g}, adjusted q = {q_value:.3g})"
     if status == "no-data":
-        return "no scored attempt: every row is an error"
+        return "no scored attempt: every row is an error or unscored (eval: {none: true})"
     if status == "discriminating":
         return (f"pass rates differ between models beyond sampling noise{evidence}; "
                 f"mean pass rate {pass_rate:.2f} over {attempts} attempts")

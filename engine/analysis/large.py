@@ -214,7 +214,8 @@ def grid_from_parquet(
         FROM r GROUP BY suite, test_id, case_index, model
     """).df()
     model_frame = con.execute("""
-        SELECT model, count(*) AS n_rows, sum(CAST(NOT scored AS INTEGER)) AS errors,
+        SELECT model, count(*) AS n_rows, sum(CAST(NOT scored AND error_kind IS NOT NULL AS INTEGER)) AS errors,
+               sum(CAST(NOT scored AND error_kind IS NULL AS INTEGER)) AS unscored,
                sum(CAST(coalesce(truncated, false) AS INTEGER)) AS truncated,
                avg(prompt_tokens) AS prompt_tokens, avg(completion_tokens) AS completion_tokens,
                count(prompt_tokens) AS prompt_known, count(completion_tokens) AS completion_known,
@@ -226,7 +227,7 @@ def grid_from_parquet(
         SELECT model, kind FROM (
             SELECT model, kind, row_number() OVER (PARTITION BY model ORDER BY n DESC, kind) AS rank FROM (
                 SELECT model, coalesce(CAST(error_kind AS VARCHAR), 'no score') AS kind, count(*) AS n
-                FROM r WHERE NOT scored GROUP BY ALL)) WHERE rank = 1
+                FROM r WHERE NOT scored AND error_kind IS NOT NULL GROUP BY ALL)) WHERE rank = 1
     """).fetchall()   # as models._top_error_kind: the most rows, a tie going to the first name
     agent_rows = (con.execute(f"SELECT model, {', '.join(agents)} FROM r WHERE turns IS NOT NULL").df()
                   if "turns" in agents else None)
@@ -284,7 +285,7 @@ def _model_rows(models: list[str], frame: pd.DataFrame, top: dict[Any, Any], fal
         rows=col("n_rows"), errors=col("errors"), truncated=col("truncated"),
         prompt_tokens=col("prompt_tokens"), completion_tokens=col("completion_tokens"),
         prompt_known=col("prompt_known"), completion_known=col("completion_known"), cost=col("cost"),
-        latency=latency, ttft_p50=col("ttft_p50"), cached=col("cached"),
+        latency=latency, ttft_p50=col("ttft_p50"), cached=col("cached"), unscored=col("unscored"),
         top_error={models.index(str(m)): str(k) for m, k in top.items() if str(m) in models},
         fallback=fallback,
     )

@@ -16,6 +16,8 @@ if TYPE_CHECKING:
     import pandas as pd
 
 TOKENS_NOT_REPORTED = "token counts not reported by the server"
+#: How rows recorded with `eval: {none: true}` are described wherever they are counted.
+UNSCORED_NOTE = "recorded unscored (eval: {none: true}); not in the pass rate"
 
 
 @dataclass
@@ -24,7 +26,7 @@ class ModelRows:
 
     Args:
         rows: Rows per model (attempts, error rows included).
-        errors: Rows without a score.
+        errors: Rows without a score that errored (the call or the evaluator).
         truncated: Rows cut at max_tokens.
         prompt_tokens: Mean prompt tokens over rows that report them (NaN when none do).
         completion_tokens: Mean completion tokens likewise.
@@ -37,6 +39,7 @@ class ModelRows:
         fallback: What `load` recorded: {"included": bool, "rows": {model: count}}.
         cached: Rows the response cache answered (left out of latency and time to first token: nothing was
             timed; their cost is 0).
+        unscored: Rows recorded unscored on purpose (`eval: {none: true}`: no score and no error).
     """
 
     rows: np.ndarray
@@ -52,6 +55,7 @@ class ModelRows:
     top_error: dict[int, str]
     fallback: dict
     cached: np.ndarray | None = None
+    unscored: np.ndarray | None = None
 
 
 def model_rows(df: pd.DataFrame, cells: Cells) -> ModelRows:
@@ -67,7 +71,8 @@ def model_rows(df: pd.DataFrame, cells: Cells) -> ModelRows:
     code = cells.model_code
     rows = np.bincount(code, minlength=n_models).astype("float64")
     scored, _, _ = row_scores(df)
-    errors = rows - np.bincount(code, weights=scored.astype("float64"), minlength=n_models)
+    unscored = unscored_by_design(df, scored)
+    errors = rows - np.bincount(code, weights=(scored | unscored).astype("float64"), minlength=n_models)
     truncated = np.bincount(code, weights=np.asarray(df["truncated"].fillna(False), dtype="float64"),
                             minlength=n_models)
     cached = _cached(df)
@@ -100,9 +105,15 @@ def model_rows(df: pd.DataFrame, cells: Cells) -> ModelRows:
         prompt_known=np.nan_to_num(col(known["prompt_tokens"])),
         completion_known=np.nan_to_num(col(known["completion_tokens"])),
         cost=col(grouped["cost"].sum(min_count=1)), latency=quantiles, ttft_p50=col(grouped["ttft"].median()),
-        top_error=_top_error_kind(df, code, scored), fallback=fallback_rows(df),
+        top_error=_top_error_kind(df, code, scored | unscored), fallback=fallback_rows(df),
         cached=np.bincount(code, weights=cached.astype("float64"), minlength=n_models),
+        unscored=np.bincount(code, weights=unscored.astype("float64"), minlength=n_models),
     )
+
+
+def unscored_by_design(df: pd.DataFrame, scored: np.ndarray) -> np.ndarray:
+    """Rows recorded unscored on purpose (`eval: {none: true}`): no score, and no error either."""
+    return ~scored & np.asarray(df["error_kind"].isna())
 
 
 def per_model(
@@ -159,15 +170,22 @@ def per_model(
         pass_rate = np.nanmean(rate, axis=0) if rate.size else np.full(n_models, np.nan)
 
     errors, fallback, top_error = rows.errors, rows.fallback, rows.top_error
+    unscored = rows.unscored if rows.unscored is not None else np.zeros(n_models)
     notes = []
     for m in range(n_models):
         parts = []
         n_rows = int(rows.rows[m])
         if fallback["rows"].get(cells.models[m]):
             parts.append(_fallback_note(fallback["rows"][cells.models[m]], fallback["included"]))
-        if not present[:, m].any():
+        if unscored[m]:
+            parts.append(f"{int(unscored[m])} of {n_rows} rows {UNSCORED_NOTE}")
+        if not present[:, m].any() and errors[m]:
             kind = top_error.get(m)
-            parts.append(f"no scored rows: all {n_rows} rows errored" + (f" (mostly {kind})" if kind else ""))
+            parts.append(f"no scored rows: all {int(errors[m])} other rows errored" if unscored[m] else
+                         f"no scored rows: all {n_rows} rows errored"
+                         + (f" (mostly {kind})" if kind else ""))
+        elif not present[:, m].any():
+            parts.append("no scored rows")
         elif errors[m]:
             parts.append(f"{int(errors[m])} of {n_rows} rows errored" + (
                 f" (mostly {top_error[m]})" if m in top_error else "") + "; not counted in the score")
@@ -190,6 +208,7 @@ def per_model(
         "mean_score": mean_score, "score_lo": score_lo, "score_hi": score_hi,
         "pass_rate": pass_rate, "pass_lo": pass_lo, "pass_hi": pass_hi,
         "error_rows": errors.astype("int64"),
+        "unscored_rows": unscored.astype("int64"),
         "fallback_rows": np.array([int(fallback["rows"].get(m, 0)) for m in cells.models], dtype="int64"),
         "error_rate": np.divide(errors, total, out=np.full(n_models, np.nan), where=total > 0),
         "truncation_rate": np.divide(rows.truncated, total, out=np.full(n_models, np.nan), where=total > 0),
@@ -203,6 +222,7 @@ def per_model(
     vanished = sorted(set(fallback["rows"]) - set(cells.models)) if not fallback["included"] else []
     if vanished:
         gone = pd.DataFrame({"model": vanished, "tests": 0, "clusters": 0, "rows": 0, "error_rows": 0,
+                             "unscored_rows": 0,
                              "fallback_rows": [int(fallback["rows"][m]) for m in vanished],
                              "notes": [_fallback_note(fallback["rows"][m], False, every=True) for m in vanished]})
         out = pd.concat([out, gone.reindex(columns=out.columns)], ignore_index=True) if len(out) else \
@@ -218,11 +238,12 @@ def _cached(df: pd.DataFrame) -> np.ndarray:
     return df["cached"].astype("boolean").fillna(False).to_numpy(dtype=bool)
 
 
-def _top_error_kind(df: pd.DataFrame, code: np.ndarray, scored: np.ndarray) -> dict[int, str]:
-    """The most common error_kind among each model's unscored rows."""
+def _top_error_kind(df: pd.DataFrame, code: np.ndarray, judged: np.ndarray) -> dict[int, str]:
+    """The most common error_kind among each model's error rows (`judged`: the rows scored or unscored by
+    design, which are not errors)."""
     import pandas as pd
 
-    unscored = ~scored
+    unscored = ~judged
     if not unscored.any():
         return {}
     kinds = pd.Series(np.asarray(df["error_kind"].astype(object))[unscored]).fillna("no score")

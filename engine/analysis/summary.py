@@ -12,7 +12,7 @@ from engine.analysis.agents import per_model_agents
 from engine.analysis.cells import CLUSTER_KEYS, DEFAULT_CLUSTER, Cells, build_cells
 from engine.analysis.compare import Comparison, compare_to_best
 from engine.analysis.items import DEFAULT_ALPHA, DEFAULT_CORRECTION, per_test, suite_health
-from engine.analysis.models import ModelRows, model_rows, per_model
+from engine.analysis.models import UNSCORED_NOTE, ModelRows, model_rows, per_model
 from engine.analysis.passk import pass_k_table
 from engine.analysis.stats import DEFAULT_LEVEL
 from engine.analysis.variants import VariantComparison, compare_variants, has_variants, per_variant
@@ -193,8 +193,13 @@ def _notes(cells: Cells, rows: ModelRows) -> list[str]:
         if errors.sum():
             notes.append(f"{int(errors.sum())} error rows are not scored (they are not zeros) "
                          f"({_counts(cells.models, errors)})")
+        unscored = rows.unscored
+        if unscored is not None and unscored.sum():
+            notes.append(f"{int(unscored.sum())} rows {UNSCORED_NOTE} ({_counts(cells.models, unscored)})")
         if not cells.has_data.any():
-            notes.append("every row is an error: no score to analyse (see error_kind / error_message)")
+            notes.append("every row is an error: no score to analyse (see error_kind / error_message)"
+                         if unscored is None or not unscored.sum() else
+                         "no row is scored (they are errors or recorded unscored): no score to analyse")
     present = cells.has_data
     if present.any() and int(cells.n_scored[present].max()) == 1 and len(cells.models) >= 2:
         notes.append("one attempt per model and test: no single test can show a difference beyond noise, so no "

@@ -14,6 +14,7 @@ from engine.evaluators import (
     ifeval,
     json_eval,
     judge,
+    markers,
     python_scorer,
     record,
     similar,
@@ -84,6 +85,9 @@ KINDS: dict[str, Kind] = {
     # model-graded (await a model call through ScoringContext.caller)
     "judge": judge.JUDGE,
     "similar": similar.SIMILAR,
+    # markers that judge nothing: answers recorded unscored, a check an importer could not carry over
+    "none": markers.NONE,
+    "not_carried": markers.NOT_CARRIED,
 }
 
 #: Kinds whose value is other evaluators (or a name of one): composition, not a scorer.

@@ -23,7 +23,10 @@ from engine.model import Answer, Test, Verdict
 
 __all__ = ["NO_EVALUATOR", "context", "evaluator_of", "score", "score_async", "score_node", "score_node_async"]
 
-NO_EVALUATOR = Verdict(score=1.0, passed=True, reason="no evaluator", kind="none")
+# A Test with no evaluator at all (the loader refuses such a test; one built by hand can have none) judges
+# nothing: an error, never a pass.
+NO_EVALUATOR = error("this test has no evaluator, so nothing checked its answer; give it an `eval:` "
+                     "(`eval: {none: true}` records answers unscored)")
 
 
 def evaluator_of(test: Test) -> Node | None:

@@ -461,6 +461,15 @@ def _assert_from_text(text: str) -> dict[str, Any]:
     return {"type": "equals", "value": text}
 
 
+def _described(assertion: Mapping[str, Any]) -> str:
+    """An assert in a line: `javascript: output.length < 100`."""
+    value = assertion.get("value")
+    text = " ".join(str(value).split()) if value is not None else ""
+    if len(text) > 120:
+        text = text[:117] + "..."
+    return f"{assertion.get('type') or '(no type)'}" + (f": {text}" if text else "")
+
+
 def _expand(variables: Mapping[str, Any]) -> list[dict[str, Any]]:
     """promptfoo's var expansion: a var holding a list makes one test per value (every combination)."""
     keys = list(variables)
@@ -550,6 +559,9 @@ def import_promptfoo(config: Path, out: Path) -> Imported:
                 if spec is None:
                     if variant == 1:
                         importer.notes.append(Note(at.file, line, f"test {test_id}: {why}"))
+                    # The test keeps a placeholder: an error verdict until replaced, never a pass on what is left.
+                    evals.append({"not_carried": _literal(f"{_described(assertion)} (promptfoo assert at "
+                                                          f"{at.file.name}:{line})")})
                     continue
                 if variant == 1 and (("judge" in spec and not judge) or "similar" in spec):
                     what = ("judge: `defaults: {judge: NAME}`" if "judge" in spec
@@ -560,8 +572,8 @@ def import_promptfoo(config: Path, out: Path) -> Imported:
             if description:
                 entry["description"] = str(description)
             entry["_vars"] = row
-            if evals:
-                entry["eval"] = evals[0] if len(evals) == 1 else {"all": evals}
+            # No assert at all: promptfoo shows the answer for a person to read; here it is recorded unscored.
+            entry["eval"] = {"none": True} if not evals else evals[0] if len(evals) == 1 else {"all": evals}
             if threshold is not None:
                 entry["threshold"] = float(threshold)
             tests.append(entry)

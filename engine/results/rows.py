@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from engine.evaluators.base import Record
+from engine.evaluators.markers import is_unscored
 from engine.model import ModelConfig, Test, Verdict, cost_of
 from engine.results.version import SCHEMA_VERSION
 
@@ -108,8 +109,10 @@ def evaluator_nodes(verdict: Verdict) -> tuple[list[dict[str, Any]], str | None]
     isolation = None
     # A lone leaf (the usual verdict) is its own walk: no generator needed.
     for path, node in (((verdict.kind, verdict),) if not verdict.children else verdict.walk()):
-        nodes.append({"path": path, "kind": node.kind, "name": node.name, "score": float(node.score),
-                      "weight": float(node.weight), "passed": bool(node.passed), "error": bool(node.error),
+        unscored = is_unscored(node)   # `none: true` judges nothing: its score and passed stay null
+        nodes.append({"path": path, "kind": node.kind, "name": node.name,
+                      "score": None if unscored else float(node.score), "weight": float(node.weight),
+                      "passed": None if unscored else bool(node.passed), "error": bool(node.error),
                       "reason": node.reason, **judge_node_fields(node)})
         if isolation is None and node.details and node.details.get("isolation"):
             isolation = str(node.details["isolation"])
@@ -242,7 +245,7 @@ def set_verdict(row: dict[str, Any], verdict: Verdict | None, evaluator_error: s
     if verdict is None:
         return
     row["evaluators"], row["isolation"] = evaluator_nodes(verdict)
-    if row["error_kind"] is None:
+    if row["error_kind"] is None and not is_unscored(verdict):
         # score() already applied the test threshold, node thresholds and `must` gates at the root.
         row["score"], row["passed"] = float(verdict.score), bool(verdict.passed)
     # A verdict without a model-graded node has no judge figures to sum: a single-turn row leaves its judge

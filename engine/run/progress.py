@@ -24,7 +24,7 @@ def _paced(stats: RunStats) -> str:
 
 
 def rate_of_scored(passed: int, scored: int) -> str:
-    """A pass rate that says what it is over: "100.0% of 2 scored" (error rows and rows without a check are not
+    """A pass rate that says what it is over: "100.0% of 2 scored" (error rows and rows recorded unscored are not
     scored), or "-" when nothing was."""
     return f"{100.0 * passed / scored:.1f}% of {scored} scored" if scored else "-"
 
@@ -98,7 +98,7 @@ class Progress:
 
 
 def summary_rows(stats: RunStats) -> list[dict[str, Any]]:
-    """One summary dict per model: done, passed, failed, errors, unscored (no check), pass rate over the scored
+    """One summary dict per model: done, passed, failed, errors, unscored (`eval: {none: true}`), pass rate over the scored
     rows, cost, mean latency, cached rows."""
     out = []
     for name, m in stats.by_model.items():
@@ -134,7 +134,7 @@ def print_summary(stats: RunStats, *, stream: TextIO | None = None) -> None:
                       rate_of_scored(row["passed"], row["scored"]),
                       str(row["fallbacks"]), "-" if row["cost"] is None else f"{row['cost']:.4f}",
                       "-" if row["mean_latency_s"] is None else f"{row['mean_latency_s']:.2f}s")
-        unscored = f", {row['unscored']} without a check" if row["unscored"] else ""
+        unscored = f", {row['unscored']} recorded unscored (eval: {{none: true}})" if row["unscored"] else ""
         if row["errors"] or unscored:
             notes.append(f"{row['model']}: {row['passed']} of {row['done']} passed, {row['errors']} errors{unscored}"
                          f" (errors are not scored: `engine analyze` counts them apart)")

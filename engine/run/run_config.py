@@ -62,6 +62,7 @@ class RunStats:
     done: int = 0
     passed: int = 0
     errors: int = 0
+    unscored: int = 0                    # rows recorded unscored on purpose (`eval: {none: true}`)
     retries: int = 0
     completion_tokens: int = 0
     token_rows: int = 0                  # rows whose server reported token counts (llama.cpp streams none)
@@ -100,6 +101,7 @@ class RunStats:
                 model.error_kinds[kind] = model.error_kinds.get(kind, 0) + 1
             elif passed is None:
                 model.unscored += 1
+                self.unscored += 1
             elif passed:
                 model.passed += 1
                 self.passed += 1

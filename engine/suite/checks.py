@@ -20,6 +20,7 @@ from engine.base.words import did_you_mean
 from engine.base.yaml import Positions
 from engine.errors import Diagnostic
 from engine.evaluators import COMMON_KEYS, COMPOSITIONS, KINDS, CheckSite
+from engine.evaluators.markers import UNSCORED
 
 __all__ = [
     "RESERVED_VARIABLES",
@@ -174,7 +175,16 @@ class EvaluatorResolver:
         elif kind == "not":
             value = self.resolve(value, here)
             ok = value is not None
+            children = [value]
         else:
+            children = []
+        for index, child in enumerate(children):
+            if isinstance(child, Mapping) and UNSCORED in child:
+                self.report.error(here if kind == "not" else here + (index,), f"`{UNSCORED}: true` stands alone "
+                                  f"as a test's whole eval (answers recorded unscored); inside `{kind}` it would "
+                                  "be a check that neither passes nor fails; remove it")
+                ok = False
+        if kind not in COMPOSITIONS:
             ok = self._check_leaf(kind, value, spec, path)
         for text_path, text in walk_strings(spec if kind not in COMPOSITIONS else
                                             {k: v for k, v in spec.items() if k in COMMON_KEYS}, path):

@@ -28,7 +28,11 @@ from engine.suite.tools import Tool
 from engine.suite.variable_checks import VariableChecks
 from engine.workspace.spec import WorkspaceSpec, builtin_definition, compile_workspace, split_tools
 
-__all__ = ["Expander"]
+__all__ = ["NO_EVALUATOR", "Expander"]
+
+#: A test with neither `eval:` nor `defaults.eval` would be scored by nothing; it is refused with both fixes.
+NO_EVALUATOR = ("this test has no evaluator, so nothing would check its answers; add an `eval:` (docs/evaluators.md), "
+                "or write `eval: {none: true}` to record its answers unscored")
 
 # An agent test's settings: limits, initial state, the merged `agent:` block (hashed), offered tools compiled,
 # its workspace (None: no workspace).
@@ -144,6 +148,9 @@ class Expander(SuiteTools):
             spec = self.resolver.resolve(raw["eval"], eval_path)
         else:
             spec, eval_path = default_eval, ("defaults", "eval")
+            golden = raw.get("golden")
+            if "eval" not in self.defaults and not (isinstance(golden, dict) and "eval" in golden):
+                report.error(path, NO_EVALUATOR)   # (an `eval:` indented under `golden:` has its own error)
         golden_given = "golden" in raw
         check_golden_shape(raw, path, self.report)
         system = self._setting(raw, "system")

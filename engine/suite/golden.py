@@ -12,6 +12,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from engine.errors import Diagnostic
+from engine.evaluators.markers import UNSCORED
 from engine.evaluators.record import RUN_ONLY
 from engine.model import Answer, Suite, Test, Verdict
 
@@ -65,8 +66,9 @@ def check_goldens(suites: list[Suite], score: Callable[[Test, Answer], Verdict],
         checked: set[tuple[str, int | None]] = set()   # a test's variants share its golden and evaluator
         out.extend(_needs_a_run(suite))
         for test in suite.tests:
-            if test.golden is None or test.eval is None:
-                continue
+            if test.golden is None or test.eval is None or (test.evaluator is not None
+                                                            and test.evaluator.kind == UNSCORED):
+                continue   # no golden, or nothing to check it by (`none: true` records answers unscored)
             if test.variant is not None:
                 if (test.id, test.case_index) in checked:
                     continue

@@ -172,10 +172,25 @@ def test_all_errors(tmp_path: Path) -> None:
 
 def test_nan_scores_count_as_errors_not_zeros(tmp_path: Path) -> None:
     rows = grid_rows({"a": {"t1": [1, 1]}, "b": {"t1": [0, 0]}})
-    rows[1].update(score=float("nan"), passed=None)
+    rows[1].update(score=float("nan"), passed=None, error_kind="evaluator")
     write_run(tmp_path / "r", rows)
     models = per_model(load(tmp_path)).set_index("model")
     assert models.loc["a", "mean_score"] == 1.0 and models.loc["a", "error_rate"] == 0.5
+
+
+def test_rows_recorded_unscored_are_neither_errors_nor_in_the_pass_rate(tmp_path: Path) -> None:
+    """`eval: {none: true}` rows: no score, no error; counted apart, in the model table and the notes."""
+    rows = grid_rows({"a": {"t1": [1], "t2": [0], "t3": [1]}, "b": {"t1": [0], "t2": [0], "t3": [1]}})
+    for one in rows:
+        if one["test_id"] == "t3":
+            one.update(score=None, passed=None, error_kind=None)
+    write_run(tmp_path / "r", rows)
+    analysis = analyze(load(tmp_path))
+    models = analysis.models.set_index("model")
+    assert models.loc["a", "pass_rate"] == 0.5 and models.loc["b", "pass_rate"] == 0.0   # t3 left out
+    assert models.loc["a", "unscored_rows"] == 1 and models.loc["a", "error_rows"] == 0
+    assert models.loc["a", "error_rate"] == 0.0 and "1 of 3 rows recorded unscored" in models.loc["a", "notes"]
+    assert any(n.startswith("2 rows recorded unscored (eval: {none: true})") for n in analysis.notes)
 
 
 def test_missing_token_counts_are_reported_as_missing(tmp_path: Path) -> None:

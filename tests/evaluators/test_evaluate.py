@@ -12,9 +12,10 @@ from engine.model import Answer
 from tests.factories import make_test
 
 
-def test_no_spec_passes_with_a_reason() -> None:
+def test_no_spec_is_an_error_never_a_pass() -> None:
     v = score(make_test(), Answer(text="anything"))
-    assert (v.score, v.passed, v.reason) == (1.0, True, "no evaluator")
+    assert (v.score, v.passed, v.error) == (0.0, False, True)
+    assert v.reason.startswith("this test has no evaluator, so nothing checked its answer")
 
 
 @pytest.mark.parametrize(("spec", "expected"), [

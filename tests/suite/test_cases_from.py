@@ -141,7 +141,7 @@ def test_a_folder_reads_every_case_file_in_name_order(tmp_path: Path) -> None:
 def test_columns_filter_limit_and_sample(tmp_path: Path) -> None:
     lines = ["n,level,text"] + [f"{i},{'hard' if i % 3 == 0 else 'easy'},t{i}" for i in range(1, 101)]
     (tmp_path / "c.csv").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    body = "  - id: r-{{ num }}\n    prompt: '{{ q }}'\n    cases_from:\n      file: c.csv\n"
+    body = "  - id: r-{{ num }}\n    prompt: '{{ q }}'\n    eval: {none: true}\n    cases_from:\n      file: c.csv\n"
     pick = "      columns: {num: n, q: text}\n"
     # The filter reads the file's columns, picked or not: `level` is not a variable (nor in the hash).
     tests, problems = load(tmp_path, body + pick + "      filter: \"level == 'hard' and n|int > 90\"\n",

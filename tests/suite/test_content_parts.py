@@ -83,7 +83,7 @@ def test_bad_images_are_errors_at_the_image(tmp_path: Path, content: str, messag
     write_png(tmp_path / "scans" / "green.png")
     (tmp_path / "scans" / "notes.txt").write_text("not an image")
     suites, diagnostics = load(tmp_path, f"suite: v\ntests:\n  - id: a\n    messages:\n      - role: user\n"
-                                         f"        content: {content}\n")
+                                         f"        content: {content}\n    eval: {{none: true}}\n")
     assert suites == []
     [diag] = [d for d in diagnostics if d.severity == "error"]
     assert message in diag.message and f"{diag.line}:{diag.col}" == line_col
@@ -93,7 +93,7 @@ def test_an_image_over_the_size_limit_is_refused(tmp_path: Path, monkeypatch: py
     monkeypatch.setattr(content_parts, "MAX_IMAGE_BYTES", 50)
     write_png(tmp_path / "big.png")   # 69 bytes
     _, diagnostics = load(tmp_path, "suite: v\ntests:\n  - id: a\n    messages:\n      - role: user\n"
-                                    "        content: [{image: big.png}]\n")
+                                    "        content: [{image: big.png}]\n    eval: {none: true}\n")
     assert "over the 0 MB limit" in diagnostics[0].message or "limit per image" in diagnostics[0].message
 
 
@@ -101,6 +101,7 @@ def test_images_only_in_user_messages_and_not_in_agent_tests(tmp_path: Path) -> 
     write_png(tmp_path / "g.png")
     _, diagnostics = load(tmp_path, """\
 suite: v
+defaults: {eval: {none: true}}
 tools:
   f: {parameters: {type: object}, returns: [{result: 1}]}
 tests:
@@ -115,8 +116,8 @@ tests:
       - {role: user, content: [{text: hi}, {image: g.png}]}
 """)
     found = {(d.line, d.message.split(";")[0]) for d in diagnostics if d.severity == "error"}
-    assert (7, "an image can only be in a user message, not a system one") in found
-    assert any(line == 13 and "not supported in `agent:` tests" in text for line, text in found)
+    assert (8, "an image can only be in a user message, not a system one") in found
+    assert any(line == 14 and "not supported in `agent:` tests" in text for line, text in found)
 
 
 def test_undefined_variable_in_a_part_is_reported(tmp_path: Path) -> None:

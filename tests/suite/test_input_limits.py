@@ -57,7 +57,8 @@ def test_ordinary_templates_still_render() -> None:
 
 def test_validate_refuses_a_hostile_template_quickly(tmp_path: Path) -> None:
     suite = tmp_path / "s.yaml"
-    suite.write_text("suite: s\ntests:\n  - id: a\n    prompt: \"{{ 3 ** 300000000 }}\"\n"
+    suite.write_text("suite: s\ndefaults: {eval: {none: true}}\ntests:\n"
+                     "  - id: a\n    prompt: \"{{ 3 ** 300000000 }}\"\n"
                      "  - id: b\n    prompt: \"{% for i in range(99999) %}{% for j in range(99999) %}x"
                      "{% endfor %}{% endfor %}\"\n  - id: c\n    prompt: fine\n")
     suites, diagnostics = load_suites([suite])
@@ -73,7 +74,7 @@ def test_a_huge_yaml_in_a_folder_is_refused_by_size_without_being_read(tmp_path:
     big = folder / "big.yaml"
     with big.open("wb") as handle:   # 300 MB, one line (sparse: no disk used)
         handle.truncate(300 * 1024 * 1024)
-    (folder / "ok.yaml").write_text("suite: ok\ntests:\n  - id: a\n    prompt: hi\n")
+    (folder / "ok.yaml").write_text("suite: ok\ntests:\n  - id: a\n    prompt: hi\n    eval: {contains: hi}\n")
     opened: list[str] = []
     real_open = Path.open
 

@@ -69,7 +69,7 @@ def test_use_options_override_the_named_ones(tmp_path: Path) -> None:
 def test_messages_tests_keep_their_turns_and_join_for_completions(tmp_path: Path) -> None:
     path = write(tmp_path, "s.yaml", "suite: s\ndefaults: {system: Be brief.}\ntests:\n  - id: a\n    messages:\n"
                  "      - {role: user, content: 'Hi {{ name }}'}\n      - {role: assistant, content: Hello}\n"
-                 "      - {role: user, content: Again}\n    cases: [{name: Ann}]\n")
+                 "      - {role: user, content: Again}\n    cases: [{name: Ann}]\n    eval: {none: true}\n")
     [suite], diagnostics = load_suites([path])
     assert diagnostics == []
     [test] = suite.tests
@@ -91,9 +91,9 @@ def test_hash_is_stable_and_tracks_what_is_sent_and_scored(tmp_path: Path) -> No
 
 
 def test_folders_are_searched_recursively_and_non_suites_skipped(tmp_path: Path) -> None:
-    write(tmp_path, "b.yaml", "suite: b\ntests:\n  - {id: x, prompt: p}\n")
+    write(tmp_path, "b.yaml", "suite: b\ntests:\n  - {id: x, prompt: p, eval: {none: true}}\n")
     (tmp_path / "sub").mkdir()
-    write(tmp_path / "sub", "a.yml", "suite: a\ntests:\n  - {id: x, prompt: p}\n")
+    write(tmp_path / "sub", "a.yml", "suite: a\ntests:\n  - {id: x, prompt: p, eval: {none: true}}\n")
     write(tmp_path, "models.yaml", "models:\n  m: {base_url: 'http://127.0.0.1:1/v1'}\n")
     suites, diagnostics = load_suites([tmp_path])
     assert diagnostics == []
@@ -101,8 +101,8 @@ def test_folders_are_searched_recursively_and_non_suites_skipped(tmp_path: Path)
 
 
 def test_suite_ids_must_be_unique_across_files(tmp_path: Path) -> None:
-    write(tmp_path, "one.yaml", "suite: same\ntests:\n  - {id: x, prompt: p}\n")
-    two = write(tmp_path, "two.yaml", "\nsuite: same\ntests:\n  - {id: x, prompt: p}\n")
+    write(tmp_path, "one.yaml", "suite: same\ntests:\n  - {id: x, prompt: p, eval: {none: true}}\n")
+    two = write(tmp_path, "two.yaml", "\nsuite: same\ntests:\n  - {id: x, prompt: p, eval: {none: true}}\n")
     suites, diagnostics = load_suites([tmp_path])
     assert len(suites) == 1
     [diag] = diagnostics
@@ -110,7 +110,7 @@ def test_suite_ids_must_be_unique_across_files(tmp_path: Path) -> None:
 
 
 def test_a_bad_file_does_not_hide_a_good_one(tmp_path: Path) -> None:
-    write(tmp_path, "good.yaml", "suite: good\ntests:\n  - {id: x, prompt: p}\n")
+    write(tmp_path, "good.yaml", "suite: good\ntests:\n  - {id: x, prompt: p, eval: {none: true}}\n")
     write(tmp_path, "bad.yaml", "suite: bad\ntests:\n  - {id: x, promt: p}\n")
     suites, diagnostics = load_suites([tmp_path])
     assert [s.id for s in suites] == ["good"]

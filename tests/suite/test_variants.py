@@ -65,7 +65,7 @@ def test_editing_one_variant_changes_only_its_hashes(tmp_path: Path) -> None:
 
 
 def test_row_keys_without_a_variant_are_unchanged_and_read_back(tmp_path: Path) -> None:
-    plain = load(tmp_path, "suite: p\ntests:\n  - id: a\n    prompt: hi\n")[0][0].tests[0]
+    plain = load(tmp_path, "suite: p\ntests:\n  - id: a\n    prompt: hi\n    eval: {none: true}\n")[0][0].tests[0]
     assert plain.variant is None
     assert row_key("m", plain, 1) == "\x1f".join(("m", "p", "a", plain.hash, "", "1"))
     row = {"model": "m", "suite": "p", "test_id": "a", "test_hash": plain.hash, "case_index": None, "attempt": 1}
@@ -84,13 +84,14 @@ variants:
 tests:
   - id: a
     prompt: hi
+    eval: {none: true}
 """)
     found = sorted((d.line, d.message) for d in diagnostics if d.severity == "error")
     assert found[0][0] == 3 and "must use {{ prompt }}" in found[0][1]
     assert found[1][0] == 4 and "does not compile" in found[1][1]
     assert len(found) == 2   # the undefined one is checked only once the others compile
     _, diagnostics = load(tmp_path, "suite: sv\nvariants:\n  u: {system: 'You are {{ role }}.'}\n"
-                                    "tests:\n  - id: a\n    prompt: hi\n")
+                                    "tests:\n  - id: a\n    prompt: hi\n    eval: {none: true}\n")
     [diag] = diagnostics
     assert diag.line == 3 and "variant 'u'" in diag.message and "test 'a'" in diag.message
 
