@@ -8,7 +8,8 @@ where the positions are recorded and the safety rules live:
 - plain scalars are read with YAML 1.2's core schema (`no` and `yes` stay text, `0o17` is octal); dates and `=`
   stay text too, since suites hold no timestamps;
 - any other tag (`!!python/object`, `!!binary`, custom `!tags`) is refused;
-- duplicate mapping keys and merge keys (`<<`) are errors; nesting deeper than `MAX_DEPTH` is refused;
+- duplicate mapping keys are errors, and so are merge keys (`<<`) except in files of a kind that reads them
+  (another tool's config: `FileKind.merge_keys`); nesting deeper than `MAX_DEPTH` is refused;
 - the file size is capped (`MAX_BYTES`) and aliases are counted while building values, so a billion-laughs
   file is refused long before it is expanded;
 - every value's position is recorded in `Positions`, keyed by its path (`("tests", 3, "eval")`).
@@ -60,11 +61,14 @@ class FileKind:
         noun: What the file is, as in "not allowed in {noun} files" (`suite`, `harness`, `models`).
         empty: What an empty file should hold: "a suite needs at least `suite:` and `tests:`".
         too_big: The fix for a file over `MAX_BYTES`: "split it into several suites".
+        merge_keys: Read YAML merge keys (`<<: *base`, the keys of the mapping(s) it names, the mapping's own
+            keys winning), as another tool's files may use them; off for the engine's own files.
     """
 
     noun: str
     empty: str
     too_big: str
+    merge_keys: bool = False
 
 
 SUITE_FILE = FileKind("suite", "a suite needs at least `suite:` and `tests:`", "split it into several suites")
@@ -161,9 +165,10 @@ class _Builder:
     first. Scalars of the other core types are made by the loader's own constructors.
     """
 
-    def __init__(self, loader: SafeConstructor, budget: int, noun: str) -> None:
+    def __init__(self, loader: SafeConstructor, budget: int, noun: str, merge_keys: bool = False) -> None:
         self.loader = loader
         self.noun = noun
+        self.merge_keys = merge_keys
         self.budget = budget
         self.built = 0
         self.raw: dict[Path_, str] = {}
@@ -175,7 +180,7 @@ class _Builder:
         return Positions(self.root, self.raw, self.built)
 
     def build(self, node: Any, path: Path_) -> Any:
-        raw, loader, noun, budget = self.raw, self.loader, self.noun, self.budget
+        raw, loader, noun, budget, merge_keys = self.raw, self.loader, self.noun, self.budget, self.merge_keys
         constructors = loader.yaml_constructors
         open_nodes: set[Any] = set()   # the lists and mappings being built, to refuse an alias to its container
         text_tag, seq_tag, map_tag = _Rules.DEFAULT_SCALAR_TAG, _Rules.DEFAULT_SEQUENCE_TAG, _Rules.DEFAULT_MAPPING_TAG
@@ -233,13 +238,35 @@ class _Builder:
                 return out_list
             out: dict[str, Any] = {}
             entries: dict[str, Entry] = {}
+            merged: set[str] | None = None   # keys a merge key brought in: the mapping's own keys replace them
             for key_node, value_node in node.value:
                 kmark = key_node.start_mark
                 if not isinstance(key_node, ScalarNode):
                     raise _Refused(*at(kmark), "a key must be a plain name, not a list or mapping")
                 key = key_node.value  # keys are always names: `1: x` has the key "1", `no:` the key "no"
                 if key == "<<" and not key_node.style:
-                    raise _Refused(*at(kmark), "merge keys ('<<') are not supported; write the keys out")
+                    if not merge_keys:
+                        raise _Refused(*at(kmark), "merge keys ('<<') are not supported; write the keys out")
+                    value = value_of(value_node, path + (key,))
+                    inner: Any = made_inner
+                    if isinstance(value, dict):
+                        sources = [(value, inner)]
+                    elif isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
+                        sources = [(v, e[2]) for v, e in zip(value, inner, strict=True)]
+                    else:
+                        raise _Refused(*at(kmark), "a merge key ('<<') takes a mapping or a list of mappings "
+                                                   "(an alias such as *base)")
+                    merged = merged if merged is not None else set()
+                    for source, source_entries in sources:   # the first mapping named wins over later ones
+                        for name, item in source.items():
+                            if name not in out:
+                                out[name] = item
+                                entries[name] = source_entries[name]
+                                merged.add(name)
+                    continue
+                if merged and key in merged:
+                    merged.discard(key)
+                    del out[key]
                 if key in out:
                     first = at(entries[key][0] or kmark)   # a mapping's entries always have their key's mark
                     raise _Refused(*at(kmark), f"duplicate key '{key}' (first written on line {first[0]}); "
@@ -331,7 +358,7 @@ def load_yaml_text(source: str, file: str, *, kind: FileKind = SUITE_FILE) -> Lo
     if node is None:
         return LoadedYaml(None, positions, [Diagnostic(file, 1, 1, f"the file is empty; {kind.empty}")])
     budget = _EXPANSION_FLOOR + _EXPANSION_FACTOR * max(1, source.count("\n"))
-    builder = _Builder(loader, budget, kind.noun)
+    builder = _Builder(loader, budget, kind.noun, kind.merge_keys)
     try:
         data = builder.build(node, ())
     except _Refused as exc:

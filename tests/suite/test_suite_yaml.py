@@ -137,6 +137,27 @@ def test_merge_keys_and_alias_loops_are_refused() -> None:
     assert "refers to the value that contains it" in diag.message
 
 
+FOREIGN = suite_yaml.FileKind("promptfoo config", "write prompts:", "split it", merge_keys=True)
+
+
+def test_a_foreign_config_reads_merge_keys_as_js_yaml_does() -> None:
+    text = "base: &b {a: 1, b: 2}\nmore: &m {c: 3, a: 9}\nt:\n  x: 0\n  <<: [*b, *m]\n  b: 5\n"
+    loaded = load_yaml_text(text, "c.yaml", kind=FOREIGN)
+    assert loaded.diagnostics == []
+    # Its own keys win wherever they are written; among the mappings merged, the first named wins.
+    assert loaded.data["t"] == {"x": 0, "a": 1, "c": 3, "b": 5}
+    assert loaded.positions.of(("t", "a")) == (1, 14) and loaded.positions.of(("t", "b")) == (6, 6)
+    [diag] = load_yaml_text("t: {<<: 3}\n", "c.yaml", kind=FOREIGN).diagnostics
+    assert (diag.line, diag.col) == (1, 5) and "takes a mapping or a list of mappings" in diag.message
+
+
+def test_merge_keys_do_not_get_round_the_anchor_budget() -> None:
+    rows = ["a0: &a0 {k: [lol, lol, lol, lol, lol, lol, lol, lol, lol]}"]
+    rows += [f"a{i}: &a{i} {{<<: [{', '.join([f'*a{i - 1}'] * 9)}]}}" for i in range(1, 12)]
+    [diag] = load_yaml_text("\n".join(rows) + "\n", "c.yaml", kind=FOREIGN).diagnostics
+    assert "repeats anchors" in diag.message
+
+
 def test_colons_and_question_marks_inside_flow_plain_scalars_are_read_with_their_places() -> None:
     """YAML 1.2 allows `:` and `?` inside a plain scalar in a [list] or {mapping}; the C parser ruamel ships
     (libyaml 0.1.7) refuses them, so such a file must still load, with positions, limits and refusals."""
