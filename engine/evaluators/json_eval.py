@@ -1,8 +1,11 @@
 """JSON evaluators: is_json, json_schema, json_field.
 
 The JSON in an answer is, in order of preference: the content of a ```json fence, the whole
-trimmed answer, else the last balanced JSON object or array in the text. (Named json_eval so the
-module never shadows the standard library's json.)
+trimmed answer, else the last balanced JSON object or array in the text. `strict: true` (is_json,
+json_schema) asks for the whole answer, a fence around all of it allowed; `fences: false` beside it
+reads the answer exactly as JSON.parse does (no fence, only JSON whitespace around, no NaN), as
+promptfoo's `is-json` and object `equals` do. (Named json_eval so the module never shadows the standard
+library's json.)
 
 Value comparison (json_field `equals`, `in`, `contains`, `set_equals`) follows `values_equal`:
 numbers by value (8 == 8.0), `coerce` (default true) lets "8" equal 8 and "true" equal true,
@@ -91,14 +94,41 @@ def whole_json(text: str) -> tuple[Any, str | None]:
         return None, f"{where} is not one JSON value ({exc}) in {short(text)}"
 
 
+def exact_json(text: str) -> tuple[Any, str | None]:
+    """The answer read as JSON.parse reads text: one JSON value, only JSON whitespace around it, no fence,
+    no NaN or Infinity.
+
+    Returns:
+        (value, None) when it is one, else (None, why not).
+    """
+    try:
+        return json.loads(text, parse_constant=_no_constant), None
+    except ValueError as exc:
+        return None, f"the whole answer is not one JSON value ({exc}) in {short(text)}"
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _finder(options: Mapping[str, Any], kind: str) -> Any:
+    """The JSON finder the `strict` and `fences` options choose."""
+    strict, fences = options.get("strict", False), options.get("fences", True)
+    for name, flag in (("strict", strict), ("fences", fences)):
+        if not isinstance(flag, bool):
+            raise EvaluatorConfigError(f"{kind}: {name} must be true or false, got {short(flag)}", kind=kind,
+                                       option=name)
+    if not fences and not strict:
+        raise EvaluatorConfigError(f"{kind}: `fences: false` goes with `strict: true` (the whole answer, read "
+                                   "as JSON.parse reads it); add `strict: true`", kind=kind, option="fences")
+    return find_json if not strict else whole_json if fences else exact_json
+
+
 def is_json(value: Any, options: Mapping[str, Any]) -> Scorer:
     """The answer contains a JSON value (fenced, whole, or the last balanced object/array); with
-    `strict: true` the whole answer is one JSON value (a ```json fence around all of it allowed)."""
-    strict = options.get("strict", False)
-    if not isinstance(strict, bool):
-        raise EvaluatorConfigError(f"is_json: strict must be true or false, got {short(strict)}", kind="is_json",
-                                   option="strict")
-    find = whole_json if strict else find_json
+    `strict: true` the whole answer is one JSON value (a ```json fence around all of it allowed, unless
+    `fences: false`)."""
+    find = _finder(options, "is_json")
 
     def score(answer: Answer, ctx: ScoringContext) -> Verdict:
         found, problem = find(answer.text)
@@ -126,9 +156,10 @@ def json_schema(value: Any, options: Mapping[str, Any]) -> Scorer:
         raise EvaluatorConfigError(f"json_schema: the schema itself is invalid: {problem.message}",
                                    kind="json_schema")
     validator = schema_validator(value)
+    find = _finder(options, "json_schema")
 
     def score(answer: Answer, ctx: ScoringContext) -> Verdict:
-        found, problem = find_json(answer.text)
+        found, problem = find(answer.text)
         if problem:
             return verdict(0.0, problem, "json_schema")
         errors = sorted(validator.iter_errors(found), key=lambda e: list(e.absolute_path))
@@ -381,11 +412,15 @@ def _check_json_field(value: Any, spec: Mapping[str, Any], site: CheckSite) -> N
 
 CASE_SENSITIVE = {"type": "boolean", "description": "Compare upper and lower case exactly (default false)."}
 
-IS_JSON = Kind("The answer is valid JSON (a ```json fence is accepted).", {"const": True}, {
+_STRICT = {
     "strict": {"type": "boolean", "description": "The whole answer is one JSON value, no prose around it "
-               "(a ```json fence around all of it allowed); default false: a JSON value found anywhere."}},
-               ({"is_json": True}, {"is_json": True, "strict": True}), build=is_json)
-JSON_SCHEMA = Kind("The answer is JSON that matches this JSON Schema.", {"type": "object"}, {},
+               "(a ```json fence around all of it allowed); default false: a JSON value found anywhere."},
+    "fences": {"type": "boolean", "description": "With `strict: true`, false reads the answer exactly as "
+               "JSON.parse does: no ``` fence unwrapped, only JSON whitespace around, no NaN (default true)."}}
+IS_JSON = Kind("The answer is valid JSON (a ```json fence is accepted).", {"const": True}, _STRICT,
+               ({"is_json": True}, {"is_json": True, "strict": True},
+                {"is_json": True, "strict": True, "fences": False}), build=is_json)
+JSON_SCHEMA = Kind("The answer is JSON that matches this JSON Schema.", {"type": "object"}, _STRICT,
                    ({"json_schema": {"type": "object", "required": ["name"]}},), build=json_schema,
                    check=_check_json_schema)
 JSON_FIELD = Kind("One field of the JSON answer, found by `path`, compared with exactly one comparator.", {

@@ -98,8 +98,8 @@ class Progress:
 
 
 def summary_rows(stats: RunStats) -> list[dict[str, Any]]:
-    """One summary dict per model: done, passed, failed, errors, unscored (`eval: {none: true}`), pass rate over the scored
-    rows, cost, mean latency, cached rows."""
+    """One summary dict per model: done, passed, failed, errors, unscored (`eval: {none: true}`), pass rate over
+    the scored rows, cost, mean latency, cached rows."""
     out = []
     for name, m in stats.by_model.items():
         scored = m.passed + m.failed

@@ -58,11 +58,11 @@ def test_none_records_answers_unscored_never_passed(tmp_path: Path, fake_openai:
     assert pd.isna(haiku["passed"]) and pd.isna(haiku["score"]) and pd.isna(haiku["error_kind"])
     [node] = haiku["evaluators"]
     assert node["kind"] == "none" and node["passed"] is None and node["score"] is None
-    # The run's table: one pass, no fail, one unscored; the pass rate is over the scored row only.
+    # The run's table: one pass, no fail, no error, the pass rate over the one scored row; the note says why.
     table = next(line for line in done.stdout.splitlines() if line.startswith("│ m "))
     cells = [c.strip() for c in table.strip("│").split("│")]
-    assert cells[1:6] == ["2", "1", "0", "0", "1"] and cells[6] == "100.0%"
-    assert "unscored" in done.stdout
+    assert cells[1:6] == ["2", "1 of 2", "0", "0", "100.0% of 1 scored"]
+    assert "m: 1 of 2 passed, 0 errors, 1 recorded unscored (eval: {none: true})" in done.stdout
     analysis = analyze(load(tmp_path / "r"))
     model = analysis.models.set_index("model").loc["m"]
     assert model["pass_rate"] == 1.0 and model["unscored_rows"] == 1 and model["error_rows"] == 0
