@@ -13,8 +13,10 @@ keywords) and owns everything about itself:
 A scorer is `scorer(answer, ctx) -> Verdict`, or an `async def` returning one (a judge awaiting a model
 call). It never sees `not`, weights or thresholds (engine.evaluators.compose owns those), returns a Verdict
 and never raises to signal a failure; one that raises becomes an *error* verdict, so a crash never stops
-a run. `blocking=True` marks a scorer that blocks (exec runs programs): the runner scores such trees in a
-worker thread, off the event loop.
+a run. `blocking=True` marks a scorer that blocks (exec runs programs): the runner scores it in a worker
+thread, off the event loop. `bounded=True` marks a scorer whose time is a small constant per character of the
+answer (C-level string work, RE2): on an answer of up to `INLINE_CHARS` it scores where the call was made;
+every other synchronous scorer runs in a scoring process under its time limit (engine.evaluators.scoring_pool).
 """
 
 from __future__ import annotations
@@ -33,6 +35,8 @@ from engine.model import Answer, Test, Verdict
 __all__ = [
     "COMMON_KEYS",
     "COMMON_OPTIONS",
+    "DEFAULT_TIMEOUT_S",
+    "INLINE_CHARS",
     "REGEX_FLAGS",
     "CheckSite",
     "JudgeCaller",
@@ -58,7 +62,16 @@ COMMON_OPTIONS: dict[str, Any] = {
              "examples": ["mentions the city"]},
     "must": {"type": "boolean", "description": "When true, the parent fails whenever this check fails, "
              "whatever the other scores."},
+    "timeout_s": {"type": "number", "exclusiveMinimum": 0, "maximum": 3600, "description": "The longest this "
+                  "check may take on one answer, seconds (default 10); past it the verdict is an error naming "
+                  "the limit. Not for exec, python and workspace_check (their own `timeout_s` limits their "
+                  "program) nor judge and similar (the judge model's `timeout_s` limits its call).",
+                  "examples": [30]},
 }
+#: A check's time limit on one answer when its `timeout_s` does not say (engine.evaluators.scoring_pool).
+DEFAULT_TIMEOUT_S = 10.0
+#: The longest answer (characters, tool call arguments included) a `bounded` scorer scores inline.
+INLINE_CHARS = 64 * 1024
 COMMON_KEYS: tuple[str, ...] = tuple(COMMON_OPTIONS)
 
 # Regex flag letters, for `regex: {flags: ims}` (the schema allows exactly these letters).
@@ -198,7 +211,9 @@ class Kind:
         examples: Example nodes for the schema.
         build: (value, options) -> scorer; None for compositions (compose.py scores them).
         check: Load-time checks beyond the schema, or None.
-        blocking: The scorer blocks (runs programs): score the tree in a worker thread.
+        blocking: The scorer blocks (runs programs): score it in a worker thread.
+        bounded: The scorer's time is a small constant per character of the answer: on a short answer it
+            scores inline, with no process between (see the module docstring).
         child: The value is one evaluator (`final_answer`): compile_spec compiles it with the test's
             variables and `build` receives the compiled child Node instead of the rendered value.
     """
@@ -211,6 +226,7 @@ class Kind:
     check: Check | None = None
     blocking: bool = False
     child: bool = False
+    bounded: bool = False
 
 
 def verdict(score: float, reason: str, kind: str = "", **details: Any) -> Verdict:

@@ -20,7 +20,7 @@ from typing import Any
 from engine.base.render import TemplateSyntaxError, UndefinedError, is_template, render_value
 from engine.base.words import did_you_mean, short
 from engine.errors import EvaluatorConfigError
-from engine.evaluators.base import COMMON_KEYS, Kind, Scorer
+from engine.evaluators.base import COMMON_KEYS, DEFAULT_TIMEOUT_S, Kind, Scorer
 from engine.evaluators.registry import COMPOSITIONS, KINDS
 
 __all__ = ["Node", "common_options", "compile_spec", "has_template", "node_kind"]
@@ -41,6 +41,9 @@ class Node:
         problem: Why this node cannot score (an unknown kind, a bad option), or None.
         is_async: This node or a descendant has an `async` scorer (a model-graded judge).
         blocking: This node or a descendant blocks while it scores (exec): score the tree off the event loop.
+        timeout_s: The leaf's time limit on one answer (its `timeout_s`, else the default).
+        bounded: This node and every descendant score in time a small constant per character of the answer
+            (`Kind.bounded`): on a short answer the tree scores inline.
     """
 
     kind: str
@@ -53,6 +56,8 @@ class Node:
     problem: str | None = None
     is_async: bool = False
     blocking: bool = False
+    timeout_s: float = DEFAULT_TIMEOUT_S
+    bounded: bool = False
 
     def walk(self, path: tuple[Any, ...] = ()) -> Iterator[tuple[tuple[Any, ...], Node]]:
         """Yield (path, node) for this node and every descendant, depth first.
@@ -108,8 +113,8 @@ def node_kind(spec: Mapping[str, Any]) -> str:
 
 
 def common_options(spec: Mapping[str, Any],
-                   variables: Mapping[str, Any]) -> tuple[float, float | None, str | None, bool]:
-    """Weight, threshold, name and must, checked (they may be templates too)."""
+                   variables: Mapping[str, Any]) -> tuple[float, float | None, str | None, bool, float]:
+    """Weight, threshold, name, must and timeout_s, checked (they may be templates too)."""
     # An option not written is not rendered: float(render_value(1)) is 1.0 and bool(render_value(False)) False.
     weight = float(render_value(spec["weight"], variables)) if "weight" in spec else 1.0
     raw_threshold = spec.get("threshold")
@@ -121,7 +126,11 @@ def common_options(spec: Mapping[str, Any],
                                    "counting it", option="weight")
     if threshold is not None and not 0 <= threshold <= 1:
         raise EvaluatorConfigError(f"threshold must be between 0 and 1, got {threshold:g}", option="threshold")
-    return weight, threshold, None if name is None else str(name), must
+    timeout = float(render_value(spec["timeout_s"], variables)) if "timeout_s" in spec else DEFAULT_TIMEOUT_S
+    if not 0 < timeout <= 3600:
+        raise EvaluatorConfigError(f"timeout_s must be more than 0 and at most 3600 seconds, got {timeout:g}",
+                                   option="timeout_s")
+    return weight, threshold, None if name is None else str(name), must, timeout
 
 
 def compile_spec(spec: Any, variables: Mapping[str, Any] | None = None) -> Node:
@@ -143,17 +152,21 @@ def compile_spec(spec: Any, variables: Mapping[str, Any] | None = None) -> Node:
     except EvaluatorConfigError as exc:
         return Node(kind="", problem=str(exc))
     try:
-        weight, threshold, name, must = common_options(spec, values)
+        weight, threshold, name, must, timeout = common_options(spec, values)
     except EvaluatorConfigError as exc:
         return Node(kind=kind, problem=str(exc))
     except (UndefinedError, TemplateSyntaxError) as exc:
         return Node(kind=kind, problem=f"template error in the {kind} evaluator: {exc}")
     except (TypeError, ValueError) as exc:
-        return Node(kind=kind, problem=f"{kind}: weight and threshold must be numbers ({exc})")
-    common = {"weight": weight, "threshold": threshold, "name": name, "must": must}
+        return Node(kind=kind, problem=f"{kind}: weight, threshold and timeout_s must be numbers ({exc})")
+    common: dict[str, Any] = {"weight": weight, "threshold": threshold, "name": name, "must": must}
     entry = KINDS[kind]
     if kind in COMPOSITIONS:
+        if "timeout_s" in spec:
+            return Node(kind=kind, problem=f"`timeout_s` goes on a check, not on `{kind}`: write it beside each "
+                                           "check that needs more time", **common)
         return _composite(kind, spec, values, common)
+    common["timeout_s"] = timeout
     return _leaf(kind, entry, spec, values, common)
 
 
@@ -167,7 +180,7 @@ def _composite(kind: str, spec: Mapping[str, Any], variables: Mapping[str, Any],
         return Node(kind=kind, problem=f"`{kind}` takes a non-empty list of evaluators, got {short(items)}", **common)
     children = tuple(compile_spec(item, variables) for item in items)
     return Node(kind=kind, children=children, is_async=any(c.is_async for c in children),
-                blocking=any(c.blocking for c in children), **common)
+                blocking=any(c.blocking for c in children), bounded=all(c.bounded for c in children), **common)
 
 
 def _leaf(kind: str, entry: Kind, spec: Mapping[str, Any], variables: Mapping[str, Any],
@@ -185,7 +198,13 @@ def _leaf(kind: str, entry: Kind, spec: Mapping[str, Any], variables: Mapping[st
     except Exception as exc:  # noqa: BLE001 - a builder bug is this node's problem, never a crashed load
         return Node(kind=kind, problem=f"{kind} evaluator could not be built: {type(exc).__name__}: {exc}",
                     **common)
-    return Node(kind=kind, scorer=scorer, is_async=inspect.iscoroutinefunction(scorer), blocking=entry.blocking,
-                **common)
+    is_async = inspect.iscoroutinefunction(scorer)
+    if "timeout_s" in spec and (is_async or entry.blocking):
+        own = ("a judge waits for a model call, which the judge model's `timeout_s` in the models file limits"
+               if is_async else f"{kind} runs a program under its own limit: write it inside, "
+               f"{{{kind}: {{..., timeout_s: 30}}}}")
+        return Node(kind=kind, problem=f"`timeout_s` beside {kind} does not apply: {own}", **common)
+    return Node(kind=kind, scorer=scorer, is_async=is_async, blocking=entry.blocking,
+                bounded=entry.bounded and not entry.child, **common)
 
 

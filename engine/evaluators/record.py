@@ -506,40 +506,40 @@ _TRUE = {"const": True}
 OUTCOME = Kind("How an agent conversation ended: any of completed, escalated, capped, stuck, failed.",
                {"oneOf": [{"enum": list(OUTCOMES)},
                           {"type": "array", "minItems": 1, "items": {"enum": list(OUTCOMES)}}]},
-               {}, ({"outcome": ["completed"]},), build=outcome)
+               {}, ({"outcome": ["completed"]},), build=outcome, bounded=True)
 NO_FALLBACK = Kind("The model asked for answered (its dated snapshot or a provider prefix counts as the same).",
-                   _TRUE, {}, ({"no_fallback": True},), build=no_fallback)
+                   _TRUE, {}, ({"no_fallback": True},), build=no_fallback, bounded=True)
 NOT_TRUNCATED = Kind("No reply was cut short by the token limit.", _TRUE, {}, ({"not_truncated": True},),
-                     build=not_truncated)
+                     build=not_truncated, bounded=True)
 USAGE_REPORTED = Kind("The server reported token counts.", _TRUE, {}, ({"usage_reported": True},),
-                      build=usage_reported)
+                      build=usage_reported, bounded=True)
 LATENCY_S = Kind("The call's latency in seconds (agent: the whole conversation) within min/max.",
-                 _bounds(False, False), {}, ({"latency_s": {"max": 2}},), build=latency_s)
+                 _bounds(False, False), {}, ({"latency_s": {"max": 2}},), build=latency_s, bounded=True)
 TTFT_S = Kind("Time to first token in seconds within min/max; kind: visible (default) or provider.",
               _bounds(False, False, kind={"enum": list(_TTFT_KINDS), "description": "visible: the first visible "
                                           "token or tool call (streamed); provider: the reply's first byte."}),
-              {}, ({"ttft_s": {"max": 0.5, "kind": "visible"}},), build=ttft_s)
+              {}, ({"ttft_s": {"max": 0.5, "kind": "visible"}},), build=ttft_s, bounded=True)
 TOKENS = Kind("Tokens used (agent: every call) within min/max; kind: total (default), prompt or completion.",
               _bounds(True, False, kind={"enum": list(_TOKEN_KINDS), "description": "total (default): prompt + "
                                          "completion; or prompt, or completion."}),
-              {}, ({"tokens": {"max": 800}},), build=tokens)
+              {}, ({"tokens": {"max": 800}},), build=tokens, bounded=True)
 COST = Kind("The priced cost in dollars (agent: every call) within min/max.", _bounds(False, False), {},
-            ({"cost": {"max": 0.01}},), build=cost)
+            ({"cost": {"max": 0.01}},), build=cost, bounded=True)
 CALLS = Kind("How many tool calls were made (tool: one function's only): equals, min or max.",
              _bounds(True, True, tool={"type": "string", "minLength": 1, "description": "Count only this "
                                        "function's calls."}),
-             {}, ({"calls": {"tool": "find_slots", "equals": 2}},), build=calls)
+             {}, ({"calls": {"tool": "find_slots", "equals": 2}},), build=calls, bounded=True)
 PROSE_TURNS = Kind("How many model replies had no tool call: equals, min or max.", _bounds(True, True), {},
-                   ({"prose_turns": {"max": 0}},), build=prose_turns)
+                   ({"prose_turns": {"max": 0}},), build=prose_turns, bounded=True)
 BAD_ARGUMENTS = Kind("How many tool calls had arguments not fitting the tool: equals, min or max.",
                      _bounds(True, True), {}, ({"bad_arguments": {"max": 0}},), build=bad_arguments)
 INVENTED_TOOLS = Kind("How many tool calls named a tool the test did not offer: equals, min or max.",
-                      _bounds(True, True), {}, ({"invented_tools": {"max": 0}},), build=invented_tools)
+                      _bounds(True, True), {}, ({"invented_tools": {"max": 0}},), build=invented_tools, bounded=True)
 TURNS = Kind("How many model calls the conversation took (agent tests only): equals, min or max.",
-             _bounds(True, True), {}, ({"turns": {"equals": 3}},), build=turns)
+             _bounds(True, True), {}, ({"turns": {"equals": 3}},), build=turns, bounded=True)
 FAILED_COMMANDS = Kind("How many of a workspace's commands failed (exited non-zero, timed out or wrote too much): "
                        "equals, min or max.", _bounds(True, True), {}, ({"failed_commands": {"max": 0}},),
-                       build=failed_commands)
+                       build=failed_commands, bounded=True)
 _STATUS_LIST = {"oneOf": [{"enum": list(TOOL_STATUSES)},
                           {"type": "array", "minItems": 1, "items": {"enum": list(TOOL_STATUSES)}}]}
 TOOL_STATUS = Kind("Every tool call's recorded status (agent tests only): all: one or more statuses each call "
@@ -551,4 +551,4 @@ TOOL_STATUS = Kind("Every tool call's recorded status (agent tests only): all: o
                        "tool": {"type": "string", "minLength": 1, "description": "Look at this function's calls "
                                 "only."}}},
                    {}, ({"tool_status": {"all": "ok"}}, {"tool_status": {"none": ["invented", "bad_args"]}}),
-                   build=tool_status)
+                   build=tool_status, bounded=True)

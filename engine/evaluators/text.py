@@ -360,30 +360,30 @@ TEXT_LIST = {"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "
 SCALAR = {"type": ["string", "number", "boolean"]}
 
 EQUALS = Kind("The whole answer (trimmed) equals this value.", SCALAR, {"case_sensitive": CASE_SENSITIVE},
-              ({"equals": "{{ golden }}"}, {"equals": 42}), build=equals)
+              ({"equals": "{{ golden }}"}, {"equals": 42}), build=equals, bounded=True)
 WHOLE_WORD = {"type": "boolean", "description": "Match whole words only: `cat` is not found in `concatenate` "
               "(default false: any substring)."}
 CONTAINS = Kind("The answer contains this text (or these texts).", TEXT_LIST, {
     "mode": {"enum": ["all", "any"], "description": "With a list: need `all` texts (default) or `any` one."},
     "case_sensitive": CASE_SENSITIVE, "whole_word": WHOLE_WORD},
-    ({"contains": "Paris"}, {"contains": ["Paris", "France"], "mode": "any"}), build=contains)
+    ({"contains": "Paris"}, {"contains": ["Paris", "France"], "mode": "any"}), build=contains, bounded=True)
 NOT_CONTAINS = Kind("The answer does not contain this text (or any of these texts).", TEXT_LIST,
                     {"case_sensitive": CASE_SENSITIVE, "whole_word": WHOLE_WORD},
                     ({"not_contains": ["sorry", "as an AI"]}, {"not_contains": "cat", "whole_word": True}),
-                    build=not_contains)
+                    build=not_contains, bounded=True)
 REGEX = Kind("A regular expression (RE2 syntax: linear time, no backreferences or lookaround) searched in the "
              "answer.", {"type": "string"}, {
     "flags": {"type": "string", "pattern": "^[ims]*$", "description": "Letters from `ims`: ignore case, "
               "multi-line, dot matches newline.", "examples": ["i", "ms"]}},
-    ({"regex": "^\\W*\\w+\\W*$"},), build=regex, check=_check_regex)
+    ({"regex": "^\\W*\\w+\\W*$"},), build=regex, check=_check_regex, bounded=True)
 STARTS_WITH = Kind("The answer (trimmed) starts with this text.", {"type": "string"},
-                   {"case_sensitive": CASE_SENSITIVE}, ({"starts_with": "Yes"},), build=starts_with)
+                   {"case_sensitive": CASE_SENSITIVE}, ({"starts_with": "Yes"},), build=starts_with, bounded=True)
 NUMERIC = Kind("A number in the answer equals this number, within a tolerance.", {"type": ["number", "string"]}, {
     "tolerance": {"type": "number", "minimum": 0, "description": "Absolute tolerance (default 0)."},
     "rel_tolerance": {"type": "number", "minimum": 0, "description": "Relative tolerance, e.g. 0.01 for 1%."},
     "pattern": {"type": "string", "description": "A regex whose first group is the number to take "
                 "(default: the last number in the answer).", "examples": ["answer: (\\S+)"]}},
-    ({"numeric": "{{ golden }}", "tolerance": 0.01},), build=numeric, check=_check_numeric)
+    ({"numeric": "{{ golden }}", "tolerance": 0.01},), build=numeric, check=_check_numeric, bounded=True)
 EXACT_TOKEN = Kind("The answer contains this text as a whole word.", {"type": "string"},
                    {"case_sensitive": CASE_SENSITIVE}, ({"exact_token": "B"},), build=exact_token)
 LENGTH = Kind("Bounds on the answer's length; give at least one.", {
@@ -394,4 +394,4 @@ LENGTH = Kind("Bounds on the answer's length; give at least one.", {
         "max_words": {"type": "integer", "minimum": 0, "description": "Most words allowed."}}}, {
     "words": {"enum": ["whitespace", "word_chars"], "description": "What a word is: a run of non-space "
               "characters (`whitespace`, default) or a run of word characters (`word_chars`, as IFEval counts)."}},
-    ({"length": {"max_words": 20}}, {"length": {"min_words": 300}, "words": "word_chars"}), build=length)
+    ({"length": {"max_words": 20}}, {"length": {"min_words": 300}, "words": "word_chars"}), build=length, bounded=True)

@@ -237,6 +237,6 @@ TOOL_CALL = Kind("The model called a function with accepted arguments.", {
     ({"tool_call": {"name": "get_weather", "args": {"city": ["Paris"], "unit": ["c", ""]}}},), build=tool_call,
     check=_check_tool_call)
 NO_TOOL_CALL = Kind("The model called no function.", {"const": True}, {}, ({"no_tool_call": True},),
-                    build=no_tool_call)
+                    build=no_tool_call, bounded=True)
 FIRST_TOOL = Kind("The first function the model called.", {"type": "string"}, {}, ({"first_tool": "search"},),
-                  build=first_tool)
+                  build=first_tool, bounded=True)

@@ -420,19 +420,21 @@ TOOL_SEQUENCE = Kind("The model called these functions: in this order, in order 
                          "exact": {"type": "boolean", "description": "Older spelling: true = order: exact, "
                                    "false = order: subsequence."}},
                      ({"tool_sequence": ["search", "book"]}, {"tool_sequence": ["search", "book"],
-                                                              "order": "subsequence"}), build=tool_sequence)
+                                                              "order": "subsequence"}), build=tool_sequence,
+                     bounded=True)
 MAX_CALLS = Kind("At most this many tool calls (agent tests: over the whole conversation).",
-                 {"type": "integer", "minimum": 0}, {}, ({"max_calls": 3},), build=max_calls)
+                 {"type": "integer", "minimum": 0}, {}, ({"max_calls": 3},), build=max_calls, bounded=True)
 MAX_TURNS = Kind("At most this many model calls in the conversation (agent tests only).",
-                 {"type": "integer", "minimum": 0}, {}, ({"max_turns": 4},), build=max_turns)
+                 {"type": "integer", "minimum": 0}, {}, ({"max_turns": 4},), build=max_turns, bounded=True)
 NO_INVENTED_TOOLS = Kind("No call to a tool the test does not offer.", {"const": True}, {},
-                         ({"no_invented_tools": True},), build=no_invented_tools)
+                         ({"no_invented_tools": True},), build=no_invented_tools, bounded=True)
 PARALLEL = Kind("These functions were called together, in one model reply.",
                 {"type": "array", "items": {"type": "string", "minLength": 1}, "minItems": 2}, {},
-                ({"parallel": ["get_weather", "get_time"]},), build=parallel)
+                ({"parallel": ["get_weather", "get_time"]},), build=parallel, bounded=True)
 FINAL_ANSWER = Kind("Any answer evaluator, scoring the conversation's final answer (agent tests only).",
                     {"$ref": "#/$defs/evaluator"}, {}, ({"final_answer": {"contains": "18"}},), build=final_answer,
                     child=True)
 STATE = Kind("The final state variables, matched like tool_call args (agent tests only).",
              {"type": "object", "minProperties": 1, "description": "Variable -> accepted values (a single value "
-              "is a list of one; \"\" = may be unset)."}, {}, ({"state": {"booked": [True]}},), build=state)
+              "is a list of one; \"\" = may be unset)."}, {}, ({"state": {"booked": [True]}},), build=state,
+             bounded=True)

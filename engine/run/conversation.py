@@ -30,8 +30,7 @@ from engine.agent.openai_caller import OpenAICaller
 from engine.agent.transcript import Transcript
 from engine.client.openai import CallResult, OpenAIClient, RequestSettings, prepare
 from engine.errors import ClientError, ConfigError
-from engine.evaluators import score_async
-from engine.evaluators.base import Record
+from engine.evaluators.base import ScoringContext
 from engine.evaluators.scoring import context
 from engine.local.registry import GOLDEN
 from engine.model import Answer, ModelConfig, Test, Verdict, cost_of
@@ -73,7 +72,7 @@ class _Recorder:
 async def run_agent_job(*, client: OpenAIClient, model: ModelConfig, test: Test, attempt: int, run_id: str,
                         settings: RequestSettings, global_slots: AbstractAsyncContextManager[Any],
                         on_cost: Callable[[float], None], in_flight: Callable[[int], None],
-                        score_blocking: Callable[[Test, Any, Any], Awaitable[tuple[Verdict | None, str | None]]],
+                        score: Callable[[Test, Answer, ScoringContext], Awaitable[tuple[Verdict | None, str | None]]],
                         caller: Any = None, cache_as: int | None = None) -> dict[str, Any]:
     """Run one conversation and return its row.
 
@@ -87,7 +86,8 @@ async def run_agent_job(*, client: OpenAIClient, model: ModelConfig, test: Test,
         global_slots: The run's cap on model calls in flight; held per model call.
         on_cost: Called with each priced reply's cost as it comes.
         in_flight: Called with +1 / -1 around each model call.
-        score_blocking: Scores a tree that runs programs (exec) in a worker thread: (test, answer, ctx).
+        score: Scores the final answer where each of its checks belongs (the runner's): (test, answer, ctx) ->
+            (verdict, evaluator error).
         caller: The run's judge caller (`judge` evaluators await it), or None.
         cache_as: The sample index each turn's request is looked up under in the response cache, or None
             for no cache (`OpenAIClient.call`): every turn is a request of its own.
@@ -130,7 +130,9 @@ async def run_agent_job(*, client: OpenAIClient, model: ModelConfig, test: Test,
                               evaluator_error=None, started_us=started_us,
                               ended_us=time.time_ns() // 1000, trims=trim_counts(budget))
         if transcript.outcome != "error":
-            set_verdict(row, *await _score(test, transcript, score_blocking, caller, workspace, record_of(row)))
+            answer = transcript.answer()
+            ctx = context(test, transcript=transcript, caller=caller, workspace=workspace, record=record_of(row))
+            set_verdict(row, *await score(test, answer, ctx))
         if workspace is not None:
             row["workspace_files"], row["workspace_diff"] = await asyncio.to_thread(_final_state, workspace)
             row["failed_commands"], row["refused_paths"] = transcript.failed_commands, transcript.refused_paths
@@ -143,23 +145,6 @@ async def run_agent_job(*, client: OpenAIClient, model: ModelConfig, test: Test,
 def _final_state(workspace: Workspace) -> tuple[list[str], str]:
     """The final workspace's file list and its diff against the seed (the row's workspace columns)."""
     return workspace.files(), workspace.diff()
-
-
-async def _score(test: Test, transcript: Transcript, score_blocking: Callable[..., Any], caller: Any = None,
-                 workspace: Workspace | None = None, record: Record | None = None) -> tuple[Verdict | None, str | None]:
-    """The final answer scored with the transcript, the row's record (and a workspace test's final workspace)
-    in the context."""
-    answer = transcript.answer()
-    ctx = context(test, transcript=transcript, caller=caller, workspace=workspace, record=record)
-    node = test.evaluator
-    if node is not None and node.blocking and not node.is_async:
-        result: tuple[Verdict | None, str | None] = await score_blocking(test, answer, ctx)
-        return result
-    try:
-        verdict = await score_async(test, answer, ctx)
-    except Exception as exc:  # noqa: BLE001 - score_async promises never to raise; a bug becomes an error row
-        return None, f"the evaluator crashed: {type(exc).__name__}: {exc}"[:500]
-    return verdict, (verdict.reason if verdict.error else None)
 
 
 def golden_reply(model: ModelConfig, test: Test) -> CallResult:

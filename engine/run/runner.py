@@ -5,23 +5,26 @@ iterator (`min(model.concurrency, its job count)` when its first jobs are agent 
 conversation holds a global slot only for each model call, not across its tool delays); a worker
 already holds its model's slot when it waits for one of the global slots (a semaphore), so a slow
 model never holds global slots it cannot use, and no coroutine exists per job (100k jobs start at once
-and memory stays flat). The worker scores its answer (plain checks inline, a judge awaited, exec checks in
-a thread), builds the row, journals it and counts its cost; a committer task makes the journaled rows
-durable every `commit_interval_s` or `commit_rows` rows, and a row counts as done (progress, summary) only
-once committed. Parquet parts are flushed every `rows_per_part` committed rows.
+and memory stays flat). The worker scores its answer where each check belongs (engine.evaluators.scoring:
+bounded checks on a short answer inline, a judge awaited, exec checks in a thread, every other check in a
+scoring process under its time limit, `ScoringPool`), builds the row, hands it to the committer and counts
+its cost. The committer (engine.results.committer) is a thread: it makes the rows durable every
+`commit_interval_s` or `commit_rows` rows and flushes a Parquet part every `rows_per_part` committed rows, so
+the event loop that reads the replies (and stamps their first token) neither scores nor writes; a row counts as
+done (progress, summary) only once committed.
 
-Stopping: `stop()` (first Ctrl-C, or the `--max-cost` budget) ends dispatch and lets calls in
-flight finish; `cancel()` (second Ctrl-C) cancels them - a cancelled call writes no row, so
-`--resume` runs it again. A failed journal or part write (`StorageError`: disk full, I/O error) stops
-spending at once: dispatch ends, calls in flight are cancelled, and `run` raises it; what was committed
-before stays.
+Stopping: `stop()` (first Ctrl-C, or the `--max-cost` budget) ends dispatch and lets calls in flight finish
+(and be scored, each check within its time limit); `cancel()` (second Ctrl-C, SIGTERM) cancels them and kills
+the scoring processes - a cancelled call writes no row, so `--resume` runs it again, while an answer that
+had arrived keeps its row, marked not scored (`STOPPED`; `engine rescore` scores it). A failed journal or
+part write (`StorageError`: disk full, I/O error) stops spending at once: dispatch ends, calls in flight are
+cancelled, and `run` raises it; what was committed before stays.
 """
 
 from __future__ import annotations
 
 import asyncio
 import itertools
-import os
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractAsyncContextManager
@@ -35,9 +38,11 @@ from engine.client.session import Sessions
 from engine.errors import ClientError, StorageError
 from engine.evaluators import score, score_async
 from engine.evaluators.base import Record, ScoringContext
-from engine.evaluators.scoring import context
+from engine.evaluators.scoring import context, inline
+from engine.evaluators.scoring_pool import STOPPED, ScoringPool
 from engine.local.registry import GOLDEN
 from engine.model import Answer, ModelConfig, Test, Verdict
+from engine.results.committer import Committer
 from engine.results.rows import build_row, record_of, set_verdict
 from engine.run.conversation import golden_reply, run_agent_job
 from engine.run.jobs import Job, attempts
@@ -132,9 +137,8 @@ class Runner:
         self.stats = RunStats()
         self._stopping = False
         self._workers: list[asyncio.Task[None]] = []
-        self._summaries: list[RowSummary] = []
-        self._wake = asyncio.Event()
-        self._closing = False   # the calls are over: the committer's loop ends (`_commit_loop`)
+        self._committer: Committer | None = None
+        self._pool = ScoringPool()
         self._client: OpenAIClient | None = None
         self._storage_error: StorageError | None = None
         self._judge: ModelJudgeCaller | None = None
@@ -149,10 +153,12 @@ class Runner:
                 self._gate.close()
 
     def cancel(self) -> None:
-        """Cancel calls in flight too (their rows are not written; resume runs them)."""
+        """Cancel calls in flight too (their rows are not written; resume runs them) and their scoring (an
+        answer that had arrived keeps its row, marked not scored)."""
         self.stop()
         for task in self._workers:
             task.cancel()
+        self._pool.close()
 
     async def run(self, jobs_by_model: dict[str, tuple[ModelConfig, Iterator[Job]]], total: int,
                   api_keys: dict[str, str | None]) -> RunStats:
@@ -166,8 +172,9 @@ class Runner:
         self.stats.total = total
         self.stats.by_model = {name: ModelStats() for name in jobs_by_model}
         global_slots = asyncio.Semaphore(self.config.concurrency)
-        exec_slots = asyncio.Semaphore(os.cpu_count() or 1)
-        committer = asyncio.create_task(self._commit_loop())
+        committer = self._committer = Committer(
+            self.journal, self.writer, asyncio.get_running_loop(), self._committed, self._write_failed,
+            interval_s=self.config.commit_interval_s, rows=self.config.commit_rows)
         try:
             async with Sessions(self.config.concurrency) as sessions:
                 client = self._client = OpenAIClient(sessions, api_keys, self.config.response_cache)
@@ -186,8 +193,7 @@ class Runner:
                     # `model.concurrency` conversations go on while their tools answer
                     queue = itertools.chain(first, jobs)
                     for _ in range(len(first)):
-                        self._workers.append(asyncio.create_task(
-                            self._worker(client, model, queue, global_slots, exec_slots)))
+                        self._workers.append(asyncio.create_task(self._worker(client, model, queue, global_slots)))
                 try:
                     results = await asyncio.gather(*self._workers, return_exceptions=True)
                 finally:
@@ -197,16 +203,17 @@ class Runner:
                     if isinstance(outcome, BaseException) and not isinstance(outcome, asyncio.CancelledError):
                         raise outcome
         finally:
-            await self._end_committer(committer)
-            if self._storage_error is None:
-                self._commit()
+            self._pool.close()
+            committer.close()
+            await asyncio.sleep(0)   # its last `on_commit`, queued as it ended
+            if not committer.failed:
                 self.writer.flush()
         if self._storage_error is not None:
             raise self._storage_error
         return self.stats
 
     async def _worker(self, client: OpenAIClient, model: ModelConfig, jobs: Iterator[Job],
-                      global_slots: asyncio.Semaphore, exec_slots: asyncio.Semaphore) -> None:
+                      global_slots: asyncio.Semaphore) -> None:
         settings = self.config.settings
         slots: AbstractAsyncContextManager[Any] = global_slots
         shared = self.config.model_slots(model.name) if self.config.model_slots is not None else None
@@ -224,7 +231,7 @@ class Runner:
                         settings=settings, global_slots=slots, on_cost=self._spend,
                         in_flight=self._count_in_flight, caller=self._judge,
                         cache_as=self._cache_as(model, job, temperature_of(model, job.test, settings)),
-                        score_blocking=lambda test, answer, ctx: self._score_in_thread(answer, test, exec_slots, ctx))
+                        score=self._score_answer)
                     self._record(job, row, spent=True)   # its cost was counted reply by reply
                     continue
                 call = await self._call(client, model, job, slots)
@@ -233,7 +240,12 @@ class Runner:
                 row = build_row(run_id=self.config.run_id, model=model, test=job.test, attempt=job.attempt,
                                 request=call.request, result=call.result, verdict=None, evaluator_error=None,
                                 started_us=call.started_us, ended_us=time.time_ns() // 1000)
-                scored = await self._scored(job.test, call.result, exec_slots, record_of(row))
+                try:
+                    scored = await self._scored(job.test, call.result, record_of(row))
+                except asyncio.CancelledError:
+                    set_verdict(row, None, STOPPED)   # the answer arrived (and was paid): its row is kept
+                    self._record(job, row)
+                    raise
                 set_verdict(row, scored.verdict, scored.error)
                 self._record(job, row)
         except Exception:
@@ -264,19 +276,22 @@ class Runner:
                 self.stats.in_flight -= 1
         return _Call(request, result, started_us)
 
-    async def _scored(self, test: Test, result: CallResult, exec_slots: asyncio.Semaphore,
-                      record: Record) -> Scored:
-        """The answer scored with the row's record: plain checks inline, a tree with an awaited check (a judge)
-        on the loop, one that runs programs (exec) in a thread; nothing for a failed call."""
+    async def _scored(self, test: Test, result: CallResult, record: Record) -> Scored:
+        """The answer scored with the row's record (`_score_answer`); nothing for a failed call."""
         if result.error is not None:
             return _NOT_SCORED
-        answer = _answer(result)
+        return await self._score_answer(test, _answer(result), context(test, caller=self._judge, record=record))
+
+    async def _score_answer(self, test: Test, answer: Answer, ctx: ScoringContext) -> Scored:
+        """The answer scored where each check belongs: a tree of bounded checks on a short answer inline, any
+        other in the run's `ScoringPool` (threads, scoring processes) or awaited (a judge)."""
         node = test.evaluator
-        if node is not None and node.is_async:
-            return _outcome(await score_async(test, answer, context(test, caller=self._judge, record=record)))
-        if node is not None and node.blocking:
-            return await self._score_in_thread(answer, test, exec_slots, context(test, record=record))
-        return _score(test, answer, context(test, record=record))
+        if node is None or inline(node, answer):
+            return _score(test, answer, ctx)
+        try:
+            return _outcome(await score_async(test, answer, ctx, places=self._pool))
+        except Exception as exc:  # noqa: BLE001 - score_async promises never to raise; a bug becomes an error row
+            return Scored(None, _crashed(exc))
 
     def _cache_as(self, model: ModelConfig, job: Job, temperature: float | None) -> int | None:
         """The sample index the job's calls are cached under, or None when the cache is not used for it."""
@@ -287,16 +302,15 @@ class Runner:
         return job.attempt
 
     def _record(self, job: Job, row: dict[str, Any], *, spent: bool = False) -> None:
-        """Journal a finished row (durable at the next commit) and count its cost, unless already `spent`."""
-        self.journal.add(job.key, row)
+        """Hand a finished row to the committer (durable at its next commit) and count its cost, unless already
+        `spent`."""
         summary = RowSummary.of(row)   # what the counters need: the row itself is not kept
-        self._summaries.append(summary)
         if self._gate is not None:   # `--until-decided` reads the row's score now
             self._gate.record(job, row)
         if summary.cost is not None and not spent:
             self._spend(summary.cost)
-        if self.journal.pending >= self.config.commit_rows:
-            self._wake.set()
+        assert self._committer is not None
+        self._committer.add(job.key, row, summary)
 
     def _spend(self, cost: float) -> None:
         """Add to the priced spend; passing `--max-cost` ends dispatch (calls in flight finish)."""
@@ -309,52 +323,19 @@ class Runner:
     def _count_in_flight(self, delta: int) -> None:
         self.stats.in_flight += delta
 
-    async def _score_in_thread(self, answer: Answer, test: Test, exec_slots: asyncio.Semaphore,
-                               ctx: ScoringContext | None = None) -> Scored:
-        """`score` in a worker thread, at most one per CPU (exec evaluators run programs)."""
-        try:
-            async with exec_slots:
-                return await asyncio.to_thread(_score, test, answer, ctx)
-        except Exception as exc:  # noqa: BLE001 - the thread could not run it: an evaluator error too
-            return Scored(None, _crashed(exc))
-
-    async def _end_committer(self, committer: asyncio.Task[None]) -> None:
-        """End the committer's loop once the calls are over (`run` then commits what is left).
-
-        Ended by a flag, not by `committer.cancel()`: on Python 3.11 `asyncio.wait_for` swallows a cancellation
-        that lands as the event it waits on is set (CPython gh-86296), and the committer would loop on forever.
-        """
-        self._closing = True
-        self._wake.set()
-        await committer
-
-    async def _commit_loop(self) -> None:
-        while True:
-            try:
-                await asyncio.wait_for(self._wake.wait(), self.config.commit_interval_s)
-            except TimeoutError:
-                pass
-            if self._closing:
-                return   # `run` commits what is left itself, after the last call
-            self._wake.clear()
-            try:
-                self._commit()
-            except StorageError as exc:
-                # Stop spending: every call from now on would be paid and lost.
-                self._storage_error = exc
-                self.cancel()
-                self.stats.stopped = "storage"
-                return
-
-    def _commit(self) -> None:
-        """Make pending rows durable, then count them as done."""
-        if not self.journal.pending:
-            return
-        self.journal.commit()
-        summaries, self._summaries = self._summaries, []
+    def _committed(self, summaries: list[RowSummary]) -> None:
+        """The committer made these rows durable: count them as done."""
         self.stats.count(summaries)
-        self.writer.maybe_flush()
         if self.on_progress is not None:
             self.stats.retrying = self._client.retrying if self._client is not None else 0
             self.stats.rate_limited = self._client.rate_limited if self._client is not None else 0
             self.on_progress(self.stats)
+
+    def _write_failed(self, exc: BaseException) -> None:
+        """A journal or part write failed: stop spending (every call from now on would be paid and lost)."""
+        if self._storage_error is not None:
+            return
+        self._storage_error = exc if isinstance(exc, StorageError) else StorageError(
+            f"could not record the rows: {type(exc).__name__}: {exc}")
+        self.cancel()
+        self.stats.stopped = "storage"

@@ -81,16 +81,20 @@ def replay(case: dict[str, Any]) -> Transcript:
                                      state=case.get("state")))
 
 
-def score_case(case: dict[str, Any]) -> Verdict:
+def prepare_case(case: dict[str, Any]) -> tuple[Test, Answer, ScoringContext]:
+    """The case's test, the answer it scores and its scoring context."""
     test = make_test(case)
     record = Record(**case["record"]) if "record" in case else None
     if "conversation" in case or "stored" in case:
         transcript = replay(case) if "conversation" in case else transcript_of_row({"transcript": [],
                                                                                   **case["stored"]})
         assert transcript is not None
-        return score(test, transcript.answer(), ScoringContext(test, test.variables, transcript=transcript,
-                                                               record=record))
-    return score(test, make_answer(case["answer"]), ScoringContext(test, test.variables, record=record))
+        return test, transcript.answer(), ScoringContext(test, test.variables, transcript=transcript, record=record)
+    return test, make_answer(case["answer"]), ScoringContext(test, test.variables, record=record)
+
+
+def score_case(case: dict[str, Any]) -> Verdict:
+    return score(*prepare_case(case))
 
 
 @pytest.mark.parametrize("case", _load())
@@ -111,3 +115,23 @@ def test_every_catalogue_kind_has_cases() -> None:
         kinds.update(make_test(param.values[0]).evaluator.kinds())   # the tree's own walker
     missing = set(KINDS) - {"exec"} - kinds  # exec has its own tests (tests/harness)
     assert not missing, f"no data-driven case for {sorted(missing)}"
+
+
+def test_every_case_scores_the_same_in_a_scoring_process() -> None:
+    """The run scores what may not score inline in a scoring process, which compiles the tree again from the
+    test's spec and variables: each case's verdict there is the verdict here (a conversation's transcript and the
+    run's record travel with it)."""
+    from engine.evaluators import score_async
+    from engine.evaluators.scoring_pool import ScoringPool
+
+    prepared = [prepare_case(param.values[0]) for param in _load()]
+
+    async def through_the_pool() -> list[Verdict]:
+        pool = ScoringPool(processes=2)
+        try:
+            return [await score_async(test, answer, ctx, places=pool) for test, answer, ctx in prepared]
+        finally:
+            pool.close()
+
+    pooled = asyncio.run(through_the_pool())
+    assert [score(test, answer, ctx) for test, answer, ctx in prepared] == pooled

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -72,3 +73,14 @@ def start_engine(*args: str, env: dict[str, str], cwd: Path | None = None) -> su
 
     return subprocess.Popen([sys.executable, "-m", "engine", *args], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=checkout_env(dict(os.environ, **env)), cwd=cwd)
+
+
+def committed_rows(out: Path) -> int:
+    """Rows committed so far to the journal of the (one) run under `out`, read as another process would."""
+    for journal in out.glob("*/_journal.sqlite"):
+        with sqlite3.connect(f"file:{journal}?mode=ro", uri=True, timeout=1) as db:
+            try:
+                return int(db.execute("SELECT count(*) FROM rows").fetchone()[0])
+            except sqlite3.OperationalError:
+                return 0
+    return 0

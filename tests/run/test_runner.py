@@ -110,7 +110,6 @@ async def test_crashing_evaluator_is_an_error_row(tmp_path: Path, fake_openai: F
     tests = [make_test(0), make_test(1)]
     from engine.results.journal import Journal
     from engine.results.writer import ResultsWriter
-    from engine.run.runner import RunConfig, Runner
 
     journal = Journal(tmp_path / "_journal.sqlite")
     writer = ResultsWriter(tmp_path, journal)
@@ -205,7 +204,6 @@ async def test_workers_are_no_more_than_jobs(tmp_path: Path, fake_openai: FakeOp
     from engine.results.journal import Journal
     from engine.results.writer import ResultsWriter
     from engine.run.jobs import count_jobs
-    from engine.run.runner import RunConfig, Runner
 
     fake_openai.responder = lambda body: Reply(delay_s=0.2)
     model = make_model(fake_openai.base_url, concurrency=10_000)
@@ -234,22 +232,21 @@ async def _count_tasks_while(seen: list[int]) -> None:
         await asyncio.sleep(0.01)
 
 
-async def test_the_committer_ends_when_woken_as_the_run_ends(tmp_path: Path) -> None:
-    # The run's end used to cancel the committer inside `asyncio.wait_for`; a row's wake-up landing in the same
-    # turn of the loop made Python 3.11 swallow the cancellation, and `engine run` never ended.
+async def test_the_committer_commits_what_it_was_handed_when_closed_and_tells_the_loop(tmp_path: Path) -> None:
+    # The committer is a thread: closing it as a row is handed over still commits that row, and the loop hears
+    # of every committed row (its `on_commit`, queued on the loop) before the run counts it done.
+    from engine.results.committer import Committer
+
     journal = Journal(tmp_path / "_journal.sqlite")
-    runner = Runner(RunConfig(run_id="run-1", concurrency=1, commit_interval_s=0.01), journal,
-                    ResultsWriter(tmp_path, journal))
+    heard: list[list[str]] = []
+    committer = Committer(journal, ResultsWriter(tmp_path, journal), asyncio.get_running_loop(), heard.append,
+                          lambda exc: heard.append(["failed", str(exc)]), interval_s=60.0, rows=1000)
     try:
-        committer = asyncio.create_task(runner._commit_loop())
-        await asyncio.sleep(0)       # the committer waits for a wake-up
-        runner._wake.set()            # a finished row wakes it ...
-        await asyncio.sleep(0)       # ... its event's waiter is done, the committer not yet resumed
-        ending = asyncio.create_task(runner._end_committer(committer))
-        for _ in range(50):          # turns of the loop, not seconds: a swallowed stop never ends
-            if ending.done():
-                break
-            await asyncio.sleep(0)
-        assert ending.done() and committer.done()
+        for i in range(3):
+            committer.add(f"k{i}", {"error_kind": None, "test_id": f"t{i}"}, f"k{i}")
+        committer.close()   # long before its 60 s interval: what was handed over is committed now
+        await asyncio.sleep(0)
+        assert heard == [["k0", "k1", "k2"]] and journal.keys() == {"k0", "k1", "k2"}
+        assert not committer.failed
     finally:
         journal.close()

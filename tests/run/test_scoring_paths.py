@@ -1,8 +1,10 @@
-"""The runner scores each tree where it belongs: inline, in a worker thread (exec), or awaited (async scorers)."""
+"""The runner scores each tree where it belongs: inline, in a worker thread (exec), awaited (async scorers), or in a
+scoring process under each check's time limit."""
 
 from __future__ import annotations
 
 import asyncio
+import signal
 import threading
 from pathlib import Path
 from typing import Any
@@ -12,7 +14,12 @@ import pytest
 
 from engine.evaluators import KINDS, Kind, ScoringContext
 from engine.evaluators.base import verdict
+from engine.evaluators.scoring_pool import STOPPED
 from engine.model import Answer, Verdict
+from engine.results.journal import Journal
+from engine.results.writer import ResultsWriter
+from engine.run.jobs import iter_jobs
+from engine.run.runner import RunConfig, Runner
 from tests.fake_openai import FakeOpenAI, Reply
 from tests.run.helpers import make_model, make_test, run_jobs
 
@@ -42,3 +49,54 @@ async def test_an_async_scorer_is_awaited_on_the_run_loop(tmp_path: Path, fake_o
     assert stats.done == 2 and list(df["passed"]) == [True, False]
     assert list(df["error_kind"].isna()) == [True, True]
     assert seen == [(True, "MainThread")] * 2   # awaited on the loop, never pushed to a thread
+
+
+def _spinning(value: Any, options: Any) -> Any:
+    """A check that never ends: pure Python, or (value "deaf") with the timer signal blocked, as C code that does
+    not look at signals."""
+    def spin(answer: Answer, ctx: ScoringContext) -> Verdict:
+        if value == "deaf":
+            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})
+        while True:
+            pass
+    return spin
+
+
+async def test_a_check_past_its_time_limit_is_an_error_naming_it_and_every_other_row_is_scored(
+        tmp_path: Path, fake_openai: FakeOpenAI, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(KINDS, "spin", Kind("a check that never ends", {"type": "string"}, build=_spinning))
+    fake_openai.responder = lambda body: Reply(content="ok")
+    tests = [make_test(0, eval={"spin": "python", "timeout_s": 0.2}),
+             make_test(1, eval={"spin": "deaf", "timeout_s": 0.2}),
+             make_test(2, eval={"all": [{"spin": "python", "timeout_s": 0.2}, {"contains": "ok"}]}),
+             *(make_test(i, eval={"ifeval": {"id": "punctuation:no_comma"}}) for i in range(3, 7))]
+    stats = await run_jobs(tmp_path, [make_model(fake_openai.base_url)], tests, concurrency=7)
+    df = _read(tmp_path).set_index("test_id")
+    assert stats.done == 7
+    assert df.loc["t0", "error_message"] == ("spin took longer than 0.2 s on an answer of 2 characters (its "
+                                             "`timeout_s` sets the limit)")
+    # deaf to the timer: ended with its process once its budget (its limit and a grace) was spent
+    assert df.loc["t1", "error_message"].startswith("spin took longer than 0.2 s on an answer of 2 characters")
+    children = df.loc["t2", "evaluators"]
+    assert [(c["kind"], c["passed"]) for c in children[1:]] == [("spin", False), ("contains", True)]
+    assert df.loc[[f"t{i}" for i in range(3, 7)], "passed"].tolist() == [True] * 4   # the processes went on
+
+
+async def test_a_cancelled_run_keeps_an_answer_whose_scoring_it_cut(
+        tmp_path: Path, fake_openai: FakeOpenAI, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(KINDS, "spin", Kind("a check that never ends", {"type": "string"}, build=_spinning))
+    fake_openai.responder = lambda body: Reply(content="paid for")
+    journal = Journal(tmp_path / "_journal.sqlite")
+    runner = Runner(RunConfig(run_id="run-1", concurrency=2), journal, ResultsWriter(tmp_path, journal))
+    model = make_model(fake_openai.base_url)
+    tests = [make_test(0, eval={"spin": "python", "timeout_s": 600})]
+    run = asyncio.create_task(runner.run({"m": (model, iter_jobs(model, tests, None))}, 1, {"m": None}))
+    while not fake_openai.requests:
+        await asyncio.sleep(0.01)
+    await asyncio.sleep(0.5)   # the answer arrived; its check spins in a scoring process
+    runner.cancel()
+    await asyncio.wait_for(run, 60)   # a hang guard
+    journal.close()
+    df = _read(tmp_path)
+    assert df["answer"].tolist() == ["paid for"]
+    assert df["error_message"].tolist() == [STOPPED]

@@ -17,7 +17,6 @@ import os
 import re
 import shutil
 import signal
-import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -35,7 +34,7 @@ from tests.agent.scripted_server import ScriptedServer, Turn, model_turns
 from tests.engine_proc import checkout_env
 from tests.harness.harness_helpers import live_processes
 from tests.run.agent_project import scripted_server_thread
-from tests.run.e2e import ROOT, engine, start_engine
+from tests.run.e2e import ROOT, committed_rows, engine, start_engine
 
 MODELS = """\
 models:
@@ -255,16 +254,6 @@ tests:
 """
 
 
-def _committed_rows(out: Path) -> int:
-    for journal in out.glob("*/_journal.sqlite"):
-        with sqlite3.connect(f"file:{journal}?mode=ro", uri=True, timeout=1) as db:
-            try:
-                return int(db.execute("SELECT count(*) FROM rows").fetchone()[0])
-            except sqlite3.OperationalError:
-                return 0
-    return 0
-
-
 def test_sigterm_ends_a_run_at_once_while_a_command_runs_and_keeps_the_committed_rows(tmp_path: Path) -> None:
     token = f"h5-sigterm-{os.getpid()}-{os.urandom(4).hex()}"
     out = tmp_path / "out"
@@ -274,7 +263,7 @@ def test_sigterm_ends_a_run_at_once_while_a_command_runs_and_keeps_the_committed
         turns = model_turns(messages)
         if user == "TASK quick":
             return Turn(tool_calls=[_call("run_command", command="true")]) if turns == 0 else Turn(content="ok")
-        if _committed_rows(out) < 1:   # `slow` waits (in short commands) until `quick`'s row is committed
+        if committed_rows(out) < 1:   # `slow` waits (in short commands) until `quick`'s row is committed
             return Turn(tool_calls=[_call("run_command", command=f"sleep 0.1 # {turns}")])
         return Turn(tool_calls=[_call("run_command", command=f"sleep 500; echo {token}")])
 
