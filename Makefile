@@ -12,11 +12,13 @@ START   := $(shell date +%s)
 # a fresh clone, bench/README.md "make test and make run". The caches land in .venv and gitignored __pycache__.
 unexport PYTHONDONTWRITEBYTECODE
 
-.PHONY: run test test-slow test-local lint bench clean
+.PHONY: run test test-slow test-local lint bench notebook clean
 
+# Through install.py, which prints a line at least every 10 s: creating a venv and upgrading pip is silent
+# otherwise (15-22 s on a loaded machine, bench/README.md "make run, line by line").
 $(BIN)/python:
-	$(PY) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip
+	$(PY) engine/local/install.py --log $(VENV)/setup.log --run \
+	  sh -c '$(PY) -m venv $(VENV) && $(BIN)/pip install --upgrade pip'
 
 # Stamps re-install only when pyproject.toml changes. uv installs the [dev] tools in ~4 s where pip takes ~60 s
 # (measured on a fresh clone, bench/README.md "make test and make run"); pip stays the fallback (no network to uv's index,
@@ -43,6 +45,24 @@ run: $(VENV)/.local
 	$(ENGINE) report $(RESULTS)/latest -o $(RESULTS)/report.html >/dev/null
 	@t=$$(( $$(date +%s) - $(START) )); d="$$t s"; [ $$t -lt 60 ] || d="$$((t / 60)) min $$((t % 60)) s"; \
 	 echo "make run took $$d, set-up included; the report: $(RESULTS)/report.html"
+	@echo "next: \`source $(VENV)/bin/activate\` puts \`engine\` on your PATH (then: engine view $(RESULTS), engine run" \
+	  "suites/ ...), or call $(ENGINE) as it is; \`make notebook\` opens notebooks/analysis.ipynb on this run"
+
+# JupyterLab on notebooks/analysis.ipynb, reading the last run ($(RESULTS)/latest); the [notebook] extra installs
+# on first use. It serves until Ctrl-C (it prints its URL), so no other target and no CI step starts it. No browser
+# is opened where there is no display (a text-mode browser would take over the terminal).
+NO_BROWSER := $(if $(or $(DISPLAY),$(WAYLAND_DISPLAY),$(filter Darwin,$(shell uname -s))),,--no-browser)
+
+$(VENV)/.notebook: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install -q uv && $(BIN)/uv pip install --python $(BIN)/python -e '.[notebook]' \
+	  || { echo "uv could not install [notebook]; falling back to pip" >&2; $(BIN)/pip install -e '.[notebook]'; }
+	touch $@
+
+notebook: $(VENV)/.notebook
+	@[ -e $(RESULTS)/latest ] || { echo "no run in $(RESULTS)/ yet: \`make run\` first (or engine run SUITES --out" \
+	  "$(RESULTS))" >&2; exit 2; }
+	@echo "JupyterLab on notebooks/analysis.ipynb, reading $(RESULTS)/latest; open the URL it prints (Ctrl-C stops it)"
+	ENGINE_RESULTS=$(abspath $(RESULTS))/latest $(BIN)/jupyter lab notebooks/analysis.ipynb $(NO_BROWSER)
 
 PYTEST  := $(BIN)/python -m pytest -q -p no:cacheprovider
 # One pytest worker per core (pytest-xdist); `make test JOBS=0` runs in one process.

@@ -13,15 +13,21 @@ import contextlib
 import dataclasses
 import os
 import tempfile
-from collections.abc import Sequence
+import time
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from engine.analysis.judges import calibration_summary, write_calibration
 from engine.errors import UsageError
 from engine.model import ModelConfig, Test
 
+if TYPE_CHECKING:
+    from engine.client.judge_calibrate import Tally
+
 __all__ = ["JudgeValidation", "validate_judges"]
+
+PROGRESS_S = 10.0   # a progress line at least this often while the judges grade (calls to small local models add up)
 
 
 @dataclasses.dataclass
@@ -42,7 +48,8 @@ class JudgeValidation:
 
 
 def validate_judges(tests: Sequence[Test], models_file: Path | None, calibration_out: Path,
-                    judge_cache: Path | None = None, labels: Sequence[Path] = ()) -> JudgeValidation:
+                    judge_cache: Path | None = None, labels: Sequence[Path] = (),
+                    progress: Callable[[str], None] | None = None) -> JudgeValidation:
     """Grade the calibration examples of the tests' judges and compare them with the labels.
 
     Args:
@@ -52,6 +59,7 @@ def validate_judges(tests: Sequence[Test], models_file: Path | None, calibration
         calibration_out: Where the calibration records are written.
         judge_cache: The judge cache file (default: the user's).
         labels: Run folders (or folders of runs) whose labelled attempts are examples as well.
+        progress: Receives a line when grading starts and every PROGRESS_S while it goes on (None: silent).
 
     Raises:
         UsageError: the models file has errors, lacks a judge's model, or a judge's API key is not set.
@@ -60,7 +68,7 @@ def validate_judges(tests: Sequence[Test], models_file: Path | None, calibration
     from engine.analysis.label_examples import label_examples, node_key
     from engine.client.judge import resolve_judges
     from engine.client.judge_cache import JudgeCache, default_path
-    from engine.client.judge_calibrate import calibration_targets, grade_calibrations
+    from engine.client.judge_calibrate import Tally, calibration_targets, grade_calibrations
     from engine.suite.models_file import load_models_file
 
     labelled = label_examples(labels, tests) if labels else None
@@ -93,8 +101,13 @@ def validate_judges(tests: Sequence[Test], models_file: Path | None, calibration
         models = _start_builtins([m for name, m in judges.models.items() if name in graders], stack)
         judges = dataclasses.replace(judges, models={**judges.models, **{m.name: m for m in models}})
         keys = _api_keys(models)
+        tally = Tally()
+        if progress is not None:
+            progress(f"judges: grading the examples of {len(targets)} judge node(s) with "
+                     f"{', '.join(sorted(map(str, graders)))}")
         try:
-            runs, calls = asyncio.run(grade_calibrations(targets, judges, cache, keys, extra=extra))
+            runs, calls = asyncio.run(_reporting(grade_calibrations(targets, judges, cache, keys, extra=extra,
+                                                                    tally=tally), tally, progress))
         finally:
             cache.close()
     lines: list[str] = list(head)
@@ -119,6 +132,17 @@ def validate_judges(tests: Sequence[Test], models_file: Path | None, calibration
     lines.append(f"judges: {len(runs)} judge node(s), {sum(len(r.items) for r in runs)} examples, "
                  f"{calls} judge calls paid; calibration written to {calibration_out}")
     return JudgeValidation(lines, failed, records, calls)
+
+
+async def _reporting(grading: Awaitable[Any], tally: Tally, progress: Callable[[str], None] | None) -> Any:
+    """Await `grading`, saying every PROGRESS_S how many examples are graded."""
+    task = asyncio.ensure_future(grading)
+    began = time.monotonic()
+    while not task.done():
+        await asyncio.wait({task}, timeout=PROGRESS_S)
+        if not task.done() and progress is not None:
+            progress(f"judges: {tally.graded} of {tally.total} examples graded ({time.monotonic() - began:.0f} s)")
+    return task.result()
 
 
 def _figures(summary: dict[str, Any]) -> str:

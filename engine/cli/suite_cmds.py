@@ -107,7 +107,8 @@ def _validate_judges(suites: list, models: Path | None, calibration_out: Path | 
         return code
     try:
         found = validate_judges([t for s in suites for t in s.tests], models,
-                                calibration_out or default_calibration_path(), labels=labels)
+                                calibration_out or default_calibration_path(), labels=labels,
+                                progress=lambda line: print(line, file=sys.stderr, flush=True))
     except EngineError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE

@@ -26,7 +26,16 @@ from engine.evaluators.judge_calibration import Example, read_calibration
 from engine.evaluators.node import Node
 from engine.model import Test
 
-__all__ = ["CalibrationItem", "CalibrationRun", "calibration_targets", "grade_calibrations", "verdict_paths"]
+__all__ = ["CalibrationItem", "CalibrationRun", "Tally", "calibration_targets", "grade_calibrations", "verdict_paths"]
+
+
+@dataclass
+class Tally:
+    """How far `grade_calibrations` is, for a progress line: examples to grade (known once each target's
+    examples are read, at the start) and examples graded."""
+
+    total: int = 0
+    graded: int = 0
 
 
 @dataclass(frozen=True)
@@ -109,7 +118,7 @@ def calibration_targets(tests: Iterable[Test], *, every_judge: bool = False) -> 
 
 async def grade_calibrations(targets: list[Target], judges: JudgeModels, cache: JudgeCache,
                              api_keys: Mapping[str, str | None], *, extra: Sequence[Sequence[InContext]] = (),
-                             concurrency: int = 8) -> tuple[list[CalibrationRun], int]:
+                             concurrency: int = 8, tally: Tally | None = None) -> tuple[list[CalibrationRun], int]:
     """Grade every example of every target (judge calls through caps, retries and the cache).
 
     Args:
@@ -120,6 +129,7 @@ async def grade_calibrations(targets: list[Target], judges: JudgeModels, cache: 
         extra: Per target (same order), more examples each graded in its own case's context (labelled
             attempts of a run: the same judge request as the run's, so the judge cache answers it).
         concurrency: Calls in flight at most (each judge model's own cap applies too).
+        tally: Counted up as examples are read and graded (None: not counted).
 
     Returns:
         (one run per target, judge calls paid).
@@ -128,13 +138,13 @@ async def grade_calibrations(targets: list[Target], judges: JudgeModels, cache: 
         caller = ModelJudgeCaller(judges, cache, OpenAIClient(sessions, api_keys),
                                   global_slots=asyncio.Semaphore(concurrency))
         more = list(extra) + [()] * (len(targets) - len(extra))
-        runs = await asyncio.gather(*(_grade(test, path, spec, members, judges, caller, added)
+        runs = await asyncio.gather(*(_grade(test, path, spec, members, judges, caller, added, tally or Tally())
                                       for (test, path, spec, members), added in zip(targets, more, strict=True)))
         return list(runs), caller.calls
 
 
 async def _grade(test: Test, path: str, spec: JudgeSpec, members: list[list[str]], judges: JudgeModels,
-                 caller: ModelJudgeCaller, extra: Sequence[InContext] = ()) -> CalibrationRun:
+                 caller: ModelJudgeCaller, extra: Sequence[InContext], tally: Tally) -> CalibrationRun:
     config = judges.resolve(spec.model)
     run = CalibrationRun(suite=test.suite, test_id=test.id, test_hash=test.hash, path=path,
                          site=f"{test.file}:{test.line}", judge_model=config.name if config else str(spec.model),
@@ -143,9 +153,11 @@ async def _grade(test: Test, path: str, spec: JudgeSpec, members: list[list[str]
     examples, problems = read_calibration(spec.calibration, spec.scale.grades, spec.scale.numeric,
                                           Path(test.suite_dir or ".")) if spec.calibration is not None else ([], [])
     run.problems = [message for _, message in problems]
+    tally.total += len(examples) + len(extra)
 
     async def one(example: Example, case: Test, judge: JudgeSpec) -> CalibrationItem:
         verdict = await judge.grade(example.answer, example.prompt or question_of(case), example.reference, caller)
+        tally.graded += 1
         grade = final_grade(verdict)
         return CalibrationItem(example.where, example.expect, grade, verdict.reason if grade is None else None,
                                verdict.reason, example.source)

@@ -13,6 +13,9 @@ It also chooses the build: only the libraries llama-cpp-python loads for a text 
 this machine's CPU, one compile job per core. Each setting is a default: a variable already in the
 environment (say `CMAKE_ARGS` for a GPU build) wins.
 
+`install.py --run COMMAND...` runs any other set-up step the same way (creating the virtualenv, which takes
+seconds with nothing printed): its own output shown as it comes, the heartbeat kept, the whole log in the file.
+
 It runs as a plain script (stdlib only, nothing imported from `engine`), since it runs before the engine's
 dependencies are installed.
 """
@@ -102,18 +105,20 @@ class Reporter:
         ncores: Cores of this machine, for the estimate.
         clock: Seconds since some fixed point (injectable for tests).
         heartbeat_s: Print a heartbeat after this long without any other line.
+        step: A command that is not pip, named this way in the heartbeat; its lines are shown as they are.
     """
 
     def __init__(self, out: TextIO, ncores: int, clock: Callable[[], float] = time.monotonic,
-                 heartbeat_s: float = HEARTBEAT_S) -> None:
+                 heartbeat_s: float = HEARTBEAT_S, step: str | None = None) -> None:
         self.out = out
+        self.step = step
         self.heartbeat_s = heartbeat_s
         self.ncores = ncores
         self.clock = clock
         self.start = clock()
         self.last_print = self.start
         self.last_progress = -math.inf
-        self.phase = "resolving and downloading packages"
+        self.phase = step or "resolving and downloading packages"
         self.building: str | None = None
         self.lock = threading.Lock()
 
@@ -126,8 +131,12 @@ class Reporter:
             self.last_print = now
 
     def line(self, raw: str) -> None:
-        """Read one line of pip's output; print what matters."""
+        """Read one line of pip's output; print what matters (every line of a `step` that is not pip)."""
         text = raw.rstrip()
+        if self.step is not None:
+            if text:
+                self.say(text)
+            return
         step = _NINJA_STEP.match(text)
         if step and self.building:
             done, total = int(step.group(1)), int(step.group(2))
@@ -168,22 +177,23 @@ def _tail(path: Path, lines: int = 40) -> str:
 
 
 def run(pip_args: Sequence[str], *, log_path: Path, out: TextIO = sys.stdout,
-        env: Mapping[str, str] | None = None, heartbeat_s: float = HEARTBEAT_S) -> int:
+        env: Mapping[str, str] | None = None, heartbeat_s: float = HEARTBEAT_S, pip: bool = True) -> int:
     """Run `pip_args` (a whole command: `.venv/bin/pip install ...`), reporting as it goes.
 
     Args:
-        pip_args: The command line; `-v` is appended (pip then streams the build's own output).
-        log_path: File that receives pip's whole output.
+        pip_args: The command line; `-v` is appended to a pip command (pip then streams the build's own output).
+        log_path: File that receives the command's whole output.
         out: Where progress lines go.
         env: The environment (default: this process's), before the build settings are added.
         heartbeat_s: Print a heartbeat after this long without any other line.
+        pip: False for any other command (`--run`): its output shown as is, nothing appended.
 
     Returns:
-        pip's exit code.
+        The command's exit code.
     """
     ncores = cores()
-    argv = [*pip_args, "-v"]
-    reporter = Reporter(out, ncores, heartbeat_s=heartbeat_s)
+    argv = [*pip_args, "-v"] if pip else list(pip_args)
+    reporter = Reporter(out, ncores, heartbeat_s=heartbeat_s, step=None if pip else " ".join(pip_args))
     reporter.say(f"{' '.join(pip_args)}   (full log: {log_path})")
     stop = threading.Event()
 
@@ -208,22 +218,26 @@ def run(pip_args: Sequence[str], *, log_path: Path, out: TextIO = sys.stdout,
             stop.set()
             beater.join()
     if code != 0:
-        reporter.say(f"pip failed (exit code {code}); the end of its log ({log_path}):\n{_tail(log_path)}")
+        what = "pip" if pip else pip_args[0]
+        reporter.say(f"{what} failed (exit code {code}); the end of its log ({log_path}):\n{_tail(log_path)}")
     else:
         reporter.say("done")
     return code
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Command line: `install.py [--log FILE] PIP INSTALL ARGS...`."""
+    """Command line: `install.py [--log FILE] PIP install ARGS...` or `install.py [--log FILE] --run COMMAND...`."""
     args = list(sys.argv[1:] if argv is None else argv)
     log_path = Path(".venv/install.log")
     if args[:1] == ["--log"]:
         log_path, args = Path(args[1]), args[2:]
-    if len(args) < 2:
-        print("usage: install.py [--log FILE] PIP install ARGS...", file=sys.stderr)
+    pip = args[:1] != ["--run"]
+    args = args if pip else args[1:]
+    if len(args) < (2 if pip else 1):
+        print("usage: install.py [--log FILE] PIP install ARGS...  |  install.py [--log FILE] --run COMMAND...",
+              file=sys.stderr)
         return 2
-    return run(args, log_path=log_path)
+    return run(args, log_path=log_path, pip=pip)
 
 
 if __name__ == "__main__":

@@ -78,7 +78,7 @@ def _builtin(name: str) -> Any:
         raise LocalModelError(f"models.yaml: {exc.args[0]}") from None
 
 
-def model_file(name: str) -> Path:
+def model_file(name: str, notify: Callable[[str], None] | None = None) -> Path:
     """The assembled GGUF file of a builtin model, assembling it into the cache on first use.
 
     The package's `assemble()` joins the chunks and checks the sha256; an existing file with the right
@@ -87,6 +87,7 @@ def model_file(name: str) -> Path:
 
     Args:
         name: The builtin model name.
+        notify: Receives one line before a first assembly (seconds of copying and hashing), or None.
     """
     check_dependencies(name)
     builtin = _builtin(name)
@@ -101,6 +102,8 @@ def model_file(name: str) -> Path:
             except (FileExistsError, ValueError):
                 target.unlink()  # a corrupt or foreign file: rebuild it
         partial = target.with_name(f"{target.name}.partial-{os.getpid()}")
+        if notify is not None:
+            notify(f"assembling the model file of {name} into {target} (once)")
         try:
             package.assemble(partial, overwrite=True)
             os.replace(partial, target)
@@ -207,6 +210,9 @@ def server_command(model_path: Path, *, alias: str, port: int, n_ctx: int = 2048
     ]
 
 
+WAIT_NOTICE_S = 10.0   # while a server starts, a line at least this often (`make run` is never silent for 15 s)
+
+
 def _to_stderr(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
@@ -261,7 +267,7 @@ def serve_builtins(servers: Sequence[tuple[str, str, Path]], *, startup_timeout_
         began = time.monotonic()
         for name, alias, log_path in servers:
             builtin = _builtin(name)
-            path = model_file(name)
+            path = model_file(name, notify)
             port = free_port()
             while port in ports:   # two servers not yet listening could be offered the same free port
                 port = free_port()
@@ -275,7 +281,8 @@ def serve_builtins(servers: Sequence[tuple[str, str, Path]], *, startup_timeout_
                 notify(f"starting the embedded model {name} (llama-cpp-python on 127.0.0.1:{port}; log: {log_path})")
         with _sigterm_unwinds():
             for name, alias, log_path, server, base_url in started:
-                _wait_ready(server, base_url, alias=alias, log_path=log_path, timeout_s=startup_timeout_s)
+                _wait_ready(server, base_url, alias=alias, log_path=log_path, timeout_s=startup_timeout_s,
+                            notify=notify, name=name)
                 if notify:
                     notify(f"the embedded model {name} is ready ({time.monotonic() - began:.1f} s)")
             yield [base_url for *_, base_url in started]
@@ -304,12 +311,19 @@ def _sigterm_unwinds() -> Iterator[None]:
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
-def _wait_ready(server: ManagedProcess, base_url: str, *, alias: str, log_path: Path, timeout_s: float) -> None:
-    """Poll `/v1/models` until it lists `alias`; fail early when the server exits."""
-    deadline = time.monotonic() + timeout_s
+def _wait_ready(server: ManagedProcess, base_url: str, *, alias: str, log_path: Path, timeout_s: float,
+                notify: Callable[[str], None] | None = None, name: str = "") -> None:
+    """Poll `/v1/models` until it lists `alias`; fail early when the server exits. `notify` hears that the
+    model `name` is still starting every WAIT_NOTICE_S (a loaded machine can take that long)."""
+    began = time.monotonic()
+    deadline = began + timeout_s
+    next_notice = began + WAIT_NOTICE_S
     delay = 0.1
     last_problem = "no answer yet"
     while time.monotonic() < deadline:
+        if notify is not None and time.monotonic() >= next_notice:
+            notify(f"  ... the embedded model {name} is still starting ({time.monotonic() - began:.0f} s)")
+            next_notice += WAIT_NOTICE_S
         code = server.poll()
         if code is not None:
             raise LocalModelError(

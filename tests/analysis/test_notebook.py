@@ -27,3 +27,19 @@ def test_notebook_executes_on_generated_results(tmp_path: Path, monkeypatch: pyt
     assert "floor" in outputs and "t3" in outputs
     assert "no model passes" in outputs
     assert "pass_at_k" in outputs and "pass_hat_k" in outputs
+
+
+def test_without_engine_results_the_notebook_reads_the_last_run_one_folder_up(tmp_path: Path,
+                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """Opened by hand in Jupyter from the repository, the kernel starts in notebooks/: results/ is one folder up."""
+    from nbclient import NotebookClient
+
+    write_run(tmp_path / "results" / "run-1", grid_rows({"a": {"t1": [1]}, "b": {"t1": [0]}}))
+    (tmp_path / "results" / "latest").symlink_to("run-1")
+    (tmp_path / "notebooks").mkdir()
+    monkeypatch.delenv("ENGINE_RESULTS", raising=False)
+    notebook = nbformat.read(NOTEBOOK, as_version=4)
+    notebook.cells = notebook.cells[:2]          # the loading cell
+    NotebookClient(notebook, timeout=120, kernel_name="python3",
+                   resources={"metadata": {"path": str(tmp_path / "notebooks")}}).execute()
+    assert "2 rows, models: ['a', 'b'], runs: ['run-1']" in str(notebook.cells[1].outputs)

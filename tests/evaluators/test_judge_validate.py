@@ -5,7 +5,9 @@ are checked against values computed by hand below; exit codes; plain `validate` 
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -188,3 +190,26 @@ def test_judges_needs_the_models_file_and_a_clean_suite(project: dict[str, Any],
     done = validate(project, "good", "--judges")
     assert done.returncode == 1 and "expect 7 is not on the judge's scale" in done.stderr
     assert "not graded" in done.stderr and project["server"].requests == []
+
+
+def test_grading_says_it_started_and_how_far_it_is_while_it_lasts(project: dict[str, Any],
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Grading by small local models takes minutes in `make run`: a line when it starts, then one every
+    PROGRESS_S (shortened here) with the examples graded so far."""
+    from engine.analysis import judge_validate
+    from engine.suite import load_suites
+
+    tmp = project["tmp"]
+    project["server"].responder = lambda body: dataclasses.replace(respond(body), delay_s=0.3)
+    monkeypatch.setattr(judge_validate, "PROGRESS_S", 0.1)
+    suites, _ = load_suites([tmp / "good" / "good.yaml"])
+    lines: list[str] = []
+    found = judge_validate.validate_judges([t for s in suites for t in s.tests], tmp / "models.yaml",
+                                           tmp / "calibration.json", judge_cache=tmp / "judge.sqlite",
+                                           progress=lines.append)
+    assert found.calls == 15
+    assert lines[0] == "judges: grading the examples of 2 judge node(s) with grader"
+    ticks = [re.fullmatch(r"judges: (\d+) of 15 examples graded \(\d+ s\)", line) for line in lines[1:]]
+    assert len(ticks) >= 3 and all(ticks), lines
+    graded = [int(t.group(1)) for t in ticks if t]
+    assert graded == sorted(graded) and graded[-1] < 15

@@ -118,6 +118,7 @@ def test_golden_passes_untouched_fails_sabotage_is_caught(rows: pd.DataFrame, ta
     golden, untouched, sabotaged = (rows.loc[(suite, task)] for suite in ("golden", "untouched", "sabotaged"))
     assert bool(golden.passed), golden.evaluators
     assert golden.outcome == "completed"
+    assert golden.isolation.startswith("bwrap+")   # `root: /app` runs under bubblewrap (the wheel's on a bare machine)
     assert not bool(untouched.passed) and untouched.outcome == "completed"
     assert not bool(sabotaged.passed), sabotaged.evaluators
     assert "the check failed" in str(sabotaged.evaluators)

@@ -119,3 +119,36 @@ def test_progress_lines_are_throttled_and_the_heartbeat_waits_for_silence() -> N
 def test_the_estimate_spreads_the_measured_work_over_the_cores() -> None:
     assert install.estimate(1) == f"about {-(-int(install.BUILD_CORE_SECONDS) // 60)} minutes on 1 core"
     assert install.estimate(64) == "about 1 minute on 64 cores"
+
+
+SILENT_STEP = r'''
+import sys, time
+out = sys.argv[1]
+print("creating the environment", flush=True)
+deadline = time.monotonic() + 60
+while "... " not in open(out).read() and time.monotonic() < deadline:   # silent until the heartbeat shows
+    time.sleep(0.02)
+print("created", flush=True)
+sys.exit(int(sys.argv[2]))
+'''
+
+
+def test_main_runs_any_other_step_with_its_own_output_and_the_heartbeat(tmp_path: Path) -> None:
+    """`install.py --run COMMAND...` (the venv step of `make run`): output as it comes, a heartbeat naming the
+    command through a silence, nothing appended to the command, its exit code returned."""
+    step = tmp_path / "step.py"
+    step.write_text(SILENT_STEP)
+    out_path, log = tmp_path / "out.txt", tmp_path / "setup.log"
+    for code in (0, 4):
+        with open(out_path, "w", buffering=1) as out:
+            rc = install.run([sys.executable, str(step), str(out_path), str(code)], log_path=log, out=out,
+                             heartbeat_s=0.05, pip=False)
+        assert rc == code
+        lines = [line.split("] ", 1)[1] for line in out_path.read_text().splitlines() if "] " in line]
+        assert "creating the environment" in lines
+        assert any(line == f"  ... {sys.executable} {step} {out_path} {code}" for line in lines)
+        assert "created" in lines
+        assert "created" in log.read_text()
+        ended = lines[-1] if code == 0 else next(line for line in lines if "failed" in line)
+        assert ended == ("done" if code == 0 else f"{sys.executable} failed (exit code 4); the end of its log ({log}):")
+    assert install.main(["--log", str(log), "--run"]) == 2          # no command

@@ -43,7 +43,7 @@ def _grandchild_pid(log: Path) -> int:
 
 def _fake_command(monkeypatch: pytest.MonkeyPatch, *flags: str) -> None:
     """Make serve_builtin run the fake server instead of llama.cpp (no model file needed)."""
-    monkeypatch.setattr(server, "model_file", lambda name: Path("/nonexistent.gguf"))
+    monkeypatch.setattr(server, "model_file", lambda name, notify=None: Path("/nonexistent.gguf"))
     monkeypatch.setattr(server, "server_command",
                         lambda path, *, alias, port, n_ctx=2048, **kw: [sys.executable, str(FAKE), str(port),
                                                                         alias, *flags])
@@ -115,15 +115,20 @@ def test_server_that_exits_early_points_to_its_log(tmp_path: Path, monkeypatch: 
 
 def test_server_that_never_gets_ready_times_out_and_is_stopped(tmp_path: Path,
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """Stopped at the time limit; meanwhile it says every WAIT_NOTICE_S (shortened here) that it is still starting."""
     _fake_command(monkeypatch, "--never-ready")
     monkeypatch.setattr(server, "check_dependencies", lambda name: None)
+    monkeypatch.setattr(server, "WAIT_NOTICE_S", 0.5)
     log = tmp_path / "server.log"
+    said: list[str] = []
     with (
         pytest.raises(LocalModelError, match=r"did not answer .* within 2 s") as info,
-        server.serve_builtin("gemma-3-270m", log_path=log, alias="a", startup_timeout_s=2)
+        server.serve_builtin("gemma-3-270m", log_path=log, alias="a", startup_timeout_s=2, notify=said.append)
     ):
         pass
     assert str(log) in str(info.value)
+    still = [line for line in said if line.startswith("  ... the embedded model gemma-3-270m is still starting (")]
+    assert 1 <= len(still) <= 4, said                    # at most one per WAIT_NOTICE_S
     assert _wait_for(lambda: pid_gone(_grandchild_pid(log)))
 
 
@@ -234,7 +239,7 @@ def test_servers_started_together_are_all_ready_and_all_stopped(tmp_path: Path,
     """`make run` starts three embedded servers at once (their loads overlap); when one fails to come up,
     the ones already started are stopped too."""
     monkeypatch.setattr(server, "check_dependencies", lambda name: None)
-    monkeypatch.setattr(server, "model_file", lambda name: Path("/nonexistent.gguf"))
+    monkeypatch.setattr(server, "model_file", lambda name, notify=None: Path("/nonexistent.gguf"))
     flags: dict[str, list[str]] = {"a": [], "b": [], "bad": ["--exit-now"]}
     monkeypatch.setattr(server, "server_command",
                         lambda path, *, alias, port, **kw: [sys.executable, str(FAKE), str(port), alias, *flags[alias]])
