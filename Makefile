@@ -49,9 +49,11 @@ run: $(VENV)/.local
 	  "suites/ ...), or call $(ENGINE) as it is; \`make notebook\` opens notebooks/analysis.ipynb on this run"
 
 # JupyterLab on notebooks/analysis.ipynb, reading the last run ($(RESULTS)/latest); the [notebook] extra installs
-# on first use. It serves until Ctrl-C (it prints its URL), so no other target and no CI step starts it. No browser
-# is opened where there is no display (a text-mode browser would take over the terminal).
-NO_BROWSER := $(if $(or $(DISPLAY),$(WAYLAND_DISPLAY),$(filter Darwin,$(shell uname -s))),,--no-browser)
+# on first use. It serves until Ctrl-C, and the URL it prints opens the notebook itself (default_url); no other
+# target and no CI step starts it. No browser is opened where there is no display (a text-mode browser would take
+# over the terminal); as root (a container, CI) Jupyter needs --allow-root.
+JUPYTER_FLAGS = $(if $(or $(DISPLAY),$(WAYLAND_DISPLAY),$(filter Darwin,$(shell uname -s))),,--no-browser) \
+                $(if $(filter 0,$(shell id -u)),--allow-root)
 
 $(VENV)/.notebook: pyproject.toml | $(BIN)/python
 	$(BIN)/pip install -q uv && $(BIN)/uv pip install --python $(BIN)/python -e '.[notebook]' \
@@ -62,7 +64,8 @@ notebook: $(VENV)/.notebook
 	@[ -e $(RESULTS)/latest ] || { echo "no run in $(RESULTS)/ yet: \`make run\` first (or engine run SUITES --out" \
 	  "$(RESULTS))" >&2; exit 2; }
 	@echo "JupyterLab on notebooks/analysis.ipynb, reading $(RESULTS)/latest; open the URL it prints (Ctrl-C stops it)"
-	ENGINE_RESULTS=$(abspath $(RESULTS))/latest $(BIN)/jupyter lab notebooks/analysis.ipynb $(NO_BROWSER)
+	ENGINE_RESULTS=$(abspath $(RESULTS))/latest $(BIN)/jupyter lab notebooks/analysis.ipynb \
+	  --LabApp.default_url=/lab/tree/analysis.ipynb $(JUPYTER_FLAGS)
 
 PYTEST  := $(BIN)/python -m pytest -q -p no:cacheprovider
 # One pytest worker per core (pytest-xdist); `make test JOBS=0` runs in one process.

@@ -1,12 +1,15 @@
 """Progress while a run goes, and the per-model summary at the end.
 
-A rich progress bar on a terminal; plain periodic lines when stdout is not a TTY (CI logs); nothing
-with `--quiet`. Rich is imported only when a bar or a table is drawn.
+A rich progress bar on a terminal (its elapsed time ticks while no call ends); plain periodic lines when stdout
+is not a TTY (CI logs, `make run | tee`), one at least every HEARTBEAT_S even while no call ends (a slow model, an
+agent task's many turns, a long sandboxed check); nothing with `--quiet`. Rich is imported only when a bar or a
+table is drawn.
 """
 
 from __future__ import annotations
 
 import sys
+import threading
 import time
 from typing import Any, TextIO
 
@@ -46,29 +49,39 @@ def _line(stats: RunStats) -> str:
             f"eta {eta}")
 
 
+HEARTBEAT_S = 10.0   # off a terminal, a line at least this often (`make run` is never silent for 15 s)
+
+
 class Progress:
-    """Shows progress; call `update` after each commit and `close` at the end.
+    """Shows progress; call `watch` with the run's stats when it starts, `update` after each commit and `close` at
+    the end.
 
     Args:
         quiet: Show nothing.
         stream: Where to write (stdout by default).
         plain_every_s: Seconds between plain lines when not on a terminal.
+        heartbeat_s: Off a terminal, the longest time without a line once `watch` has started.
     """
 
-    def __init__(self, *, quiet: bool = False, stream: TextIO | None = None, plain_every_s: float = 5.0) -> None:
+    def __init__(self, *, quiet: bool = False, stream: TextIO | None = None, plain_every_s: float = 5.0,
+                 heartbeat_s: float = HEARTBEAT_S) -> None:
         self.quiet = quiet
         self.stream = stream or sys.stdout
         self.plain_every_s = plain_every_s
+        self.heartbeat_s = heartbeat_s
         self._last = 0.0
         self._bar: Any = None
         self._task: Any = None
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._beat: threading.Thread | None = None
         if not quiet and self.stream.isatty():
             from rich.console import Console
-            from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeRemainingColumn
+            from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
             from rich.progress import Progress as RichProgress
 
             self._bar = RichProgress(TextColumn("[bold]run"), BarColumn(), MofNCompleteColumn(),
-                                     TextColumn("{task.fields[info]}"), TimeRemainingColumn(),
+                                     TextColumn("{task.fields[info]}"), TimeElapsedColumn(), TimeRemainingColumn(),
                                      console=Console(file=self.stream), transient=False)
             self._bar.start()
 
@@ -86,15 +99,36 @@ class Progress:
                     f"{_tokens_per_s(stats, elapsed)}")
             self._bar.update(self._task, completed=stats.done, total=stats.total, info=info)
             return
-        now = time.monotonic()
-        if now - self._last >= self.plain_every_s or stats.done == stats.total:
-            self._last = now
-            print(_line(stats), file=self.stream, flush=True)
+        with self._lock:
+            now = time.monotonic()
+            if now - self._last >= self.plain_every_s or stats.done == stats.total:
+                self._last = now
+                print(_line(stats), file=self.stream, flush=True)
+
+    def watch(self, stats: RunStats) -> None:
+        """Off a terminal, print `stats` whenever no line came for `heartbeat_s` (from a thread of its own, as
+        the run may wait minutes for its next commit), until `close`."""
+        if self.quiet or self._bar is not None or self._beat is not None:
+            return
+        self._last = time.monotonic()
+
+        def beat() -> None:
+            while not self._stop.wait(min(1.0, self.heartbeat_s / 2)):
+                with self._lock:
+                    if time.monotonic() - self._last >= self.heartbeat_s:
+                        self._last = time.monotonic()
+                        print(_line(stats), file=self.stream, flush=True)
+
+        self._beat = threading.Thread(target=beat, name="progress-heartbeat", daemon=True)
+        self._beat.start()
 
     def close(self) -> None:
-        """Stop the bar."""
+        """Stop the bar, or the heartbeat."""
         if self._bar is not None:
             self._bar.stop()
+        if self._beat is not None:
+            self._stop.set()
+            self._beat.join()
 
 
 def summary_rows(stats: RunStats) -> list[dict[str, Any]]:

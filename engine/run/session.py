@@ -416,6 +416,7 @@ def _execute(invocation: Invocation, run_id: str, run_dir: Path, journal: Any, m
                                     concurrency=config.concurrency)
                 total = gate.total_jobs() - (_replay(gate, writer, journal) if skip else 0)
             runner = Runner(config, journal, writer, on_progress=progress.update, gate=gate)
+            progress.watch(runner.stats)
             if gate is not None:
                 jobs = {m.name: (m, gate.jobs(m, skip)) for m in models}
             else:

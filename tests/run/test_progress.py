@@ -50,3 +50,38 @@ async def test_errors_stand_beside_the_pass_rate(tmp_path: Path, fake_openai: Fa
     assert cells[2:6] == ["2 of 6", "0", "4 (http_400×4)", "100.0% of 2 scored"]
     assert "pass rate (errors left out)" in " ".join(table.split())
     assert "m: 2 of 6 passed, 4 errors" in table
+
+
+def test_off_a_terminal_a_line_comes_while_no_call_ends_and_stops_with_the_run() -> None:
+    """A run waiting minutes for its next result (a slow model, a long agent task) still prints, at most every
+    heartbeat_s (shortened here), and nothing once it is closed."""
+    import time
+
+    from engine.run.run_config import RunStats
+
+    out = io.StringIO()
+    stats = RunStats()
+    stats.total = 4
+    progress = Progress(stream=out, heartbeat_s=0.05)
+    progress.watch(stats)
+    deadline = time.monotonic() + 30
+    while out.getvalue().count("\n") < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    progress.close()
+    lines = out.getvalue().splitlines()
+    assert len(lines) >= 2 and all(line.startswith("0/4 done: ") for line in lines), lines
+    time.sleep(0.2)
+    assert out.getvalue().splitlines() == lines             # closed: silent
+
+
+def test_quiet_prints_nothing_even_while_a_run_waits() -> None:
+    import time
+
+    from engine.run.run_config import RunStats
+
+    out = io.StringIO()
+    progress = Progress(stream=out, quiet=True, heartbeat_s=0.01)
+    progress.watch(RunStats())
+    time.sleep(0.2)
+    progress.close()
+    assert out.getvalue() == ""
