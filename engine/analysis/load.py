@@ -101,11 +101,13 @@ def find_parquet_files(paths: str | os.PathLike[str] | Iterable[str | os.PathLik
             continue
         for root, dirs, files in os.walk(path):  # followlinks=False: `latest` is not walked twice
             dirs.sort()
+            folder = Path(root)
+            real = folder.resolve()   # once per folder: a file's own path resolves only when it is a link
             for name in sorted(files):
                 # `_labels.parquet` (human review, engine/analysis/labels.py) and hidden temporaries are not rows.
                 if name.endswith(".parquet") and not name.startswith((".", "_")):
-                    file = Path(root) / name
-                    found.setdefault(file.resolve(), file)
+                    file = folder / name
+                    found.setdefault(file.resolve() if file.is_symlink() else real / name, file)
     if not found:
         shown = ", ".join(str(p) for p in names) or "(nothing)"
         raise ResultsError(f"{shown}: no Parquet results found; run `engine run SUITES --out results` first, "

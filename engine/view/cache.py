@@ -38,7 +38,7 @@ SUMMARY_FILE = "summary.json"
 TESTS_FILE = "tests.arrow"
 CELLS_FILE = "cells.arrow"
 # Bump when what the files hold (or how) changes: older files are then ignored and rewritten.
-FORMAT = 1
+FORMAT = 2
 MAX_SUMMARY_BYTES = 64 << 20
 MAX_TABLE_BYTES = 4 << 30
 # The grid's per-cell arrays, in the order `cells.arrow` holds them (one row per test × model, row-major).
@@ -53,7 +53,8 @@ class Snapshot:
     """One run's aggregates, as the pages read them.
 
     Args:
-        summary: JSON-ready: interval, notes, models, comparisons, agents (as `Analysis.to_dict` has them).
+        summary: JSON-ready: interval, notes, models, comparisons, agents (as `Analysis.to_dict` has them), and
+            the grid's suites and tags (the filters' choices).
         overview: JSON-ready figures of the runs page: tests, rows, errors, cost, and each model's rates.
         ranking: Every model of the models table, best first.
         models: The grid's columns (`Cells.models`).
@@ -159,9 +160,11 @@ def snapshot_of(analysis: Analysis, cells: Cells) -> Snapshot:
     import pyarrow as pa
 
     models = analysis.models
+    tags = {str(t) for row in cells.items["tags"] for t in (row if row is not None else ())}
     summary = {"interval": analysis.interval_method, "notes": list(analysis.notes), "models": _records(models),
                "comparisons": [json_safe(c.to_dict()) for c in analysis.comparisons],
-               "agents": _records(analysis.agents)}
+               "agents": _records(analysis.agents), "suites": sorted({str(s) for s in cells.items["suite"]}),
+               "tags": sorted(tags)}
     overview = json_safe({
         "tests": len(cells.items), "rows": int(models["rows"].sum()) if len(models) else 0,
         "errors": int(models["error_rows"].sum()) if len(models) else 0,
@@ -240,7 +243,8 @@ def _read_summary(run_dir: Path, sig: Signature) -> dict[str, Any] | None:
             and isinstance(ranking, list) and all(isinstance(m, str) for m in [*models, *ranking])
             and isinstance(summary, dict) and isinstance(data.get("overview"), dict)
             and data.get("cluster_by") in ("test", "case") and isinstance(summary.get("interval"), str)
-            and all(isinstance(summary.get(k), list) for k in ("notes", "models", "comparisons", "agents"))):
+            and all(isinstance(summary.get(k), list) for k in ("notes", "models", "comparisons", "agents", "suites",
+                                                               "tags"))):
         return None
     return data
 

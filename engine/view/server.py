@@ -14,6 +14,7 @@ import asyncio
 import hmac
 import re
 import secrets
+import threading
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -254,6 +255,8 @@ async def serve(root: Path, *, host: str, port: int, reviewer: str,
         bound = runner.addresses[0][1]
         shown = f"[{host}]" if ":" in host else host
         ready(f"http://{shown}:{bound}/" + (f"?token={token}" if token else ""))
+        # The newest run is prepared while the browser opens (a daemon: Ctrl-C never waits for it).
+        threading.Thread(target=store.warm, name="engine-view-warm", daemon=True).start()
         await asyncio.Event().wait()
     finally:
         await runner.cleanup()

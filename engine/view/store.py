@@ -10,6 +10,7 @@ rows opens without loading its rows.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from dataclasses import dataclass, field
@@ -96,7 +97,7 @@ class Run:
 
         return find_parquet_files(self.folder)
 
-    def _current(self) -> cache.Snapshot:
+    def snapshot(self) -> cache.Snapshot:
         """The snapshot for the run's files as they are now: held, read from beside the run, or computed."""
         files = self.files()
         signature = cache.signature(self.folder, files)
@@ -116,7 +117,7 @@ class Run:
         for all the scans: a test's attempts, a text search)."""
         from engine.analysis.load import open_dataset
 
-        self._current()
+        self.snapshot()
         with self._lock:
             if self._dataset is None:
                 self._dataset = open_dataset(self.files())
@@ -124,7 +125,7 @@ class Run:
 
     def grid_cells(self) -> Cells:
         """The run's tests × models grid (what `compare.diff` pairs)."""
-        return self._current().grid_cells()
+        return self.snapshot().grid_cells()
 
     def manifest(self) -> dict[str, Any]:
         """The run's `_manifest.json` (an interrupted run has none: {})."""
@@ -137,22 +138,21 @@ class Run:
         signature = cache.signature(self.folder, files)
         with self._lock:
             held = self._snapshot.overview if self._snapshot is not None and signature == self._signature else None
-        figures = held or cache.read_overview(self.folder, signature) or self._current().overview
+        figures = held or cache.read_overview(self.folder, signature) or self.snapshot().overview
         manifest = self.manifest()
         return {"run": self.name, "started_at": json_safe(manifest.get("started_at")),
                 "complete": json_safe(manifest.get("complete")), **figures}
 
     def summary(self) -> dict[str, Any]:
         """The models with their intervals, the paired comparisons, notes, and the grid's filter choices."""
-        snapshot = self._current()
+        snapshot = self.snapshot()
         manifest = self.manifest()
-        tags = snapshot.derived("tag names", lambda: sorted({str(t) for t in _tag_values(snapshot)}))
-        suites = snapshot.derived("suite names", lambda: sorted({str(s) for s in snapshot.column("suite")}))
         return json_safe({
             "run": self.name, "manifest": {k: manifest.get(k) for k in ("run_id", "started_at", "ended_at",
                                                                         "complete", "engine_version")},
-            **{k: snapshot.summary.get(k) for k in ("interval", "notes", "models", "comparisons", "agents")},
-            "suites": suites, "tags": tags, "classes": list(CLASSES),
+            **{k: snapshot.summary.get(k) for k in ("interval", "notes", "models", "comparisons", "agents", "suites",
+                                                    "tags")},
+            "classes": list(CLASSES),
         })
 
     def grid(self, *, suite: str | None = None, tag: str | None = None, klass: str | None = None,
@@ -170,7 +170,7 @@ class Run:
         """
         if klass and klass not in CLASSES:
             raise ValueError(f"class {klass!r}: use one of {', '.join(CLASSES)}")
-        snapshot = self._current()
+        snapshot = self.snapshot()
         cells = snapshot.cells
         keep = np.ones(snapshot.tests.num_rows, dtype=bool)
         if suite:
@@ -235,7 +235,7 @@ class Run:
 
         from engine.analysis.load import read_table
 
-        snapshot = self._current()
+        snapshot = self.snapshot()
         where = (ds.field("suite") == suite) & (ds.field("test_id") == test_id)
         where &= ds.field("case_index").is_null() if case_index < 0 else ds.field("case_index") == case_index
         table = read_table(self.dataset(), where=where)
@@ -266,12 +266,6 @@ class Run:
     def add_label(self, record: dict[str, Any]) -> int:
         """Append one label to the run's `_labels.parquet` (engine.analysis.labels)."""
         return append_labels(self.folder, [record])
-
-
-def _tag_values(snapshot: cache.Snapshot) -> list[Any]:
-    import pyarrow.compute as pc
-
-    return pc.list_flatten(snapshot.tests["tags"]).to_pylist()
 
 
 def _has_tag(snapshot: cache.Snapshot, tag: str) -> np.ndarray:
@@ -318,6 +312,14 @@ class Store:
         if name not in self._runs:
             self.refresh()
         return self._runs[name]
+
+    def warm(self) -> None:
+        """Prepare the newest run while the browser opens the page: its snapshot read, or computed and written
+        (a run that cannot be read is left for its page to report)."""
+        names = self.names()
+        if names:
+            with contextlib.suppress(ResultsError, OSError, ValueError):
+                self._runs[names[0]].snapshot()
 
     def runs(self) -> list[dict[str, Any]]:
         """The runs page: each run's overview (a run that cannot be read says why)."""
