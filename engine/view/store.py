@@ -134,11 +134,12 @@ class Run:
     def overview(self) -> dict[str, Any]:
         """One line of the runs page: date, models with pass rates, tests, cost, errors (from the snapshot's
         summary alone when the run has one beside it: the runs page does not load every run's tables)."""
-        files = self.files()
-        signature = cache.signature(self.folder, files)
-        with self._lock:
-            held = self._snapshot.overview if self._snapshot is not None and signature == self._signature else None
-        figures = held or cache.read_overview(self.folder, signature) or self.snapshot().overview
+        signature = cache.signature(self.folder, self.files())
+        # Read without the lock (a snapshot being read or computed does not hold the runs page up): the snapshot
+        # is assigned before its signature, so a pair read in between never matches.
+        held, held_signature = self._snapshot, self._signature
+        figures = (held.overview if held is not None and held_signature == signature else None) \
+            or cache.read_overview(self.folder, signature) or self.snapshot().overview
         manifest = self.manifest()
         return {"run": self.name, "started_at": json_safe(manifest.get("started_at")),
                 "complete": json_safe(manifest.get("complete")), **figures}
