@@ -448,6 +448,7 @@ def _traceback(text: str) -> list[str]:
 
 
 _STARTUP = "/tools/lib/sitecustomize.py"
+_UNITTEST_HEAD = re.compile(r"^(FAIL|ERROR): \S+ \(.+\)$")   # FAIL: test_mean (test_stats.StatsTest.test_mean)
 
 
 def _unittest_failures(text: str) -> list[str]:
@@ -456,7 +457,7 @@ def _unittest_failures(text: str) -> list[str]:
     blocks = re.split(r"^=+\n", text, flags=re.MULTILINE)
     for block in blocks:
         head = block.lstrip().splitlines()[0] if block.strip() else ""
-        if not head.startswith(("FAIL:", "ERROR:")):
+        if not _UNITTEST_HEAD.match(head):
             continue
         body = [line for line in block.splitlines()[1:] if line.strip() and not line.startswith("-")]
         last = next((line.strip() for line in reversed(body) if re.match(r"^\w[\w.]*(Error|Exception)\b", line)),

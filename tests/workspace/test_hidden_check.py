@@ -21,6 +21,7 @@ import pytest
 
 from engine.errors import EvaluatorConfigError
 from engine.evaluators.workspace_check import workspace_check
+from engine.workspace import check as hidden
 from engine.workspace.check import REPORT_MAX_BYTES, HiddenCheck, ReportError, parse_report, read_report
 from engine.workspace.spec import WorkspaceSpec
 from engine.workspace.workspace import Workspace
@@ -195,6 +196,42 @@ def test_environment_given_to_the_check_reaches_the_tests() -> None:
     test = "import os\n\n\ndef test_env():\n    assert os.environ['TEST_DIR'] == '/somewhere'\n"
     result = _check({"t/test_env.py": test}, HiddenCheck(pytest=("t",), env={"TEST_DIR": "/somewhere"}))
     assert result.passed, result.reason
+
+
+UNITTEST_OUTPUT = """\
+F.
+======================================================================
+FAIL: test_mean (test_stats.StatsTest.test_mean)
+----------------------------------------------------------------------
+Traceback (most recent call last):
+  File "/w/tests/test_stats.py", line 8, in test_mean
+    self.assertEqual(mean([1, 2, 3, 4]), 2.5)
+AssertionError: 3.3333333333333335 != 2.5
+
+----------------------------------------------------------------------
+Ran 2 tests in 0.001s
+
+FAILED (failures=1)
+"""
+TRACEBACK_OUTPUT = """\
+/w/old.py:3: DeprecationWarning: old API
+  warnings.warn("old API", DeprecationWarning)
+Traceback (most recent call last):
+  File "<string>", line 1, in <module>
+  File "/w/greet.py", line 2, in greet
+    return 1 / 0
+ZeroDivisionError: division by zero
+"""
+
+
+def test_a_failed_commands_reason_leads_with_the_failure_not_the_warnings() -> None:
+    summary = hidden.output_summary
+    assert summary("", UNITTEST_OUTPUT) == ("FAIL: test_mean (test_stats.StatsTest.test_mean): AssertionError: "
+                                            "3.3333333333333335 != 2.5")
+    assert summary("", TRACEBACK_OUTPUT) == "ZeroDivisionError: division by zero | at /w/greet.py:2: return 1 / 0"
+    usage = "ERROR: usage: pytest [options]\npytest: error: unrecognized arguments: --bogus\n"
+    assert summary("", usage) == "ERROR: usage: pytest [options] | pytest: error: unrecognized arguments: --bogus"
+    assert len(summary("x" * 5000, "")) == 600
 
 
 # --------------------------------------------------------------------------------------------
