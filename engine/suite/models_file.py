@@ -7,17 +7,19 @@ time, so no key can reach results, logs or messages through this module.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from engine.base.hosts import is_loopback_url
 from engine.base.yaml import FileKind, load_yaml_file
 from engine.errors import Diagnostic
-from engine.model import ModelConfig, RateLimit
+from engine.local.registry import entry_defaults, is_scripted
+from engine.model import DEFAULT_MAX_TOKENS, ModelConfig, RateLimit, Test, max_tokens_floor
 from engine.redact import looks_like_key, secret_query_names
 from engine.suite.schema import validate
 
-__all__ = ["load_models", "load_models_file"]
+__all__ = ["load_models", "load_models_file", "raised_max_tokens"]
 
 _MODELS_FILE = FileKind("models", "a models file needs `models:` with one entry per model (see models.example.yaml)",
                         "a models file holds a few entries; check that this is the right file")
@@ -142,8 +144,12 @@ HOSTED_CONCURRENCY = 64
 
 
 def _config(name: str, spec: dict[str, Any]) -> ModelConfig:
-    price = spec.get("price") or {}
     builtin = spec.get("builtin")
+    if builtin:   # an embedded model's own floor, timeout and concurrency, for the keys the entry leaves out
+        defaults = entry_defaults(builtin)
+        if defaults:
+            spec = {**defaults, **spec, "params": {**defaults["params"], **(spec.get("params") or {})}}
+    price = spec.get("price") or {}
     base_urls = tuple(spec.get("base_urls") or ())
     base_url = spec.get("base_url") or (base_urls[0] if base_urls else None)
     default_concurrency = LOCAL_CONCURRENCY if builtin or is_loopback_url(base_url) else HOSTED_CONCURRENCY
@@ -189,3 +195,43 @@ def _float_or_none(value: Any) -> float | None:
 
 def _int_or_none(value: Any) -> int | None:
     return None if value is None else int(value)
+
+
+def raised_max_tokens(tests: Iterable[Test], models: Iterable[ModelConfig], *, which: str = "") -> list[Diagnostic]:
+    """A note for each suite file whose tests ask for fewer max_tokens than a model's floor sends them.
+
+    The floor (`engine.model.max_tokens_floor`) only raises a test's value, so a reasoning model is never
+    starved by a suite written for small ones; the note says by how much and for which models, once per file
+    and floor, at its first such test.
+
+    Args:
+        tests: The loaded tests.
+        models: The models the tests would run on (scripted ones make no request and are left out).
+        which: Words after the model names saying where they come from (" (the default embedded models)").
+    """
+    by_floor: dict[int, list[str]] = {}
+    for model in models:
+        if not is_scripted(model.builtin):
+            by_floor.setdefault(max_tokens_floor(model), []).append(model.name)
+    if not by_floor:
+        return []
+    found: dict[tuple[str, int], tuple[int, int, int, Test]] = {}   # (file, floor) -> count, least, most, first
+    for test in tests:
+        asked = test.max_tokens
+        if asked is None:
+            continue
+        for floor in by_floor:
+            if asked < floor:
+                n, least, most, first = found.get((test.file, floor), (0, asked, asked, test))
+                found[(test.file, floor)] = (n + 1, min(least, asked), max(most, asked),
+                                             test if test.line < first.line else first)
+    out = []
+    for (file, floor), (n, least, most, first) in sorted(found.items(), key=lambda item: item[0]):
+        values = f"{least}" if least == most else f"{least} to {most}"
+        tests_text = f"test '{first.id}'" if n == 1 else f"{n} tests (first: '{first.id}')"
+        out.append(Diagnostic(file, first.line, 1, (
+            f"max_tokens {values} of {tests_text} is raised to {floor} for {', '.join(sorted(by_floor[floor]))}"
+            f"{which}: a model's params.max_tokens (else {DEFAULT_MAX_TOKENS}) is a floor a test can raise but not "
+            f"lower, so a reasoning model is not starved; a lower params.max_tokens in the models file lets the "
+            f"test's value through"), severity="note"))
+    return out

@@ -364,7 +364,8 @@ _MODEL = {
                      "ending in /v1 (the engine adds the method's path).",
                      "examples": ["http://127.0.0.1:8000/v1"]},
         "builtin": {"type": "string", "description": "An embedded model the engine starts itself (instead of "
-                    "base_url); `golden` answers every test with its golden, with no model at all.",
+                    "base_url), with a max_tokens floor, timeout and concurrency that fit a CPU for the keys left "
+                    "out; `golden` answers every test with its golden, with no model at all.",
                     "examples": ["gemma-3-270m", "golden"]},
         "model": {"type": "string", "description": "The model id sent to the server (default: the builtin name).",
                   "examples": ["gpt-4o-mini"]},
@@ -380,9 +381,11 @@ _MODEL = {
                           "examples": ["key"]},
         "concurrency": {"type": "integer", "minimum": 1, "maximum": MAX_CONCURRENCY,
                         "description": "Calls in flight at most: a ceiling, the rate limit paces the calls "
-                                       "(default 8 for a server on this machine, 64 for a hosted API)."},
+                                       "(default 8 for a server on this machine, 64 for a hosted API, 1 for an "
+                                       "embedded builtin model)."},
         "timeout_s": {"type": "number", "exclusiveMinimum": 0, "maximum": MAX_TIMEOUT_S,
-                      "description": "Time limit of each try, in seconds (default 120); a try that runs out "
+                      "description": "Time limit of each try, in seconds (default 120; 60 for an embedded builtin "
+                                     "model); a try that runs out "
                                      "before its reply started is retried (at most max_retries times), one "
                                      "whose reply was still arriving is an error row keeping the partial answer."},
         "connect_timeout_s": {"type": "number", "exclusiveMinimum": 0, "maximum": MAX_TIMEOUT_S,
@@ -404,7 +407,9 @@ _MODEL = {
         "structured_output": {"type": "boolean", "description": "The server accepts `response_format` with a "
                               "`json_schema`: judge calls to this model send their reply schema that way "
                               "(default false: a strict parse and one re-ask)."},
-        "params": {"type": "object", "description": "Extra request fields passed through (seed, top_p, ...).",
+        "params": {"type": "object", "description": "Extra request fields passed through (seed, top_p, ...); "
+                   "`max_tokens` is the floor of every request's max_tokens (default 1024; 64 for an embedded "
+                   "builtin model): a test's larger value wins, a smaller one is raised to it.",
                    # Open on purpose (anything else passes through to the server); the fields the
                    # engine itself reads and stores are bounded.
                    "properties": {"max_tokens": MAX_TOKENS, "seed": SEED, "temperature": TEMPERATURE},
