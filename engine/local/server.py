@@ -11,7 +11,7 @@ Two facts about llama-cpp-python's server shape the command line:
   look like a gateway fallback; so the alias is always passed;
 - by default a new request *interrupts* a streaming one (`interrupt_requests`), which would truncate
   answers whenever two calls overlap; so it is turned off (requests then wait their turn).
-Its stream sends no usage chunk, so token counts from it are null (never 0) in the results.
+The launcher adds what the stock server lacks (engine.local.launcher): usage at the end of every stream.
 """
 
 from __future__ import annotations

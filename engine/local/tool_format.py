@@ -2,11 +2,12 @@
 
 Registered as `engine-chatml-tools` by `engine.local.launcher`, in the server process (it imports llama_cpp,
 which only the `[local]` extra installs). A request without tools is plain ChatML chat (llama-cpp-python's
-own `chatml` handler: streaming, `response_format` schemas for judges, and so on). A request with tools and
-`tool_choice: auto` (what the engine sends) is answered in three constrained steps:
+own `chatml` handler: streaming, `response_format` schemas for judges, and so on). A request with tools is
+answered in three constrained steps:
 
 1. the model chooses, under a grammar, between `message:` and `functions.NAME:` for one of the offered
-   names (it cannot invent a tool);
+   names (it cannot invent a tool); `tool_choice: required` leaves `message:` out, and a `tool_choice` naming
+   one function makes the choice itself (that function, called once);
 2. for a call, it writes the arguments under a grammar made from that tool's JSON Schema, then chooses
    again between another call (parallel calls, at most MAX_CALLS) and the end of its turn;
 3. for a message, it writes free text up to the end of its turn.
@@ -30,7 +31,7 @@ import uuid
 from collections.abc import Iterator
 from typing import Any, cast
 
-__all__ = ["FORMAT_NAME", "MAX_CALLS", "chatml_tools", "register", "render_prompt"]
+__all__ = ["FORMAT_NAME", "MAX_CALLS", "chatml_tools", "named_function", "register", "render_prompt"]
 
 FORMAT_NAME = "engine-chatml-tools"
 # The most calls one turn may make; the example suites need two at once (compare-two-restaurants).
@@ -97,7 +98,8 @@ def chatml_tools(llama: Any, messages: list[dict[str, Any]], tools: list[dict[st
         llama: The `llama_cpp.Llama` serving the request.
         messages: The request's messages.
         tools: The request's tools (None or empty: plain chat).
-        tool_choice: Only `auto` (and absent) calls tools; `none` is plain chat.
+        tool_choice: `auto` (and absent): the model decides; `required`: it calls at least one tool; `none`:
+            plain chat; `{"type": "function", "function": {"name": NAME}}`: it calls NAME once.
         stream: Server-sent events; a tool-call turn is sent as one chunk (it is decided whole).
         max_tokens: The reply's token limit (also each call's arguments' limit).
         stop: Extra stop strings for text replies.
@@ -112,14 +114,20 @@ def chatml_tools(llama: Any, messages: list[dict[str, Any]], tools: list[dict[st
         chatml: Any = llama_chat_format.get_chat_completion_handler("chatml")
         return chatml(llama=llama, messages=messages, stream=stream, max_tokens=max_tokens, stop=stop,
                       temperature=temperature, **kwargs)
-    if isinstance(tool_choice, dict):
-        raise ValueError(f"{FORMAT_NAME}: tool_choice naming one function is not supported; send `auto`")
+    by_name = {t["function"]["name"]: t for t in tools}
+    forced = named_function(tool_choice)
+    if forced is not None and forced not in by_name:
+        raise ValueError(f"tool_choice names the function {forced!r}, which is not among the tools offered "
+                         f"({', '.join(sorted(by_name))})")
     sampling = {k: v for k, v in kwargs.items() if k in _SAMPLING}
     stops = [stop] if isinstance(stop, str) else list(stop or [])
     prompt = render_prompt(messages, tools)
-    by_name = {t["function"]["name"]: t for t in tools}
-    names = " | ".join(_literal(f"functions.{name}:") for name in by_name)
-    first = _choose(llama, prompt, f'root ::= "message:" | {names}', temperature, sampling)
+    if forced is not None:
+        first = f"functions.{forced}:"
+    else:
+        names = " | ".join(_literal(f"functions.{name}:") for name in by_name)
+        choices = names if tool_choice == "required" else f'"message:" | {names}'
+        first = _choose(llama, prompt, f"root ::= {choices}", temperature, sampling)
     if first == "message:":
         completion = llama.create_completion(prompt=prompt + "message:\n", max_tokens=max_tokens,
                                              stop=[*stops, END], temperature=temperature, stream=stream,
@@ -127,7 +135,6 @@ def chatml_tools(llama: Any, messages: list[dict[str, Any]], tools: list[dict[st
         return llama_chat_format._convert_completion_to_chat(completion, stream=stream)
     calls: list[dict[str, Any]] = []
     name = first[len("functions."):-1]
-    usage = {"prompt_tokens": 0, "completion_tokens": 0}
     finish = "tool_calls"   # "length" once a call's arguments ran out of max_tokens (then the turn ends)
     while name in by_name and len(calls) < MAX_CALLS:
         prompt += f"functions.{name}:\n"
@@ -137,11 +144,9 @@ def chatml_tools(llama: Any, messages: list[dict[str, Any]], tools: list[dict[st
                                        grammar=grammar, stream=False, **sampling)
         arguments = done["choices"][0]["text"]
         finish = "length" if done["choices"][0].get("finish_reason") == "length" else finish
-        for key in usage:
-            usage[key] += done.get("usage", {}).get(key, 0)
         calls.append({"id": f"call_{uuid.uuid4().hex[:12]}", "type": "function",
                       "function": {"name": name, "arguments": arguments}})
-        if finish != "tool_calls":
+        if finish != "tool_calls" or forced is not None:
             break
         prompt += arguments + "\n"
         name = _next_call(llama, prompt, by_name, temperature, sampling)
@@ -150,14 +155,21 @@ def chatml_tools(llama: Any, messages: list[dict[str, Any]], tools: list[dict[st
         "model": kwargs.get("model") or "",
         "choices": [{"index": 0, "finish_reason": finish, "logprobs": None,
                      "message": {"role": "assistant", "content": None, "tool_calls": calls}}],
-        "usage": {**usage, "total_tokens": usage["prompt_tokens"] + usage["completion_tokens"]},
-    }
+    }   # its `usage` is added by the launcher's meter (engine.local.launcher), which counts every step
     return _as_stream(response) if stream else response
 
 
 # llama-cpp-python sampling fields a handler may pass on to `create_completion`.
 _SAMPLING = ("top_p", "top_k", "min_p", "typical_p", "presence_penalty", "frequency_penalty", "repeat_penalty",
              "tfs_z", "mirostat_mode", "mirostat_tau", "mirostat_eta", "seed", "logit_bias", "model")
+
+
+def named_function(tool_choice: Any) -> str | None:
+    """The function a `tool_choice` names (`{"type": "function", "function": {"name": NAME}}`), else None."""
+    if isinstance(tool_choice, dict) and isinstance(tool_choice.get("function"), dict):
+        name = tool_choice["function"].get("name")
+        return name if isinstance(name, str) else None
+    return None
 
 
 def _choose(llama: Any, prompt: str, gbnf: str, temperature: float, sampling: dict[str, Any]) -> str:

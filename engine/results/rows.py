@@ -39,6 +39,9 @@ _NO_JUDGE: dict[str, Any] = dict.fromkeys(JUDGE_SUM_COLUMNS)
 #: rows without them are what the writer's narrow read takes (`writer.table_from_json_lines`).
 SINGLE_TURN_NULLS = (*AGENT_COLUMNS, "trimmed_requests", "trimmed_messages", *JUDGE_SUM_COLUMNS)
 
+# `usage_source` of a row whose token counts are the server's own `usage` (every call's, in a conversation).
+USAGE_SERVER = "server"
+
 #: What a provider appends to a model id for one pinned version of it: a date (`-2024-08-06`, `-20240806`),
 #: OpenAI's `-0613`, Gemini's `-001`.
 _VERSION_SUFFIX = re.compile(r"-(\d{4}-\d{2}-\d{2}|\d{8}|\d{4}|\d{3})$")
@@ -225,6 +228,8 @@ def build_row(*, run_id: str, model: ModelConfig, test: Test, attempt: int, requ
         "served_by": result.served_by,
         "variant": test.variant,
         "cached": result.cached,
+        "usage_source": USAGE_SERVER if result.prompt_tokens is not None or result.completion_tokens is not None
+        else None,
     }
     if verdict is not None or evaluator_error is not None:
         set_verdict(row, verdict, evaluator_error)

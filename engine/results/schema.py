@@ -185,6 +185,7 @@ COLUMNS: list[tuple[str, pa.DataType]] = [
     ("variant", pa.string()),           # the suite's `variants:` entry the row ran under; null without variants
     ("cached", pa.bool_()),             # answered from the response cache: no latency, cost 0 (null in older runs)
     ("cache_write_tokens", pa.int64()),  # of prompt_tokens: written to the provider's prompt cache (Anthropic)
+    ("usage_source", pa.string()),      # where the token counts come from: `server` (its usage); null: none sent
 ]
 
 SCHEMA = pa.schema(COLUMNS, metadata={b"schema_version": str(SCHEMA_VERSION).encode()})

@@ -3,9 +3,7 @@ prompt it renders. Its grammar steps run against the real model in test_tool_mod
 
 from __future__ import annotations
 
-from engine.agent.transcript import Message
 from engine.local.tool_format import DEFAULT_SYSTEM, END, render_prompt
-from engine.model import ToolCall
 
 TOOL = {"type": "function", "function": {"name": "find_slots", "description": "Free tables.",
                                          "parameters": {"type": "object", "properties": {"day": {"type": "string"}}}}}
@@ -33,12 +31,3 @@ def test_calls_and_their_results_are_rendered_for_the_next_turn() -> None:
     assert f'<|im_start|>assistant\nfunctions.find_slots:\n{{"day": "friday"}}{END}' in prompt
     assert f'<|im_start|>tool\n{{"free": ["19:00"]}}{END}' in prompt          # the model reads the result
     assert f"<|im_start|>assistant\nmessage:\n19:00 is free.{END}" in prompt
-
-
-def test_a_tool_call_turn_is_sent_without_content() -> None:
-    """llama-cpp-python's server refuses `content: null`; OpenAI allows leaving it out beside tool_calls."""
-    call = ToolCall(id="c1", name="find_slots", arguments={"day": "friday"}, raw_arguments='{"day": "friday"}')
-    wire = Message(role="assistant", tool_calls=(call,)).to_openai()
-    assert "content" not in wire and wire["tool_calls"][0]["function"]["name"] == "find_slots"
-    assert Message(role="assistant", content="hi").to_openai()["content"] == "hi"
-    assert Message(role="assistant", content="", tool_calls=(call,)).to_openai()["content"] == ""
