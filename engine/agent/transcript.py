@@ -50,10 +50,7 @@ class Message:
 
     def to_openai(self) -> dict[str, Any]:
         """The message as the chat completions API takes it."""
-        out: dict[str, Any] = {"role": self.role, "content": self.content}
-        if self.tool_calls and self.content is None:
-            # OpenAI allows a tool-call turn without content; llama-cpp-python's server refuses `content: null`
-            del out["content"]
+        out: dict[str, Any] = {"role": self.role, "content": self.content}   # each provider sends a null its way
         if self.tool_calls:
             out["tool_calls"] = [{"id": c.id, "type": "function",
                                   "function": {"name": c.name, "arguments": c.raw_arguments}}

@@ -201,7 +201,7 @@ def _error_text(error: Any, redact: Redactor) -> str:
             message = json.dumps(message)
         except (RecursionError, TypeError, ValueError):
             message = type_name(message)
-    return redact.excerpt(message, 300)
+    return redact.excerpt(message, retry.SERVER_TEXT_CHARS)
 
 
 # -- streamed replies -----------------------------------------------------------------------------------

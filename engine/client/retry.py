@@ -36,6 +36,9 @@ MAX_DELAY_S = 8.0
 MAX_RETRY_AFTER_S = 120.0
 RETRYABLE_STATUSES = frozenset({408, 409, 429})
 RATE_LIMIT_STATUSES = frozenset({429, 503, 529})
+# The most of a server's own error text an error message keeps (masked before it is cut): enough for a validation
+# error that lists every field it refused, short enough for a row and a terminal line.
+SERVER_TEXT_CHARS = 1000
 
 
 def should_retry_status(status: int, headers: Mapping[str, str]) -> bool:
@@ -59,9 +62,9 @@ def status_error(status: int, headers: Mapping[str, str], body: str) -> HTTPStat
     Args:
         status: The HTTP status code.
         headers: The response headers.
-        body: The start of the response body (the server's own message), already shortened.
+        body: The server's own message (its error body's `error.message`, else the start of the body), masked.
     """
-    detail = " ".join(body.split())[:300]
+    detail = server_text(body)
     message = f"HTTP {status} from the server" + (f": {detail}" if detail else "")
     location = headers.get("location") if 300 <= status < 400 else None
     if location:   # redirects are not followed (engine/client/openai.py): say where to point base_url instead
@@ -69,6 +72,12 @@ def status_error(status: int, headers: Mapping[str, str], body: str) -> HTTPStat
         message += f" (the endpoint moved to {location[:300]}: point base_url there)"
     return HTTPStatusError(message, kind=f"http_{status}", retryable=should_retry_status(status, headers),
                            status=status)
+
+
+def server_text(text: str) -> str:
+    """A server's error text on one line, cut at SERVER_TEXT_CHARS with a mark saying so."""
+    line = " ".join(text.split())
+    return line if len(line) <= SERVER_TEXT_CHARS else line[:SERVER_TEXT_CHARS] + " ... (cut)"
 
 
 def transport_error(exc: BaseException, *, during: str) -> TransportError:

@@ -124,6 +124,37 @@ async def test_400_is_never_retried(fake_openai: FakeOpenAI) -> None:
     assert len(fake_openai.requests) == 1
 
 
+# llama-cpp-python's reply to `content: null` (its request type's seven alternatives, each refused), as the server
+# sent it: the reason (the assistant turn's content is not a string) is the third of seven.
+VALIDATION = "7 validation errors:\n" + "\n".join(
+    f"  {{'type': 'literal_error', 'loc': ('body', 'messages', 1, '{kind}', 'role'), 'msg': \"Input should be "
+    f"'{role}'\", 'input': 'assistant'}}" if kind != "ChatCompletionRequestAssistantMessage" else
+    "  {'type': 'string_type', 'loc': ('body', 'messages', 1, 'ChatCompletionRequestAssistantMessage', 'content'), "
+    "'msg': 'Input should be a valid string', 'input': None}"
+    for kind, role in [("ChatCompletionRequestSystemMessage", "system"), ("ChatCompletionRequestUserMessage", "user"),
+                       ("ChatCompletionRequestAssistantMessage", ""), ("ChatCompletionRequestToolMessage", "tool"),
+                       ("ChatCompletionRequestToolMessage", "tool"), ("ChatCompletionRequestFunctionMessage",
+                                                                      "function"),
+                       ("ChatCompletionRequestFunctionMessage", "function")])
+
+
+@pytest.mark.parametrize("stream", [True, False])
+async def test_the_servers_own_error_text_reaches_the_error_capped_and_masked(fake_openai: FakeOpenAI,
+                                                                            stream: bool) -> None:
+    key = "sk-live-0123456789abcdefghij"
+    long_tail = " and more" * 300
+    fake_openai.script(Reply(fault="http_500", error_message=f"for key {key}: {VALIDATION}{long_tail}"))
+    model = model_for(fake_openai, max_retries=0)
+    async with Sessions(4) as sessions:
+        result = await OpenAIClient(sessions, {"m": key}).call(model, prepare(model, TEST, RequestSettings(
+            stream=stream)))
+    message = str(result.error)
+    assert message.startswith("HTTP 500 from the server: for key ***: 7 validation errors: {'type': 'literal_")
+    assert key not in message
+    assert "'ChatCompletionRequestAssistantMessage', 'content'), 'msg': 'Input should be a valid string'" in message
+    assert message.endswith(" ... (cut)") and len(message) < 1100
+
+
 @pytest.mark.parametrize("stream", [True, False])
 async def test_a_redirect_is_not_followed_and_says_where_the_endpoint_moved(fake_openai: FakeOpenAI,
                                                                             stream: bool) -> None:

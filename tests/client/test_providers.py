@@ -182,6 +182,9 @@ def test_json_schema_mapped_onto_geminis_subset() -> None:
         "required": ["kind"]}
 
 
+CALL = {"id": "c1", "type": "function", "function": {"name": "find_slots", "arguments": '{"party": 2}'}}
+
+
 @pytest.mark.parametrize(("choice", "anthropic", "gemini_config"), [
     ("required", {"type": "any"}, {"mode": "ANY"}),
     ("none", {"type": "none"}, {"mode": "NONE"}),
@@ -204,6 +207,26 @@ def test_an_image_goes_inline_on_both_wires() -> None:
         "type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}}
     assert PROVIDERS["gemini"].build(wire)["contents"][0]["parts"][1] == {
         "inlineData": {"mimeType": "image/png", "data": "iVBORw0KGgo="}}
+
+
+@pytest.mark.parametrize("called", [
+    {"role": "assistant", "content": None, "tool_calls": [CALL]},   # the docs' mid-way conversation
+    {"role": "assistant", "tool_calls": [CALL]},                     # an agent turn: no content key at all
+])
+def test_a_turn_that_only_calls_tools_goes_out_in_the_form_each_api_takes(called: dict[str, Any]) -> None:
+    """OpenAI takes null, "" or no key; llama-cpp-python's server refuses null and its templates a missing key:
+    chat sends "". Anthropic's turn is its tool_use blocks alone (an empty text block is refused), Gemini's its
+    functionCall parts alone."""
+    wire = WireRequest(model="m", messages=[{"role": "user", "content": "Book for two."}, called,
+                                            {"role": "tool", "tool_call_id": "c1", "content": "[19:00]"}],
+                       tools=[{"type": "function", "function": {"name": "find_slots", "parameters": {}}}])
+    chat = PROVIDERS["chat"].build(wire)["messages"][1]
+    assert chat["content"] == "" and chat["tool_calls"] == [CALL]
+    assert PROVIDERS["anthropic"].build(wire)["messages"][1] == {"role": "assistant", "content": [
+        {"type": "tool_use", "id": "c1", "name": "find_slots", "input": {"party": 2}}]}
+    assert PROVIDERS["gemini"].build(wire)["contents"][1] == {"role": "model", "parts": [
+        {"functionCall": {"name": "find_slots", "args": {"party": 2}}}]}
+    assert "content" not in called or called["content"] is None   # the test's own messages are left as loaded
 
 
 def test_the_models_schema_names_every_provider() -> None:

@@ -55,7 +55,7 @@ def test_the_conversation_goes_out_as_written_and_the_reply_is_read_back_to_the_
     booked = next(b for b in fake_openai.requests if b.get("tools"))
     assert booked["messages"] == [
         {"role": "user", "content": "Book a table for two tonight."},
-        {"role": "assistant", "content": None, "tool_calls": [
+        {"role": "assistant", "content": "", "tool_calls": [   # `content: null` as every server takes it
             {"id": "call_1", "type": "function", "function": {"name": "find_slots", "arguments": '{"party": 2}'}}]},
         {"role": "tool", "tool_call_id": "call_1", "content": '{"slots": ["19:00", "21:30"]}'},
     ]

@@ -173,7 +173,7 @@ def _fresh(result: CallResult) -> int | None:
 def _error(data: dict[str, Any], redact: Redactor) -> ClientError:
     error = data.get("error")
     text = error_message(arguments_text(data, "error") if type(error) is dict else str(error))
-    return retry.stream_error(f"the server answered with an error: {redact.excerpt(text, 300)}")
+    return retry.stream_error(f"the server answered with an error: {redact.excerpt(text, retry.SERVER_TEXT_CHARS)}")
 
 
 def parse(raw: bytes, result: CallResult, redact: Redactor) -> None:

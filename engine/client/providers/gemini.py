@@ -245,7 +245,8 @@ class _Reply:
             raise retry.bad_response(f"a reply is {retry.type_name(data)}, expected an object")
         if "error" in data and "candidates" not in data:
             text = error_message(json.dumps(data))
-            raise retry.stream_error(f"the server answered with an error: {redact.excerpt(text, 300)}")
+            raise retry.stream_error(f"the server answered with an error: "
+                                     f"{redact.excerpt(text, retry.SERVER_TEXT_CHARS)}")
         result = self.result
         version = optional_str(data, "modelVersion", "")
         if version:

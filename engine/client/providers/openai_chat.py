@@ -1,6 +1,7 @@
 """`api: chat`: OpenAI's chat completions (`POST {base_url}/chat/completions`), the engine's own message shape.
 
-The body is the messages as they are (less another API's `base.ECHO`), the tools with the test's `tool_choice`
+The body is the messages as they are (less another API's `base.ECHO`; an assistant turn without text gets
+`content: ""`, the form every OpenAI-compatible server takes), the tools with the test's `tool_choice`
 (else the params', else `auto`; none at all without tools), the model's `params`, then the resolved `max_tokens`,
 `temperature`, `seed` and `stream` (with `stream_options.include_usage`). Replies are read by
 `engine.client.response`; a stream ends at `data: [DONE]`.
@@ -13,7 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from engine.client import retry
-from engine.client.providers.base import ECHO, Embeddings, Provider, WireRequest
+from engine.client.providers.base import ECHO, Embeddings, Provider, WireRequest, error_message
 from engine.client.response import CallResult, ToolCallAccumulator, apply_event, decode_events, parse_whole
 from engine.errors import ClientError
 from engine.model import ModelConfig
@@ -24,14 +25,28 @@ __all__ = ["EMBEDDINGS", "PROVIDER", "OpenAIStream", "bearer_headers", "classify
 
 def build(request: WireRequest) -> dict[str, Any]:
     """The chat completions body."""
-    body: dict[str, Any] = {"model": request.model, "messages": [
-        {k: v for k, v in m.items() if k != ECHO} if ECHO in m else m for m in request.messages]}
+    body: dict[str, Any] = {"model": request.model, "messages": [_wire_message(m) for m in request.messages]}
     if request.tools:
         body["tools"] = list(request.tools)
     body = with_sampling(body, request)
     if request.tools:   # the test's choice, else one in the model's params, else auto
         body["tool_choice"] = request.tool_choice or body.get("tool_choice") or "auto"
     return body
+
+
+def _wire_message(message: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A message as every OpenAI-compatible server takes it: another API's `ECHO` left out, and an assistant turn
+    without text (one that only calls tools) sent with `content: ""`.
+
+    OpenAI takes that turn's content as null, "" or left out; llama-cpp-python's server refuses null (its request
+    type wants a string) and its stock chat templates fail on a missing key; LM Studio and mlx-lm refuse null,
+    vLLM and SGLang a missing key. An empty string is what all of them take.
+    """
+    if ECHO in message:
+        message = {k: v for k, v in message.items() if k != ECHO}
+    if message.get("content") is None and message.get("role") == "assistant":
+        message = {**message, "content": ""}
+    return message
 
 
 def with_sampling(body: dict[str, Any], request: WireRequest) -> dict[str, Any]:
@@ -59,8 +74,8 @@ def bearer_headers(key: str | None) -> dict[str, str]:
 
 
 def classify(status: int, headers: Mapping[str, str], body: str) -> tuple[ClientError, float | None]:
-    """A non-2xx reply by `engine.client.retry`'s rules, its body shown as sent."""
-    return retry.status_error(status, headers, body), None
+    """A non-2xx reply by `engine.client.retry`'s rules, shown by its `error.message` (the body when it has none)."""
+    return retry.status_error(status, headers, error_message(body)), None
 
 
 class OpenAIStream:
