@@ -9,17 +9,17 @@ mid-way with `content: null` (docs/suite-format.md's own example) taken by the s
 
 from __future__ import annotations
 
-import json
 import re
 import shlex
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.local.server_http import post, stream
 
 pytestmark = pytest.mark.local_model
 
@@ -104,12 +104,12 @@ def test_a_stream_reports_the_same_usage_as_a_whole_reply_and_says_its_failure(t
     with serve_builtin("smollm2-135m", log_path=tmp_path / "server.log", alias="smollm2-135m", notify=None) as url:
         body: dict[str, Any] = {"model": "smollm2-135m", "temperature": 0, "max_tokens": 12,
                                 "messages": [{"role": "user", "content": "Name a colour."}]}
-        whole = _post(url + "/chat/completions", body)["usage"]
-        events = _stream(url + "/chat/completions", body)
+        whole = post(url + "/chat/completions", body)["usage"]
+        events = stream(url + "/chat/completions", body)
         assert events[-1]["choices"] == [] and events[-1]["usage"] == whole
         assert whole["prompt_tokens"] > 0 and 0 < whole["completion_tokens"] <= 12
         tool = {"type": "function", "function": {"name": "find_slots", "parameters": {"type": "object"}}}
-        refused = _stream(url + "/chat/completions", {
+        refused = stream(url + "/chat/completions", {
             **body, "tools": [tool], "tool_choice": {"type": "function", "function": {"name": "book"}}})
         assert "book" in refused[-1]["error"]["message"] and "find_slots" in refused[-1]["error"]["message"]
 
@@ -144,18 +144,3 @@ def test_the_tutorials_run_has_no_error_rows_and_no_call_near_its_timeout(tmp_pa
     assert errors.empty, errors[["model", "test_id", "error_kind", "error_message"]].to_string()
     # no call rambled towards the timeout: each within the embedded floor's tokens, far under its 60 s
     assert (frame["completion_tokens"] <= 64).all() and (frame["max_tokens"] == 64).all()
-
-
-def _post(url: str, body: dict[str, Any]) -> dict[str, Any]:
-    request = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(request, timeout=300) as resp:
-        return json.load(resp)  # type: ignore[no-any-return]
-
-
-def _stream(url: str, body: dict[str, Any]) -> list[dict[str, Any]]:
-    request = urllib.request.Request(url, data=json.dumps({**body, "stream": True}).encode(),
-                                     headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(request, timeout=300) as resp:
-        lines = resp.read().decode().splitlines()
-    assert lines[-2:] == ["data: [DONE]", ""] or lines[-1] == "data: [DONE]", lines[-3:]
-    return [json.loads(line[len("data: "):]) for line in lines if line.startswith("data: ") and line != "data: [DONE]"]

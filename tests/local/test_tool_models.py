@@ -14,12 +14,13 @@ import json
 import math
 import subprocess
 import sys
-import urllib.request
 from pathlib import Path
 from typing import Any
 
 import jsonschema
 import pytest
+
+from tests.local.server_http import post, stream
 
 pytestmark = pytest.mark.local_model
 
@@ -28,23 +29,6 @@ FIND_SLOTS = {"type": "function", "function": {
     "parameters": {"type": "object", "properties": {"restaurant": {"type": "string"}, "day": {"type": "string"},
                                                     "party_size": {"type": "integer", "minimum": 1}},
                    "required": ["restaurant", "day"]}}}
-
-
-def _post(url: str, body: dict[str, Any]) -> dict[str, Any]:
-    request = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(request, timeout=300) as resp:
-        return json.load(resp)  # type: ignore[no-any-return]
-
-
-def _stream(url: str, body: dict[str, Any]) -> list[dict[str, Any]]:
-    request = urllib.request.Request(url, data=json.dumps({**body, "stream": True}).encode(),
-                                     headers={"Content-Type": "application/json"})
-    chunks = []
-    with urllib.request.urlopen(request, timeout=300) as resp:
-        for line in resp.read().decode().splitlines():
-            if line.startswith("data: ") and line != "data: [DONE]":
-                chunks.append(json.loads(line[len("data: "):]))
-    return chunks
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +45,7 @@ def test_a_tool_call_names_an_offered_tool_with_arguments_that_fit_its_schema(sm
     body = {"model": "smollm2-135m", "temperature": 0, "max_tokens": 128, "tools": [FIND_SLOTS],
             "tool_choice": "auto", "messages": [{"role": "user", "content": "Look up the free tables at Chez Marie "
                                                                          "on friday."}]}
-    reply = _post(smollm2 + "/chat/completions", {**body, "stream": False})
+    reply = post(smollm2 + "/chat/completions", {**body, "stream": False})
     choice = reply["choices"][0]
     assert reply["model"] == "smollm2-135m"
     assert choice["finish_reason"] == "tool_calls", choice
@@ -74,7 +58,7 @@ def test_a_tool_call_names_an_offered_tool_with_arguments_that_fit_its_schema(sm
     arguments = json.loads(calls[0]["function"]["arguments"])
     assert {k: v.lower() for k, v in arguments.items()} == {"restaurant": "chez marie", "day": "friday"}
     # streamed, the same turn arrives as one delta with indexed calls, then the finish reason
-    chunks = _stream(smollm2 + "/chat/completions", body)
+    chunks = stream(smollm2 + "/chat/completions", body)
     streamed = [c for chunk in chunks for c in chunk["choices"][0]["delta"].get("tool_calls") or []]
     assert [c["index"] for c in streamed] == list(range(len(calls)))
     assert [c["function"]["arguments"] for c in streamed] == [c["function"]["arguments"] for c in calls]
@@ -89,11 +73,11 @@ def test_the_model_reads_tool_results_and_plain_chat_is_text(smollm2: str) -> No
         {"role": "tool", "tool_call_id": "c1", "content": '{"free": ["19:00", "21:30"]}'},
     ]
     # a tool-call turn without content and a tool message are accepted (the server refuses content: null)
-    reply = _post(smollm2 + "/chat/completions", {"model": "smollm2-135m", "temperature": 0, "max_tokens": 64,
+    reply = post(smollm2 + "/chat/completions", {"model": "smollm2-135m", "temperature": 0, "max_tokens": 64,
                                                   "tools": [FIND_SLOTS], "tool_choice": "auto", "messages": messages})
     message = reply["choices"][0]["message"]
     assert message.get("tool_calls") or message.get("content"), message
-    text = _post(smollm2 + "/chat/completions", {"model": "smollm2-135m", "temperature": 0, "max_tokens": 24,
+    text = post(smollm2 + "/chat/completions", {"model": "smollm2-135m", "temperature": 0, "max_tokens": 24,
                                                  "messages": [{"role": "user", "content": "Say hello."}]})
     assert text["choices"][0]["message"]["content"].strip(), "plain chat (no tools) gave no text"
 
@@ -105,7 +89,7 @@ def test_the_embedding_server_returns_one_vector_per_text(tmp_path: Path) -> Non
     texts = ["The capital of France is Paris.", "Paris is France's capital city.", "I like turtles."]
     with serve_builtin("smollm2-135m-embed", log_path=tmp_path / "embed.log", alias="smollm2-135m-embed",
                        notify=None) as url:
-        reply = _post(url + "/embeddings", {"model": "smollm2-135m-embed", "input": texts,
+        reply = post(url + "/embeddings", {"model": "smollm2-135m-embed", "input": texts,
                                             "encoding_format": "float"})
     vectors = [d["embedding"] for d in reply["data"]]
     assert len(vectors) == 3 and {len(v) for v in vectors} == {576}   # mean-pooled: one vector per text
