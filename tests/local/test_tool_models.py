@@ -58,11 +58,13 @@ def test_a_tool_call_names_an_offered_tool_with_arguments_that_fit_its_schema(sm
     arguments = json.loads(calls[0]["function"]["arguments"])
     assert {k: v.lower() for k, v in arguments.items()} == {"restaurant": "chez marie", "day": "friday"}
     # streamed, the same turn arrives as one delta with indexed calls, then the finish reason
-    chunks = stream(smollm2 + "/chat/completions", body)
+    # (then its usage, as the whole reply counted it)
+    *chunks, usage = stream(smollm2 + "/chat/completions", body)
     streamed = [c for chunk in chunks for c in chunk["choices"][0]["delta"].get("tool_calls") or []]
     assert [c["index"] for c in streamed] == list(range(len(calls)))
     assert [c["function"]["arguments"] for c in streamed] == [c["function"]["arguments"] for c in calls]
     assert chunks[-1]["choices"][0]["finish_reason"] == "tool_calls"
+    assert usage["choices"] == [] and usage["usage"] == reply["usage"]
 
 
 def test_the_model_reads_tool_results_and_plain_chat_is_text(smollm2: str) -> None:
