@@ -12,8 +12,11 @@ Definitions (docs/analysis.md explains them for readers; "pass" is the strict-ma
   pass and fail (the others cannot be called and keep q = 1);
 - discriminating: q_value ≤ alpha (default 0.05): the models' pass rates differ beyond sampling noise, with
   the expected share of false calls among the tests called discriminating kept at or below alpha;
-- saturated: not discriminating, and every model passes; floor: not discriminating, and no model passes;
+- saturated: not discriminating, and every model passes (most of its attempts); floor: not discriminating, and
+  no model passes;
 - uninformative: not discriminating, some models pass and some fail: no evidence the test separates them;
+- fallback-left-out: rows of the test that failed were served by a fallback model and left out (`load`'s
+  default): the rows left are biased toward passing, so the test gets none of the classes above;
 - flaky: some model ran the test with temperature 0 (deterministic decoding asked) and its attempts still
   disagree (pass and fail, or different scores): a nondeterministic server or evaluator. At temperature > 0,
   disagreeing attempts are sampling, shown as pass counts (`mixed_models`), never as a flag.
@@ -22,12 +25,14 @@ Definitions (docs/analysis.md explains them for readers; "pass" is the strict-ma
 from __future__ import annotations
 
 import warnings
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from engine.analysis.cells import Cells, build_cells
 from engine.analysis.homogeneity import homogeneity_p_values, p_value_methods
+from engine.analysis.models import failed_fallbacks, fallback_rows
 from engine.analysis.stats import CORRECTIONS, rowwise_corr
 
 if TYPE_CHECKING:
@@ -36,7 +41,10 @@ if TYPE_CHECKING:
 DEFAULT_ALPHA = 0.05
 DEFAULT_CORRECTION = "bh"
 
-STATUS_ORDER = ("discriminating", "uninformative", "saturated", "floor", "single-model", "no-data")
+STATUS_ORDER = ("discriminating", "uninformative", "saturated", "floor", "fallback-left-out", "single-model",
+                "no-data")
+#: The status of a test whose failing rows a fallback model served and `load` left out (module docstring).
+FALLBACK_LEFT_OUT = "fallback-left-out"
 
 
 def _rest_scores(cells: Cells) -> np.ndarray:
@@ -60,7 +68,8 @@ def _rest_scores(cells: Cells) -> np.ndarray:
 
 
 def per_test(df: pd.DataFrame | None = None, *, alpha: float = DEFAULT_ALPHA, cells: Cells | None = None,
-             seed: int = 0, correction: str = DEFAULT_CORRECTION) -> pd.DataFrame:
+             seed: int = 0, correction: str = DEFAULT_CORRECTION,
+             left_out: Mapping[tuple[str, str, int], int] | None = None) -> pd.DataFrame:
     """One row per test with difficulty, discrimination evidence, saturation and flakiness.
 
     Args:
@@ -70,6 +79,8 @@ def per_test(df: pd.DataFrame | None = None, *, alpha: float = DEFAULT_ALPHA, ce
         cells: A grid already built from `df` (saves rebuilding it); None builds it.
         seed: Seed of the sequential Monte Carlo permutations (large sparse tests only: `homogeneity`).
         correction: "bh" or "holm": how p-values are adjusted for testing every test at once.
+        left_out: (suite, test_id, case_index) -> failing rows a fallback model served that were left out
+            (`models.failed_fallbacks`); None reads them from `df` when given. Such a test is not classed.
 
     Returns:
         Columns: suite, test_id, case_index, tags, threshold, models, attempts, difficulty, pass_rate, spread,
@@ -83,6 +94,8 @@ def per_test(df: pd.DataFrame | None = None, *, alpha: float = DEFAULT_ALPHA, ce
         if df is None:
             raise ValueError("per_test: give results rows or cells")
         cells = build_cells(df)
+    if left_out is None:
+        left_out = failed_fallbacks(fallback_rows(df)) if df is not None else {}
     items = cells.items
     present = cells.has_data
     n_models = present.sum(axis=1)
@@ -111,6 +124,12 @@ def per_test(df: pd.DataFrame | None = None, *, alpha: float = DEFAULT_ALPHA, ce
     saturated = any_data & ~discriminating & (np.nansum(passes, axis=1) == n_models)
     floor = any_data & ~discriminating & (np.nansum(passes, axis=1) == 0)
     uninformative = (n_models >= 2) & ~discriminating & ~saturated & ~floor
+    dropped = np.array([int(left_out.get((str(su), str(t), int(c)), 0)) for su, t, c in
+                        zip(items["suite"], items["test_id"], items["case_index"], strict=True)], dtype="int64") \
+        if left_out else np.zeros(len(items), dtype="int64")
+    unclassed = any_data & (dropped > 0)
+    discriminating, saturated = discriminating & ~unclassed, saturated & ~unclassed
+    floor, uninformative = floor & ~unclassed, uninformative & ~unclassed
     mixed = present & (((cells.n_passed > 0) & (cells.n_passed < cells.n_scored))
                        | ((cells.score_max - cells.score_min) > 1e-9))
     flaky_cell = mixed & cells.greedy
@@ -125,15 +144,16 @@ def per_test(df: pd.DataFrame | None = None, *, alpha: float = DEFAULT_ALPHA, ce
         errors = (cells.n_rows - cells.n_scored).sum(axis=1) / rows_total
 
     status = np.select(
-        [~any_data, discriminating, saturated, floor, n_models < 2],
-        ["no-data", "discriminating", "saturated", "floor", "single-model"], "uninformative")
+        [~any_data, unclassed, discriminating, saturated, floor, n_models < 2],
+        ["no-data", FALLBACK_LEFT_OUT, "discriminating", "saturated", "floor", "single-model"], "uninformative")
     attempts = cells.n_scored.sum(axis=1).astype("int64")
     methods = p_value_methods(cells.n_passed, cells.n_scored) if len(items) else np.zeros(0, dtype=object)
     reason = [
-        _reason(s, m, d, pr, p, q, alpha, a, _TEST_NAMES.get(how, "exact test"))
-        for s, m, d, pr, p, q, a, how in zip(status.tolist(), n_models.tolist(), difficulty.tolist(),
-                                             pass_rate.tolist(), p_value.tolist(), q_value.tolist(),
-                                             attempts.tolist(), [str(x) for x in methods], strict=True)
+        _reason(s, m, d, pr, p, q, alpha, a, _TEST_NAMES.get(how, "exact test"), left)
+        for s, m, d, pr, p, q, a, how, left in zip(status.tolist(), n_models.tolist(), difficulty.tolist(),
+                                                   pass_rate.tolist(), p_value.tolist(), q_value.tolist(),
+                                                   attempts.tolist(), [str(x) for x in methods], dropped.tolist(),
+                                                   strict=True)
     ]
     return pd.DataFrame({
         "suite": items["suite"], "test_id": items["test_id"], "case_index": items["case_index"],
@@ -167,20 +187,24 @@ _TEST_NAMES = {"exact": "exact test", "exact-minority": "exact test", "chi-squar
 
 
 def _reason(status: str, n_models: int, difficulty: float, pass_rate: float, p_value: float, q_value: float,
-            alpha: float, attempts: int, test: str = "exact test") -> str:
+            alpha: float, attempts: int, test: str = "exact test", left_out: int = 0) -> str:
     """One line saying why a test got its status, for tables and the report."""
     models = f"{n_models} model{'s' if n_models != 1 else ''}"
     evidence = "" if np.isnan(p_value) else f" ({test} p = {p_value:.3g}, adjusted q = {q_value:.3g})"
     if status == "no-data":
         return "no scored attempt: every row is an error or unscored (eval: {none: true})"
+    if status == FALLBACK_LEFT_OUT:
+        return (f"not classed: {left_out} failing row{'s' if left_out != 1 else ''} of this test "
+                f"{'were' if left_out != 1 else 'was'} served by a fallback model and left out, so the rows left "
+                f"(mean pass rate {pass_rate:.2f}) are not how the test went; --include-fallback keeps them")
     if status == "discriminating":
         return (f"pass rates differ between models beyond sampling noise{evidence}; "
                 f"mean pass rate {pass_rate:.2f} over {attempts} attempts")
     if status == "floor":
-        return (f"no model passes ({models}, mean score {difficulty:.2f}){evidence}: "
+        return (f"no model passes most of its attempts ({models}, mean score {difficulty:.2f}){evidence}: "
                 f"check the golden and the evaluator before calling it hard")
     if status == "saturated":
-        return (f"every model passes ({models}, mean score {difficulty:.2f}){evidence}: "
+        return (f"every model passes most of its attempts ({models}, mean score {difficulty:.2f}){evidence}: "
                 f"it cannot tell these models apart; drop it or make it harder")
     if status == "single-model":
         return "one model only: discrimination needs two or more models"

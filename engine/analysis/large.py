@@ -48,7 +48,7 @@ _COLUMNS: dict[str, str] = {
     "test_hash": "NULL::VARCHAR", "tags": "NULL::VARCHAR[]", "latency_s": "NULL::DOUBLE",
     "ttft_visible_s": "NULL::DOUBLE", "prompt_tokens": "NULL::DOUBLE", "completion_tokens": "NULL::DOUBLE",
     "cost": "NULL::DOUBLE", "error_kind": "NULL::VARCHAR", "variant": "NULL::VARCHAR",
-    "cached": "NULL::BOOLEAN",
+    "cached": "NULL::BOOLEAN", "run_id": "NULL::VARCHAR",
 }
 _AGENT_COLUMNS = ("turns", "prose_turns", "tool_calls_made", "invented_tools", "bad_tool_args", "outcome")
 
@@ -167,6 +167,12 @@ def grid_from_parquet(
                 f"FROM read_parquet([{listed}], union_by_name = true, filename = true, file_row_number = true)")
     fallback_counts = dict(con.execute(
         "SELECT CAST(model AS VARCHAR), count(*) FROM raw WHERE coalesce(fallback, false) GROUP BY ALL").fetchall())
+    failed = [] if include_fallback or not fallback_counts else [
+        {"run_id": str(run), "suite": str(suite), "test_id": str(test), "case_index": int(case), "rows": int(n)}
+        for run, suite, test, case, n in con.execute(
+            "SELECT coalesce(CAST(run_id AS VARCHAR), ''), coalesce(CAST(suite AS VARCHAR), 'None'), "
+            "coalesce(CAST(test_id AS VARCHAR), 'None'), coalesce(case_index, -1), count(*) FROM raw "
+            "WHERE coalesce(fallback, false) AND passed = false GROUP BY ALL").fetchall()]
     keep = "" if include_fallback else "WHERE NOT coalesce(fallback, false)"
     # The same per-row rules as cells.row_scores / item_codes: a NaN or null score is not scored; a scored
     # row without `passed` is judged against its threshold (1.0 when it has none).
@@ -237,7 +243,8 @@ def grid_from_parquet(
     models = sorted(str(m) for m in model_frame["model"])
     cells = _scatter(items, models, cell_frame, cluster_by)
     rows = _model_rows(models, model_frame, dict(top_errors),
-                       {"included": include_fallback, "rows": {str(k): int(v) for k, v in fallback_counts.items()}})
+                       {"included": include_fallback, "rows": {str(k): int(v) for k, v in fallback_counts.items()},
+                        "failed": failed})
     return cells, rows, per_model_agents(agent_rows) if agent_rows is not None else None
 
 

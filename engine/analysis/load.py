@@ -13,7 +13,7 @@ import glob
 import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from engine.errors import ResultsError
 
@@ -165,7 +165,9 @@ def load(
     Returns:
         A DataFrame holding every column of the results schema (absent ones as nulls) and any extra
         columns later engine versions wrote. `df.attrs["fallback_rows"]` records
-        {"included": bool, "rows": {model: fallback rows}} so the analysis can say what was left out.
+        {"included": bool, "rows": {model: fallback rows}, "failed": [...]} so the analysis can say what was
+        left out; "failed" lists, when they were left out, the tests whose fallback rows failed
+        ({run_id, suite, test_id, case_index (-1: none), rows}): the rest of such a test cannot class it.
 
     Raises:
         ResultsError: Paths missing, no Parquet found, or files whose column types cannot be unified.
@@ -176,11 +178,28 @@ def load(
     is_fallback = pc.fill_null(table["fallback"], False)
     counts = {str(r["values"]): int(r["counts"])
               for r in pc.value_counts(table.filter(is_fallback)["model"]).to_pylist() if r["values"] is not None}
+    failed: list[dict[str, Any]] = []
+    if counts and not include_fallback and {"passed", "run_id", "suite", "test_id", "case_index"} <= set(
+            table.column_names):
+        failed = _failed_fallbacks(table.filter(pc.and_(is_fallback, pc.equal(table["passed"], False))))
     if not include_fallback:
         table = table.filter(pc.invert(is_fallback))
     df = table.to_pandas()
-    df.attrs[FALLBACK_ATTR] = {"included": include_fallback, "rows": counts}
+    df.attrs[FALLBACK_ATTR] = {"included": include_fallback, "rows": counts, "failed": failed}
     return df
+
+
+def _failed_fallbacks(rows: pa.Table) -> list[dict[str, Any]]:
+    """The failing fallback rows counted per run and test: [{run_id, suite, test_id, case_index, rows}]."""
+    import pyarrow.compute as pc
+
+    if not rows.num_rows:
+        return []
+    keys = rows.select(["run_id", "suite", "test_id"]).append_column(
+        "case_index", pc.fill_null(rows["case_index"].cast("int64"), -1))
+    grouped = keys.group_by(["run_id", "suite", "test_id", "case_index"]).aggregate([([], "count_all")])
+    return [{"run_id": str(r["run_id"]), "suite": str(r["suite"]), "test_id": str(r["test_id"]),
+             "case_index": int(r["case_index"]), "rows": int(r["count_all"])} for r in grouped.to_pylist()]
 
 
 def open_dataset(paths: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]) -> ds.Dataset:

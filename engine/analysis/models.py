@@ -256,11 +256,24 @@ def _top_error_kind(df: pd.DataFrame, code: np.ndarray, judged: np.ndarray) -> d
 
 
 def fallback_rows(df: pd.DataFrame) -> dict:
-    """What `load` recorded about fallback rows: {"included": bool, "rows": {model: count}}."""
+    """What `load` recorded about fallback rows: {"included": bool, "rows": {model: count}, "failed": the
+    failing fallback rows left out, per run and test}."""
     info = df.attrs.get(FALLBACK_ATTR) if hasattr(df, "attrs") else None
     if not isinstance(info, dict):
-        return {"included": False, "rows": {}}
-    return {"included": bool(info.get("included")), "rows": dict(info.get("rows") or {})}
+        return {"included": False, "rows": {}, "failed": []}
+    return {"included": bool(info.get("included")), "rows": dict(info.get("rows") or {}),
+            "failed": list(info.get("failed") or [])}
+
+
+def failed_fallbacks(fallback: dict, run_id: str | None = None) -> dict[tuple[str, str, int], int]:
+    """(suite, test_id, case_index) -> failing rows left out because a fallback model served them (of one run,
+    or of every run when `run_id` is None)."""
+    out: dict[tuple[str, str, int], int] = {}
+    for entry in fallback.get("failed") or ():
+        if run_id is None or entry["run_id"] == run_id:
+            key = (entry["suite"], entry["test_id"], int(entry["case_index"]))
+            out[key] = out.get(key, 0) + int(entry["rows"])
+    return out
 
 
 def _fallback_note(count: int, included: bool, *, every: bool = False) -> str:

@@ -9,7 +9,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from engine.analysis.fold import drop_zero_columns, fold_passk, fold_rows, hoist_common_text
-from engine.analysis.summary import Analysis, json_safe
+from engine.analysis.items import FALLBACK_LEFT_OUT
+from engine.analysis.summary import Analysis, json_safe, summary_lines
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -160,8 +161,12 @@ def _test_sections(analysis: Analysis, full: bool) -> list[FoldedSection]:
         out.append((f"{title} - {len(chosen)} of {len(tests)}" + (f", top {len(shown)}" if line else ""),
                     header, shown, line))
     for status, title in (("uninformative", "Uninformative tests: no evidence the models' pass rates differ"),
-                          ("saturated", "Saturated tests: every model passes (drop or harden)"),
-                          ("floor", "Floor tests: no model passes (check golden and evaluator)")):
+                          ("saturated", "Saturated tests: every model passes most of its attempts (drop or "
+                                        "harden)"),
+                          ("floor", "Floor tests: no model passes most of its attempts (check golden and "
+                                    "evaluator)"),
+                          (FALLBACK_LEFT_OUT, "Not classed: failing rows were served by a fallback model and left "
+                                              "out")):
         chosen = tests[tests["status"] == status]
         if len(chosen):
             kept, line = fold_rows(chosen, f"{status} tests", full=full, how=every)
@@ -232,13 +237,16 @@ def tables_as_markdown(notes: list[str], tables: Sequence[Section | FoldedSectio
 
 
 def render_table(analysis: Analysis, *, width: int | None = None, full: bool = False) -> str:
-    """Rich tables as text (colours when printed by a rich Console); folded unless `full`."""
-    return tables_as_text([f"note: {n}" for n in analysis.notes], sections(analysis, full=full), width=width)
+    """The summary, then rich tables as text (colours when printed by a rich Console); folded unless `full`."""
+    summary = ["Summary", *(f"  {line}" for line in summary_lines(analysis)), ""]
+    return tables_as_text([*summary, *(f"note: {n}" for n in analysis.notes)], sections(analysis, full=full),
+                          width=width)
 
 
 def render_markdown(analysis: Analysis, *, full: bool = False) -> str:
-    """GitHub-flavoured Markdown tables (for CI job summaries); folded unless `full`."""
-    return tables_as_markdown([f"note: {n}" for n in analysis.notes], sections(analysis, full=full))
+    """The summary as a list, then GitHub-flavoured Markdown tables (for CI job summaries); folded unless `full`."""
+    summary = "### Summary\n\n" + "\n".join(f"- {line}" for line in summary_lines(analysis)) + "\n\n"
+    return summary + tables_as_markdown([f"note: {n}" for n in analysis.notes], sections(analysis, full=full))
 
 
 def render_json(analysis: Analysis) -> str:

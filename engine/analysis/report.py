@@ -25,7 +25,7 @@ from engine.analysis.fold import fold_passk
 from engine.analysis.items import DEFAULT_ALPHA, DEFAULT_CORRECTION
 from engine.analysis.judges import judge_report
 from engine.analysis.report_assets import CSS, JS
-from engine.analysis.summary import analyze, json_safe
+from engine.analysis.summary import analyze, json_safe, summary_lines
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -245,6 +245,7 @@ def build_payload(df: pd.DataFrame, *, alpha: float = DEFAULT_ALPHA, cluster_by:
         "sources": list(sources),
         "runs": sorted({str(r) for r in df["run_id"].dropna().unique()}) if "run_id" in df else [],
         "rows": len(df),
+        "summary": summary_lines(analysis),
         "notes": analysis.notes,
         "model_names": [cells.models[j] for j in ranked],
         "models": [{**m, **timing.get(str(m.get("model")), {})} for m in as_dict["models"]],
@@ -282,7 +283,7 @@ def render_html(payload: dict[str, Any]) -> str:
 <title>{title}</title>
 <style>{CSS}</style></head>
 <body>
-<header><h1>{title}</h1><p id="meta"></p><ul id="notes"></ul></header>
+<header><h1>{title}</h1><p id="meta"></p><h2>Summary</h2><ul id="summary"></ul><ul id="notes"></ul></header>
 <main>
 <section id="section-models"><h2>Models</h2><p class="hint" id="interval"></p>
 <div id="models"></div><div id="comparisons"></div></section>

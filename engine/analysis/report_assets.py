@@ -83,6 +83,8 @@ JS = r"""
   // Header
   document.getElementById("meta").textContent = data.rows + " rows; runs: " + (data.runs.join(", ") || "-") +
       "; from " + (data.sources.join(", ") || "-") + "; generated " + data.generated;
+  var summary = document.getElementById("summary");
+  (data.summary || []).forEach(function (n) { summary.appendChild(el("li", null, n)); });
   var notes = document.getElementById("notes");
   data.notes.forEach(function (n) { notes.appendChild(el("li", null, n)); });
 
@@ -325,8 +327,9 @@ JS = r"""
       return (b.item_rest_r === null ? -2 : b.item_rest_r) - (a.item_rest_r === null ? -2 : a.item_rest_r); });
     [["discriminating", "Discriminating: pass rates differ between models beyond sampling noise (" + rule + " ≤ " +
       data.alpha + "), ranked by item-rest r", ranked],
-     ["floor", "Floor: no model passes - check the golden and the evaluator"],
-     ["saturated", "Saturated: every model passes - drop or make harder"],
+     ["floor", "Floor: no model passes most of its attempts - check the golden and the evaluator"],
+     ["saturated", "Saturated: every model passes most of its attempts - drop or make harder"],
+     ["fallback-left-out", "Not classed: failing rows were served by a fallback model and left out"],
      ["uninformative", "Uninformative: no evidence the models' pass rates differ"],
      ["flaky", "Flaky: attempts at temperature 0 disagree"],
      ["mixed", "Attempts that disagree at temperature > 0 (sampling, not a flag)"]].forEach(function (pair) {

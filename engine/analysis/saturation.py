@@ -3,7 +3,8 @@
 A *run* is one `run_id` (a sharded run's shards share it). Its start is the `started_at` of its
 `_manifest.json` (the journal's start, kept across `--resume`), else the earliest `started_at` of its rows. A
 test is listed when it was `saturated` (docs/analysis.md: not discriminating, and every model passes by the
-strict-majority rule) in every run since the date that scored it, and in at least one. Runs whose rows of the
+strict-majority rule; not a test whose failing rows a fallback model served and were left out) in every run
+since the date that scored it, and in at least one. Runs whose rows of the
 test are all errors, and runs that did not run it, are neither for nor against it: `runs` says in how many of
 the runs since the date it was saturated.
 
@@ -22,6 +23,7 @@ import numpy as np
 
 from engine.analysis.cells import ITEM_KEY, build_cells
 from engine.analysis.items import DEFAULT_ALPHA, DEFAULT_CORRECTION, per_test
+from engine.analysis.models import failed_fallbacks, fallback_rows
 from engine.results.folder import read_manifest
 
 if TYPE_CHECKING:
@@ -163,7 +165,8 @@ def saturated_since(df: pd.DataFrame, files: list[Path], since: dt.datetime, *, 
     for run_id in recent["run_id"]:
         mask = (run_ids == run_id).to_numpy()
         rows = df[mask]
-        tests = per_test(rows, cells=build_cells(rows), alpha=alpha, correction=correction)
+        tests = per_test(rows, cells=build_cells(rows), alpha=alpha, correction=correction,
+                         left_out=failed_fallbacks(fallback_rows(df), run_id))
         scored = tests[tests["status"] != "no-data"]
         for row in scored.itertuples():
             key = (str(row.suite), str(row.test_id), int(row.case_index))

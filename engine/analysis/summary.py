@@ -11,8 +11,8 @@ import numpy as np
 from engine.analysis.agents import per_model_agents
 from engine.analysis.cells import CLUSTER_KEYS, DEFAULT_CLUSTER, Cells, build_cells
 from engine.analysis.compare import Comparison, compare_to_best
-from engine.analysis.items import DEFAULT_ALPHA, DEFAULT_CORRECTION, per_test, suite_health
-from engine.analysis.models import UNSCORED_NOTE, ModelRows, model_rows, per_model
+from engine.analysis.items import DEFAULT_ALPHA, DEFAULT_CORRECTION, STATUS_ORDER, per_test, suite_health
+from engine.analysis.models import UNSCORED_NOTE, ModelRows, failed_fallbacks, model_rows, per_model
 from engine.analysis.passk import pass_k_table
 from engine.analysis.stats import DEFAULT_LEVEL
 from engine.analysis.variants import VariantComparison, compare_variants, has_variants, per_variant
@@ -41,6 +41,7 @@ class Analysis:
         level: Interval coverage.
         alpha: Error rate of the "discriminating" call.
         correction: "bh" (false-discovery rate) or "holm" (family-wise error rate).
+        fallback_included: Rows a fallback model served were kept (`--include-fallback`), not left out.
     """
 
     models: pd.DataFrame
@@ -57,6 +58,7 @@ class Analysis:
     correction: str = DEFAULT_CORRECTION
     variants: pd.DataFrame | None = None
     variant_comparisons: list[VariantComparison] = field(default_factory=list)
+    fallback_included: bool = False
 
     @property
     def interval_method(self) -> str:
@@ -112,6 +114,46 @@ def _records(frame: pd.DataFrame) -> list[dict[str, Any]]:
     return [json_safe(row) for row in frame.to_dict(orient="records")]
 
 
+def summary_lines(analysis: Analysis, *, comparisons: int = 3) -> list[str]:
+    """What `engine analyze` says first, in a few lines: what was analysed (errors and fallback rows counted
+    apart), the model with the best mean score and the paired verdicts against it, and how the tests class.
+    Every figure is one a table below shows; nothing is computed here.
+
+    Args:
+        analysis: The analysis.
+        comparisons: Verdicts shown at most (the comparisons table holds them all).
+    """
+    models, tests = analysis.models, analysis.tests
+    rows, errors = int(models["rows"].sum()), int(models["error_rows"].sum())
+    fallback = int(models["fallback_rows"].sum()) if "fallback_rows" in models else 0
+    what = (f"{len(models)} model{'s' if len(models) != 1 else ''}, {len(tests)} test{'s' if len(tests) != 1 else ''}"
+            f" (each case counts as one), {rows} rows: {rows - errors} scored, {errors} errors (not scored)")
+    if fallback:
+        what += f"; {fallback} rows served by a fallback model " + ("included" if analysis.fallback_included
+                                                                       else "left out")
+    lines = [what]
+    scored = models[models["tests"] > 0]
+    if len(scored):
+        best = scored.iloc[0]
+        lines.append(f"best mean score: {best['model']} {best['mean_score']:.3f}, pass rate "
+                     f"{_share(best['pass_rate'])} [{_share(best['pass_lo'])}, {_share(best['pass_hi'])}] over "
+                     f"{int(best['tests'])} tests")
+    lines += [c.verdict for c in analysis.comparisons[:comparisons]]
+    if len(analysis.comparisons) > comparisons:
+        lines.append(f"... {len(analysis.comparisons) - comparisons} more verdicts in the paired comparisons table")
+    counts = tests["status"].value_counts() if len(tests) else None
+    if counts is not None:
+        classes = ", ".join(f"{int(counts[s])} {s}" for s in STATUS_ORDER if counts.get(s))
+        flaky = int(tests["flaky"].sum())
+        lines.append(f"tests: {classes}" + (f"; {flaky} flaky" if flaky else "")
+                     + (" (saturated: every model passes most of its attempts)" if counts.get("saturated") else ""))
+    return lines
+
+
+def _share(value: Any) -> str:
+    return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{float(value):.1%}"
+
+
 def analyze(df: pd.DataFrame, *, alpha: float = DEFAULT_ALPHA, level: float = DEFAULT_LEVEL,
             cluster_by: str = DEFAULT_CLUSTER, ks: list[int] | None = None, seed: int = 0,
             correction: str = DEFAULT_CORRECTION, cells: Cells | None = None) -> Analysis:
@@ -154,7 +196,8 @@ def analyze_grid(cells: Cells, rows: ModelRows, *, agents: pd.DataFrame | None =
         alpha, level, ks, seed, correction: As for `analyze`.
     """
     models = per_model(level=level, cells=cells, rows=rows)
-    tests = per_test(alpha=alpha, cells=cells, seed=seed, correction=correction)
+    tests = per_test(alpha=alpha, cells=cells, seed=seed, correction=correction,
+                     left_out=failed_fallbacks(rows.fallback))
     notes = _notes(cells, rows)
     order = [m for m in models["model"] if m in cells.models and cells.has_data[:, cells.models.index(m)].any()]
     comparisons = compare_to_best(None, cells=cells, order=order, level=level)
@@ -162,7 +205,7 @@ def analyze_grid(cells: Cells, rows: ModelRows, *, agents: pd.DataFrame | None =
                     tags=suite_health(tests, "tag"), passk=pass_k_table(ks=ks, level=level, cells=cells),
                     comparisons=comparisons, agents=agents,
                     notes=notes, cluster_by=cells.cluster_by, level=level, alpha=alpha,
-                    correction=correction)
+                    correction=correction, fallback_included=bool(rows.fallback.get("included")))
 
 
 def _counts(names: list[str], values: np.ndarray) -> str:
@@ -188,6 +231,11 @@ def _notes(cells: Cells, rows: ModelRows) -> list[str]:
         else:
             notes.append(f"{total} rows served by a fallback model were left out ({shown}); "
                          f"--include-fallback keeps them")
+            unclassed = failed_fallbacks(fallback)
+            if unclassed:
+                notes.append(f"{len(unclassed)} test{'s' if len(unclassed) != 1 else ''} with failing rows among "
+                             f"them {'are' if len(unclassed) != 1 else 'is'} not classed (status "
+                             f"fallback-left-out): the rows left would show them better than they went")
     if n_rows:
         errors = rows.errors
         if errors.sum():

@@ -143,7 +143,7 @@ TERMINAL_TO_REPORT = {
     "Paired variant comparisons": "variant-comparisons-table", "Discriminating tests": "list-discriminating",
     "Uninformative tests": "list-uninformative", "Saturated tests": "list-saturated", "Floor tests": "list-floor",
     "Flaky tests": "list-flaky", "Attempts that disagree": "list-mixed", "Suite health": "suites-table",
-    "Judges": "judges-table",
+    "Judges": "judges-table", "Summary": "summary", "Not classed": "list-fallback-left-out",
 }
 
 
