@@ -93,3 +93,21 @@ def test_fallback_rows_are_excluded_unless_included(tmp_path: Path) -> None:
     assert plain["models"][0]["tests"] == 1
     kept = json.loads(engine("analyze", str(tmp_path / "r"), "-f", "json", "--include-fallback").stdout)
     assert kept["models"][0]["tests"] == 2
+
+
+def test_the_summary_comes_first_and_repeats_the_tables_figures(results: Path) -> None:
+    done = engine("analyze", str(results))
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    data = json.loads(engine("analyze", str(results), "--format", "json").stdout)
+    best = data["models"][0]
+    assert lines[:5] == [
+        "Summary",
+        "  2 models, 20 tests (each case counts as one), 200 rows: 200 scored, 0 errors (not scored)",
+        f"  best mean score: good 1.000, pass rate 100.0% [{best['pass_lo']:.1%}, {best['pass_hi']:.1%}] over 20 tests",
+        f"  {data['comparisons'][0]['verdict']}",
+        "  tests: 12 discriminating, 8 saturated (saturated: every model passes most of its attempts)",
+    ]
+    assert sum(1 for t in data["tests"] if t["status"] == "discriminating") == 12
+    markdown = engine("analyze", str(results), "--format", "markdown").stdout
+    assert markdown.startswith("### Summary\n\n- 2 models, 20 tests")
