@@ -134,3 +134,15 @@ def test_the_documented_label_command_works(results_copy: Path) -> None:
     assert line is not None
     code, said = _label(results_copy / "latest", *shlex.split(line.group(1)))
     assert code == 0 and " at geo/country-Spain#1 (failed) wrong as " in said, said
+
+
+def test_every_option_of_engine_label_is_documented() -> None:
+    import typer
+
+    from engine.cli import app
+
+    command = typer.main.get_command(app).commands["label"]   # type: ignore[attr-defined]
+    options = [opt for param in command.params for opt in param.opts if opt.startswith("--")]
+    assert {"--model", "--test", "--case", "--attempt", "--note", "--reviewer"} <= set(options)
+    section = DOC.split("### Labelling from the command line", 1)[1].split("\n## ", 1)[0]
+    assert all(option in section for option in options), [o for o in options if o not in section]
