@@ -125,9 +125,11 @@ def summary_lines(analysis: Analysis, *, comparisons: int = 3) -> list[str]:
     """
     models, tests = analysis.models, analysis.tests
     rows, errors = int(models["rows"].sum()), int(models["error_rows"].sum())
+    unscored = int(models["unscored_rows"].sum()) if "unscored_rows" in models else 0
     fallback = int(models["fallback_rows"].sum()) if "fallback_rows" in models else 0
     what = (f"{len(models)} model{'s' if len(models) != 1 else ''}, {len(tests)} test{'s' if len(tests) != 1 else ''}"
-            f" (each case counts as one), {rows} rows: {rows - errors} scored, {errors} errors (not scored)")
+            f" (each case counts as one), {rows} rows: {rows - errors - unscored} scored, {errors} errors (not "
+            f"scored)" + (f", {unscored} recorded unscored (eval: {{none: true}})" if unscored else ""))
     if fallback:
         what += f"; {fallback} rows served by a fallback model " + ("included" if analysis.fallback_included
                                                                        else "left out")
