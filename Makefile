@@ -37,9 +37,10 @@ $(VENV)/.local: pyproject.toml | $(BIN)/python
 	$(BIN)/python engine/local/install.py --log $(VENV)/install-local.log $(BIN)/pip install -e '.[local]'
 	touch $@
 
+# The second validate grades the judges only: the first has just checked every golden (in the sandbox, seconds).
 run: $(VENV)/.local
 	$(ENGINE) validate suites/
-	$(ENGINE) validate --judges suites/
+	$(ENGINE) validate --judges --no-golden-check suites/
 	$(ENGINE) run suites/ --out $(RESULTS)
 	$(ENGINE) analyze $(RESULTS)/latest
 	$(ENGINE) report $(RESULTS)/latest -o $(RESULTS)/report.html >/dev/null

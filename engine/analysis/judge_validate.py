@@ -13,17 +13,14 @@ import contextlib
 import dataclasses
 import os
 import tempfile
-import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from engine.analysis.judges import calibration_summary, write_calibration
+from engine.base.heartbeat import Heartbeat
 from engine.errors import UsageError
 from engine.model import ModelConfig, Test
-
-if TYPE_CHECKING:
-    from engine.client.judge_calibrate import Tally
 
 __all__ = ["JudgeValidation", "validate_judges"]
 
@@ -102,12 +99,12 @@ def validate_judges(tests: Sequence[Test], models_file: Path | None, calibration
         judges = dataclasses.replace(judges, models={**judges.models, **{m.name: m for m in models}})
         keys = _api_keys(models)
         tally = Tally()
-        if progress is not None:
-            progress(f"judges: grading the examples of {len(targets)} judge node(s) with "
-                     f"{', '.join(sorted(map(str, graders)))}")
+        say = progress or (lambda line: None)
+        say(f"judges: grading the examples of {len(targets)} judge node(s) with {', '.join(sorted(map(str, graders)))}")
         try:
-            runs, calls = asyncio.run(_reporting(grade_calibrations(targets, judges, cache, keys, extra=extra,
-                                                                    tally=tally), tally, progress))
+            with Heartbeat(lambda seconds: say(f"judges: {tally.graded} of {tally.total} examples graded "
+                                               f"({seconds:.0f} s)"), PROGRESS_S):
+                runs, calls = asyncio.run(grade_calibrations(targets, judges, cache, keys, extra=extra, tally=tally))
         finally:
             cache.close()
     lines: list[str] = list(head)
@@ -132,17 +129,6 @@ def validate_judges(tests: Sequence[Test], models_file: Path | None, calibration
     lines.append(f"judges: {len(runs)} judge node(s), {sum(len(r.items) for r in runs)} examples, "
                  f"{calls} judge calls paid; calibration written to {calibration_out}")
     return JudgeValidation(lines, failed, records, calls)
-
-
-async def _reporting(grading: Awaitable[Any], tally: Tally, progress: Callable[[str], None] | None) -> Any:
-    """Await `grading`, saying every PROGRESS_S how many examples are graded."""
-    task = asyncio.ensure_future(grading)
-    began = time.monotonic()
-    while not task.done():
-        await asyncio.wait({task}, timeout=PROGRESS_S)
-        if not task.done() and progress is not None:
-            progress(f"judges: {tally.graded} of {tally.total} examples graded ({time.monotonic() - began:.0f} s)")
-    return task.result()
 
 
 def _figures(summary: dict[str, Any]) -> str:

@@ -64,6 +64,7 @@ def validate(
 ) -> None:
     """Check suites before any model is called: YAML, schema, references, templates, goldens."""
     from engine._gc import tuned_gc
+    from engine.base.heartbeat import Heartbeat
     from engine.suite import load_models, load_suites
     from engine.suite.loader import expand_paths
 
@@ -76,7 +77,10 @@ def validate(
         print("error: --labels gives the judges calibration examples: add --judges", file=sys.stderr)
         raise typer.Exit(EXIT_USAGE)
     files, _ = expand_paths(list(paths))
-    with tuned_gc(collect=False):
+    # Goldens of workspace and exec tests run in the sandbox: seconds each, so a long check says it goes on.
+    still = Heartbeat(lambda seconds: print(f"  ... still checking ({seconds:.0f} s; the goldens of workspace and "
+                                            "exec tests run in the sandbox)", file=sys.stderr, flush=True))
+    with tuned_gc(collect=False), still:
         suites, diagnostics = load_suites(list(paths), golden_check=not no_golden_check,
                                           conversation_check=_score_golden_conversation)
     checked = len(files)

@@ -32,6 +32,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from engine.base.heartbeat import Heartbeat
 from engine.errors import LocalModelError
 from engine.local.process import ManagedProcess, start_group
 from engine.local.registry import INSTALL_HINT, get_builtin
@@ -281,8 +282,8 @@ def serve_builtins(servers: Sequence[tuple[str, str, Path]], *, startup_timeout_
                 notify(f"starting the embedded model {name} (llama-cpp-python on 127.0.0.1:{port}; log: {log_path})")
         with _sigterm_unwinds():
             for name, alias, log_path, server, base_url in started:
-                _wait_ready(server, base_url, alias=alias, log_path=log_path, timeout_s=startup_timeout_s,
-                            notify=notify, name=name)
+                with _still_starting(name, notify):
+                    _wait_ready(server, base_url, alias=alias, log_path=log_path, timeout_s=startup_timeout_s)
                 if notify:
                     notify(f"the embedded model {name} is ready ({time.monotonic() - began:.1f} s)")
             yield [base_url for *_, base_url in started]
@@ -311,19 +312,20 @@ def _sigterm_unwinds() -> Iterator[None]:
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
-def _wait_ready(server: ManagedProcess, base_url: str, *, alias: str, log_path: Path, timeout_s: float,
-                notify: Callable[[str], None] | None = None, name: str = "") -> None:
-    """Poll `/v1/models` until it lists `alias`; fail early when the server exits. `notify` hears that the
-    model `name` is still starting every WAIT_NOTICE_S (a loaded machine can take that long)."""
-    began = time.monotonic()
-    deadline = began + timeout_s
-    next_notice = began + WAIT_NOTICE_S
+def _still_starting(name: str, notify: Callable[[str], None] | None) -> contextlib.AbstractContextManager[object]:
+    """While `name` starts, a line every WAIT_NOTICE_S saying so (a loaded machine takes that long)."""
+    if notify is None:
+        return contextlib.nullcontext()
+    return Heartbeat(lambda seconds: notify(f"  ... the embedded model {name} is still starting ({seconds:.0f} s)"),
+                     WAIT_NOTICE_S)
+
+
+def _wait_ready(server: ManagedProcess, base_url: str, *, alias: str, log_path: Path, timeout_s: float) -> None:
+    """Poll `/v1/models` until it lists `alias`; fail early when the server exits."""
+    deadline = time.monotonic() + timeout_s
     delay = 0.1
     last_problem = "no answer yet"
     while time.monotonic() < deadline:
-        if notify is not None and time.monotonic() >= next_notice:
-            notify(f"  ... the embedded model {name} is still starting ({time.monotonic() - began:.0f} s)")
-            next_notice += WAIT_NOTICE_S
         code = server.poll()
         if code is not None:
             raise LocalModelError(

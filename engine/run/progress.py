@@ -9,10 +9,10 @@ table is drawn.
 from __future__ import annotations
 
 import sys
-import threading
 import time
 from typing import Any, TextIO
 
+from engine.base.heartbeat import HEARTBEAT_S, Heartbeat
 from engine.run.run_config import RunStats
 
 
@@ -49,9 +49,6 @@ def _line(stats: RunStats) -> str:
             f"eta {eta}")
 
 
-HEARTBEAT_S = 10.0   # off a terminal, a line at least this often (`make run` is never silent for 15 s)
-
-
 class Progress:
     """Shows progress; call `watch` with the run's stats when it starts, `update` after each commit and `close` at
     the end.
@@ -72,9 +69,7 @@ class Progress:
         self._last = 0.0
         self._bar: Any = None
         self._task: Any = None
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._beat: threading.Thread | None = None
+        self._heartbeat: Heartbeat | None = None
         if not quiet and self.stream.isatty():
             from rich.console import Console
             from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
@@ -99,36 +94,30 @@ class Progress:
                     f"{_tokens_per_s(stats, elapsed)}")
             self._bar.update(self._task, completed=stats.done, total=stats.total, info=info)
             return
-        with self._lock:
-            now = time.monotonic()
-            if now - self._last >= self.plain_every_s or stats.done == stats.total:
-                self._last = now
-                print(_line(stats), file=self.stream, flush=True)
+        now = time.monotonic()
+        if now - self._last >= self.plain_every_s or stats.done == stats.total:
+            self._last = now
+            self._write(_line(stats))
+            if self._heartbeat is not None:
+                self._heartbeat.said()
 
     def watch(self, stats: RunStats) -> None:
-        """Off a terminal, print `stats` whenever no line came for `heartbeat_s` (from a thread of its own, as
-        the run may wait minutes for its next commit), until `close`."""
-        if self.quiet or self._bar is not None or self._beat is not None:
+        """Off a terminal, print `stats` whenever no line came for `heartbeat_s` (the run may wait minutes for its
+        next commit), until `close`."""
+        if self.quiet or self._bar is not None or self._heartbeat is not None:
             return
-        self._last = time.monotonic()
+        self._heartbeat = Heartbeat(lambda _: self._write(_line(stats)), self.heartbeat_s).start()
 
-        def beat() -> None:
-            while not self._stop.wait(min(1.0, self.heartbeat_s / 2)):
-                with self._lock:
-                    if time.monotonic() - self._last >= self.heartbeat_s:
-                        self._last = time.monotonic()
-                        print(_line(stats), file=self.stream, flush=True)
-
-        self._beat = threading.Thread(target=beat, name="progress-heartbeat", daemon=True)
-        self._beat.start()
+    def _write(self, line: str) -> None:
+        self.stream.write(line + "\n")   # one write: the heartbeat's thread may write too
+        self.stream.flush()
 
     def close(self) -> None:
         """Stop the bar, or the heartbeat."""
         if self._bar is not None:
             self._bar.stop()
-        if self._beat is not None:
-            self._stop.set()
-            self._beat.join()
+        if self._heartbeat is not None:
+            self._heartbeat.stop()
 
 
 def summary_rows(stats: RunStats) -> list[dict[str, Any]]:
