@@ -14,7 +14,7 @@ unexport PYTHONDONTWRITEBYTECODE
 
 .PHONY: run test test-slow test-local lint bench notebook clean
 
-# Through install.py, which prints a line at least every 10 s: creating a venv and upgrading pip is silent
+# Through install.py, which prints a line at least every 8 s: creating a venv and upgrading pip is silent
 # otherwise (15-22 s on a loaded machine, bench/README.md "make run, line by line").
 $(BIN)/python:
 	$(PY) engine/local/install.py --log $(VENV)/setup.log --run \

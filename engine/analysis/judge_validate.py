@@ -18,13 +18,13 @@ from pathlib import Path
 from typing import Any
 
 from engine.analysis.judges import calibration_summary, write_calibration
-from engine.base.heartbeat import Heartbeat
+from engine.base.heartbeat import HEARTBEAT_S, Heartbeat
 from engine.errors import UsageError
 from engine.model import ModelConfig, Test
 
 __all__ = ["JudgeValidation", "validate_judges"]
 
-PROGRESS_S = 10.0   # a progress line at least this often while the judges grade (calls to small local models add up)
+PROGRESS_S = HEARTBEAT_S   # a progress line at least this often while the judges grade (small local models are slow)
 
 
 @dataclasses.dataclass

@@ -57,7 +57,7 @@ CMAKE_ARGS = " ".join([
 # Core-seconds the trimmed build took here (wall seconds x cores), for the "about N minutes" estimate.
 BUILD_CORE_SECONDS = 360.0
 
-HEARTBEAT_S = 10.0   # print something at least this often (the promise to a user: every 15 s)
+HEARTBEAT_S = 8.0    # print something at least this often (the promise to a user: every 15 s, on a loaded machine)
 PROGRESS_S = 5.0     # at most one compile-progress line this often
 
 _NINJA_STEP = re.compile(r"^\s*\[(\d+)/(\d+)\]")

@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from engine.base.heartbeat import Heartbeat
+from engine.base.heartbeat import HEARTBEAT_S, Heartbeat
 from engine.errors import LocalModelError
 from engine.local.process import ManagedProcess, start_group
 from engine.local.registry import INSTALL_HINT, get_builtin
@@ -211,7 +211,7 @@ def server_command(model_path: Path, *, alias: str, port: int, n_ctx: int = 2048
     ]
 
 
-WAIT_NOTICE_S = 10.0   # while a server starts, a line at least this often (`make run` is never silent for 15 s)
+WAIT_NOTICE_S = HEARTBEAT_S   # while a server starts, a line at least this often
 
 
 def _to_stderr(message: str) -> None:
