@@ -26,6 +26,8 @@ from engine.results.folder import MANIFEST, read_manifest
 from engine.view import cache
 
 if TYPE_CHECKING:
+    import pyarrow.dataset as ds
+
     from engine.analysis.cells import Cells
 
 CLASSES = ("discriminating", "saturated", "floor", "uninformative", "disagree")
@@ -87,7 +89,7 @@ class Run:
     folder: Path
     _signature: cache.Signature = field(default_factory=list)
     _snapshot: cache.Snapshot | None = None
-    _dataset: Any = None
+    _dataset: ds.Dataset | None = None
     _search: dict[str, set[tuple[str, str, int]]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -112,7 +114,7 @@ class Run:
             self._dataset, self._search = None, {}
             return snapshot
 
-    def dataset(self) -> Any:
+    def dataset(self) -> ds.Dataset:
         """The run's Parquet files as one dataset, kept while they are unchanged (each file's footer is read once
         for all the scans: a test's attempts, a text search)."""
         from engine.analysis.load import open_dataset
