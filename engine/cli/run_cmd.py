@@ -82,7 +82,8 @@ def run_command(
                                   "test left (plain --resume continues the decision)."),
 ) -> None:
     """Run suites against models; results go to OUT/<run-id>/ (Parquet + _manifest.json)."""
-    from engine.run.session import Invocation, run_session
+    from engine.run.run_config import Invocation
+    from engine.run.session import run_session
 
     invocation = Invocation(
         paths=[str(p) for p in paths or []], models_file=None if models is None else str(models),

@@ -18,7 +18,7 @@ from engine.model import ModelConfig, Suite, Test
 from engine.redact import looks_like_key
 
 if TYPE_CHECKING:
-    from engine.run.session import Invocation
+    from engine.run.run_config import Invocation
 
 
 def _err(message: str) -> None:

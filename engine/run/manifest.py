@@ -14,7 +14,7 @@ from engine.model import ModelConfig, Test
 from engine.redact import mask_url, public_params
 
 if TYPE_CHECKING:
-    from engine.run.session import Invocation
+    from engine.run.run_config import Invocation
 
 
 def build_manifest(invocation: Invocation, run_id: str, journal: Any, models: list[ModelConfig], tests: list[Test],

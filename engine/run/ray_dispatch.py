@@ -38,7 +38,8 @@ from pathlib import Path
 from typing import Any
 
 from engine.errors import EngineError, UsageError
-from engine.run.session import DEFAULT_OUT, Invocation
+from engine.run.run_config import Invocation
+from engine.run.session import DEFAULT_OUT
 
 INSTALL_HINT = "pip install '.[ray]'"
 _SEVERITY = {3: 4, 2: 3, 1: 2, 0: 0}   # exit code -> how bad, for the driver's own code

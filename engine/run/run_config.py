@@ -1,7 +1,9 @@
-"""The runner's settings and counters: what `engine run` asks of it, and what it reports back."""
+"""The run's settings and counters: the command line as given, what `engine run` asks of the runner, and what it
+reports back."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
@@ -12,6 +14,42 @@ from typing import Any, NamedTuple
 from engine.client.judge import JudgeModels
 from engine.client.openai import RequestSettings
 from engine.client.response_cache import ResponseCache
+
+
+@dataclass
+class Invocation:
+    """The run's settings as given on the command line (None / empty = not given).
+
+    Stored in the journal so `--resume` reuses them; options given again on resume win.
+    """
+
+    paths: list[str] = field(default_factory=list)
+    models_file: str | None = None
+    model_names: list[str] = field(default_factory=list)
+    out: str | None = None
+    concurrency: int | None = None
+    repeat: int | None = None
+    seed: int | None = None
+    temperature: float | None = None
+    max_tokens: int | None = None
+    filters: list[str] = field(default_factory=list)
+    filter_file: str | None = None   # --filter-file: exactly the tests listed (engine.run.jobs.select_listed)
+    stream: bool | None = None
+    max_retries: int | None = None
+    max_cost: float | None = None
+    max_response_mb: float | None = None
+    run_id: str | None = None
+    shard: str | None = None   # "I/N" (engine.run.shards)
+    cache: bool | None = None  # --cache / --no-cache; None: deterministic requests only (engine.client.response_cache)
+
+    def over(self, stored: dict[str, Any]) -> Invocation:
+        """These settings, with anything not given taken from `stored`."""
+        merged = dict(stored)
+        for name, value in dataclasses.asdict(self).items():
+            if value not in (None, []):
+                merged[name] = value
+        known = {f.name for f in dataclasses.fields(Invocation)}
+        return Invocation(**{k: v for k, v in merged.items() if k in known})
 
 
 class RowSummary(NamedTuple):

@@ -18,7 +18,6 @@ import secrets
 import signal
 import sys
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -29,47 +28,12 @@ from engine.run import inputs, remote_run
 from engine.run.manifest import build_manifest, now_iso
 
 if TYPE_CHECKING:
+    from engine.run.run_config import Invocation
     from engine.run.shards import Shard
     from engine.run.until_decided import UntilDecided
 
 DEFAULT_OUT = "results"
 DEFAULT_CONCURRENCY = 64
-
-
-@dataclass
-class Invocation:
-    """The run's settings as given on the command line (None / empty = not given).
-
-    Stored in the journal so `--resume` reuses them; options given again on resume win.
-    """
-
-    paths: list[str] = field(default_factory=list)
-    models_file: str | None = None
-    model_names: list[str] = field(default_factory=list)
-    out: str | None = None
-    concurrency: int | None = None
-    repeat: int | None = None
-    seed: int | None = None
-    temperature: float | None = None
-    max_tokens: int | None = None
-    filters: list[str] = field(default_factory=list)
-    filter_file: str | None = None   # --filter-file: exactly the tests listed (engine.run.jobs.select_listed)
-    stream: bool | None = None
-    max_retries: int | None = None
-    max_cost: float | None = None
-    max_response_mb: float | None = None
-    run_id: str | None = None
-    shard: str | None = None   # "I/N" (engine.run.shards)
-    cache: bool | None = None  # --cache / --no-cache; None: deterministic requests only (engine.client.response_cache)
-
-    def over(self, stored: dict[str, Any]) -> Invocation:
-        """These settings, with anything not given taken from `stored`."""
-        merged = dict(stored)
-        for name, value in dataclasses.asdict(self).items():
-            if value not in (None, []):
-                merged[name] = value
-        known = {f.name for f in dataclasses.fields(Invocation)}
-        return Invocation(**{k: v for k, v in merged.items() if k in known})
 
 
 def _err(message: str) -> None:

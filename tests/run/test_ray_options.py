@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from engine.run.ray_dispatch import run_on_ray
-from engine.run.session import Invocation
+from engine.run.run_config import Invocation
 from tests.engine_proc import run_engine
 from tests.fake_openai import FakeOpenAI
 from tests.run.e2e import write_project
