@@ -60,19 +60,23 @@ def import_ifeval_cmd(
 def import_promptfoo_cmd(
     config: Annotated[Path, typer.Argument(help="A promptfoo config (promptfooconfig.yaml).")],
     out: Annotated[Path, typer.Option("--out", "-o", help="Folder to write the suite(s) and models.yaml to.")],
+    allow_outside: Annotated[bool, typer.Option(
+        "--allow-outside", help="Read files the config names outside its own folder (refused by default: a "
+                                "config could copy any file it names into the suites).")] = False,
 ) -> None:
-    """Turn a promptfoo config into suites (one per prompt) and a models file; list what could not be mapped."""
+    """Turn a promptfoo config into suites (one per prompt), a models file and the python scorers its python
+    asserts need; list, at file:line, every check not carried over and every test left out."""
     from engine.errors import EngineError
     from engine.importers.promptfoo import import_promptfoo
 
     try:
-        imported = import_promptfoo(config, out)
+        imported = import_promptfoo(config, out, allow_outside=allow_outside)
     except EngineError as exc:
         typer.echo(f"engine import promptfoo: error: {exc}", err=True)
         raise typer.Exit(2) from None
     for note in imported.notes:
         typer.echo(f"{note.file}:{note.line or 1}: warning: {note.message}", err=True)
-    for path in imported.suites:
+    for path in [*imported.suites, *imported.scorers]:
         typer.echo(f"wrote {path}")
     if imported.models is not None:
         typer.echo(f"wrote {imported.models}")

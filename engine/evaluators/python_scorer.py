@@ -5,6 +5,7 @@
     # scorers.py, beside the suite
     def score(answer, transcript, golden, case):
         return {"score": 1.0, "reason": "..."}      # or True / False, or a number in [0, 1]
+                                                    # ({"passed": ...} beside a score decides the pass itself)
 
 The function is called by keyword with the final answer's text, the whole transcript as plain JSON data
 (messages with their tool calls and results, the ledger of model calls, tool events, outcome, state, and
@@ -64,7 +65,8 @@ if isinstance(result, bool):
 elif isinstance(result, (int, float)):
     emit({"score": float(result), "reason": None})
 elif isinstance(result, dict) and isinstance(result.get("score"), (int, float, bool)):
-    emit({"score": float(result["score"]), "reason": None if result.get("reason") is None else str(result["reason"])})
+    emit({"score": float(result["score"]), "reason": None if result.get("reason") is None else str(result["reason"]),
+          "passed": result["passed"] if isinstance(result.get("passed"), bool) else None})
 else:
     emit({"bad": repr(result)[:300]})
 '''
@@ -156,10 +158,11 @@ def _run(file: str, function: str, limits: sandbox.Limits, answer: Answer, ctx: 
         return _error(f"python: {file}:{function} returned score {short(value)}; a score is between 0 and 1",
                       details)
     reason = data.get("reason") or f"{function} scored {float(value):g}"
-    if float(value) < 1.0:
+    passed = data.get("passed")
+    passed = float(value) >= 1.0 if not isinstance(passed, bool) else passed   # the scorer may decide the pass
+    if not passed:
         reason += said
-    return Verdict(score=float(value), passed=float(value) >= 1.0, reason=str(reason)[:1000], kind=KIND,
-                   details=details)
+    return Verdict(score=float(value), passed=passed, reason=str(reason)[:1000], kind=KIND, details=details)
 
 
 def _source(path: Path) -> str:
@@ -228,7 +231,7 @@ def _check(value: Any, spec: Mapping[str, Any], site: CheckSite) -> None:
 
 PYTHON = Kind(
     "A Python function beside the suite scores the answer, run in the sandbox: "
-    "score(answer=, transcript=, golden=, case=) returns a bool, a score in [0, 1] or {score, reason}.",
+    "score(answer=, transcript=, golden=, case=) returns a bool, a score in [0, 1] or {score, reason, passed}.",
     {"type": "object", "additionalProperties": False, "required": ["file"], "properties": {
         "file": {"type": "string", "minLength": 1, "pattern": r"\.py$", "description": "A .py file beside "
                  "the suite.", "examples": ["scorers.py"]},

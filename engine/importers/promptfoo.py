@@ -1,44 +1,75 @@
-"""A promptfoo config -> YAML suites and a models file.
+"""A promptfoo config -> YAML suites, a models file, and the python scorers its python asserts need.
 
 promptfoo runs every prompt against every test (a test is `vars` + `assert`s) on every provider. Here each
-prompt becomes one suite whose tests are the config's tests with their vars rendered into the prompt, each
-provider an OpenAI-compatible models file entry, and each assert one of our evaluators chosen so that the
-verdict is promptfoo's (its exact-match and prefix asserts become anchored regexes, as ours trim the
-answer). Whatever has no equivalent is listed as a `Note` with its file and line and what to do instead:
-nothing is dropped without a word. A literal `apiKey` is never copied.
+prompt becomes one suite whose tests are the config's tests, each asking what promptfoo would send for it
+(engine.importers.promptfoo_render: Nunjucks as promptfoo renders it, chat JSON as messages, images as image
+parts), each provider an OpenAI-compatible models file entry, and each assert the evaluator whose verdict is
+promptfoo's (engine.importers.promptfoo_asserts).
+
+Nothing passes by omission: an assert that is not carried over leaves a `not_carried` placeholder in its test
+(an error verdict until the user replaces it), a test without asserts is written `eval: {none: true}`
+(recorded, unscored), and a test whose prompt cannot be rendered as promptfoo would is left out. Each is a
+`Note` at its file and line, printed by the CLI and listed at the top of the suite. The config and every file
+it names are read by `engine.importers.promptfoo_files` (inside the config's folder unless allowed, capped,
+YAML bounded); every failure is a `ConfigError` naming the place and the fix. A literal `apiKey` is never
+copied.
 """
 
 from __future__ import annotations
 
+import copy
 import csv
+import glob
 import io
-import itertools
-import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from jinja2.sandbox import SandboxedEnvironment
-
+from engine.base.yaml import load_yaml_text
 from engine.errors import ConfigError
-from engine.evaluators.text import check_pattern
+from engine.importers.promptfoo_asserts import (
+    AssertSite,
+    Scorers,
+    describe,
+    literal,
+    map_assert,
+    share,
+    string_transform,
+)
+from engine.importers.promptfoo_files import CONFIG, Files, Loaded, Where
+from engine.importers.promptfoo_render import (
+    Images,
+    NotCarried,
+    chat_messages,
+    engine_messages,
+    js_json,
+    js_string,
+    load_file_vars,
+    prepare_vars,
+    render_prompt,
+)
 
-__all__ = ["Imported", "Note", "import_promptfoo", "map_assert"]
+__all__ = ["Imported", "Note", "import_promptfoo"]
 
-# Nunjucks leaves an unknown variable empty; so does Jinja's default Undefined.
-_NUNJUCKS = SandboxedEnvironment(autoescape=False, keep_trailing_newline=True)
 _MODEL_NAME = re.compile(r"[^A-Za-z0-9_.-]+")
 _TEST_ID = re.compile(r"[^a-z0-9_.]+")
 _PARAMS = ("temperature", "max_tokens", "top_p", "seed", "stop", "presence_penalty", "frequency_penalty")
-_NOT_MAPPED = {
-    "javascript": "rewrite it as one of our evaluators (docs/evaluators.md) or a `regex`",
-    "python": "our Python scorer does not exist yet; rewrite it as one of our evaluators or a `regex`",
-    "latency": "our budget evaluators do not exist yet; read the `latency_s` column in the results instead",
-    "cost": "our budget evaluators do not exist yet; read the `cost` column, or cap a run with `--max-cost`",
-    "levenshtein": "no edit-distance evaluator here; use `equals`, `similar` with a threshold, or a `regex`",
+_PROMPT_TEXT = (".txt", ".md", ".j2", ".json", ".jsonl", ".yaml", ".yml")
+_SCRIPTS = (".js", ".cjs", ".mjs", ".ts", ".cts", ".mts", ".py", ".rb", ".go", ".sh", ".bash", ".exe", ".bat")
+_TEST_FILES = (".csv", ".json", ".jsonl", ".yaml", ".yml")
+# Top-level keys that change no question and no verdict (promptfoo's output, sharing and UI settings).
+_QUIET = frozenset({"description", "prompts", "providers", "targets", "tests", "defaultTest", "scenarios", "env",
+                    "outputPath", "sharing", "commandLineOptions", "evaluateOptions", "writeLatestResults",
+                    "metadata", "tags", "tracing", "$schema", "nunjucksFilters", "extensions", "derivedMetrics",
+                    "redteam"})
+_SKIPPED_OPTIONS = {
+    "storeOutputAs": "a later test reads this test's answer: each imported test asks on its own",
+    "transformVars": "its vars are computed by JavaScript: write them out",
+    "rubricPrompt": "the engine's judge uses its own prompt (a suite's `judge_prompt:` can replace it)",
 }
+_REASONING = re.compile(r"(^|/)(o1|o3|o4|gpt-5)")
 
 
 @dataclass(frozen=True)
@@ -56,179 +87,38 @@ class Note:
 
 @dataclass
 class Imported:
-    """What `import_promptfoo` wrote, and what it could not map."""
+    """What `import_promptfoo` wrote, and what it could not carry over."""
 
     suites: list[Path] = field(default_factory=list)
     models: Path | None = None
+    scorers: list[Path] = field(default_factory=list)
     tests: int = 0
     notes: list[Note] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
-class _At:
-    """A test as read, with its file and the line it starts on."""
+class _Prompt:
+    """One prompt: its label (the suite's name), its raw template, where it was written."""
+
+    label: str
+    raw: str
+    where: Where
+
+
+@dataclass(frozen=True)
+class _Test:
+    """A test as read: its mapping (defaults merged later), where it starts, the folder of its file, and the
+    file it was read from with its path there (for the places of its asserts; None for a CSV row)."""
 
     test: Mapping[str, Any]
-    file: Path
-    line: int | None
+    where: Where
+    base: Path
+    source: Loaded | None = None
+    path: tuple[Any, ...] = ()
 
-
-@dataclass
-class _Source:
-    """A mapping or list read from a promptfoo file, with the file for notes."""
-
-    value: Any
-    file: Path
-
-    def line(self, key: Any = None) -> int | None:
-        """The 1-based line of `key` in this value (of the value itself without one), when known."""
-        lc = getattr(self.value, "lc", None)
-        if lc is None:
-            return None
-        try:
-            if key is None:
-                return int(lc.line) + 1
-            spot = lc.key(key) if isinstance(self.value, Mapping) else lc.item(key)
-            return int(spot[0]) + 1
-        except (KeyError, IndexError, TypeError, AttributeError):
-            return int(lc.line) + 1
-
-
-def _load_yaml(path: Path) -> Any:
-    from ruamel.yaml import YAML, YAMLError
-
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"cannot read {path}: {exc}") from None
-    try:
-        return YAML(typ="rt").load(text)
-    except YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
-
-
-def _js_str(value: Any) -> str:
-    """`String(value)` as JavaScript writes it (2.0 is "2", true is "true")."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, float) and value.is_integer():
-        return str(int(value))
-    return str(value)
-
-
-def _render(value: Any, variables: Mapping[str, Any]) -> Any:
-    """A promptfoo (Nunjucks) template rendered with the test's vars; lists and mappings recursively."""
-    if isinstance(value, str):
-        return _NUNJUCKS.from_string(value).render(**variables) if ("{{" in value or "{%" in value) else value
-    if isinstance(value, list):
-        return [_render(v, variables) for v in value]
-    if isinstance(value, Mapping):
-        return {str(k): _render(v, variables) for k, v in value.items()}
-    return value
-
-
-def _literal(text: str) -> str:
-    """Text that our loader must not read as a template, kept verbatim with a raw block."""
-    if "{{" in text or "{%" in text or "{#" in text:
-        return "{% raw %}" + text + "{% endraw %}"
-    return text
-
-
-def _plain(value: Any) -> Any:
-    """ruamel's round-trip containers as plain dicts and lists."""
-    if isinstance(value, Mapping):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_plain(v) for v in value]
-    return value
-
-
-def _values(value: Any) -> list[str]:
-    """A contains-any/all value: a list, or one comma-separated text (quotes group, as promptfoo reads it)."""
-    if isinstance(value, list):
-        return [_js_str(v) for v in value]
-    row = next(csv.reader([str(value)], skipinitialspace=True), [])
-    return [cell.strip() for cell in row]
-
-
-def _js_regex(pattern: str) -> str:
-    """A JavaScript pattern in Python's syntax: named groups and their back-references."""
-    return re.sub(r"\\k<([A-Za-z_]\w*)>", r"(?P=\1)", re.sub(r"\(\?<([A-Za-z_]\w*)>", r"(?P<\1>", pattern))
-
-
-def map_assert(assertion: Mapping[str, Any], variables: Mapping[str, Any],
-               judge: str | None = None) -> tuple[dict[str, Any] | None, str | None]:
-    """One promptfoo assert as our evaluator, or (None, why and what to do).
-
-    Args:
-        assertion: The assert (`type`, `value`, optional `threshold`, `weight`, `metric`).
-        variables: The test's vars, for the value's templates.
-        judge: The models file entry a `judge` should use (promptfoo's grading provider), if known.
-    """
-    kind = str(assertion.get("type", ""))
-    negate = kind.startswith("not-")
-    base = kind[4:] if negate else kind
-    value = _render(_plain(assertion.get("value")), variables)
-    threshold = assertion.get("threshold")
-    spec: dict[str, Any]
-    if base in _NOT_MAPPED:
-        return None, f"`{kind}` assert not imported: {_NOT_MAPPED[base]}"
-    if base in ("contains", "icontains") and negate:
-        spec = {"not_contains": _literal(_js_str(value))}
-        if base == "contains":
-            spec["case_sensitive"] = True
-        negate = False
-    elif base in ("contains", "icontains"):
-        spec = {"contains": _literal(_js_str(value))}
-        if base == "contains":
-            spec["case_sensitive"] = True
-    elif base in ("contains-any", "icontains-any"):
-        spec = {"contains": [_literal(v) for v in _values(value)], "mode": "any"}
-        if base == "contains-any":
-            spec["case_sensitive"] = True
-    elif base in ("contains-all", "icontains-all"):
-        # promptfoo scores it 0 or 1; our `contains` list gives partial credit, which a test threshold would see.
-        # "not any value is missing" is 0 or 1 too: `any` takes the best child, `not` its complement.
-        missing = [{"not_contains": _literal(v), **({"case_sensitive": True} if base == "contains-all" else {})}
-                   for v in _values(value)]
-        spec = {"not": {"any": missing}, "name": kind}
-    elif base == "equals" and isinstance(value, (Mapping, list)):
-        spec = {"json_schema": {"const": value}, "name": kind}
-    elif base == "equals":
-        spec = {"regex": _literal(r"\A" + re.escape(_js_str(value)) + r"\Z"), "name": kind}
-    elif base == "starts-with":
-        spec = {"regex": _literal(r"\A" + re.escape(_js_str(value))), "name": kind}
-    elif base == "regex":
-        pattern = _js_regex(_js_str(value))
-        problem, _ = check_pattern(pattern)
-        if problem is not None:
-            return None, f"`{kind}` assert not imported: {problem}"
-        spec = {"regex": _literal(pattern)}
-    elif base in ("is-json", "contains-json"):
-        spec = {"json_schema": value, "name": kind} if isinstance(value, Mapping) else {"is_json": True}
-        if value is not None and not isinstance(value, Mapping):
-            return None, f"`{kind}` with a schema that is not inline (a file or text) is not imported; inline it"
-    elif base == "similar":
-        spec = {"similar": {"reference": _literal(_js_str(value))}, "threshold": 0.75 if threshold is None
-                else float(threshold)}
-        threshold = None
-    elif base in ("llm-rubric", "model-graded-closedqa"):
-        spec = {"judge": {"rubric": _literal(_js_str(value))}}
-        if judge:
-            spec["judge"]["model"] = judge
-    else:
-        return None, (f"`{kind}` assert not imported: no evaluator here matches it; pick one from docs/evaluators.md"
-                      if kind else "an assert without a `type` is not imported")
-    if threshold is not None and base in ("llm-rubric", "model-graded-closedqa"):
-        spec["threshold"] = float(threshold)
-    if negate:
-        spec.pop("name", None)
-        spec = {"not": spec, "name": kind}
-    if assertion.get("weight") is not None:
-        spec["weight"] = assertion["weight"]
-    if assertion.get("metric"):
-        spec["name"] = str(assertion["metric"])
-    return spec, None
+    def assert_at(self, index: int) -> Where:
+        """The place of the test's `index`-th assert."""
+        return self.source.at(*self.path, "assert", index) if self.source is not None else self.where
 
 
 def _slug(text: str, pattern: re.Pattern[str]) -> str:
@@ -239,379 +129,747 @@ def _file_ref(value: Any) -> str | None:
     return value[len("file://"):] if isinstance(value, str) and value.startswith("file://") else None
 
 
+def _looks_like_path(text: str) -> bool:
+    """promptfoo's maybeFilePath: a one-line text that names a file (by a known extension, `*`, or `/`)."""
+    if "\n" in text or ("://" in text and not text.startswith("file://")):
+        return False
+    return (text.startswith("file://") or text.endswith((*_PROMPT_TEXT, *_SCRIPTS, ".csv"))
+            or "*" in text or "/" in text or "\\" in text)
+
+
+def _expand(variables: Mapping[str, Any], glob: Any) -> list[dict[str, Any]]:
+    """promptfoo's generateVarCombinations: a var holding a list of texts makes one test per item (every
+    combination), and a `file://` glob one per file it matches."""
+    combos: list[dict[str, Any]] = [{}]
+    for key, value in variables.items():
+        if isinstance(value, str) and value.startswith("file://") and any(c in value for c in "*?["):
+            values: list[Any] = glob(value)
+        elif isinstance(value, list) and value and isinstance(value[0], str):
+            values = value
+        else:
+            values = [value]
+        combos = [{**combo, key: item} for combo in combos for item in values]
+    return combos
+
+
 class _Importer:
-    def __init__(self, config: Path) -> None:
+    """Reads one config and everything it names; `build` maps it."""
+
+    def __init__(self, config: Path, allow_outside: bool) -> None:
         self.config = config
         self.folder = config.parent
+        self.files = Files(self.folder, allow_outside)
+        self.root = self.files.yaml(config, Where(config))
+        if not isinstance(self.root.data, Mapping):
+            raise ConfigError(f"{config}: a promptfoo config is a mapping with `prompts:`, `providers:` and "
+                              "`tests:`")
+        self.data: Mapping[str, Any] = self.root.data
         self.notes: list[Note] = []
+        self._noted: set[tuple[Path, int | None, str]] = set()
+        self.scorers = Scorers(self.files, self.folder)
+        self.images = Images()
 
-    def note(self, source: _Source, key: Any, message: str) -> None:
-        self.notes.append(Note(source.file, source.line(key), message))
+    def note(self, where: Where, message: str) -> None:
+        key = (where.file, where.line, message)
+        if key not in self._noted:
+            self._noted.add(key)
+            self.notes.append(Note(where.file, where.line, message))
+
+    def short(self, where: Where) -> str:
+        """A place as the suites name it: the file relative to the config's folder, and the line."""
+        try:
+            name = where.file.resolve().relative_to(self.files.root).as_posix()
+        except ValueError:
+            name = str(where.file)
+        return f"{name}:{where.line}" if where.line is not None else name
 
     # ---------------------------------------------------------------- prompts
 
-    def prompts(self, root: _Source) -> list[tuple[str, Any]]:
-        """(label, text or chat messages) per prompt."""
-        raw = root.value.get("prompts")
-        if raw is None:
+    def prompts(self) -> list[_Prompt]:
+        raw = self.data.get("prompts")
+        if raw is None or raw == [] or raw == "":
             raise ConfigError(f"{self.config}: no `prompts:`; a promptfoo config lists its prompts there")
-        items = raw if isinstance(raw, list) else [raw]
-        source = _Source(items, root.file) if isinstance(raw, list) else root
-        out: list[tuple[str, Any]] = []
-        for index, item in enumerate(items):
-            key = index if isinstance(raw, list) else "prompts"
+        if isinstance(raw, Mapping):   # {file_or_text: label}
+            items: list[tuple[Any, Where]] = [({"raw": k, "label": v}, self.root.at("prompts", k))
+                                              for k, v in raw.items()]
+        else:
+            listed = raw if isinstance(raw, list) else [raw]
+            items = [(item, self.root.at("prompts", i) if isinstance(raw, list) else self.root.at("prompts"))
+                     for i, item in enumerate(listed)]
+        out: list[_Prompt] = []
+        for item, where in items:
             label = None
             if isinstance(item, Mapping):
                 label = item.get("label")
+                for key in ("config", "function"):
+                    if key in item:
+                        self.note(where, f"a prompt's `{key}` is not carried: set what it changes in models.yaml")
                 item = item.get("raw", item.get("id"))
-            ref = _file_ref(item)
-            if ref is not None:
-                path = self.folder / ref
-                if path.suffix not in (".txt", ".md", ".j2", ".json", ".yaml", ".yml") or "*" in ref:
-                    self.note(source, key, f"prompt {item} not imported: only text, JSON and YAML prompt files "
-                                           "are read; write the prompt in the suite's `prompt:`")
-                    continue
-                try:
-                    text = path.read_text(encoding="utf-8")
-                except OSError as exc:
-                    raise ConfigError(f"{source.file}:{source.line(key)}: cannot read prompt file {path}: {exc}") \
-                        from None
-                if path.suffix in (".yaml", ".yml"):
-                    out.append((label or path.stem, _plain(_load_yaml(path))))
-                    continue
-                parts = text.split("\n---\n") if path.suffix != ".json" else [text]
-                for n, part in enumerate(parts, start=1):
-                    out.append((label or (path.stem if len(parts) == 1 else f"{path.stem}-{n}"), self._chat(part)))
-            elif isinstance(item, str):
-                out.append((label or f"prompt-{len(out) + 1}", self._chat(item)))
-            else:
-                self.note(source, key, "prompt not imported: a prompt is text or a file:// reference")
+            if not isinstance(item, str):
+                self.note(where, "prompt not imported: a prompt is text or a file:// reference")
+                continue
+            out.extend(self._prompt(item, None if label is None else js_string(label), where))
+        # A prompt written inline without a label is named by its place in the list.
+        out = [p if p.label else _Prompt(f"prompt-{n}", p.raw, p.where) for n, p in enumerate(out, start=1)]
+        if not out:
+            raise ConfigError(f"{self.config}: no prompt could be imported (the reasons are above)")
         return out
 
-    @staticmethod
-    def _chat(text: str) -> Any:
-        """A prompt that is a JSON list of {role, content} messages is a chat; anything else is text."""
-        stripped = text.strip()
-        if stripped.startswith("["):
-            try:
-                parsed = json.loads(stripped)
-            except ValueError:
-                return text
-            if isinstance(parsed, list) and all(isinstance(m, dict) and "role" in m for m in parsed):
-                return parsed
-        return text
+    def _prompt(self, text: str, label: str | None, where: Where) -> list[_Prompt]:
+        if text.startswith("exec:") or not _looks_like_path(text):
+            return [_Prompt(label or "", text, where)]
+        ref = _file_ref(text) or text
+        if any(c in ref for c in "*?["):
+            paths = self._glob(ref, self.folder, where)
+            if not paths:
+                return [_Prompt(label or "", text, where)]   # promptfoo sends the text itself then
+            return [p for path in paths for p in self._prompt_file(path, ref, label, where)]
+        if re.search(r"\.\w+:\w+$", ref):
+            self.note(where, f"prompt {text} not imported: a prompt made by a function runs code; write the "
+                             "prompt it returns into the config")
+            return []
+        if not text.startswith("file://") and not (self.folder / ref).is_file():
+            return [_Prompt(label or "", text, where)]   # text that only looks like a path
+        return self._prompt_file(self.files.path(ref, self.folder, where), ref, label, where)
+
+    def _prompt_file(self, path: Path, ref: str, label: str | None, where: Where) -> list[_Prompt]:
+        suffix = path.suffix.lower()
+        name = label or path.stem
+        if suffix not in _PROMPT_TEXT:
+            self.note(where, f"prompt {ref} not imported: only text, Markdown, Jinja, JSON, JSON Lines and YAML "
+                             "prompt files are read (a script's prompt runs code); write the prompt it makes")
+            return []
+        text = self.files.read_text(path, where)
+        if suffix in (".yaml", ".yml"):
+            return [_Prompt(name, js_json(self.files.yaml(path, where).data), where)]
+        if suffix == ".jsonl":
+            lines = [line for line in re.split(r"\r?\n", text) if line]
+            return [_Prompt(name if len(lines) == 1 else f"{name}-{n}", line, where)
+                    for n, line in enumerate(lines, start=1)]
+        if suffix == ".txt":
+            parts: list[str] = []
+            buffer: list[str] = []
+            for line in re.split(r"\r?\n", text):
+                if line.strip() == "---":
+                    parts.append("\n".join(buffer).strip())
+                    buffer = []
+                else:
+                    buffer.append(line)
+            parts.append("\n".join(buffer).strip())
+            parts = [p for p in parts if p]
+            return [_Prompt(name if len(parts) == 1 else f"{name}-{n}", part, where)
+                    for n, part in enumerate(parts, start=1)]
+        return [_Prompt(name, text, where)]
+
+    def _glob(self, pattern: str, base: Path, where: Where) -> list[Path]:
+        """The files a glob matches, in name order, each checked to be inside the config's folder."""
+        matched = sorted(Path(p) for p in glob.glob(str(base / pattern), recursive=True) if Path(p).is_file())
+        return [self.files.path(str(p), base, where) for p in matched]
 
     # ---------------------------------------------------------------- providers
 
-    def providers(self, root: _Source) -> dict[str, dict[str, Any]]:
-        raw = root.value.get("providers", root.value.get("targets"))
+    def providers(self) -> dict[str, dict[str, Any]]:
+        key = "providers" if "providers" in self.data else "targets"
+        raw = self.data.get(key)
         items = raw if isinstance(raw, list) else ([] if raw is None else [raw])
-        source = _Source(items, root.file) if isinstance(raw, list) else root
         models: dict[str, dict[str, Any]] = {}
         for index, item in enumerate(items):
-            key = index if isinstance(raw, list) else "providers"
-            entry: Mapping[str, Any] = item if isinstance(item, Mapping) else {"id": item}
-            ident = str(entry.get("id", ""))
-            config = entry.get("config") or {}
-            parts = ident.split(":")
-            if parts[0] == "openai" and len(parts) >= 2 and parts[1] not in ("responses", "assistant", "realtime",
-                                                                              "embedding", "embeddings", "image"):
-                api = "completions" if parts[1] == "completion" else "chat"
-                model_id = ":".join(parts[2:] if parts[1] in ("chat", "completion") else parts[1:])
-                default_url = "https://api.openai.com/v1"
-            elif parts[0] == "ollama" and len(parts) >= 3 and parts[1] == "chat":
-                api, model_id, default_url = "chat", ":".join(parts[2:]), "http://127.0.0.1:11434/v1"
+            where = self.root.at(key, index) if isinstance(raw, list) else self.root.at(key)
+            entry: Mapping[str, Any]
+            if isinstance(item, Mapping) and "id" not in item and len(item) == 1:   # {openai:gpt-4: {config: ..}}
+                ident, options = next(iter(item.items()))
+                entry = {"id": ident, **(options if isinstance(options, Mapping) else {})}
             else:
-                self.note(source, key, f"provider {ident or item!r} not imported: only OpenAI-compatible providers "
-                                       "(openai:chat:MODEL with config.apiBaseUrl, ollama:chat:MODEL) map; add it to "
-                                       "models.yaml by hand with its OpenAI-compatible base_url")
-                continue
-            base_url = config.get("apiBaseUrl") or (f"https://{config['apiHost']}/v1" if config.get("apiHost")
-                                                    else default_url)
-            name = _slug(str(entry.get("label") or ident), _MODEL_NAME) or "model"
-            if not re.match(r"[A-Za-z_]", name):
-                name = "_" + name
-            while name in models:
-                name += "-2"
-            model: dict[str, Any] = {"base_url": str(base_url), "model": model_id}
-            if api == "completions":
-                model["api"] = "completions"
-            if parts[0] == "openai":
-                env_name = str(config.get("apiKeyEnvar") or "OPENAI_API_KEY")
-                model["api_key_env"] = env_name
-                if config.get("apiKey"):
-                    self.note(source, key, f"provider {name}: its literal apiKey was not copied; models.yaml reads "
-                                           f"the key from ${env_name}: export {env_name}=... before `engine run`")
-            params = {p: _plain(config[p]) for p in _PARAMS if p in config}
-            if params:
-                model["params"] = params
-            left = sorted(str(k) for k in config if k not in (*_PARAMS, "apiBaseUrl", "apiHost", "apiKey",
-                                                               "apiKeyEnvar"))
-            if left:
-                where, spot = (_Source(entry, source.file), "config") if "config" in entry else (source, key)
-                self.note(where, spot, f"provider {name}: config {', '.join(left)} not imported; set the "
-                                       "equivalent under `params:` in models.yaml if the server takes it")
-            models[name] = model
+                entry = item if isinstance(item, Mapping) else {"id": item}
+            self._provider(entry, where, models)
         return models
+
+    def _provider(self, entry: Mapping[str, Any], where: Where, models: dict[str, dict[str, Any]]) -> None:
+        ident = str(entry.get("id", ""))
+        config = entry.get("config") or {}
+        if not isinstance(config, Mapping):
+            config = {}
+        parts = ident.split(":")
+        if parts[0] == "openai" and len(parts) >= 2 and parts[1] not in ("responses", "assistant", "realtime",
+                                                                          "embedding", "embeddings", "image"):
+            api = "completions" if parts[1] == "completion" else "chat"
+            model_id = ":".join(parts[2:] if parts[1] in ("chat", "completion") else parts[1:])
+            default_url = "https://api.openai.com/v1"
+        elif parts[0] == "ollama" and len(parts) >= 3 and parts[1] == "chat":
+            api, model_id, default_url = "chat", ":".join(parts[2:]), "http://127.0.0.1:11434/v1"
+        else:
+            self.note(where, f"provider {ident or entry!r} not imported: only OpenAI-compatible providers "
+                             "(openai:chat:MODEL with config.apiBaseUrl, ollama:chat:MODEL) map; add it to "
+                             "models.yaml by hand with its OpenAI-compatible base_url")
+            return
+        if not model_id:
+            self.note(where, f"provider {ident}: no model named; write the model after the last `:`")
+            return
+        base_url = config.get("apiBaseUrl") or (f"https://{config['apiHost']}/v1" if config.get("apiHost")
+                                                else default_url)
+        name = _slug(str(entry.get("label") or ident), _MODEL_NAME) or "model"
+        if not re.match(r"[A-Za-z_]", name):
+            name = "_" + name
+        while name in models:
+            name += "-2"
+        model: dict[str, Any] = {"base_url": str(base_url), "model": model_id}
+        if api == "completions":
+            model["api"] = "completions"
+        if parts[0] == "openai":
+            env_name = str(config.get("apiKeyEnvar") or "OPENAI_API_KEY")
+            model["api_key_env"] = env_name
+            if config.get("apiKey"):
+                self.note(where, f"provider {name}: its literal apiKey was not copied; models.yaml reads the key "
+                                 f"from ${env_name}: export {env_name}=... before `engine run`")
+        params = {p: copy.deepcopy(config[p]) for p in _PARAMS if p in config}
+        if parts[0] == "openai" and api == "chat" and not _REASONING.search(model_id):
+            # promptfoo's OpenAI defaults, so the same request is sent (src/providers/openai/chat.ts).
+            params.setdefault("temperature", 0)
+            params.setdefault("max_tokens", 1024)
+        if params:
+            model["params"] = params
+        left = sorted(str(k) for k in config if k not in (*_PARAMS, "apiBaseUrl", "apiHost", "apiKey",
+                                                           "apiKeyEnvar"))
+        if left:
+            self.note(where, f"provider {name}: config {', '.join(left)} not imported; set the equivalent under "
+                             "`params:` in models.yaml if the server takes it")
+        for key in ("prompts", "transform", "delay"):
+            if key in entry:
+                self.note(where, f"provider {name}: `{key}` not imported; every model answers every prompt as asked")
+        models[name] = model
 
     # ---------------------------------------------------------------- tests
 
-    def tests(self, root: _Source) -> list[_At]:
-        """Every test with its file and line, file references expanded, in order."""
-        raw = root.value.get("tests")
-        items = raw if isinstance(raw, list) else ([] if raw is None else [raw])
-        source = _Source(items, root.file) if isinstance(raw, list) else root
-        out: list[_At] = []
-        for index, item in enumerate(items):
-            key = index if isinstance(raw, list) else "tests"
-            ref = _file_ref(item)
-            if ref is not None:
-                out.extend(self._test_file(self.folder / ref, source, key))
-            elif isinstance(item, Mapping):
-                out.append(_At(item, source.file, source.line(key)))
-            else:
-                self.note(source, key, "test not imported: a test is a mapping or a file:// reference")
+    def tests(self) -> list[_Test]:
+        """Every test with its place, file references expanded, in order (scenarios after the tests)."""
+        raw = self.data.get("tests")
+        out: list[_Test] = []
+        if isinstance(raw, str):   # promptfoo's readTests: a YAML glob, else a standalone file
+            ref = _file_ref(raw) or raw
+            out.extend(self._test_source(raw, self.folder, self.root.at("tests")) if ref.endswith(("yaml", "yml"))
+                       else self._standalone(raw, self.folder, self.root.at("tests")))
+        elif isinstance(raw, Mapping) and isinstance(raw.get("path"), str):
+            out.extend(self._standalone(raw["path"], self.folder, self.root.at("tests")))
+        elif isinstance(raw, list):
+            for index, item in enumerate(raw):
+                where = self.root.at("tests", index)
+                if isinstance(item, str):
+                    out.extend(self._test_source(item, self.folder, where))
+                elif isinstance(item, Mapping) and isinstance(item.get("path"), str):
+                    out.extend(self._standalone(item["path"], self.folder, where))
+                elif isinstance(item, Mapping):
+                    out.append(self._with_vars(_Test(item, where, self.folder, self.root, ("tests", index))))
+                else:
+                    self.note(where, "test not imported: a test is a mapping or a file:// reference")
+        elif raw is not None:
+            self.note(self.root.at("tests"), "`tests:` not imported: it is a list, a file or a glob")
+        scenarios = self.data.get("scenarios")
+        if scenarios is not None:
+            out.extend(self._scenarios(scenarios))
+        if raw is None and scenarios is None:
+            out.append(_Test({}, self.root.at(), self.folder))   # promptfoo runs each prompt once then
         return out
 
-    def _test_file(self, path: Path, source: _Source, key: Any) -> list[_At]:
-        if "*" in str(path) or path.suffix not in (".csv", ".json", ".jsonl", ".yaml", ".yml"):
-            self.note(source, key, f"tests file {path.name} not imported: CSV, JSON, JSON Lines and YAML files are "
-                                   "read (no globs, no scripts); list the files one by one")
+    def _test_source(self, ref_text: str, base: Path, where: Where) -> list[_Test]:
+        """A `tests:` list entry that is text: a glob of YAML, JSON or JSON Lines test files (promptfoo's
+        loadTestsFromGlob), or a standalone file (a CSV, a script)."""
+        ref = _file_ref(ref_text) or ref_text
+        if ref.startswith(("huggingface://", "https://", "http://", "az://")):
+            self.note(where, f"tests from {ref_text} not imported: the import reads local files only; save the "
+                             "tests to a CSV, JSON or YAML file beside the config")
             return []
-        if not path.exists():
-            raise ConfigError(f"{source.file}:{source.line(key)}: no such tests file: {path}")
-        if path.suffix == ".csv":
-            return self._csv(path)
-        if path.suffix in (".yaml", ".yml"):
-            data = _load_yaml(path)
-        else:
-            try:
-                text = path.read_text(encoding="utf-8")
-                data = ([json.loads(line) for line in text.splitlines() if line.strip()] if path.suffix == ".jsonl"
-                        else json.loads(text))
-            except (OSError, ValueError) as exc:
-                raise ConfigError(f"{path}: cannot read the tests: {exc}") from None
-        rows = data if isinstance(data, list) else [data]
-        inner = _Source(rows, path)
-        out = []
-        for index, row in enumerate(rows):
-            if isinstance(row, Mapping):
-                out.append(_At(row, path, inner.line(index)))
+        if re.search(r"\.\w+:\w+$", ref) or ref.endswith((*_SCRIPTS, ".xlsx", ".xls", ".csv")):
+            return self._standalone(ref_text, base, where)
+        paths = self._glob(ref, base, where) if any(c in ref for c in "*?[") else \
+            [self.files.path(ref, base, where)]
+        out: list[_Test] = []
+        for path in paths:
+            if path.suffix.lower() == ".csv":
+                out.extend(self._csv(path, where))
+            elif path.suffix.lower() in (".yaml", ".yml", ".json", ".jsonl"):
+                out.extend(self._test_file(path, where, standalone=False))
+            elif not path.exists():
+                raise ConfigError(f"{where}: no such tests file: {path}")
             else:
-                self.note(inner, index, "test not imported: not a mapping")
+                self.note(where, f"tests file {path.name} not imported: CSV, JSON, JSON Lines and YAML files are read")
+        if not paths:
+            self.note(where, f"tests {ref_text} not imported: no file matches it")
         return out
 
-    def _csv(self, path: Path) -> list[_At]:
-        """promptfoo's CSV tests: columns are vars; `__expected*`, `__description`, `__threshold` are special."""
-        try:
-            text = path.read_text(encoding="utf-8-sig")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ConfigError(f"cannot read {path}: {exc}") from None
+    def _standalone(self, ref_text: str, base: Path, where: Where) -> list[_Test]:
+        """promptfoo's readStandaloneTestsFile: CSV, JSON, JSON Lines or YAML rows; a script that makes tests is
+        not run."""
+        ref = _file_ref(ref_text) or ref_text
+        function = re.search(r"\.\w+(:\w+)$", ref)
+        path_text = ref[:function.start(1)] if function else ref
+        suffix = Path(path_text).suffix.lower()
+        if suffix in _SCRIPTS:
+            self.note(where, f"tests made by running {ref} not imported: the import runs no code; run it once, "
+                             "save its tests to a YAML file and name that file in `tests:`")
+            return []
+        if suffix not in _TEST_FILES:
+            self.note(where, f"tests file {Path(path_text).name} not imported: CSV, JSON, JSON Lines and YAML files "
+                             "are read; save the tests to one of those")
+            return []
+        path = self.files.path(path_text, base, where)
+        if not path.exists():
+            raise ConfigError(f"{where}: no such tests file: {path}; fix the path")
+        if suffix == ".csv":
+            return self._csv(path, where)
+        return self._test_file(path, where, standalone=True)
+
+    def _test_file(self, path: Path, where: Where, *, standalone: bool) -> list[_Test]:
+        """A YAML, JSON or JSON Lines file of tests (standalone: rows described `Row #N` when they have no
+        description, and a YAML file's rows read as CSV rows are, as promptfoo does)."""
+        if path.suffix.lower() == ".jsonl":
+            text = self.files.read_text(path, where)
+            rows: list[tuple[Any, Where]] = []
+            for number, line in enumerate(text.split("\n"), start=1):
+                if line.strip():
+                    loaded = self._json_line(line, path, number)
+                    rows.append((loaded, Where(path, number)))
+        else:
+            loaded = self.files.yaml(path, where)
+            listed = isinstance(loaded.data, list)
+            data = loaded.data if listed else [loaded.data]
+            rows = [(row, loaded.at(i) if listed else loaded.at()) for i, row in enumerate(data)]
+        out = []
+        for index, (row, at) in enumerate(rows, start=1):
+            if not isinstance(row, Mapping):
+                self.note(at, "test not imported: not a mapping")
+                continue
+            source = (loaded, (index - 1,) if listed else ()) if path.suffix.lower() != ".jsonl" else (None, ())
+            if standalone and path.suffix.lower() in (".yaml", ".yml"):
+                row = _csv_test(row, lambda message, at=at: self.note(at, message))
+                source = (None, ())
+            if standalone and not row.get("description"):
+                row = {**row, "description": f"Row #{index}"}
+            out.append(self._with_vars(_Test(row, at, path.parent, *source)))
+        return out
+
+    def _json_line(self, line: str, path: Path, number: int) -> Any:
+        loaded = load_yaml_text(line, str(path), kind=CONFIG)
+        if loaded.diagnostics:
+            raise ConfigError(f"{path}:{number}: not a JSON line: {loaded.diagnostics[0].message}")
+        return loaded.data
+
+    def _csv(self, path: Path, where: Where) -> list[_Test]:
+        """promptfoo's CSV tests: columns are vars; `__expected*`, `__description`, `__threshold`, `__metric`,
+        `__prefix`, `__suffix` are its own."""
+        text = self.files.read_text(path, where)
         reader = csv.DictReader(io.StringIO(text))
         out = []
         start = 2
-        for row in reader:
-            test: dict[str, Any] = {"vars": {}, "assert": []}
-            metric = None
-            for column, cell in row.items():
-                column, cell = (column or "").strip(), cell or ""
-                if column.startswith("__expected"):
-                    if cell.strip():
-                        test["assert"].append(_assert_from_text(cell.strip()))
-                elif column == "__description":
-                    test["description"] = cell
-                elif column == "__threshold" and cell.strip():
-                    try:
-                        test["threshold"] = float(cell)
-                    except ValueError:
-                        self.notes.append(Note(path, start, f"__threshold {cell!r} is not a number; ignored"))
-                elif column == "__metric":
-                    metric = cell or None
-                elif column.startswith("__"):
-                    self.notes.append(Note(path, start, f"column {column} not imported; nothing here reads it"))
-                else:
-                    test["vars"][column] = cell
-            if metric:
-                for assertion in test["assert"]:
-                    assertion["metric"] = metric
-            out.append(_At(test, path, start))
-            start = reader.line_num + 1
+        try:
+            for index, row in enumerate(reader, start=1):
+                at = Where(path, start)
+                test = _csv_test({(k or "").strip(): v or "" for k, v in row.items()},
+                                 lambda message, at=at: self.note(at, message))
+                test.setdefault("description", f"Row #{index}")
+                out.append(_Test(test, at, path.parent))
+                start = reader.line_num + 1
+        except csv.Error as exc:
+            raise ConfigError(f"{path}:{reader.line_num}: not valid CSV: {exc}; fix the file") from None
         return out
+
+    def _with_vars(self, test: _Test) -> _Test:
+        """A test whose `vars:` names YAML files: their mappings merged, as promptfoo's readTestFiles does."""
+        refs = test.test.get("vars")
+        if not isinstance(refs, (str, list)):
+            return test
+        merged: dict[str, Any] = {}
+        for ref in ([refs] if isinstance(refs, str) else refs):
+            if not isinstance(ref, str):
+                continue
+            ref = _file_ref(ref) or ref
+            paths = self._glob(ref, test.base, test.where) if any(c in ref for c in "*?[") else \
+                [self.files.path(ref, test.base, test.where)]
+            for path in paths:
+                data = self.files.yaml(path, test.where).data
+                if not isinstance(data, Mapping):
+                    raise ConfigError(f"{test.where}: vars file {path} does not hold a mapping of var -> value; "
+                                      "write `name: value` lines")
+                merged.update(data)
+        return _Test({**test.test, "vars": merged}, test.where, test.base, test.source, test.path)
+
+    def _scenarios(self, scenarios: Any) -> list[_Test]:
+        """promptfoo's scenarios: each `config` entry with each of the scenario's tests."""
+        out: list[_Test] = []
+        items = scenarios if isinstance(scenarios, list) else []
+        for index, scenario in enumerate(items):
+            where = self.root.at("scenarios", index)
+            if not isinstance(scenario, Mapping):
+                self.note(where, "scenario not imported: a scenario is a mapping of `config:` and `tests:`")
+                continue
+            datas = scenario.get("config") or [{}]
+            tests = scenario.get("tests") or [{}]
+            for data in datas if isinstance(datas, list) else [datas]:
+                for test in tests if isinstance(tests, list) else [tests]:
+                    if not isinstance(data, Mapping) or not isinstance(test, Mapping):
+                        continue
+                    merged = {**data, **test, "vars": {**(data.get("vars") or {}), **(test.get("vars") or {})},
+                              "options": {**(data.get("options") or {}), **(test.get("options") or {})},
+                              "assert": [*(data.get("assert") or []), *(test.get("assert") or [])]}
+                    out.append(self._with_vars(_Test(merged, where, self.folder)))
+        return out
+
+    def default_test(self) -> Mapping[str, Any]:
+        default = self.data.get("defaultTest") or {}
+        if isinstance(default, str):
+            ref = _file_ref(default)
+            if ref is None:
+                self.note(self.root.at("defaultTest"), "defaultTest is neither a mapping nor a file://; ignored")
+                return {}
+            loaded = self.files.yaml(self.files.path(ref, self.folder, self.root.at("defaultTest")),
+                                     self.root.at("defaultTest"))
+            default = loaded.data
+        if not isinstance(default, Mapping):
+            self.note(self.root.at("defaultTest"), "defaultTest is not a mapping; ignored")
+            return {}
+        return self._with_vars(_Test(default, self.root.at("defaultTest"), self.folder)).test
+
+    # ---------------------------------------------------------------- building
+
+    def build(self, out: Path) -> Imported:
+        for key in self.data:
+            if key not in _QUIET:
+                self.note(self.root.at(key, key=True), f"`{key}` not imported: nothing here matches it")
+        for key, why in (("nunjucksFilters", "custom filters are JavaScript; a prompt that uses one is left out"),
+                         ("extensions", "extension hooks run code"), ("derivedMetrics", "no derived metrics here"),
+                         ("redteam", "red-team generation is not part of an import")):
+            if key in self.data:
+                self.note(self.root.at(key, key=True), f"`{key}` not imported: {why}")
+        prompts = self.prompts()
+        models = self.providers()
+        default = self.default_test()
+        judge = self._judge(default, models)
+        name = _slug(str(self.data.get("description") or self.config.stem), _TEST_ID)[:40].strip("-.") or "promptfoo"
+        suites: list[list[dict[str, Any]]] = [[] for _ in prompts]
+        left_out: list[str] = []
+        carried_notes: list[str] = []
+        used: set[str] = set()
+        count = 0
+        for number, at in enumerate(self.tests(), start=1):
+            test = self._merged(at.test, default)
+            stem = _slug(str(test["description"]), _TEST_ID) if test.get("description") else ""
+            options = test.get("options") or {}
+            place = at.where
+            combos = ([dict(test.get("vars") or {})] if options.get("disableVarExpansion")
+                      else _expand(test.get("vars") or {}, lambda value, place=place: self._glob_var(value, place)))
+            for variant, variables in enumerate(combos, start=1):
+                wanted = (stem or f"test-{number}") + (f"-{variant}" if len(combos) > 1 else "")
+                test_id, n = wanted, 2
+                while test_id in used:
+                    test_id, n = f"{wanted}-{n}", n + 1
+                used.add(test_id)
+                try:
+                    variables = prepare_vars(load_file_vars(copy.deepcopy(variables), self.files, self.folder,
+                                                            at.where))
+                except NotCarried as exc:
+                    self.note(at.where, f"test {test_id} left out: {exc}")
+                    left_out.append(f"{self.short(at.where)} test {test_id}: {exc}")
+                    continue
+                evaluation, python = self._evaluation(test, at, test_id, variables, judge, carried_notes,
+                                                      first=variant == 1)
+                count += 1
+                for tests_of_prompt, prompt in zip(suites, prompts, strict=True):
+                    entry = self._entry(test, test_id, prompt, variables, at, evaluation, python, left_out)
+                    if entry is not None:
+                        tests_of_prompt.append(entry)
+        return self._write(out, name, prompts, suites, models, count, left_out, carried_notes)
+
+    def _merged(self, test: Mapping[str, Any], default: Mapping[str, Any]) -> dict[str, Any]:
+        """A test with defaultTest merged in as promptfoo merges it (prepareTestCaseForEval)."""
+        options = {**(default.get("options") or {}), **(test.get("options") or {})}
+        asserts = [*([] if options.get("disableDefaultAsserts") else
+                     [(a, (False, i)) for i, a in enumerate(default.get("assert") or [])]),
+                   *[(a, (True, i)) for i, a in enumerate(test.get("assert") or [])]]
+        merged = {**test, "vars": {**(default.get("vars") or {}), **(test.get("vars") or {})}, "options": options,
+                  "_asserts": asserts}
+        merged["threshold"] = test.get("threshold", default.get("threshold"))
+        if "prompts" not in test and "prompts" in default:
+            merged["prompts"] = default["prompts"]
+        return merged
+
+    def _judge(self, default: Mapping[str, Any], models: Mapping[str, Any]) -> str | None:
+        grading = (default.get("options") or {}).get("provider")
+        if grading is None:
+            return None
+        ident = grading.get("id") if isinstance(grading, Mapping) else grading
+        judge = _slug(str(ident), _MODEL_NAME) if isinstance(ident, str) else None
+        if judge not in models:
+            self.note(self.root.at("defaultTest"), "defaultTest.options.provider (the grader) is not one of the "
+                                                   "imported providers; name the judge in models.yaml "
+                                                   "(`defaults: {judge: NAME}`)")
+            return None
+        return judge
+
+    def _glob_var(self, value: str, where: Where) -> list[str]:
+        ref = value[len("file://"):]
+        paths = self._glob(ref, self.folder, where)
+        if not paths:
+            self.note(where, f"{value} matches no file, so promptfoo stops; the test is left out")
+        return [f"file://{p.relative_to(self.folder).as_posix()}" for p in paths]
+
+    def _evaluation(self, test: dict[str, Any], at: _Test, test_id: str, variables: Mapping[str, Any],
+                    judge: str | None, carried_notes: list[str], first: bool) -> tuple[dict[str, Any], bool]:
+        """The test's eval (every assert carried or a placeholder), and whether a python scorer needs the vars."""
+        options = test.get("options") or {}
+        for option, reason in _SKIPPED_OPTIONS.items():
+            if option in options and first:
+                self.note(at.where, f"test {test_id}: option `{option}` not imported: {reason}")
+        test_transform = options.get("transform", options.get("postprocess"))
+        steps: tuple[str, ...] | None = () if test_transform is None else string_transform(test_transform)
+        evals: list[dict[str, Any]] = []
+        for assertion, (own, index) in test["_asserts"]:
+            if not isinstance(assertion, Mapping):
+                continue
+            where = at.assert_at(index) if own else self.root.at("defaultTest", "assert", index)
+            site = AssertSite(where=where, files=self.files, base=self.folder, judge=judge, scorers=self.scorers,
+                              transform=steps)
+            spec, why = map_assert(assertion, variables, site)
+            if spec is None:
+                text = f"{describe(assertion)} (promptfoo assert at {self.short(where)})"
+                spec = {"not_carried": literal(text)}
+                if first:
+                    self.note(where, f"test {test_id}: {why}; the test keeps a `not_carried` placeholder, an error "
+                                     "until you replace it")
+                    carried_notes.append(f"{self.short(where)} test {test_id}: {describe(assertion)}: {why}")
+            elif first and "judge" in spec and not judge:
+                self.note(where, f"test {test_id}: name the judge: `defaults: {{judge: NAME}}` in models.yaml")
+            elif first and "similar" in spec:
+                self.note(where, f"test {test_id}: name the embedding model: `defaults: {{embedding: NAME}}` in "
+                                 "models.yaml")
+            evals.append(spec)
+        threshold = test.get("threshold")
+        if threshold is not None:
+            # promptfoo holds the weighted mean to a number threshold and ignores any other value.
+            try:
+                test["threshold"] = share(threshold, "threshold")
+            except NotCarried as exc:
+                test["threshold"] = None
+                if isinstance(threshold, (int, float)) and not isinstance(threshold, bool):
+                    evals.append({"not_carried": literal(f"threshold {threshold} (promptfoo test at "
+                                                         f"{self.short(at.where)}): no score meets it")})
+                if first:
+                    self.note(at.where, f"test {test_id}: {exc}" + ("" if evals and "not_carried" in evals[-1]
+                                                                    else "; promptfoo ignores it, and so does the "
+                                                                         "import"))
+        python = any("python" in _kinds(spec) for spec in evals)
+        return _combined(evals, test.get("threshold")), python
+
+    def _entry(self, test: Mapping[str, Any], test_id: str, prompt: _Prompt, variables: Mapping[str, Any],
+               at: _Test, evaluation: dict[str, Any], python: bool, left_out: list[str]) -> dict[str, Any] | None:
+        """One suite's test: what the prompt asks with these vars, and the eval; None when it is left out."""
+        wanted = test.get("prompts")
+        if wanted is not None and not _prompt_allowed(prompt.label, wanted):
+            return None
+        options = test.get("options") or {}
+        raw = js_string(options.get("prefix") or "") + prompt.raw + js_string(options.get("suffix") or "")
+        try:
+            if "_conversation" in raw:
+                raise NotCarried("the prompt reads `_conversation`, the answers of earlier tests: each imported "
+                                 "test asks on its own")
+            messages = engine_messages(chat_messages(render_prompt(raw, variables)), self.images)
+        except NotCarried as exc:
+            self.note(at.where, f"test {test_id} left out of the suite for prompt {prompt.label!r} "
+                                f"({self.short(prompt.where)}): {exc}")
+            left_out.append(f"{self.short(at.where)} test {test_id} (prompt {prompt.label}): {exc}")
+            return None
+        entry: dict[str, Any] = {"id": test_id}
+        if test.get("description"):
+            entry["description"] = literal(js_string(test["description"]))
+        if len(messages) == 1 and messages[0]["role"] == "user" and isinstance(messages[0]["content"], str):
+            entry["prompt"] = literal(messages[0]["content"])
+        else:
+            entry["messages"] = [{"role": m["role"], "content": _literal_content(m["content"])} for m in messages]
+        entry["eval"] = evaluation
+        if isinstance(test.get("threshold"), float):
+            entry["threshold"] = test["threshold"]
+        if python:
+            entry["cases"] = [_case_row(variables)]   # promptfoo's python asserts read the vars
+        return entry
+
+    def _write(self, out: Path, name: str, prompts: list[_Prompt], suites: list[list[dict[str, Any]]],
+               models: dict[str, Any], count: int, left_out: list[str], carried_notes: list[str]) -> Imported:
+        from ruamel.yaml import YAML
+
+        result = Imported(tests=count, notes=self.notes)
+        out.mkdir(parents=True, exist_ok=True)
+        yaml = YAML(typ="rt")
+        yaml.width = 4096
+        yaml.allow_unicode = True
+        header = [f"# Imported from {self.config.name} by `engine import promptfoo`; check it with `engine validate`."]
+        if carried_notes:
+            header.append("# Not carried over: each is a `not_carried` check in its test, an error until you replace "
+                          "it with an evaluator that does its job:")
+            header += [f"#   {line}" for line in carried_notes]
+        if left_out:
+            header.append("# Left out (promptfoo's prompt could not be made the same way):")
+            header += [f"#   {line}" for line in left_out]
+        labels = [_slug(p.label, _TEST_ID) for p in prompts]
+        for number, prompt in enumerate(prompts, start=1):
+            label = labels[number - 1]
+            suite_name = name if len(prompts) == 1 else \
+                f"{name}-{label[:40].strip('-.') if label and labels.count(label) == 1 else number}"
+            suite = {"suite": suite_name,
+                     "description": f"Imported from {self.config.name} by `engine import promptfoo`"
+                                    + (f" (prompt {prompt.label[:60]})" if len(prompts) > 1 else "") + ".",
+                     "tests": suites[number - 1]}
+            if not suite["tests"]:
+                self.note(prompt.where, f"prompt {prompt.label!r}: no test could be imported for it; no suite written")
+                continue
+            path = out / f"{suite_name}.yaml"
+            with open(path, "w", encoding="utf-8") as handle:
+                handle.write("\n".join(header) + "\n")
+                yaml.dump(suite, handle)
+            result.suites.append(path)
+        result.scorers = self.scorers.write(out)
+        for image, data in self.images.files.items():
+            (out / image).parent.mkdir(parents=True, exist_ok=True)
+            (out / image).write_bytes(data)
+        if models:
+            result.models = out / "models.yaml"
+            with open(result.models, "w", encoding="utf-8") as handle:
+                handle.write(f"# Imported from {self.config.name} by `engine import promptfoo`. Keys are read from "
+                             "the environment variable each api_key_env names, never written here.\n")
+                yaml.dump({"models": models}, handle)
+        return result
+
+
+def _prompt_allowed(label: str, wanted: Any) -> bool:
+    """A test's `prompts:` filter (labels, `Group:*` wildcards, a `Group` prefix)."""
+    for ref in wanted if isinstance(wanted, list) else [wanted]:
+        ref = js_string(ref)
+        if ref == label or (ref.endswith("*") and label.startswith(ref[:-1])) or label.startswith(ref + ":"):
+            return True
+    return False
+
+
+def _kinds(spec: Any) -> set[str]:
+    """Every evaluator kind in a spec tree."""
+    if isinstance(spec, Mapping):
+        return set(spec) | {k for v in spec.values() for k in _kinds(v)}
+    if isinstance(spec, list):
+        return {k for v in spec for k in _kinds(v)}
+    return set()
+
+
+def _combined(evals: list[dict[str, Any]], threshold: Any) -> dict[str, Any]:
+    """The test's eval: promptfoo passes a test when every counted assert passes (or, with a threshold, when
+    the weighted mean score reaches it); a test with no assert is recorded unscored."""
+    if not evals:
+        return {"none": True}   # promptfoo shows the answer for a person to read; here it is recorded unscored
+    if threshold is not None:
+        return {"all": evals}   # the test's threshold on the weighted mean, whatever each assert says
+    partial = any(_kinds(spec) & {"similar", "judge", "python"} for spec in evals)
+    if not partial:
+        return evals[0] if len(evals) == 1 else {"all": evals}
+    # Checks that pass below a full score (a similarity at its threshold, a judge's scale, promptfoo's
+    # {pass, score}): each is a gate, and the test passes when every gate does, whatever the mean.
+    gated = [{**spec, "must": True} if spec.get("weight", 1) != 0 else spec for spec in evals]
+    return {"all": gated, "threshold": 0.0}
+
+
+def _literal_content(content: Any) -> Any:
+    if isinstance(content, str):
+        return literal(content)
+    return [{**part, "text": literal(part["text"])} if "text" in part else part for part in content]
+
+
+def _case_row(variables: Mapping[str, Any]) -> dict[str, Any]:
+    """The vars as a case row (for the python scorers' `case`), as plain YAML values."""
+    def plain(value: Any) -> Any:
+        if isinstance(value, Mapping):
+            return {str(k): plain(v) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [plain(v) for v in value]
+        return value if isinstance(value, (str, int, float, bool)) or value is None else js_string(value)
+
+    return {str(k): plain(v) for k, v in variables.items()}
+
+
+def _csv_test(row: Mapping[str, Any], note: Any) -> dict[str, Any]:
+    """promptfoo's testCaseFromCsvRow: columns are vars; `__expected*`, `__description`, `__threshold`,
+    `__metric`, `__prefix`, `__suffix` are its own; other `__` columns are noted."""
+    test: dict[str, Any] = {"vars": {}, "assert": [], "options": {}}
+    metric = None
+    for column, cell in row.items():
+        column = str(column).strip()
+        text = cell if isinstance(cell, str) else js_string(cell)
+        if column.startswith("__expected"):
+            if text.strip():
+                test["assert"].append(_assert_from_text(text.strip()))
+        elif column == "__description":
+            test["description"] = text
+        elif column == "__threshold":
+            try:
+                test["threshold"] = float(text) if text.strip() else None
+            except ValueError:
+                note(f"__threshold {text!r} is not a number; ignored")
+            if test.get("threshold") is None:
+                test.pop("threshold", None)
+        elif column == "__metric":
+            metric = text or None
+        elif column in ("__prefix", "__suffix"):
+            test["options"][column[2:]] = text
+        elif column.startswith("__"):
+            note(f"column {column} not imported; nothing here reads it")
+        else:
+            test["vars"][column] = cell
+    if metric:
+        for assertion in test["assert"]:
+            assertion["metric"] = metric
+    return test
 
 
 def _assert_from_text(text: str) -> dict[str, Any]:
-    """promptfoo's `__expected` cell: `type:value`, `not-type:value`, `type(threshold):value`, else equals."""
+    """promptfoo's assertionFromString (a CSV `__expected` cell): `type:value`, `not-type:value`,
+    `type(threshold):value`, else equals."""
     for prefix, kind in (("javascript:", "javascript"), ("fn:", "javascript"), ("eval:", "javascript"),
                          ("python:", "python"), ("grade:", "llm-rubric"), ("llm-rubric:", "llm-rubric")):
         if text.startswith(prefix):
-            return {"type": kind, "value": text[len(prefix):].strip()}
+            value = text[len(prefix):]
+            return {"type": kind, "value": value.strip() if kind != "llm-rubric" else value}
+    if text.startswith("file://") and (text.endswith(".py") or ".py:" in text):
+        return {"type": "python", "value": text}
     match = re.match(r"^(not-)?([a-z][a-z-]*)(?:\((\d+(?:\.\d+)?)\))?(?::([\s\S]*))?$", text)
     known = ("contains", "icontains", "contains-any", "contains-all", "icontains-any", "icontains-all", "equals",
              "starts-with", "regex", "is-json", "contains-json", "similar", "levenshtein", "latency", "cost",
-             "model-graded-closedqa", "llm-rubric")
+             "model-graded-closedqa", "llm-rubric", "factuality", "webhook", "rouge-n", "perplexity")
     if match and match.group(2) in known:
-        assertion: dict[str, Any] = {"type": (match.group(1) or "") + match.group(2)}
-        if match.group(4) is not None:
-            assertion["value"] = match.group(4).strip()
-        if match.group(3) is not None:
-            assertion["threshold"] = float(match.group(3))
-        elif match.group(2) == "similar":
-            assertion["threshold"] = 0.8
+        kind, value = match.group(2), match.group(4)
+        assertion: dict[str, Any] = {"type": (match.group(1) or "") + kind}
+        if kind in ("contains-any", "contains-all", "icontains-any", "icontains-all") and value is not None:
+            assertion["value"] = next(csv.reader([value], skipinitialspace=True), [])
+        elif kind in ("contains-json", "is-json"):
+            if value is not None:
+                assertion["value"] = value
+        elif value is not None:
+            assertion["value"] = value.strip()
+        threshold = match.group(3)
+        if kind in ("similar", "starts-with", "levenshtein", "latency", "cost", "rouge-n", "perplexity"):
+            assertion["threshold"] = float(threshold) if threshold else (0.8 if kind == "similar" else 0.75)
+        elif threshold:
+            assertion["threshold"] = float(threshold)
         return assertion
     return {"type": "equals", "value": text}
 
 
-def _described(assertion: Mapping[str, Any]) -> str:
-    """An assert in a line: `javascript: output.length < 100`."""
-    value = assertion.get("value")
-    text = " ".join(str(value).split()) if value is not None else ""
-    if len(text) > 120:
-        text = text[:117] + "..."
-    return f"{assertion.get('type') or '(no type)'}" + (f": {text}" if text else "")
-
-
-def _expand(variables: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """promptfoo's var expansion: a var holding a list makes one test per value (every combination)."""
-    keys = list(variables)
-    choices = [v if isinstance(v, list) else [v] for v in variables.values()]
-    return [dict(zip(keys, combo, strict=True)) for combo in itertools.product(*choices)]
-
-
-def import_promptfoo(config: Path, out: Path) -> Imported:
-    """Write `out/<name>.yaml` (one suite per prompt) and `out/models.yaml` from a promptfoo config.
+def import_promptfoo(config: Path, out: Path, *, allow_outside: bool = False) -> Imported:
+    """Write `out/<name>.yaml` (one suite per prompt), `out/models.yaml` and the python scorers from a config.
 
     Args:
         config: promptfoo's YAML config (`promptfooconfig.yaml`).
         out: The folder to write to (created if needed).
+        allow_outside: Read files the config names outside its own folder (refused otherwise).
 
     Returns:
-        The files written, the number of tests, and a note for everything not imported.
+        The files written, the number of tests, and a note for everything not carried over.
 
     Raises:
-        ConfigError: The config or a file it references cannot be read.
+        ConfigError: The config or a file it names cannot be read, or is refused (outside its folder, too big,
+            an alias bomb); the message names the place and the fix.
     """
-    from ruamel.yaml import YAML
-
-    config = Path(config)
-    data = _load_yaml(config)
-    if not isinstance(data, Mapping):
-        raise ConfigError(f"{config}: a promptfoo config is a mapping with `prompts:`, `providers:` and `tests:`")
-    importer = _Importer(config)
-    root = _Source(data, config)
-    result = Imported()
-    for key in data:
-        if key in ("scenarios", "extensions", "nunjucksFilters", "derivedMetrics", "redteam"):
-            importer.note(root, key, f"`{key}` not imported: nothing here matches it")
-    prompts = importer.prompts(root)
-    models = importer.providers(root)
-    default: Mapping[str, Any] = data.get("defaultTest") or {}
-    if not isinstance(default, Mapping):
-        importer.note(root, "defaultTest", "a defaultTest file is not read; write it inline")
-        default = {}
-    default_options = _plain(default.get("options") or {})
-    grading = default_options.pop("provider", None)
-    judge = _slug(str(grading), _MODEL_NAME) if isinstance(grading, str) else None
-    if grading is not None and judge not in models:
-        importer.note(root, "defaultTest", "defaultTest.options.provider (the grader) is not one of the imported "
-                                           "providers; name the judge in models.yaml (`defaults: {judge: NAME}`)")
-        judge = None
-    for option in default_options:
-        importer.note(root, "defaultTest", f"defaultTest option `{option}` not imported: the answer is scored as "
-                                           "the model gave it; fold it into the prompt or the asserts")
-    default_asserts = [a for a in _plain(default.get("assert") or []) if isinstance(a, Mapping)]
-    base = _slug(str(data.get("description") or config.stem), _TEST_ID)[:40].strip("-.") or "promptfoo"
-
-    tests: list[dict[str, Any]] = []
-    used: set[str] = set()
-    for number, at in enumerate(importer.tests(root), start=1):
-        test = at.test
-        for option in _plain(test.get("options") or {}):
-            importer.notes.append(Note(at.file, at.line, f"test option `{option}` not imported: the answer is "
-                                       "scored as the model gave it; fold it into the prompt or the asserts"))
-        for name in ("provider", "providers", "providerOutput"):
-            if name in test:
-                importer.notes.append(Note(at.file, at.line, f"a test's `{name}` is not imported; every model in "
-                                           "models.yaml answers every test"))
-        variables = {**_plain(default.get("vars") or {}), **_plain(test.get("vars") or {})}
-        for name, value in list(variables.items()):
-            ref = _file_ref(value)
-            if ref is not None:
-                try:
-                    variables[name] = (importer.folder / ref).read_text(encoding="utf-8")
-                except (OSError, UnicodeDecodeError) as exc:
-                    raise ConfigError(f"{at.file}:{at.line}: cannot read var {name} from {ref}: {exc}") from None
-        own = test.get("assert") or []
-        placed = [(a, at.line) for a in default_asserts] + [
-            (a, _Source(own, at.file).line(i) or at.line) for i, a in enumerate(own) if isinstance(a, Mapping)]
-        threshold = test.get("threshold", default.get("threshold"))
-        description = test.get("description")
-        stem = _slug(str(description), _TEST_ID) if description else ""
-        expanded = _expand(variables)
-        for variant, row in enumerate(expanded, start=1):
-            wanted = (stem or f"test-{number}") + (f"-{variant}" if len(expanded) > 1 else "")
-            test_id, n = wanted, 2
-            while test_id in used:
-                test_id, n = f"{wanted}-{n}", n + 1
-            used.add(test_id)
-            evals: list[dict[str, Any]] = []
-            for assertion, line in placed:
-                spec, why = map_assert(_plain(assertion), row, judge)
-                if spec is None:
-                    if variant == 1:
-                        importer.notes.append(Note(at.file, line, f"test {test_id}: {why}"))
-                    # The test keeps a placeholder: an error verdict until replaced, never a pass on what is left.
-                    evals.append({"not_carried": _literal(f"{_described(assertion)} (promptfoo assert at "
-                                                          f"{at.file.name}:{line})")})
-                    continue
-                if variant == 1 and (("judge" in spec and not judge) or "similar" in spec):
-                    what = ("judge: `defaults: {judge: NAME}`" if "judge" in spec
-                            else "embedding model: `defaults: {embedding: NAME}`")
-                    importer.notes.append(Note(at.file, line, f"test {test_id}: name the {what} in models.yaml"))
-                evals.append(spec)
-            entry: dict[str, Any] = {"id": test_id}
-            if description:
-                entry["description"] = str(description)
-            entry["_vars"] = row
-            # No assert at all: promptfoo shows the answer for a person to read; here it is recorded unscored.
-            entry["eval"] = {"none": True} if not evals else evals[0] if len(evals) == 1 else {"all": evals}
-            if threshold is not None:
-                entry["threshold"] = float(threshold)
-            tests.append(entry)
-
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    yaml = YAML(typ="rt")
-    yaml.width = 4096
-    yaml.allow_unicode = True
-    for number, (label, prompt) in enumerate(prompts, start=1):
-        name = base if len(prompts) == 1 else f"{base}-{_slug(label, _TEST_ID) or number}"
-        suite_tests = []
-        for entry in tests:
-            row = entry["_vars"]
-            body = {k: v for k, v in entry.items() if k != "_vars"}
-            if isinstance(prompt, list):
-                rendered = [{"role": str(m.get("role")), "content": _literal(str(_render(m.get("content", ""), row)))}
-                            for m in prompt]
-                body = {"id": body.pop("id"), **({"description": body.pop("description")} if "description" in body
-                                                 else {}), "messages": rendered, **body}
-            else:
-                body = {"id": body.pop("id"), **({"description": body.pop("description")} if "description" in body
-                                                 else {}), "prompt": _literal(str(_render(prompt, row))), **body}
-            suite_tests.append(body)
-        suite = {"suite": name, "description": f"Imported from {config.name} by `engine import promptfoo`"
-                 + (f" (prompt {label})" if len(prompts) > 1 else "") + ".", "tests": suite_tests}
-        path = out / f"{name}.yaml"
-        with open(path, "w", encoding="utf-8") as handle:
-            handle.write(f"# Imported from {config.name} by `engine import promptfoo`; check it with "
-                         "`engine validate`.\n")
-            yaml.dump(suite, handle)
-        result.suites.append(path)
-    if models:
-        result.models = out / "models.yaml"
-        with open(result.models, "w", encoding="utf-8") as handle:
-            handle.write(f"# Imported from {config.name} by `engine import promptfoo`. Keys are read from the "
-                         "environment variable each api_key_env names, never written here.\n")
-            yaml.dump({"models": models}, handle)
-    result.tests = len(tests)
-    result.notes = importer.notes
-    return result
+    importer = _Importer(Path(config), allow_outside)
+    return importer.build(Path(out))

@@ -152,8 +152,8 @@ class EvaluatorResolver:
         """Check one evaluator spec at `path` and return it with `use` inlined (None when broken)."""
         if not isinstance(spec, Mapping):
             return None
-        kind = next((k for k in spec if k not in COMMON_KEYS), None)
-        if kind is None or kind not in KINDS:
+        kind = next((k for k in spec if k in KINDS), None)   # the kind's key, wherever options sit beside it
+        if kind is None:
             return None
         value = spec[kind]
         here = path + (kind,)

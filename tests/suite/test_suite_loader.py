@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from engine.evaluators import score
+from engine.model import Answer
 from engine.suite import load_suites
 
 VALID = Path(__file__).resolve().parent / "fixtures" / "valid"
@@ -149,3 +151,15 @@ def test_a_harness_that_does_not_resolve_fails_validation_without_a_golden(
     suites, diagnostics = load_suites([path], golden_check=golden_check)
     assert suites == []
     assert [d.line for d in diagnostics] == [6] and problem in diagnostics[0].message, diagnostics
+
+
+def test_an_option_written_before_its_kind_still_names_the_kind(tmp_path: Path) -> None:
+    """`{mode: any, contains: [...]}`: the kind is the registry key, wherever its options sit (the first key
+    used to be taken for the kind, and the test was left with no evaluator at all)."""
+    path = write(tmp_path, "s.yaml", "suite: s\ntests:\n  - id: a\n    prompt: p\n"
+                 "    eval: {mode: any, case_sensitive: true, contains: [Paris, Lyon]}\n")
+    [suite], diagnostics = load_suites([path])
+    assert diagnostics == []
+    test = suite.tests[0]
+    assert test.evaluator is not None and test.evaluator.kind == "contains"
+    assert score(test, Answer(text="to Lyon")).passed and not score(test, Answer(text="to lyon")).passed

@@ -25,3 +25,8 @@ def broken(answer, transcript, golden, case):
 
 def too_much(answer, transcript, golden, case):
     return 3
+
+
+def partial_pass(answer, transcript, golden, case):
+    """A pass with a partial score, as promptfoo's {pass, score, reason} can say."""
+    return {"score": 0.4, "passed": "Paris" in answer, "reason": "mentions Paris, briefly"}
