@@ -63,7 +63,8 @@ _TEST_FILES = (".csv", ".json", ".jsonl", ".yaml", ".yml")
 _QUIET = frozenset({"description", "prompts", "providers", "targets", "tests", "defaultTest", "scenarios", "env",
                     "outputPath", "sharing", "commandLineOptions", "evaluateOptions", "writeLatestResults",
                     "metadata", "tags", "tracing", "$schema", "nunjucksFilters", "extensions", "derivedMetrics",
-                    "redteam"})
+                    "redteam", "assertionTemplates"})
+_MAX_REFS = 10_000   # `$ref`s followed in one config: honest configs use a handful
 _SKIPPED_OPTIONS = {
     "storeOutputAs": "a later test reads this test's answer: each imported test asks on its own",
     "transformVars": "its vars are computed by JavaScript: write them out",
@@ -87,13 +88,26 @@ class Note:
 
 @dataclass
 class Imported:
-    """What `import_promptfoo` wrote, and what it could not carry over."""
+    """What `import_promptfoo` wrote, and what it could not carry over.
+
+    Args:
+        suites: The suite files written (one per prompt that kept a test).
+        models: The models file, or None when no provider could be imported.
+        scorers: The python scorer modules written.
+        tests: The tests imported (each var combination one).
+        notes: Everything not carried over, at its place.
+        test_ids: Every test's id in promptfoo's order of tests (its `testIdx`), left-out ones included.
+        prompt_suites: Per prompt, in promptfoo's order (its `promptIdx`), the suite name, or None when none
+            was written.
+    """
 
     suites: list[Path] = field(default_factory=list)
     models: Path | None = None
     scorers: list[Path] = field(default_factory=list)
     tests: int = 0
     notes: list[Note] = field(default_factory=list)
+    test_ids: list[str] = field(default_factory=list)
+    prompt_suites: list[str | None] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -163,7 +177,7 @@ class _Importer:
         if not isinstance(self.root.data, Mapping):
             raise ConfigError(f"{config}: a promptfoo config is a mapping with `prompts:`, `providers:` and "
                               "`tests:`")
-        self.data: Mapping[str, Any] = self.root.data
+        self.data: Mapping[str, Any] = _dereferenced(self.root.data, self.root.data, config)
         self.notes: list[Note] = []
         self._noted: set[tuple[Path, int | None, str]] = set()
         self.scorers = Scorers(self.files, self.folder)
@@ -548,6 +562,7 @@ class _Importer:
         left_out: list[str] = []
         carried_notes: list[str] = []
         used: set[str] = set()
+        order: list[str] = []
         count = 0
         for number, at in enumerate(self.tests(), start=1):
             test = self._merged(at.test, default)
@@ -562,6 +577,7 @@ class _Importer:
                 while test_id in used:
                     test_id, n = f"{wanted}-{n}", n + 1
                 used.add(test_id)
+                order.append(test_id)
                 try:
                     variables = prepare_vars(load_file_vars(copy.deepcopy(variables), self.files, self.folder,
                                                             at.where))
@@ -576,7 +592,9 @@ class _Importer:
                     entry = self._entry(test, test_id, prompt, variables, at, evaluation, python, left_out)
                     if entry is not None:
                         tests_of_prompt.append(entry)
-        return self._write(out, name, prompts, suites, models, count, left_out, carried_notes)
+        result = self._write(out, name, prompts, suites, models, count, left_out, carried_notes)
+        result.test_ids = order
+        return result
 
     def _merged(self, test: Mapping[str, Any], default: Mapping[str, Any]) -> dict[str, Any]:
         """A test with defaultTest merged in as promptfoo merges it (prepareTestCaseForEval)."""
@@ -637,6 +655,10 @@ class _Importer:
                     carried_notes.append(f"{self.short(where)} test {test_id}: {describe(assertion)}: {why}")
             elif first and "judge" in spec and not judge:
                 self.note(where, f"test {test_id}: name the judge: `defaults: {{judge: NAME}}` in models.yaml")
+            elif first and _kinds(spec) & {"cost"}:
+                self.note(where, f"test {test_id}: the cost check reads the run's cost: give the model its price in "
+                                 "models.yaml (`price: {input: ..., output: ...}` per million tokens), as promptfoo "
+                                 "knows OpenAI's prices")
             elif first and "similar" in spec:
                 self.note(where, f"test {test_id}: name the embedding model: `defaults: {{embedding: NAME}}` in "
                                  "models.yaml")
@@ -718,7 +740,9 @@ class _Importer:
                      "tests": suites[number - 1]}
             if not suite["tests"]:
                 self.note(prompt.where, f"prompt {prompt.label!r}: no test could be imported for it; no suite written")
+                result.prompt_suites.append(None)
                 continue
+            result.prompt_suites.append(suite_name)
             path = out / f"{suite_name}.yaml"
             with open(path, "w", encoding="utf-8") as handle:
                 handle.write("\n".join(header) + "\n")
@@ -735,6 +759,39 @@ class _Importer:
                              "the environment variable each api_key_env names, never written here.\n")
                 yaml.dump({"models": models}, handle)
         return result
+
+
+def _dereferenced(value: Any, root: Any, config: Path) -> Any:
+    """The config with its local JSON references (`{$ref: '#/assertionTemplates/x'}`) replaced by what they
+    point at, as promptfoo's $RefParser does; a reference elsewhere, a loop or too many are a ConfigError."""
+    followed = 0
+
+    def resolve(node: Any, seen: tuple[str, ...]) -> Any:
+        nonlocal followed
+        if isinstance(node, Mapping):
+            ref = node.get("$ref")
+            if isinstance(ref, str) and len(node) == 1:
+                followed += 1
+                if not ref.startswith("#/") or ref in seen or followed > _MAX_REFS:
+                    why = ("a reference loop" if ref in seen else "too many references" if followed > _MAX_REFS
+                           else "only references inside the config (#/...) are read")
+                    raise ConfigError(f"{config}: $ref {ref!r} is not read: {why}; write the value out")
+                target: Any = root
+                for part in ref[2:].split("/"):
+                    part = part.replace("~1", "/").replace("~0", "~")
+                    if isinstance(target, Mapping) and part in target:
+                        target = target[part]
+                    elif isinstance(target, list) and part.isdigit() and int(part) < len(target):
+                        target = target[int(part)]
+                    else:
+                        raise ConfigError(f"{config}: $ref {ref!r} points at nothing; fix the path")
+                return resolve(target, (*seen, ref))
+            return {key: resolve(item, seen) for key, item in node.items()}
+        if isinstance(node, list):
+            return [resolve(item, seen) for item in node]
+        return node
+
+    return resolve(value, ())
 
 
 def _prompt_allowed(label: str, wanted: Any) -> bool:

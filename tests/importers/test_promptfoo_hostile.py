@@ -183,3 +183,25 @@ def test_any_config_imports_or_is_refused_with_a_message(tmp_path: Path, data: d
     if imported.suites:
         _, diagnostics = load_suites(imported.suites, golden_check=False)
         assert [str(d) for d in diagnostics if d.severity == "error"] == []
+
+
+def test_local_refs_are_followed_and_loops_or_floods_refused(tmp_path: Path) -> None:
+    config = _config(tmp_path, """\
+prompts: [hi]
+assertionTemplates:
+  pirate: {type: icontains, value: arrr}
+tests:
+  - assert:
+      - $ref: '#/assertionTemplates/pirate'
+""")
+    imported = import_promptfoo(config, tmp_path / "out")
+    [suite], _ = load_suites(imported.suites, golden_check=False)
+    assert imported.notes == [] and suite.tests[0].eval == {"contains": "arrr"}
+    _config(tmp_path, "prompts: [hi]\na: {$ref: '#/b'}\nb: {$ref: '#/a'}\n")
+    with pytest.raises(ConfigError, match="reference loop"):
+        import_promptfoo(config, tmp_path / "out")
+    rows = ["r0: [x, x, x, x, x, x, x, x, x, x]"]
+    rows += [f"r{i}: [{', '.join([repr({'$ref': f'#/r{i - 1}'})] * 10)}]" for i in range(1, 8)]
+    _config(tmp_path, "prompts: [hi]\n" + "\n".join(rows) + "\ntests:\n  - vars: {x: {$ref: '#/r7'}}\n")
+    with pytest.raises(ConfigError, match="too many references"):
+        import_promptfoo(config, tmp_path / "out")
