@@ -27,8 +27,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from engine.base.yaml import load_yaml_text
+from engine.base.yaml import Positions, load_yaml_text
 from engine.errors import ConfigError
+from engine.evaluators import compile_spec
 from engine.importers.promptfoo_asserts import (
     AssertSite,
     Scorers,
@@ -50,6 +51,7 @@ from engine.importers.promptfoo_render import (
     prepare_vars,
     render_prompt,
 )
+from engine.suite.checks import EvaluatorResolver, Report
 
 __all__ = ["Imported", "Note", "import_promptfoo"]
 
@@ -184,6 +186,7 @@ class _Importer:
         self.images = Images()
 
     def note(self, where: Where, message: str) -> None:
+        message = _one_line(message)
         key = (where.file, where.line, message)
         if key not in self._noted:
             self._noted.add(key)
@@ -242,7 +245,7 @@ class _Importer:
             self.note(where, f"prompt {text} not imported: a prompt made by a function runs code; write the "
                              "prompt it returns into the config")
             return []
-        if not text.startswith("file://") and not (self.folder / ref).is_file():
+        if not text.startswith("file://") and not self.files.is_file(self.folder / ref):
             return [_Prompt(label or "", text, where)]   # text that only looks like a path
         return self._prompt_file(self.files.path(ref, self.folder, where), ref, label, where)
 
@@ -277,7 +280,11 @@ class _Importer:
 
     def _glob(self, pattern: str, base: Path, where: Where) -> list[Path]:
         """The files a glob matches, in name order, each checked to be inside the config's folder."""
-        matched = sorted(Path(p) for p in glob.glob(str(base / pattern), recursive=True) if Path(p).is_file())
+        try:
+            found = glob.glob(str(base / pattern), recursive=True)
+        except (OSError, ValueError) as exc:
+            raise ConfigError(f"{where}: the pattern {pattern!r} cannot be read ({exc}); fix it") from None
+        matched = sorted(Path(p) for p in found if self.files.is_file(Path(p)))
         return [self.files.path(str(p), base, where) for p in matched]
 
     # ---------------------------------------------------------------- providers
@@ -592,7 +599,11 @@ class _Importer:
                     entry = self._entry(test, test_id, prompt, variables, at, evaluation, python, left_out)
                     if entry is not None:
                         tests_of_prompt.append(entry)
-        result = self._write(out, name, prompts, suites, models, count, left_out, carried_notes)
+        try:
+            result = self._write(out, name, prompts, suites, models, count, left_out, carried_notes)
+        except OSError as exc:
+            raise ConfigError(f"cannot write the suites to {out}: {exc.strerror or exc}; choose another --out "
+                              "folder") from None
         result.test_ids = order
         return result
 
@@ -646,6 +657,10 @@ class _Importer:
             site = AssertSite(where=where, files=self.files, base=self.folder, judge=judge, scorers=self.scorers,
                               transform=steps)
             spec, why = map_assert(assertion, variables, site)
+            refused = _engine_problem(spec, self.folder) if spec is not None else None
+            if refused is not None:
+                spec, why = None, f"`{assertion.get('type')}` is not carried: the engine would refuse it as written "\
+                                  f"({refused})"
             if spec is None:
                 text = f"{describe(assertion)} (promptfoo assert at {self.short(where)})"
                 spec = {"not_carried": literal(text)}
@@ -725,10 +740,10 @@ class _Importer:
         if carried_notes:
             header.append("# Not carried over: each is a `not_carried` check in its test, an error until you replace "
                           "it with an evaluator that does its job:")
-            header += [f"#   {line}" for line in carried_notes]
+            header += [f"#   {_one_line(line)}" for line in carried_notes]
         if left_out:
             header.append("# Left out (promptfoo's prompt could not be made the same way):")
-            header += [f"#   {line}" for line in left_out]
+            header += [f"#   {_one_line(line)}" for line in left_out]
         labels = [_slug(p.label, _TEST_ID) for p in prompts]
         for number, prompt in enumerate(prompts, start=1):
             label = labels[number - 1]
@@ -794,6 +809,11 @@ def _dereferenced(value: Any, root: Any, config: Path) -> Any:
     return resolve(value, ())
 
 
+def _one_line(text: str) -> str:
+    """Text for a comment or a warning line: line breaks and other unprintable characters escaped (\\n)."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
 def _prompt_allowed(label: str, wanted: Any) -> bool:
     """A test's `prompts:` filter (labels, `Group:*` wildcards, a `Group` prefix)."""
     for ref in wanted if isinstance(wanted, list) else [wanted]:
@@ -801,6 +821,19 @@ def _prompt_allowed(label: str, wanted: Any) -> bool:
         if ref == label or (ref.endswith("*") and label.startswith(ref[:-1])) or label.startswith(ref + ":"):
             return True
     return False
+
+
+def _engine_problem(spec: dict[str, Any], folder: Path) -> str | None:
+    """Why `engine validate` would refuse an evaluator the import made (an invalid inner JSON Schema, a pattern RE2
+    cannot run), or None: each kind's own load-time checks and the compile, as the loader runs them. A python
+    scorer's file is written after the mapping, so its check waits for `engine validate`."""
+    report = Report("promptfoo", Positions())
+    if "python" not in _kinds(spec):
+        EvaluatorResolver({}, report, folder).resolve(spec, ())
+    problem = next((d.message for d in report.diagnostics if d.severity == "error"), None)
+    if problem is None:
+        problem = next((n.problem for _, n in compile_spec(spec, {}).walk() if n.problem), None)
+    return problem
 
 
 def _kinds(spec: Any) -> set[str]:

@@ -67,11 +67,22 @@ class Files:
         """The file `ref` names (relative to `base`, the folder of the file that names it), checked to be inside
         the config's folder."""
         path = base / ref
-        if not self.allow_outside and not path.resolve().is_relative_to(self.root):
+        try:
+            resolved = path.resolve()
+        except (OSError, ValueError, RuntimeError) as exc:   # a NUL byte, a symlink loop
+            raise ConfigError(f"{where}: {ref!r} is not a file name that can be read ({exc}); fix it") from None
+        if not self.allow_outside and not resolved.is_relative_to(self.root):
             raise ConfigError(f"{where}: {ref} is outside the config's folder ({self.root}), so it is not read; "
                               "copy it into that folder, or run `engine import promptfoo --allow-outside` if you "
                               "trust this config")
         return path
+
+    def is_file(self, path: Path) -> bool:
+        """Whether `path` is a file, False for a name that cannot be one (a NUL byte in it)."""
+        try:
+            return path.is_file()
+        except (OSError, ValueError):
+            return False
 
     def read_bytes(self, path: Path, where: Where, cap: int = MAX_FILE_BYTES) -> bytes:
         """The whole file (a regular file of at most `cap` bytes)."""

@@ -143,8 +143,9 @@ def test_a_standalone_tests_file_named_by_path_is_read(tmp_path: Path) -> None:
 
 # -- anything at all: only a ConfigError may come out, and what is written validates without an error --
 
-_TEXT = st.lists(st.sampled_from([*"ab {}%#|:\"'\\/[],.-_\n", "{{", "}}", "{%", "%}", "x", "file://", "endraw",
-                                  "dump", "load"]), max_size=12).map("".join)
+_TEXT = st.lists(st.sampled_from([*"ab {}%#|:\"'\\/[],.-_\n*?\x00", "{{", "}}", "{%", "%}", "x", "file://", "../",
+                                  "endraw", "dump", "load", ".txt", ".json", ".yaml", ".py", ".png", "$ref"]),
+                 max_size=12).map("".join)
 _VALUE: Any = st.recursive(st.none() | st.booleans() | st.integers(-5, 5) | st.floats(allow_nan=True) | _TEXT,
                            lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_TEXT, inner, max_size=3),
                            max_leaves=8)
@@ -205,3 +206,11 @@ tests:
     _config(tmp_path, "prompts: [hi]\n" + "\n".join(rows) + "\ntests:\n  - vars: {x: {$ref: '#/r7'}}\n")
     with pytest.raises(ConfigError, match="too many references"):
         import_promptfoo(config, tmp_path / "out")
+
+
+def test_an_out_folder_that_cannot_be_written_is_a_message(tmp_path: Path) -> None:
+    config = _config(tmp_path / "config", "prompts: [hi]\ntests:\n  - assert: [{type: contains, value: a}]\n")
+    (tmp_path / "a-file").write_text("not a folder", encoding="utf-8")
+    done = run_engine("import", "promptfoo", str(config), "-o", str(tmp_path / "a-file"), env=dict(os.environ))
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert f"cannot write the suites to {tmp_path / 'a-file'}" in done.stderr and "choose another --out" in done.stderr
