@@ -105,7 +105,7 @@ async def _raw(base_url: str, calls: int, stream: bool, concurrency: int) -> Non
 def _bench_tests(calls: int, repeat: int) -> list:
     """The suite's tests, as the loader hands them to `engine run` (built before the measured loop)."""
     from engine.evaluators import compile_spec
-    from engine.model import Test
+    from engine.model.test import Test
 
     spec = {"contains": "ok"}
     evaluator = compile_spec(spec)   # as the loader does: a spec without templates is compiled once
@@ -117,7 +117,7 @@ def _bench_tests(calls: int, repeat: int) -> list:
 async def _engine(base_url: str, calls: int, stream: bool, concurrency: int, out: Path, tests: list,
                   repeat: int = 1) -> int:
     from engine.client.openai import RequestSettings
-    from engine.model import ModelConfig
+    from engine.model.model_config import ModelConfig
     from engine.results.journal import Journal
     from engine.results.writer import ResultsWriter
     from engine.run.jobs import iter_jobs

@@ -26,7 +26,7 @@ sys.path.insert(0, str(ROOT))
 
 from engine.evaluators import score  # noqa: E402
 from engine.harness import sandbox  # noqa: E402
-from engine.model import Answer  # noqa: E402
+from engine.model.answer import Answer  # noqa: E402
 from engine.suite import load_suites  # noqa: E402
 
 RUNS = 40

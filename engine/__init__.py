@@ -7,7 +7,10 @@ land in Parquet, and `engine.analysis` tells which tests discriminate between mo
 from __future__ import annotations
 
 from engine.errors import Diagnostic, EngineError, SuiteError
-from engine.model import Answer, ModelConfig, Suite, Test, ToolCall, Verdict
+from engine.model.answer import Answer, ToolCall
+from engine.model.model_config import ModelConfig
+from engine.model.test import Suite, Test
+from engine.model.verdict import Verdict
 
 __version__ = "0.1.0"
 

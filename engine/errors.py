@@ -21,7 +21,7 @@ Errors the engine raises on purpose, drawn as a tree (httpx `_exceptions.py` sty
      ├── StorageError              the run folder could not be written (disk full, I/O error): spending stops
      └── RunFolderInUse            another `engine run` holds the run folder's lock
 
-Evaluators never raise to signal a failing answer: they return a Verdict (see `engine.model`).
+Evaluators never raise to signal a failing answer: they return a Verdict (see `engine.model.verdict`).
 A crash inside an evaluator becomes an *error* verdict, never a stopped run.
 """
 

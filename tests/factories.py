@@ -2,7 +2,7 @@
 
     make_test(eval={"contains": "Paris"}, golden="Paris", variables={"city": "Paris"})
 
-The one place tests construct `engine.model.Test` (the loader builds them for suites).
+The one place tests construct `engine.model.test.Test` (the loader builds them for suites).
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from engine.evaluators import compile_spec
-from engine.model import Test
+from engine.model.test import Test
 
 
 def make_test(**fields: Any) -> Test:

@@ -1,4 +1,5 @@
-from engine.model import Answer, ToolCall, Verdict
+from engine.model.answer import Answer, ToolCall
+from engine.model.verdict import Verdict
 
 
 def test_golden_tool_envelope_becomes_calls() -> None:
@@ -37,7 +38,7 @@ def test_a_tests_row_texts_are_computed_once_and_never_compared_copied_or_shown(
     import json
     import pickle
 
-    from engine.model import Test
+    from engine.model.test import Test
 
     def make(i: int) -> Test:
         return Test(suite="s", id=f"t{i}", file="s.yaml", line=1, messages=({"role": "user", "content": f"é {i}"},),

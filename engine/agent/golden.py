@@ -25,7 +25,8 @@ from engine.errors import ClientError
 from engine.evaluators import score
 from engine.evaluators.base import error
 from engine.evaluators.scoring import context
-from engine.model import Test, Verdict
+from engine.model.test import Test
+from engine.model.verdict import Verdict
 from engine.suite.agent import AgentSettings, GoldenTurn, compile_golden
 from engine.workspace.tools import bind_tools
 from engine.workspace.workspace import Workspace, WorkspaceError

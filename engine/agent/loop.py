@@ -39,7 +39,7 @@ from engine.agent.tools import Tool, ToolAnswer, error_text
 from engine.agent.transcript import CallKind, LedgerEntry, Message, Outcome, ToolEvent, ToolStatus, Transcript
 from engine.client.providers.base import ECHO
 from engine.errors import ClientError
-from engine.model import ToolCall
+from engine.model.answer import ToolCall
 from engine.results.rows import is_fallback
 from engine.suite.agent import AgentSettings
 from engine.workspace.tools import BuiltinAnswer, BuiltinTool

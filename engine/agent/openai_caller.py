@@ -17,7 +17,8 @@ from engine.agent.tools import Tool
 from engine.client.openai import CallResult, OpenAIClient, PreparedRequest, RequestSettings, prepare
 from engine.client.providers import provider
 from engine.errors import ConfigError
-from engine.model import ModelConfig, Test
+from engine.model.model_config import ModelConfig
+from engine.model.test import Test
 
 __all__ = ["OpenAICaller"]
 

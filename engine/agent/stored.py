@@ -13,7 +13,7 @@ from dataclasses import fields
 from typing import Any
 
 from engine.agent.transcript import LedgerEntry, Message, ToolEvent, Transcript
-from engine.model import ToolCall
+from engine.model.answer import ToolCall
 
 __all__ = ["transcript_of_row"]
 

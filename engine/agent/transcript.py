@@ -12,7 +12,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
-from engine.model import Answer, ToolCall
+from engine.model.answer import Answer, ToolCall
 
 __all__ = [
     "CallKind",

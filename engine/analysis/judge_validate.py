@@ -20,7 +20,8 @@ from typing import Any
 from engine.analysis.judges import calibration_summary, write_calibration
 from engine.base.heartbeat import HEARTBEAT_S, Heartbeat
 from engine.errors import UsageError
-from engine.model import ModelConfig, Test
+from engine.model.model_config import ModelConfig
+from engine.model.test import Test
 
 __all__ = ["JudgeValidation", "validate_judges"]
 

@@ -34,7 +34,7 @@ from engine.analysis.labels import (
 )
 from engine.evaluators.judge import JudgeSpec
 from engine.evaluators.judge_calibration import Example
-from engine.model import Test
+from engine.model.test import Test
 
 __all__ = ["NOT_DECIDED", "NO_REPLAY", "LabelExamples", "NodeKey", "expected_grade", "label_examples", "node_key"]
 

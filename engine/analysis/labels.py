@@ -25,7 +25,8 @@ from typing import TYPE_CHECKING, Any
 from engine.analysis.judges import MIN_N, _figures, _judge_name, _pair_stats
 from engine.errors import ResultsError
 from engine.evaluators.compose import combine, finish
-from engine.model import Test, Verdict
+from engine.model.test import Test
+from engine.model.verdict import Verdict
 
 if TYPE_CHECKING:
     import pyarrow as pa

@@ -28,7 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from engine.errors import EngineError
-from engine.model import Answer, Test, ToolCall
+from engine.model.answer import Answer, ToolCall
+from engine.model.test import Test
 
 # Error kinds that mean the model gave no answer to score (the call itself failed).
 _SCORABLE_ERRORS = {None, "evaluator"}

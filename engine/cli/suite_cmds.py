@@ -15,7 +15,8 @@ import typer
 from engine.cli.app import app, import_app  # noqa: F401
 
 if TYPE_CHECKING:
-    from engine.model import Test, Verdict
+    from engine.model.test import Test
+    from engine.model.verdict import Verdict
 
 EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE = 0, 1, 2
 

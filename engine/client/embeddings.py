@@ -26,7 +26,8 @@ from engine.client.providers.openai_chat import EMBEDDINGS as OPENAI_EMBEDDINGS
 from engine.client.response import CallResult, apply_usage
 from engine.client.tool_calls import loads
 from engine.errors import UsageError
-from engine.model import ModelConfig, Test
+from engine.model.model_config import ModelConfig
+from engine.model.test import Test
 from engine.redact import Redactor
 
 __all__ = ["VectorReader", "embedding_model_names", "embeddings_path", "embeddings_url", "request_body",

@@ -28,7 +28,8 @@ from engine.client.response import CallResult
 from engine.errors import UsageError
 from engine.evaluators.base import JudgeReply
 from engine.evaluators.similar import EmbeddingReply
-from engine.model import ModelConfig, Test, cost_of
+from engine.model.model_config import ModelConfig, cost_of
+from engine.model.test import Test
 
 __all__ = ["JudgeModels", "ModelJudgeCaller", "judge_model_names", "resolve_judges"]
 

@@ -26,7 +26,7 @@ from typing import Any
 
 from engine.base.jsontext import utf8_safe
 from engine.client.cache_file import CacheFile, user_cache_path
-from engine.model import ModelConfig
+from engine.model.model_config import ModelConfig
 
 __all__ = ["JudgeCache", "cache_key", "default_path"]
 

@@ -24,7 +24,7 @@ from engine.client.session import Sessions
 from engine.evaluators.judge import JudgeSpec, final_grade, question_of
 from engine.evaluators.judge_calibration import Example, read_calibration
 from engine.evaluators.node import Node
-from engine.model import Test
+from engine.model.test import Test
 
 __all__ = ["CalibrationItem", "CalibrationRun", "Tally", "calibration_targets", "grade_calibrations", "verdict_paths"]
 

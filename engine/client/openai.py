@@ -37,7 +37,8 @@ from engine.client.response_cache import ResponseCache, cache_key, keyed_url
 from engine.client.session import Sessions, proxy_secrets
 from engine.client.sse import SSEDecoder
 from engine.errors import ClientError
-from engine.model import ModelConfig, Test, max_tokens_floor
+from engine.model.model_config import ModelConfig, max_tokens_floor
+from engine.model.test import Test
 from engine.redact import Redactor, mask_urls, url_secrets
 from engine.suite.content_parts import wire_messages
 from engine.suite.conversation import named_for_api
@@ -130,7 +131,7 @@ def prepare(model: ModelConfig, test: Test, settings: RequestSettings, *, inline
 
     Precedence: temperature = the test's, else `--temperature`, else the model's params, else 0;
     max_tokens = max(floor, the test's), where the floor is `--max-tokens`, else the model's
-    (`engine.model.max_tokens_floor`: its `params.max_tokens`, else 1024; a test's value only raises it);
+    (`engine.model.model_config.max_tokens_floor`: its `params.max_tokens`, else 1024; a test's value only raises it);
     seed = the model's `params.seed` plus the attempt index (each attempt its own sample on a server that
     honours seeds), none when the params set none; tools go out under their API names (`Test.api_names`)
     with the test's `tool_choice`.

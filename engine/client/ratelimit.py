@@ -26,7 +26,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from engine.base.jsontext import dumps_compact
-from engine.model import ModelConfig, RateLimit
+from engine.model.model_config import ModelConfig, RateLimit
 
 __all__ = ["Bucket", "Budget", "Limit", "Published", "Ticket", "budget_key", "key_digest", "parse_duration",
            "parse_reset", "read_headers", "request_tokens"]

@@ -28,7 +28,7 @@ from engine.client import retry
 from engine.client.retry import type_name, wrong_type
 from engine.client.tool_calls import ToolCallAccumulator, arguments_text, loads, optional_str, tool_call
 from engine.errors import ClientError
-from engine.model import ToolCall
+from engine.model.answer import ToolCall
 from engine.redact import Redactor
 
 MAX_TOKEN_COUNT = 10**12     # more tokens than any model has read or written in one call

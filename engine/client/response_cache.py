@@ -48,7 +48,7 @@ from engine.client.tool_calls import tool_call
 from engine.redact import mask_url
 
 if TYPE_CHECKING:
-    from engine.model import ModelConfig
+    from engine.model.model_config import ModelConfig
 
 __all__ = ["CacheInfo", "ResponseCache", "cache_key", "default_path", "keyed_url", "storable",
            "use_cache"]

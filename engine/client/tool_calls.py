@@ -11,7 +11,7 @@ from typing import Any
 from engine.base.jsontext import loads as fast_loads
 from engine.client import retry
 from engine.client.retry import wrong_type
-from engine.model import ToolCall
+from engine.model.answer import ToolCall
 
 __all__ = ["MAX_ARGUMENT_DEPTH", "ToolCallAccumulator", "arguments_text", "loads", "optional_str", "tool_call"]
 

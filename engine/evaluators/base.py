@@ -30,7 +30,9 @@ from typing import Any, NamedTuple, Protocol
 
 from engine.base.words import short
 from engine.errors import EvaluatorConfigError
-from engine.model import Answer, Test, Verdict
+from engine.model.answer import Answer
+from engine.model.test import Test
+from engine.model.verdict import Verdict
 
 __all__ = [
     "COMMON_KEYS",

@@ -21,7 +21,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from engine.evaluators.base import Kind
-from engine.model import Verdict
+from engine.model.verdict import Verdict
 
 if TYPE_CHECKING:
     from engine.evaluators.node import Node

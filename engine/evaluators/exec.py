@@ -22,7 +22,8 @@ from engine.errors import EngineError, EvaluatorConfigError, SuiteError
 from engine.evaluators.base import CheckSite, Kind, Scorer, ScoringContext, error
 from engine.harness import sandbox, templates
 from engine.harness.extract import extract_code
-from engine.model import Answer, Verdict
+from engine.model.answer import Answer
+from engine.model.verdict import Verdict
 
 KIND = "exec"
 _OPTIONS = frozenset({"harness", "cases", "expect_stdout", "expect_exit_code", "timeout_s", "memory_mb",

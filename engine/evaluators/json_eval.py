@@ -29,7 +29,8 @@ from engine.base.words import did_you_mean, short
 from engine.errors import EvaluatorConfigError
 from engine.evaluators.base import COMMON_OPTIONS, CheckSite, Kind, Scorer, ScoringContext, verdict
 from engine.evaluators.text import check_regex_site, compile_pattern
-from engine.model import Answer, Verdict
+from engine.model.answer import Answer
+from engine.model.verdict import Verdict
 
 _JSON_FENCE = re.compile(r"```(?:json|JSON)\s*\n(.*?)```", re.DOTALL)
 _DECODER = json.JSONDecoder()

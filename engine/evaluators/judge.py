@@ -40,7 +40,8 @@ from engine.errors import EvaluatorConfigError
 from engine.evaluators.base import CheckSite, JudgeReply, Kind, ScoringContext
 from engine.evaluators.judge_calibration import read_calibration
 from engine.evaluators.judge_prompt import PROMPT_KEY, JudgePrompt
-from engine.model import Answer, Verdict
+from engine.model.answer import Answer
+from engine.model.verdict import Verdict
 
 __all__ = ["JUDGE", "JUDGE_PROMPT", "JudgeSpec", "Scale", "final_grade", "parse_grade", "parse_scale",
            "question_of"]

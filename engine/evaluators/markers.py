@@ -17,7 +17,8 @@ from typing import Any
 
 from engine.errors import EvaluatorConfigError
 from engine.evaluators.base import CheckSite, Kind, Scorer, ScoringContext, error, short
-from engine.model import Answer, Verdict
+from engine.model.answer import Answer
+from engine.model.verdict import Verdict
 
 __all__ = ["NONE", "NOT_CARRIED", "UNSCORED", "is_unscored"]
 

@@ -31,7 +31,8 @@ from engine.base.input_file import InputFileError, read_capped
 from engine.errors import EngineError, EvaluatorConfigError
 from engine.evaluators.base import CheckSite, Kind, Scorer, ScoringContext, error, short
 from engine.harness import sandbox
-from engine.model import Answer, Verdict
+from engine.model.answer import Answer
+from engine.model.verdict import Verdict
 
 __all__ = ["PYTHON", "transcript_data"]
 

@@ -27,7 +27,9 @@ from typing import Any
 from engine.base.compiled_schema import schema_validator
 from engine.errors import EvaluatorConfigError
 from engine.evaluators.base import Kind, Record, Scorer, ScoringContext, error, short, verdict
-from engine.model import Answer, Test, ToolCall, Verdict
+from engine.model.answer import Answer, ToolCall
+from engine.model.test import Test
+from engine.model.verdict import Verdict
 
 __all__ = [
     "BAD_ARGUMENTS", "CALLS", "CONVERSATION_ONLY", "COST", "FAILED_COMMANDS", "INVENTED_TOOLS", "LATENCY_S",

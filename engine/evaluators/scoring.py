@@ -23,7 +23,9 @@ from engine.evaluators import subtree
 from engine.evaluators.base import INLINE_CHARS, Record, Scorer, ScoringContext, error
 from engine.evaluators.compose import combine, finish
 from engine.evaluators.node import Node, compile_spec
-from engine.model import Answer, Test, Verdict
+from engine.model.answer import Answer
+from engine.model.test import Test
+from engine.model.verdict import Verdict
 
 __all__ = ["NO_EVALUATOR", "Places", "answer_size", "context", "evaluator_of", "inline", "run_leaves_through",
            "score", "score_async", "score_node", "score_node_async"]

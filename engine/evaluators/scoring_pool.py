@@ -37,7 +37,9 @@ from engine.evaluators.base import Record, Scorer, ScoringContext, error
 from engine.evaluators.compose import finish
 from engine.evaluators.node import Node
 from engine.evaluators.scoring import answer_size, evaluator_of, run_leaves_through, score_node
-from engine.model import Answer, Test, Verdict
+from engine.model.answer import Answer
+from engine.model.test import Test
+from engine.model.verdict import Verdict
 
 __all__ = ["STOPPED", "ScoringPool", "too_long"]
 

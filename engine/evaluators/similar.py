@@ -31,7 +31,8 @@ from typing import Any, NamedTuple, Protocol
 
 from engine.errors import EvaluatorConfigError
 from engine.evaluators.base import Kind, ScoringContext
-from engine.model import Answer, Verdict
+from engine.model.answer import Answer
+from engine.model.verdict import Verdict
 
 __all__ = ["SIMILAR", "Embedder", "EmbeddingReply", "cosine"]
 

@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from engine.evaluators.base import ScoringContext
     from engine.evaluators.node import Node
-    from engine.model import Answer, Verdict
+    from engine.model.answer import Answer
+    from engine.model.verdict import Verdict
 
 __all__ = ["install", "score_child", "score_child_async"]
 

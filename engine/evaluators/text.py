@@ -29,7 +29,8 @@ from engine.evaluators.base import (
     short,
     verdict,
 )
-from engine.model import Answer, Verdict
+from engine.model.answer import Answer
+from engine.model.verdict import Verdict
 
 # A number as people write it: -3, 1,234.5, .5, 1e-3, 12%, with a Unicode minus too.
 NUMBER = re.compile(

@@ -18,7 +18,8 @@ from typing import Any
 from engine.errors import EvaluatorConfigError
 from engine.evaluators.base import CheckSite, Kind, Scorer, ScoringContext, verdict
 from engine.evaluators.tool_match import ExpectedCall, check_call, plain, show, show_json
-from engine.model import Answer, ToolCall, Verdict
+from engine.model.answer import Answer, ToolCall
+from engine.model.verdict import Verdict
 
 _OPTIONS = ("name", "args", "calls", "count", "order", "extra_args", "match", "underscore_to_dot")
 

@@ -29,7 +29,7 @@ from jsonschema import SchemaError
 
 from engine.base.compiled_schema import schema_validator
 from engine.base.words import short
-from engine.model import ToolCall
+from engine.model.answer import ToolCall
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,8 @@ from engine.evaluators import tool_call as single
 from engine.evaluators.base import COMMON_KEYS, Kind, Scorer, ScoringContext, error, option_choice, verdict
 from engine.evaluators.record import CONVERSATION_ONLY
 from engine.evaluators.tool_match import plain, show, strict_equal
-from engine.model import Answer, ToolCall, Verdict
+from engine.model.answer import Answer, ToolCall
+from engine.model.verdict import Verdict
 
 if TYPE_CHECKING:
     from engine.agent.transcript import Transcript

@@ -35,7 +35,8 @@ from typing import Any
 
 from engine.errors import EvaluatorConfigError, HarnessError
 from engine.evaluators.base import Kind, Scorer, ScoringContext, error
-from engine.model import Answer, Verdict
+from engine.model.answer import Answer
+from engine.model.verdict import Verdict
 from engine.workspace.check import HiddenCheck
 
 __all__ = ["WORKSPACE_CHECK", "score_line", "workspace_check"]

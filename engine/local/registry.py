@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from engine.model import ModelConfig
+from engine.model.model_config import ModelConfig
 
 __all__ = ["BUILTINS", "DEFAULT_ALIAS", "EMBEDDER", "GOLDEN", "INSTALL_HINT", "SCRIPTED", "SERVER_CONCURRENCY",
            "TOOL_CALLER", "BuiltinModel", "default_models", "entry_defaults", "get_builtin", "helper_models",

@@ -16,7 +16,9 @@ from typing import TYPE_CHECKING, Any
 
 from engine.evaluators.base import Record
 from engine.evaluators.markers import is_unscored
-from engine.model import ModelConfig, Test, Verdict, cost_of
+from engine.model.model_config import ModelConfig, cost_of
+from engine.model.test import Test
+from engine.model.verdict import Verdict
 from engine.results.version import SCHEMA_VERSION
 
 if TYPE_CHECKING:

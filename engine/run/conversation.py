@@ -33,7 +33,10 @@ from engine.errors import ClientError, ConfigError
 from engine.evaluators.base import ScoringContext
 from engine.evaluators.scoring import context
 from engine.local.registry import GOLDEN
-from engine.model import Answer, ModelConfig, Test, Verdict, cost_of
+from engine.model.answer import Answer
+from engine.model.model_config import ModelConfig, cost_of
+from engine.model.test import Test
+from engine.model.verdict import Verdict
 from engine.results.rows import build_agent_row, record_of, set_verdict
 from engine.workspace.tools import bind_tools
 from engine.workspace.workspace import Workspace, WorkspaceError

@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from engine.errors import EngineError, UsageError
-from engine.model import ModelConfig, Suite, Test
+from engine.model.model_config import ModelConfig
+from engine.model.test import Suite, Test
 from engine.redact import looks_like_key
 
 if TYPE_CHECKING:

@@ -10,7 +10,8 @@ from pathlib import Path
 from engine.base.input_file import InputFileError, read_capped
 from engine.base.words import did_you_mean
 from engine.errors import UsageError
-from engine.model import ModelConfig, Test
+from engine.model.model_config import ModelConfig
+from engine.model.test import Test
 from engine.results.rows import row_key
 from engine.run.shards import Shard
 

@@ -10,7 +10,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from engine.model import ModelConfig, Test
+from engine.model.model_config import ModelConfig
+from engine.model.test import Test
 from engine.redact import mask_url, public_params
 
 if TYPE_CHECKING:

@@ -41,7 +41,10 @@ from engine.evaluators.base import Record, ScoringContext
 from engine.evaluators.scoring import context, inline
 from engine.evaluators.scoring_pool import STOPPED, ScoringPool
 from engine.local.registry import GOLDEN
-from engine.model import Answer, ModelConfig, Test, Verdict
+from engine.model.answer import Answer
+from engine.model.model_config import ModelConfig
+from engine.model.test import Test
+from engine.model.verdict import Verdict
 from engine.results.committer import Committer
 from engine.results.rows import build_row, record_of, set_verdict
 from engine.run.conversation import golden_reply, run_agent_job

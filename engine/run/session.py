@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from engine.errors import EngineError, StorageError, UsageError
-from engine.model import ModelConfig, Test
+from engine.model.model_config import ModelConfig
+from engine.model.test import Test
 from engine.redact import mask_url, public_params
 from engine.run import inputs, remote_run
 from engine.run.manifest import build_manifest, now_iso

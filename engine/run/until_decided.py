@@ -36,7 +36,8 @@ from typing import Any
 
 from engine.base.sequential import DEFAULT_ALPHA, Decision, PairedBettingTest
 from engine.errors import UsageError
-from engine.model import ModelConfig, Test
+from engine.model.model_config import ModelConfig
+from engine.model.test import Test
 from engine.results.rows import key_of_row, row_key
 from engine.run.jobs import Job, attempts, runs_on
 

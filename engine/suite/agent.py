@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine.evaluators.tool_match import plain
-from engine.model import ToolCall
+from engine.model.answer import ToolCall
 from engine.suite.tools import Path, Problem
 
 __all__ = ["AGENT_KEYS", "AgentSettings", "GoldenTurn", "compile_golden", "merge_agent"]

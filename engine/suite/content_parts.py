@@ -32,7 +32,8 @@ from pathlib import Path
 from typing import Any
 
 from engine.errors import Diagnostic
-from engine.model import ModelConfig, Test
+from engine.model.model_config import ModelConfig
+from engine.model.test import Test
 
 __all__ = ["MAX_IMAGE_BYTES", "ImageUnavailable", "completions_conflicts", "content_text", "part_sources",
            "render_parts", "wire_messages"]

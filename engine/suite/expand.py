@@ -16,7 +16,7 @@ from engine.evaluators import Node, compile_spec
 from engine.evaluators.judge_prompt import JudgePrompt, parse_judge_prompt, with_judge_prompt
 from engine.evaluators.node import has_template
 from engine.evaluators.trajectory import conversation_kinds_in
-from engine.model import Test
+from engine.model.test import Test
 from engine.suite.agent import AgentSettings, GoldenTurn, compile_golden, merge_agent
 from engine.suite.cases_from import CaseOrigin, open_cases
 from engine.suite.checks import EvaluatorResolver, Report, check_golden_shape

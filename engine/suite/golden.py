@@ -14,7 +14,9 @@ from pathlib import Path
 from engine.errors import Diagnostic
 from engine.evaluators.markers import UNSCORED
 from engine.evaluators.record import RUN_ONLY
-from engine.model import Answer, Suite, Test, Verdict
+from engine.model.answer import Answer
+from engine.model.test import Suite, Test
+from engine.model.verdict import Verdict
 
 __all__ = ["check_goldens"]
 

@@ -12,7 +12,7 @@ from typing import Any
 from engine.base.yaml import MAX_BYTES, load_yaml_file
 from engine.errors import Diagnostic
 from engine.evaluators import score
-from engine.model import Suite
+from engine.model.test import Suite
 from engine.suite.checks import Report
 from engine.suite.expand import Expander
 from engine.suite.golden import ConversationCheck, check_goldens

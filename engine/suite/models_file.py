@@ -15,7 +15,8 @@ from engine.base.hosts import is_loopback_url
 from engine.base.yaml import FileKind, load_yaml_file
 from engine.errors import Diagnostic
 from engine.local.registry import entry_defaults, is_scripted
-from engine.model import DEFAULT_MAX_TOKENS, ModelConfig, RateLimit, Test, max_tokens_floor
+from engine.model.model_config import DEFAULT_MAX_TOKENS, ModelConfig, RateLimit, max_tokens_floor
+from engine.model.test import Test
 from engine.redact import looks_like_key, secret_query_names
 from engine.suite.schema import validate
 
@@ -200,7 +201,7 @@ def _int_or_none(value: Any) -> int | None:
 def raised_max_tokens(tests: Iterable[Test], models: Iterable[ModelConfig], *, which: str = "") -> list[Diagnostic]:
     """A note for each suite file whose tests ask for fewer max_tokens than a model's floor sends them.
 
-    The floor (`engine.model.max_tokens_floor`) only raises a test's value, so a reasoning model is never
+    The floor (`engine.model.model_config.max_tokens_floor`) only raises a test's value, so a reasoning model is never
     starved by a suite written for small ones; the note says by how much and for which models, once per file
     and floor, at its first such test.
 

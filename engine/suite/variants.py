@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from engine.base.render import render
-from engine.model import Test
+from engine.model.test import Test
 from engine.suite.checks import Report, template_names
 from engine.suite.content_parts import content_text
 from engine.suite.hashing import canonical_json

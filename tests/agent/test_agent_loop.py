@@ -14,7 +14,8 @@ from engine.base.yaml import load_yaml_text
 from engine.client.openai import OpenAIClient, RequestSettings
 from engine.client.session import Sessions
 from engine.errors import ConfigError
-from engine.model import ModelConfig, Test
+from engine.model.model_config import ModelConfig
+from engine.model.test import Test
 from tests.agent.scripted_server import ScriptedServer, Turn, latest_tool_results, model_turns
 
 TOOLS_YAML = """

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from engine.agent import AgentSettings, GoldenCaller, GoldenTurn, compile_golden, compile_tools, replay_golden
 from engine.agent.loop import run_conversation
 from engine.base.yaml import load_yaml_text
-from engine.model import ToolCall
+from engine.model.answer import ToolCall
 
 TOOLS, _ = compile_tools(load_yaml_text("""
 get_weather:

@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 from engine.agent import AgentSettings, GoldenCaller, compile_golden, compile_tools, run_conversation
 from engine.agent.stored import transcript_of_row
 from engine.client.openai import RequestSettings, prepare
-from engine.model import ModelConfig
+from engine.model.model_config import ModelConfig
 from engine.results.rows import build_agent_row, build_row
 from engine.results.schema import SCHEMA
 from tests.factories import make_test

@@ -24,7 +24,8 @@ from engine.agent.loop import AgentSettings
 from engine.agent.tools import compile_tools
 from engine.agent.transcript import Transcript
 from engine.evaluators import ScoringContext, compile_spec, score
-from engine.model import Test, Verdict
+from engine.model.test import Test
+from engine.model.verdict import Verdict
 from tests.factories import make_test
 
 ROOT = Path(__file__).resolve().parents[2]

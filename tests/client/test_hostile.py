@@ -16,7 +16,8 @@ import pytest
 from engine.client.openai import CallResult, OpenAIClient, RequestSettings, prepare
 from engine.client.session import Sessions
 from engine.client.tool_calls import MAX_ARGUMENT_DEPTH
-from engine.model import ModelConfig, Test
+from engine.model.model_config import ModelConfig
+from engine.model.test import Test
 from tests.fake_openai import FakeOpenAI, Reply
 
 TEST = Test(suite="s", id="t", file="s.yaml", line=1, messages=({"role": "user", "content": "hi"},),

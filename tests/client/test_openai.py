@@ -10,7 +10,8 @@ import pytest
 
 from engine.client.openai import CallResult, OpenAIClient, RequestSettings, prepare
 from engine.client.session import Sessions
-from engine.model import ModelConfig, Test
+from engine.model.model_config import ModelConfig
+from engine.model.test import Test
 from tests.factories import make_test
 from tests.fake_openai import FakeOpenAI, Reply
 

@@ -16,7 +16,8 @@ from engine.client.providers import PROVIDERS, WireRequest
 from engine.client.providers.gemini import gemini_schema
 from engine.client.session import Sessions
 from engine.errors import UsageError
-from engine.model import ModelConfig, Test
+from engine.model.model_config import ModelConfig
+from engine.model.test import Test
 from engine.suite import schema_source
 from tests import fake_anthropic, fake_gemini
 from tests.factories import make_test

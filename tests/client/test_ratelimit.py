@@ -11,7 +11,7 @@ from multidict import CIMultiDict
 from engine.client import ratelimit, retry
 from engine.client.ratelimit import Bucket, Budget, Limit
 from engine.errors import HTTPStatusError
-from engine.model import ModelConfig, RateLimit
+from engine.model.model_config import ModelConfig, RateLimit
 
 NOW = 1_800_000_000.0   # a fixed wall clock (seconds since the epoch)
 

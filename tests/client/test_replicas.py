@@ -16,7 +16,7 @@ import pytest
 from engine.client.openai import CallResult, OpenAIClient, RequestSettings, prepare
 from engine.client.replicas import COOL_DOWN_S, ReplicaSet
 from engine.client.session import Sessions
-from engine.model import ModelConfig
+from engine.model.model_config import ModelConfig
 from tests.factories import make_test
 from tests.fake_openai import FakeOpenAI, Reply
 

@@ -15,7 +15,7 @@ from engine.client.openai import CallResult, OpenAIClient, RequestSettings, prep
 from engine.client.response_cache import ResponseCache, cache_key, default_path, storable, use_cache
 from engine.client.session import Sessions
 from engine.errors import ClientError
-from engine.model import ModelConfig
+from engine.model.model_config import ModelConfig
 from tests.factories import make_test
 from tests.fake_openai import FakeOpenAI, Reply
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from engine.evaluators import score
-from engine.model import Answer
+from engine.model.answer import Answer
 from tests.client.test_openai import call
 from tests.factories import make_test
 from tests.fake_openai import FakeOpenAI, Reply

@@ -11,7 +11,8 @@ from typing import Any
 from engine.evaluators import score
 from engine.evaluators.tool_match import ExpectedCall, check_call
 from engine.importers.bfcl import convert_entry, load_jsonl
-from engine.model import Answer, Test, ToolCall
+from engine.model.answer import Answer, ToolCall
+from engine.model.test import Test
 from tests.factories import make_test as build_test
 
 CATEGORIES = ("simple_python", "multiple", "parallel", "parallel_multiple", "irrelevance")

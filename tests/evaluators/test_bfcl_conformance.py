@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 import bfcl_replay as replay
 
 from engine.importers.bfcl import decode_prompting_calls
-from engine.model import ToolCall
+from engine.model.answer import ToolCall
 
 TARGET = 0.995
 

@@ -32,7 +32,9 @@ from engine.agent.tools import compile_tools
 from engine.agent.transcript import Transcript
 from engine.evaluators import ScoringContext, score
 from engine.evaluators.base import Record
-from engine.model import Answer, Test, ToolCall, Verdict
+from engine.model.answer import Answer, ToolCall
+from engine.model.test import Test
+from engine.model.verdict import Verdict
 from engine.workspace.spec import WorkspaceSpec
 from tests.factories import make_test as build_test
 

@@ -11,7 +11,8 @@ import pytest
 
 from engine.evaluators import KINDS, Kind, ScoringContext, compile_spec, score, score_async
 from engine.evaluators.base import verdict
-from engine.model import Answer, Verdict
+from engine.model.answer import Answer
+from engine.model.verdict import Verdict
 from engine.suite import load_suites
 from engine.suite.schema import load_schema
 from tests.factories import make_test

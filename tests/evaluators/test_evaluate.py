@@ -8,7 +8,7 @@ import pytest
 
 from engine.evaluators import KINDS, Kind, compile_spec, score
 from engine.evaluators.base import verdict
-from engine.model import Answer
+from engine.model.answer import Answer
 from tests.factories import make_test
 
 

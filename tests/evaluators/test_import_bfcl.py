@@ -19,7 +19,7 @@ from engine.importers.bfcl import (
     import_bfcl,
     unmeetable,
 )
-from engine.model import Answer
+from engine.model.answer import Answer
 from tests.engine_proc import run_engine
 
 

@@ -14,7 +14,7 @@ from engine.evaluators import compile_spec
 from engine.evaluators.base import JudgeReply
 from engine.evaluators.judge import JUDGE_PROMPT, REASK, parse_grade, parse_scale
 from engine.evaluators.scoring import context, score_node_async
-from engine.model import Answer
+from engine.model.answer import Answer
 from tests.factories import make_test
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from engine.evaluators import score
-from engine.model import Answer, ToolCall
+from engine.model.answer import Answer, ToolCall
 from tests.factories import make_test
 
 WORDS = ["Paris", "lyon", "42", "-3.5", "1,234", "{", "}", "[1, 2]", '{"a": 1}', "sorry", "```json", "<think>", "é"]

@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from engine.evaluators import score
-from engine.model import Answer, Test
+from engine.model.answer import Answer
+from engine.model.test import Test
 from engine.suite import load_suites
 
 

@@ -14,7 +14,8 @@ from pathlib import Path
 
 from engine.base.compiled_schema import schema_error, schema_validator
 from engine.evaluators import compile_spec, score
-from engine.model import Answer, Test
+from engine.model.answer import Answer
+from engine.model.test import Test
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -23,7 +24,8 @@ def _verdict_in_a_subprocess(schema: dict, answer: str) -> dict:
     program = (
         "import json, sys\n"
         "from engine.evaluators import score\n"
-        "from engine.model import Answer, Test\n"
+        "from engine.model.answer import Answer\n"
+        "from engine.model.test import Test\n"
         "schema, answer = json.loads(sys.stdin.read())\n"
         "test = Test(suite='s', id='t', file='f', line=1, messages=(), prompt='', eval={'json_schema': schema})\n"
         "v = score(test, Answer(text=answer))\n"

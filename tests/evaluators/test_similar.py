@@ -22,7 +22,7 @@ from engine.client.response import CallResult
 from engine.evaluators import compile_spec
 from engine.evaluators.scoring import context, score_node_async
 from engine.evaluators.similar import cosine
-from engine.model import Answer
+from engine.model.answer import Answer
 from engine.redact import Redactor
 from tests.factories import make_test
 from tests.fake_openai import EMBEDDING_DIM, FakeOpenAI, Reply

@@ -9,7 +9,7 @@ from engine.agent.tools import compile_tools
 from engine.agent.transcript import Transcript
 from engine.evaluators import ScoringContext, compile_spec, score, score_async
 from engine.evaluators.trajectory import TRANSCRIPT_ONLY, transcript_only_paths
-from engine.model import Answer
+from engine.model.answer import Answer
 from tests.factories import make_test
 
 TOOLS, _ = compile_tools({"lookup": {"returns": [{"result": {"id": 7}, "set": {"looked": True}}]}})

@@ -14,7 +14,8 @@ from engine.agent.loop import AgentSettings
 from engine.agent.tools import compile_tools
 from engine.agent.transcript import Transcript
 from engine.evaluators import ScoringContext, score
-from engine.model import ToolCall, Verdict
+from engine.model.answer import ToolCall
+from engine.model.verdict import Verdict
 from tests.factories import make_test
 
 NAMES = ["f", "g", "h"]

@@ -7,7 +7,9 @@ from pathlib import Path
 from typing import Any
 
 from engine.evaluators import score
-from engine.model import Answer, Test, Verdict
+from engine.model.answer import Answer
+from engine.model.test import Test
+from engine.model.verdict import Verdict
 from tests.factories import make_test as build_test
 
 

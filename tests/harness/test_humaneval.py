@@ -14,7 +14,8 @@ from typer.testing import CliRunner
 
 from engine.evaluators import score
 from engine.importers.humaneval import import_humaneval, read_problems
-from engine.model import Answer, Verdict
+from engine.model.answer import Answer
+from engine.model.verdict import Verdict
 
 
 @pytest.fixture(scope="module")

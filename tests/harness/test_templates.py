@@ -142,7 +142,7 @@ def test_the_worked_example_in_the_docs_runs(repo_root: Path, tmp_path: Path) ->
     import re
 
     from engine.base.yaml import load_yaml_text
-    from engine.model import Answer
+    from engine.model.answer import Answer
 
     text = (repo_root / "docs" / "harnesses.md").read_text()
     section = text[text.index("## Writing your own harness"):]

@@ -110,7 +110,7 @@ def test_the_backtracking_regex_answers_with_a_verdict() -> None:
     """The pattern that ran for minutes on Python's re; the subprocess timeout is only a hang guard."""
     program = (
         "from engine.evaluators.text import regex\n"
-        "from engine.model import Answer\n"
+        "from engine.model.answer import Answer\n"
         "scorer = regex(r'(?:[\\s\\S]*?\\[.*?\\]){20}', {})\n"
         "text = ' '.join(f'word [slot{i}] and more text' for i in range(19)) + ' ' + 'x' * 5000\n"
         "v = scorer(Answer(text=text), None)\n"

@@ -12,7 +12,8 @@ import pytest
 
 from engine.evaluators.scoring import score
 from engine.importers.promptfoo import Imported, import_promptfoo
-from engine.model import Answer, Test
+from engine.model.answer import Answer
+from engine.model.test import Test
 from engine.suite import load_suites
 from tests.images_util import write_png
 

@@ -14,7 +14,7 @@ from engine.evaluators.scoring import score
 from engine.importers.promptfoo import import_promptfoo
 from engine.importers.promptfoo_asserts import AssertSite, Scorers, map_assert
 from engine.importers.promptfoo_files import Files, Where
-from engine.model import Answer
+from engine.model.answer import Answer
 from engine.suite import load_models, load_suites
 from tests.engine_proc import run_engine
 

@@ -11,7 +11,9 @@ import pytest
 
 from engine.client.openai import CallResult, PreparedRequest
 from engine.errors import HTTPStatusError
-from engine.model import ModelConfig, ToolCall, Verdict
+from engine.model.answer import ToolCall
+from engine.model.model_config import ModelConfig
+from engine.model.verdict import Verdict
 from engine.results.journal import Journal
 from engine.results.rows import build_row, row_key
 from engine.results.schema import EVALUATOR_NODE, SCHEMA

@@ -14,7 +14,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from engine.model import ModelConfig, Test
+from engine.model.model_config import ModelConfig
+from engine.model.test import Test
 from engine.results import folder
 from engine.results.writer import ResultsWriter
 from engine.run.jobs import count_jobs, iter_jobs

@@ -10,7 +10,9 @@ import pytest
 
 from engine.client.openai import CallResult, PreparedRequest
 from engine.errors import HTTPStatusError
-from engine.model import ModelConfig, ToolCall, Verdict
+from engine.model.answer import ToolCall
+from engine.model.model_config import ModelConfig
+from engine.model.verdict import Verdict
 from engine.results.journal import Journal
 from engine.results.rows import AGENT_COLUMNS, SINGLE_TURN_NULLS, build_row, is_fallback, row_key
 from engine.results.schema import COLUMN_NAMES, SCHEMA

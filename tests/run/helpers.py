@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from engine.model import ModelConfig, Test
+from engine.model.model_config import ModelConfig
+from engine.model.test import Test
 from engine.results.journal import Journal
 from engine.results.writer import ResultsWriter
 from engine.run.jobs import count_jobs, iter_jobs

@@ -7,7 +7,7 @@ from typing import Any
 
 import pandas as pd
 
-from engine.model import Test
+from engine.model.test import Test
 from engine.suite import load_suites
 from tests.agent.scripted_server import ScriptedServer, Turn, model_turns
 from tests.engine_proc import run_engine

@@ -195,7 +195,7 @@ def test_builtin_servers_start_once_per_builtin_and_alias(tmp_path: Path, monkey
     import contextlib
 
     import engine.local.server
-    from engine.model import ModelConfig
+    from engine.model.model_config import ModelConfig
     from engine.run.session import _start_builtins
 
     started: list[tuple[str, str, str]] = []

@@ -15,7 +15,7 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from engine.model import RateLimit
+from engine.model.model_config import RateLimit
 from engine.run.session import DEFAULT_CONCURRENCY
 from engine.suite.models_file import HOSTED_CONCURRENCY
 from tests.fake_openai import FakeOpenAI, Reply

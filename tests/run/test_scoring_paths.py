@@ -15,7 +15,8 @@ import pytest
 from engine.evaluators import KINDS, Kind, ScoringContext
 from engine.evaluators.base import verdict
 from engine.evaluators.scoring_pool import STOPPED
-from engine.model import Answer, Verdict
+from engine.model.answer import Answer
+from engine.model.verdict import Verdict
 from engine.results.journal import Journal
 from engine.results.writer import ResultsWriter
 from engine.run.jobs import iter_jobs

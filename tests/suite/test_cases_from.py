@@ -10,7 +10,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from engine.model import Test
+from engine.model.test import Test
 from engine.suite import load_suites
 from tests.engine_proc import run_engine
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.model import ModelConfig
+from engine.model.model_config import ModelConfig
 from engine.suite import content_parts, load_suites
 from engine.suite.content_parts import ImageUnavailable, completions_conflicts, wire_messages
 from tests.images_util import write_png

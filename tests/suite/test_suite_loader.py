@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from engine.evaluators import score
-from engine.model import Answer
+from engine.model.answer import Answer
 from engine.suite import load_suites
 
 VALID = Path(__file__).resolve().parent / "fixtures" / "valid"

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from engine.agent.golden import score_golden_conversation
-from engine.model import Test
+from engine.model.test import Test
 from engine.suite.agent import compile_golden
 from engine.suite.loader import load_suites
 

@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 from engine.client.response import CallResult
 from engine.errors import ClientError
-from engine.model import ModelConfig
+from engine.model.model_config import ModelConfig
 from engine.redact import Redactor
 
 __all__ = ["ECHO", "Embeddings", "Provider", "StreamReader", "WireRequest", "add_turn", "call_arguments",

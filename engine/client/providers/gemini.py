@@ -49,7 +49,7 @@ from engine.client.response import CallResult, count
 from engine.client.retry import wrong_type
 from engine.client.tool_calls import arguments_text, loads, optional_str, tool_call
 from engine.errors import ClientError
-from engine.model import ModelConfig
+from engine.model.model_config import ModelConfig
 from engine.redact import Redactor
 
 __all__ = ["PROVIDER", "finish_reason", "gemini_schema", "retry_delay"]

@@ -17,7 +17,7 @@ from engine.client import retry
 from engine.client.providers.base import ECHO, Embeddings, Provider, WireRequest, error_message
 from engine.client.response import CallResult, ToolCallAccumulator, apply_event, decode_events, parse_whole
 from engine.errors import ClientError
-from engine.model import ModelConfig
+from engine.model.model_config import ModelConfig
 from engine.redact import Redactor
 
 __all__ = ["EMBEDDINGS", "PROVIDER", "OpenAIStream", "bearer_headers", "classify", "with_sampling"]
