@@ -1,6 +1,6 @@
 """Sandbox overhead and HumanEval throughput.
 
-1. Overhead per sandboxed Python run (`sandbox.run` of `pass`, with the detected isolation, and with the
+1. Overhead per sandboxed Python run (`oneshot.run` of `pass`, with the detected isolation, and with the
    unshare fallback when the detected level is bubblewrap's) against a bare
    `subprocess.run([python, "-c", "pass"])` with the same interpreter, measured in this script, interleaved.
 2. Throughput of the 164 HumanEval canonical solutions through the exec evaluator, with a thread pool
@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from engine.evaluators import score  # noqa: E402
-from engine.harness import sandbox  # noqa: E402
+from engine.harness import isolation, oneshot  # noqa: E402
 from engine.model.answer import Answer  # noqa: E402
 from engine.suite import load_suites  # noqa: E402
 
@@ -50,27 +50,27 @@ FALLBACK = {"bwrap+pidns+netns+uid": "pidns+netns+uid", "bwrap+pidns+netns": "pi
 
 
 def overhead() -> None:
-    python = sandbox.resolve_program("python")
+    python = isolation.resolve_program("python")
     assert python is not None
-    level = sandbox.isolation()
-    plan = sandbox._get_plan()  # the bench swaps the plan to time the fallback level
+    level = isolation.isolation()
+    detected = isolation.isolation_report()  # the bench swaps the detected isolation to time the fallback level
 
     def boxed_at(chosen: str):  # type: ignore[no-untyped-def]
         def run() -> None:
-            sandbox._plan = dataclasses.replace(plan, level=chosen)
-            sandbox.run(["python", "main.py"], {"main.py": "pass\n"})
+            isolation._detected = dataclasses.replace(detected, level=chosen)
+            oneshot.run(["python", "main.py"], {"main.py": "pass\n"})
         return run
 
     fns = {"bare": lambda: subprocess.run([python[0], "-c", "pass"], check=True), level: boxed_at(level)}
     if level in FALLBACK:
         fns[FALLBACK[level]] = boxed_at(FALLBACK[level])
     found = medians_ms(fns)
-    sandbox._plan = plan
+    isolation._detected = detected
     bare = found.pop("bare")
     print(f"isolation: {level}  interpreter: {python[0]}")
     print(f"bare subprocess.run([python, -c, pass]): {bare:.1f} ms (median of {RUNS}, interleaved)")
     for name, boxed in found.items():
-        print(f"sandbox.run(python main.py) at {name}: {boxed:.1f} ms; overhead {boxed - bare:+.1f} ms per run "
+        print(f"oneshot.run(python main.py) at {name}: {boxed:.1f} ms; overhead {boxed - bare:+.1f} ms per run "
               f"({boxed / bare:.2f}x)")
 
 

@@ -8,7 +8,7 @@ import importlib.util
 import os
 import platform
 
-from engine.harness import sandbox
+from engine.harness.isolation import LEVELS, isolation
 from tests.engine_proc import run_engine
 
 SECRET = "s3cret-Pw-7781"
@@ -24,17 +24,17 @@ def _env(**settings: str) -> dict[str, str]:
 def test_doctor_reports_this_machine() -> None:
     done = run_engine("doctor", env=_env())
     lines = [line.strip() for line in done.stdout.splitlines()]
-    assert f"isolation: {sandbox.isolation()}" in " ".join(lines)
+    assert f"isolation: {isolation()}" in " ".join(lines)
     assert f"Python {platform.python_version()}" in lines[0]
     llama = importlib.util.find_spec("llama_cpp") is not None
     assert any(line.startswith("llama-cpp-python: ") and (line.endswith("not installed") != llama) for line in lines)
     assert "none set: every call goes direct" in lines
-    if sandbox.isolation() == sandbox.LEVELS[0]:
+    if isolation() == LEVELS[0]:
         assert done.returncode == 0, done.stdout
         assert lines[-1] == "all fine"
     else:
         assert done.returncode == 1
-        assert f"the sandbox runs at {sandbox.isolation()}, not {sandbox.LEVELS[0]}" in done.stdout
+        assert f"the sandbox runs at {isolation()}, not {LEVELS[0]}" in done.stdout
 
 
 def test_proxies_are_shown_masked_and_keys_by_name_only() -> None:

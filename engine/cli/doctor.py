@@ -58,15 +58,16 @@ def _version(distribution: str) -> str | None:
 
 def _sandbox(problems: list[str]) -> list[str]:
     from engine.errors import HarnessError
-    from engine.harness import bwrap, sandbox
+    from engine.harness import bwrap
+    from engine.harness.isolation import LEVELS, isolation_report
 
     lines = ["sandbox (workspace tasks, exec harnesses, python scorers):"]
     try:
-        found = sandbox.isolation_report()
+        found = isolation_report()
     except HarnessError as exc:
         problems.append(str(exc))
         return [*lines, f"  isolation: none: {exc}", ""]
-    strongest = "the strongest" if found.strongest else f"not the strongest, {sandbox.LEVELS[0]}"
+    strongest = "the strongest" if found.strongest else f"not the strongest, {LEVELS[0]}"
     lines.append(f"  isolation: {found.level} ({strongest})")
     if found.bwrap is None:
         lines.append("  bwrap:     none found")
@@ -76,7 +77,7 @@ def _sandbox(problems: list[str]) -> list[str]:
     for level, reason in found.shortfalls:
         lines.append(f"  not {level}: {reason}")
     if not found.strongest:
-        problems.append(f"the sandbox runs at {found.level}, not {sandbox.LEVELS[0]}: {found.why()} "
+        problems.append(f"the sandbox runs at {found.level}, not {LEVELS[0]}: {found.why()} "
                         "(docs/harnesses.md, 'Isolation levels')")
     return [*lines, ""]
 

@@ -20,8 +20,9 @@ from typing import Any
 from engine.base.render import is_template
 from engine.errors import EngineError, EvaluatorConfigError, SuiteError
 from engine.evaluators.base import CheckSite, Kind, Scorer, ScoringContext, error
-from engine.harness import sandbox, templates
+from engine.harness import oneshot, templates
 from engine.harness.extract import extract_code
+from engine.harness.isolation import Limits
 from engine.model.answer import Answer
 from engine.model.verdict import Verdict
 
@@ -71,10 +72,10 @@ def _run(value: Mapping[str, Any], cases: list[Any], extra_vars: Mapping[str, An
             "expect_exit_code": value.get("expect_exit_code", 0), **extra_vars,
         }
         files, argv = templates.render_files(harness, variables)
-        limits = sandbox.Limits(
-            timeout_s=float(value.get("timeout_s") or harness.timeout_s or sandbox.Limits.timeout_s),
-            memory_mb=int(value.get("memory_mb") or harness.memory_mb or sandbox.Limits.memory_mb))
-        result = sandbox.run(argv, files, limits)
+        limits = Limits(
+            timeout_s=float(value.get("timeout_s") or harness.timeout_s or Limits.timeout_s),
+            memory_mb=int(value.get("memory_mb") or harness.memory_mb or Limits.memory_mb))
+        result = oneshot.run(argv, files, limits)
     except EngineError as exc:
         return error(f"exec: {exc}", KIND)
     details = {"isolation": result.isolation, "exit_code": result.exit_code,
@@ -114,7 +115,7 @@ def _normalise_output(text: str) -> str:
     return "\n".join(line.rstrip() for line in text.strip("\n").splitlines())
 
 
-def _score_exit(value: Mapping[str, Any], result: sandbox.RunResult, note: str,
+def _score_exit(value: Mapping[str, Any], result: oneshot.RunResult, note: str,
                 details: dict[str, Any]) -> Verdict:
     expected_code = int(value.get("expect_exit_code", 0))
     expected_out = value.get("expect_stdout")
@@ -130,7 +131,7 @@ def _score_exit(value: Mapping[str, Any], result: sandbox.RunResult, note: str,
                                                             else "") + note, details)
 
 
-def _score_cases(cases: list[dict[str, Any]], result: sandbox.RunResult, marker: str, note: str,
+def _score_cases(cases: list[dict[str, Any]], result: oneshot.RunResult, marker: str, note: str,
                  details: dict[str, Any]) -> Verdict:
     outcome: dict[int, tuple[bool, str]] = {}
     for line in result.stdout.splitlines():

@@ -9,8 +9,8 @@
 
 The function is called by keyword with the final answer's text, the whole transcript as plain JSON data
 (messages with their tool calls and results, the ledger of model calls, tool events, outcome, state, and
-the run's record), the golden and the case variables. It runs in `engine.harness.sandbox` as exec checks
-do (same limits, no network, a scrubbed environment: no secrets); a fixed runner script (`_RUNNER`) loads
+the run's record), the golden and the case variables. It runs in the sandbox (`engine.harness.oneshot`) as
+exec checks do (same limits, no network, a scrubbed environment: no secrets); a fixed runner script (`_RUNNER`) loads
 the file, calls the function and prints its result on a line behind a fresh marker. Whatever goes wrong in
 the scorer (an exception, a bad return, a timeout) is an *error* verdict with its stdout/stderr, never a
 crashed run. The file is read when the answer is scored, so `engine rescore` runs the current file; it is opened
@@ -30,7 +30,8 @@ from typing import Any
 from engine.base.input_file import InputFileError, read_capped
 from engine.errors import EngineError, EvaluatorConfigError
 from engine.evaluators.base import CheckSite, Kind, Scorer, ScoringContext, error, short
-from engine.harness import sandbox
+from engine.harness import oneshot
+from engine.harness.isolation import Limits
 from engine.model.answer import Answer
 from engine.model.verdict import Verdict
 
@@ -87,8 +88,8 @@ def python_(value: Any, options: Mapping[str, Any]) -> Scorer:
     if not function.isidentifier():
         raise EvaluatorConfigError(f"python: function must be a Python name, got {short(function)}", kind=KIND,
                                    option="function")
-    limits = sandbox.Limits(timeout_s=float(value.get("timeout_s") or sandbox.Limits.timeout_s),
-                            memory_mb=int(value.get("memory_mb") or sandbox.Limits.memory_mb))
+    limits = Limits(timeout_s=float(value.get("timeout_s") or Limits.timeout_s),
+                    memory_mb=int(value.get("memory_mb") or Limits.memory_mb))
 
     def score(answer: Answer, ctx: ScoringContext) -> Verdict:
         return _run(file, function, limits, answer, ctx)
@@ -123,7 +124,7 @@ def transcript_data(answer: Answer, ctx: ScoringContext) -> dict[str, Any]:
             "state": {}, "record": record}
 
 
-def _run(file: str, function: str, limits: sandbox.Limits, answer: Answer, ctx: ScoringContext) -> Verdict:
+def _run(file: str, function: str, limits: Limits, answer: Answer, ctx: ScoringContext) -> Verdict:
     path = Path(ctx.test.suite_dir, file)
     try:
         source = _source(path)
@@ -137,7 +138,7 @@ def _run(file: str, function: str, limits: sandbox.Limits, answer: Answer, ctx: 
     files = {"scorer.py": source, "runner.py": _RUNNER,
              "input.json": json.dumps(payload, ensure_ascii=False, default=str)}
     try:
-        result = sandbox.run(["python", "runner.py"], files, limits)
+        result = oneshot.run(["python", "runner.py"], files, limits)
     except EngineError as exc:
         return error(f"python: the scorer could not run: {exc}", KIND)
     details = {"isolation": result.isolation, "exit_code": result.exit_code}
@@ -188,7 +189,7 @@ def _source(path: Path) -> str:
         raise InputFileError(what, path, f"is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
 
 
-def _output(result: sandbox.RunResult) -> str:
+def _output(result: oneshot.RunResult) -> str:
     """The scorer's own prints (it writes both to stderr), for a reason that is not a pass."""
     text = result.stderr.strip()
     return f" [output: {text[-400:]}]" if text else ""

@@ -1,6 +1,6 @@
 """The program inside a workspace's long-lived sandbox: it runs the engine's commands one at a time.
 
-Run by the sandbox's interpreter with the standard library only (`sandbox.Session` passes this file's text
+Run by the sandbox's interpreter with the standard library only (`session.Session` passes this file's text
 to `python -I -c`), it reads one JSON request a line on stdin and writes one JSON result a line on stdout:
 
     {"command": "python3 server.py &", "timeout_s": 30, "output_bytes": 65536, "cpu_s": 31}

@@ -131,7 +131,7 @@ def isolation_notice(tests: list[Test]) -> None:
     """
     if not any(t.workspace is not None or (t.evaluator is not None and t.evaluator.blocking) for t in tests):
         return
-    from engine.harness.sandbox import isolation_report
+    from engine.harness.isolation import isolation_report
 
     notice = isolation_report().notice()
     if notice is not None:

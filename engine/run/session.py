@@ -501,11 +501,11 @@ async def _run_with_signals(runner: Any, jobs: Any, total: int, api_keys: dict[s
             _err("\nstopping: no new calls; finishing the calls in flight (press Ctrl-C again to cancel them)")
             runner.stop("interrupted")
         else:   # SIGTERM ends the run now: sandboxed programs stop at once, committed rows are kept
-            from engine.harness import sandbox
+            from engine.harness.interrupt import interrupt
 
             _err("\ncancelling the calls in flight; finished rows are kept")
             runner.cancel()
-            sandbox.interrupt()
+            interrupt()
 
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError, RuntimeError):

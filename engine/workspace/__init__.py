@@ -3,7 +3,7 @@
     spec.py       the `workspace:` block and the `tools:` entries naming built-in tools, compiled at load
                   (the built-in tools' definitions: schemas/workspace-tools.json)
     workspace.py  Workspace: one attempt's fresh copy of the seed, `setup`, commands in the exec sandbox
-                  (engine.harness.sandbox.run_in), paths kept inside, the final file list and diff
+                  (engine.harness.oneshot.run_in), paths kept inside, the final file list and diff
     check.py      HiddenCheck and run_check: a hidden check under the engine's wrapper (check_runner.py) and
                   start-up (check_startup.py), its verdict read from the wrapper's end and pytest's JUnit report
     tools.py      BuiltinTool: run_command, read_file, write_file, list_files, ask_human, finish, bound to

@@ -36,7 +36,8 @@ from types import MappingProxyType
 from xml.parsers import expat
 
 from engine.errors import HarnessError
-from engine.harness import sandbox
+from engine.harness.isolation import Limits
+from engine.harness.oneshot import CheckFolders, RunResult, check_python, check_site, run_in
 
 __all__ = ["REPORT_MAX_BYTES", "CheckResult", "HiddenCheck", "Report", "ReportError", "TestCase", "output_summary",
            "read_report", "run_check"]
@@ -127,7 +128,7 @@ class CheckResult:
 
     passed: bool
     reason: str
-    run: sandbox.RunResult
+    run: RunResult
     score: float | None = None
     ended: bool = False
     details: Mapping[str, object] = field(default_factory=dict)
@@ -137,22 +138,22 @@ class CheckResult:
 # Running
 
 
-def run_check(check: HiddenCheck, workdir: Path, limits: sandbox.Limits, *, network: bool, uid: int | None,
+def run_check(check: HiddenCheck, workdir: Path, limits: Limits, *, network: bool, uid: int | None,
               group: str | None, root: str | None, netns: int | None) -> CheckResult:
     """Run `check` in `workdir` (shown at `root` when given) under the sandbox, and read its verdict.
 
     Raises:
         HarnessError: The sandbox could not run it (not a failing check: that is a result).
     """
-    python = sandbox.check_python()
+    python = check_python()
     if python is None:
         raise HarnessError("a hidden check needs Python (python3), which is not installed on this machine")
-    if check.command is None and sandbox.check_site() is None:
+    if check.command is None and check_site() is None:
         raise HarnessError("a pytest check needs pytest installed with the engine (pip install pytest)")
     base = Path(tempfile.mkdtemp(prefix="engine-check-"))
     try:
         os.chmod(base, 0o711)   # its uid may pass through, not list or change it
-        folders = sandbox.CheckFolders(home=base / "home", out=base / "out", tools=base / "tools", result_fd=-1)
+        folders = CheckFolders(home=base / "home", out=base / "out", tools=base / "tools", result_fd=-1)
         for folder in (folders.home, folders.out):
             folder.mkdir(mode=0o700)
         _write_tools(folders.tools)
@@ -172,9 +173,8 @@ def run_check(check: HiddenCheck, workdir: Path, limits: sandbox.Limits, *, netw
         result_fd = os.open(result_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
         try:
             argv = [python, *python_flags, str(folders.tools / "check_runner.py"), str(result_fd), *mode]
-            run = sandbox.run_in(argv, workdir, limits, network=network, uid=uid, env=env, group=group, root=root,
-                                 netns=netns, check=sandbox.CheckFolders(folders.home, folders.out, folders.tools,
-                                                                         result_fd))
+            run = run_in(argv, workdir, limits, network=network, uid=uid, env=env, group=group, root=root,
+                         netns=netns, check=CheckFolders(folders.home, folders.out, folders.tools, result_fd))
         finally:
             os.close(result_fd)
         record = _read_record(result_path)
@@ -225,7 +225,7 @@ NOT_ENDED = ("did not reach its end: its process was ended early (os._exit, an e
 _STOPPED = ("timed_out", "output_exceeded", "interrupted")
 
 
-def _command_verdict(run: sandbox.RunResult, record: dict[str, object] | None) -> CheckResult:
+def _command_verdict(run: RunResult, record: dict[str, object] | None) -> CheckResult:
     details = {"exit_code": run.exit_code}
     raw = record.get("early") if record is not None else None
     early = [e for e in raw if isinstance(e, str)] if isinstance(raw, list) else []
@@ -242,7 +242,7 @@ def _command_verdict(run: sandbox.RunResult, record: dict[str, object] | None) -
     return CheckResult(True, "exit code 0", run, ended=True, details=details)
 
 
-def _pytest_verdict(check: HiddenCheck, run: sandbox.RunResult, record: dict[str, object] | None,
+def _pytest_verdict(check: HiddenCheck, run: RunResult, record: dict[str, object] | None,
                     report_path: Path, view: str) -> CheckResult:
     code = record.get("exit_code") if record is not None else None
     details: dict[str, object] = {"exit_code": code}
@@ -301,7 +301,7 @@ def _cases(cases: list[TestCase], total: int, view: str) -> str:
     return "; ".join(parts) + (f"; ... and {left} more" if left > 0 else "")
 
 
-def _with_output(reason: str, run: sandbox.RunResult) -> str:
+def _with_output(reason: str, run: RunResult) -> str:
     tail = output_summary(run.stdout, run.stderr)
     return reason + (f": {tail}" if tail else "")
 

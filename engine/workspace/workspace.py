@@ -1,7 +1,7 @@
 """One attempt's workspace: a fresh copy of the seed, commands run in it under the sandbox, its diff at the end.
 
     ws = Workspace.create(spec)        # copy the folder, write inline files, run `setup` (WorkspaceError if it fails)
-    ws.run("pytest -q")                # bash -c in the workspace's sandbox session (engine.harness.sandbox.Session)
+    ws.run("pytest -q")                # bash -c in the workspace's sandbox session (engine.harness.session.Session)
     ws.inside("src/a.py")              # a path the model named, resolved inside the workspace, or None (refused)
     ws.check(HiddenCheck(pytest=("tests",)), files={...})   # the hidden check, in an environment the model
                                                             # cannot shape (engine.workspace.check)
@@ -35,7 +35,11 @@ from pathlib import Path, PurePosixPath
 
 from engine.base.input_file import open_checked
 from engine.errors import HarnessError
-from engine.harness import sandbox
+from engine.harness.interrupt import interrupt
+from engine.harness.isolation import Limits, check_root
+from engine.harness.oneshot import RunResult
+from engine.harness.session import Session
+from engine.harness.uids import give_tree, lease_uid, release_uid
 from engine.workspace.check import CheckResult, HiddenCheck, run_check
 from engine.workspace.spec import WorkspaceSpec
 
@@ -114,13 +118,13 @@ class Workspace:
         self.spec = spec
         self.root = root
         self.seed = seed
-        self.uid = sandbox.lease_uid()
+        self.uid = lease_uid()
         self.group = f"workspace-{next(_groups)}"
         self._running = threading.Lock()    # commands run one at a time: they share the workspace's uid
         self._final: tuple[list[str], str] | None = None
         lifetime = (spec.time_limit_s + CHECK_MARGIN_S) if spec.time_limit_s is not None else SESSION_LIFETIME_S
-        self.session = sandbox.Session(root, memory_mb=spec.memory_mb, lifetime_s=lifetime, network=spec.network,
-                                       uid=self.uid, group=self.group, root=spec.root)
+        self.session = Session(root, memory_mb=spec.memory_mb, lifetime_s=lifetime, network=spec.network,
+                               uid=self.uid, group=self.group, root=spec.root)
 
     @classmethod
     def create(cls, spec: WorkspaceSpec, *, run_setup: bool = True) -> Workspace:
@@ -130,7 +134,7 @@ class Workspace:
             WorkspaceError: The copy or the setup command failed (its exit code and output say why).
         """
         try:
-            sandbox.check_root(spec.root)
+            check_root(spec.root)
         except HarnessError as exc:
             raise WorkspaceError(str(exc)) from exc
         base = Path(tempfile.mkdtemp(prefix="engine-ws-"))
@@ -166,13 +170,13 @@ class Workspace:
         _discard(self.root.parent, self)
 
     # -- commands --------------------------------------------------------------------------------
-    def run(self, command: str, timeout_s: float | None = None) -> sandbox.RunResult:
+    def run(self, command: str, timeout_s: float | None = None) -> RunResult:
         """`bash -c command` in the workspace, under the exec sandbox, with the workspace's limits.
 
         Raises:
             HarnessError: The sandbox could not run it at all (not a failing command: that is a result).
         """
-        limits = sandbox.Limits(timeout_s=timeout_s or self.spec.timeout_s, memory_mb=self.spec.memory_mb)
+        limits = Limits(timeout_s=timeout_s or self.spec.timeout_s, memory_mb=self.spec.memory_mb)
         with self._running:
             return self.session.run(command, limits)
 
@@ -193,27 +197,27 @@ class Workspace:
         if isinstance(check, str):
             check = HiddenCheck(command=check)
         self.final_state()
-        uid = sandbox.lease_uid()
+        uid = lease_uid()
         try:
             with self._running:
                 try:
                     if uid is not None:   # first taken from the model's uid: then nothing it left running
                         _no_group_write(self.root)   # can change the check's files once they are in
-                        sandbox.give_tree(self.root, uid)
+                        give_tree(self.root, uid)
                     for rel, source in (files or {}).items():
                         _replace(self.root, rel, source)
                 except OSError as exc:
                     raise HarnessError(f"could not copy the check's files into the workspace: {exc}") from exc
-                limits = sandbox.Limits(timeout_s=timeout_s or self.spec.timeout_s, memory_mb=self.spec.memory_mb)
+                limits = Limits(timeout_s=timeout_s or self.spec.timeout_s, memory_mb=self.spec.memory_mb)
                 return run_check(check, self.root, limits, network=self.spec.network,
                                  uid=uid if uid is not None else self.uid, group=self.group, root=self.spec.root,
                                  netns=self.session.netns())
         finally:
-            sandbox.release_uid(uid)
+            release_uid(uid)
 
     def interrupt(self) -> None:
         """Stop this workspace's running command now (its tool call was cancelled or ran out of time)."""
-        sandbox.interrupt(self.group)
+        interrupt(self.group)
 
     # -- paths -----------------------------------------------------------------------------------
     def inside(self, name: str) -> Path | None:
@@ -259,7 +263,7 @@ def _discard(base: Path, workspace: Workspace | None) -> None:
     shutil.rmtree(base, ignore_errors=True)
     if workspace is not None:
         uid, workspace.uid = workspace.uid, None
-        sandbox.release_uid(uid)
+        release_uid(uid)
 
 
 def _no_group_write(root: Path) -> None:

@@ -6,19 +6,19 @@ from typing import Any
 
 import pytest
 
-from engine.harness import sandbox
+from engine.harness import oneshot
 
 
 @pytest.fixture
-def sandbox_results(monkeypatch: pytest.MonkeyPatch) -> list[sandbox.RunResult]:
+def sandbox_results(monkeypatch: pytest.MonkeyPatch) -> list[oneshot.RunResult]:
     """Every RunResult the exec evaluator gets during the test (the real sandbox, observed)."""
-    seen: list[sandbox.RunResult] = []
-    real_run = sandbox.run
+    seen: list[oneshot.RunResult] = []
+    real_run = oneshot.run
 
-    def spy(*args: Any, **kwargs: Any) -> sandbox.RunResult:
+    def spy(*args: Any, **kwargs: Any) -> oneshot.RunResult:
         result = real_run(*args, **kwargs)
         seen.append(result)
         return result
 
-    monkeypatch.setattr(sandbox, "run", spy)
+    monkeypatch.setattr(oneshot, "run", spy)
     return seen

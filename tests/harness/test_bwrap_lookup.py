@@ -18,15 +18,16 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from engine.harness import bwrap, sandbox
+from engine.harness import bwrap
+from engine.harness.isolation import LEVELS, isolation
 from tests.engine_proc import checkout_env, run_engine
 
 # The level a working bwrap gives this user: root also drops to a private uid.
-BWRAP_LEVEL = sandbox.LEVELS[0] if os.geteuid() == 0 else "bwrap+pidns+netns"
+BWRAP_LEVEL = LEVELS[0] if os.geteuid() == 0 else "bwrap+pidns+netns"
 FALLBACK_LEVEL = "pidns+netns+uid" if os.geteuid() == 0 else "pidns+netns"
 
-pytestmark = pytest.mark.skipif(not sandbox.isolation().startswith("bwrap"),
-                                reason=f"bubblewrap does not run here (isolation {sandbox.isolation()!r})")
+pytestmark = pytest.mark.skipif(not isolation().startswith("bwrap"),
+                                reason=f"bubblewrap does not run here (isolation {isolation()!r})")
 
 ROOTED_SUITE = """\
 suite: rooted
@@ -146,7 +147,7 @@ def test_a_workspace_task_at_app_runs_with_the_wheels_bwrap_and_its_rows_say_so(
     assert list(rows["isolation"]) == [BWRAP_LEVEL]
     assert rows["passed"].tolist() == [True], rows["evaluators"].tolist()
     assert json.loads(rows["tool_events"][0][0]["content"])["stdout"] == "/app\n"
-    assert (NOTICE in done.stderr) == (sandbox.LEVELS[0] != BWRAP_LEVEL)
+    assert (NOTICE in done.stderr) == (LEVELS[0] != BWRAP_LEVEL)
 
 
 def test_a_bad_engine_bwrap_is_an_error_not_a_fallback(tmp_path: Path) -> None:
@@ -183,7 +184,7 @@ def test_a_bwrap_that_fails_gives_the_next_level_with_its_reason_in_doctor_and_o
     assert run.returncode == 0, run.stderr
     assert run.stderr.count(NOTICE) == 1
     notice = next(line for line in run.stderr.splitlines() if line.startswith(NOTICE))
-    assert f"level {FALLBACK_LEVEL}, not the strongest ({sandbox.LEVELS[0]})" in notice
+    assert f"level {FALLBACK_LEVEL}, not the strongest ({LEVELS[0]})" in notice
     assert "No permissions to create a new namespace" in notice
     rows = pd.read_parquet(tmp_path / "out" / "latest").set_index("test_id")
     assert rows.loc["at-app", "isolation"] == FALLBACK_LEVEL
@@ -206,16 +207,16 @@ def test_the_wheel_inside_a_folder_closed_to_others_runs_from_a_copy(tmp_path: P
         target = closed / entry
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(site / entry, target)
-    code = ("from engine.harness import sandbox\nr = sandbox.isolation_report()\n"
+    code = ("from engine.harness import isolation, oneshot\nr = isolation.isolation_report()\n"
             "print(r.level); print(r.bwrap.origin); print(r.bwrap.path)\n"
-            "done = sandbox.run(['python', 'm.py'], {'m.py': 'import os; print(os.getuid())'})\n"
+            "done = oneshot.run(['python', 'm.py'], {'m.py': 'import os; print(os.getuid())'})\n"
             "print(done.stdout.strip(), done.uid)\n")
     env = checkout_env(_env(PATH="/nonexistent"))
     env["PYTHONPATH"] = f"{closed}{os.pathsep}{env['PYTHONPATH']}"
     shown = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60,
                            check=True)
     level, origin, path, ran = shown.stdout.splitlines()
-    assert level == sandbox.LEVELS[0]
+    assert level == LEVELS[0]
     assert origin.startswith(str(closed)) and not path.startswith(str(closed))
     uid, leased = ran.split()
     assert uid == leased and uid != "0"

@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 from harness_helpers import live_processes, run_exec
 
-from engine.harness import sandbox
+from engine.harness import oneshot
+from engine.harness.isolation import Limits, isolation
 
 CANARY_VAR = "ENGINE_TEST_CANARY_API_KEY"
 
@@ -119,7 +120,7 @@ def tokened_suite(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def assert_nothing_left(result: sandbox.RunResult, token: str, canary: str, reason: str) -> None:
+def assert_nothing_left(result: oneshot.RunResult, token: str, canary: str, reason: str) -> None:
     assert live_processes(token=token) == []
     if result.uid is not None:
         assert live_processes(uid=result.uid) == []
@@ -129,7 +130,7 @@ def assert_nothing_left(result: sandbox.RunResult, token: str, canary: str, reas
 
 @pytest.mark.parametrize("name", sorted(EVIL))
 def test_evil_program_is_failed_and_cleaned_up(name: str, tokened_suite: Path, canary: str,
-                                               sandbox_results: list[sandbox.RunResult]) -> None:
+                                               sandbox_results: list[oneshot.RunResult]) -> None:
     code, options = EVIL[name]
     token = f"evil-{name}-{secrets.token_hex(6)}"
     spec = {"harness": "./tokened.yaml", "timeout_s": timeout_for(name), "memory_mb": 256, "vars": {"token": token},
@@ -138,22 +139,22 @@ def test_evil_program_is_failed_and_cleaned_up(name: str, tokened_suite: Path, c
     assert not verdict.passed
     assert verdict.reason
     assert EXPECTED_REASON[name] in verdict.reason, verdict.reason
-    assert verdict.details["isolation"] == sandbox.isolation()
+    assert verdict.details["isolation"] == isolation()
     [result] = sandbox_results
     assert_nothing_left(result, token, canary, verdict.reason)
 
 
-def test_output_is_capped_but_the_start_is_kept(sandbox_results: list[sandbox.RunResult]) -> None:
+def test_output_is_capped_but_the_start_is_kept(sandbox_results: list[oneshot.RunResult]) -> None:
     verdict = run_exec({"harness": "python-script", "timeout_s": 2}, "while True:\n    print('y' * 99)\n")
     [result] = sandbox_results
     assert not verdict.passed and result.output_exceeded and result.truncated
-    assert len(result.stdout.encode()) == sandbox.Limits().output_bytes
+    assert len(result.stdout.encode()) == Limits().output_bytes
     assert result.stdout.startswith("y" * 99 + "\n")
 
 
-def test_the_network_is_unreachable(canary: str, sandbox_results: list[sandbox.RunResult]) -> None:
-    if "netns" not in sandbox.isolation():
-        pytest.skip(f"no network namespace on this machine (isolation {sandbox.isolation()!r})")
+def test_the_network_is_unreachable(canary: str, sandbox_results: list[oneshot.RunResult]) -> None:
+    if "netns" not in isolation():
+        pytest.skip(f"no network namespace on this machine (isolation {isolation()!r})")
     accepted: list[object] = []
     with socket.socket() as server:
         server.bind(("127.0.0.1", 0))
@@ -180,7 +181,7 @@ def test_the_network_is_unreachable(canary: str, sandbox_results: list[sandbox.R
     assert not Path(result.workdir).exists()
 
 
-def test_the_environment_is_an_allowlist(canary: str, sandbox_results: list[sandbox.RunResult]) -> None:
+def test_the_environment_is_an_allowlist(canary: str, sandbox_results: list[oneshot.RunResult]) -> None:
     verdict = run_exec({"harness": "python-script", "expect_stdout": "PATH LANG LC_ALL HOME TMPDIR PWD "
                         "PYTHONDONTWRITEBYTECODE PYTHONHASHSEED"},
                        "import os\nprint(' '.join(k for k in os.environ if k != 'LC_CTYPE'))\n")
@@ -191,18 +192,18 @@ def test_the_environment_is_an_allowlist(canary: str, sandbox_results: list[sand
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="privileges are dropped only when the engine runs as root")
 def test_as_root_the_child_runs_as_a_private_uid_in_namespaces() -> None:
-    assert sandbox.isolation() in ("bwrap+pidns+netns+uid", "pidns+netns+uid", "uid")
-    result = sandbox.run(["python", "main.py"], {"main.py": "import os\nprint(os.getuid(), os.getpid())\n"},
-                         sandbox.Limits(timeout_s=5))
+    assert isolation() in ("bwrap+pidns+netns+uid", "pidns+netns+uid", "uid")
+    result = oneshot.run(["python", "main.py"], {"main.py": "import os\nprint(os.getuid(), os.getpid())\n"},
+                         Limits(timeout_s=5))
     uid, pid = map(int, result.stdout.split())
     assert uid == result.uid and uid != 0
-    if sandbox.isolation() == "pidns+netns+uid":
+    if isolation() == "pidns+netns+uid":
         assert pid == 1  # the program is the init of its own PID namespace
-    elif sandbox.isolation() == "bwrap+pidns+netns+uid":
+    elif isolation() == "bwrap+pidns+netns+uid":
         assert pid == 2  # bwrap's reaper is PID 1 of the namespace; it ends the namespace with the program
 
 
-def test_concurrent_runs_do_not_mix(sandbox_results: list[sandbox.RunResult]) -> None:
+def test_concurrent_runs_do_not_mix(sandbox_results: list[oneshot.RunResult]) -> None:
     from concurrent.futures import ThreadPoolExecutor
 
     def one(i: int) -> str:
@@ -217,14 +218,14 @@ def test_concurrent_runs_do_not_mix(sandbox_results: list[sandbox.RunResult]) ->
 # -- the file system: bubblewrap's private mounts ------------------------------------------------------
 
 needs_private_mounts = pytest.mark.skipif(
-    not sandbox.isolation().startswith("bwrap"),
-    reason=f"isolation {sandbox.isolation()!r} shares the host's file system (bubblewrap missing or refused; "
+    not isolation().startswith("bwrap"),
+    reason=f"isolation {isolation()!r} shares the host's file system (bubblewrap missing or refused; "
            f"see docs/harnesses.md)")
 
 
 @needs_private_mounts
 @pytest.mark.parametrize("where", ["/run", "/tmp", "abstract"])
-def test_host_unix_sockets_are_out_of_reach(where: str, sandbox_results: list[sandbox.RunResult]) -> None:
+def test_host_unix_sockets_are_out_of_reach(where: str, sandbox_results: list[oneshot.RunResult]) -> None:
     """A socket in a world-readable, world-writable folder (as /run/user/..., /tmp/.X11-unix are)."""
     token = secrets.token_hex(6)
     folder = Path(where) / f"engine-test-sockets-{token}"
@@ -264,7 +265,7 @@ def test_host_unix_sockets_are_out_of_reach(where: str, sandbox_results: list[sa
 
 
 @needs_private_mounts
-def test_files_written_to_temp_folders_do_not_stay_behind(sandbox_results: list[sandbox.RunResult]) -> None:
+def test_files_written_to_temp_folders_do_not_stay_behind(sandbox_results: list[oneshot.RunResult]) -> None:
     token = f"engine-test-left-{secrets.token_hex(6)}"
     folders = ["/tmp", "/var/tmp", "/dev/shm", "/run"]
     code = ("import os\n"

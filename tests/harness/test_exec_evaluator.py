@@ -7,7 +7,7 @@ import shutil
 import pytest
 from harness_helpers import run_exec
 
-from engine.harness import sandbox
+from engine.harness.isolation import SANDBOX_PATH, isolation
 
 ADD_CASES = [
     {"call": "add(2, 3)", "expect": 5},
@@ -27,7 +27,7 @@ def test_python_function_all_cases_pass() -> None:
     assert verdict.passed and verdict.score == 1.0, verdict.reason
     assert verdict.reason == "4/4 cases passed"
     assert verdict.details["cases_total"] == 4
-    assert verdict.details["isolation"] == sandbox.isolation()
+    assert verdict.details["isolation"] == isolation()
 
 
 def test_python_function_partial_credit_names_the_failures() -> None:
@@ -98,7 +98,7 @@ def test_bash_harness() -> None:
     assert verdict.passed, verdict.reason
 
 
-@pytest.mark.skipif(shutil.which("node", path=sandbox.SANDBOX_PATH) is None, reason="node is not installed here")
+@pytest.mark.skipif(shutil.which("node", path=SANDBOX_PATH) is None, reason="node is not installed here")
 def test_node_harness() -> None:
     verdict = run_exec({"harness": "node", "expect_stdout": "6"},
                        "```js\nconsole.log([1, 2, 3].reduce((a, b) => a + b))\n```")

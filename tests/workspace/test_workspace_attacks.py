@@ -141,7 +141,7 @@ CHECK_LEVELS = ["bwrap+pidns+netns+uid", "pidns+netns+uid"]
 
 def level_or_skip(level: str) -> dict[str, str]:
     """The environment that makes `engine` run programs at isolation `level`; skip when this machine lacks it."""
-    code = "from engine.harness import sandbox; print(sandbox.isolation())"
+    code = "from engine.harness.isolation import isolation; print(isolation())"
     shown = subprocess.run([sys.executable, "-c", code], env=checkout_env({**os.environ,
                            "ENGINE_SANDBOX_LEVEL": level}), capture_output=True, text=True, check=True)
     if shown.stdout.strip() != level:
@@ -399,7 +399,7 @@ def test_without_bubblewrap_no_command_runs_as_the_uid_of_another_open_workspace
 
 def test_the_level_a_test_asks_for_is_the_one_that_runs() -> None:
     """ENGINE_SANDBOX_LEVEL caps the detection (the uid test above relies on it); an unknown level is an error."""
-    code = "from engine.harness import sandbox; print(sandbox.isolation())"
+    code = "from engine.harness.isolation import isolation; print(isolation())"
     for level, expected in (("uid", "uid" if os.geteuid() == 0 else "rlimits"), ("rlimits", "rlimits")):
         shown = subprocess.run([sys.executable, "-c", code], env=checkout_env({**os.environ,
                                "ENGINE_SANDBOX_LEVEL": level}), capture_output=True, text=True, check=True)

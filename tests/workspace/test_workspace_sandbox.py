@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.harness import sandbox
+from engine.harness.isolation import Limits, isolation
 from engine.workspace.spec import WorkspaceSpec
 from engine.workspace.tools import run_command, write_file
 from engine.workspace.workspace import Workspace
@@ -63,14 +63,14 @@ def test_evil_program_through_run_command(name: str, canary: str, workspace: Wor
     after = json.loads(run_command(workspace, {"command": "cat keep.txt"}).content)
     assert after["stdout"] == "kept\n"
     assert not (Path(workspace.root) / "big.bin").exists() or (Path(workspace.root) / "big.bin").stat().st_size <= (
-        sandbox.Limits().file_mb * 1024 * 1024)
+        Limits().file_mb * 1024 * 1024)
     workspace.close()
     assert live_processes(token=token) == []
 
 
 def test_the_network_is_off_unless_the_test_allows_it() -> None:
-    if "netns" not in sandbox.isolation():
-        pytest.skip(f"no network namespace here (isolation {sandbox.isolation()!r})")
+    if "netns" not in isolation():
+        pytest.skip(f"no network namespace here (isolation {isolation()!r})")
     probe = "python3 -c 'import socket; print(len(socket.if_nameindex()))'"
     closed = Workspace.create(WorkspaceSpec(files={"a": ""}))
     opened = Workspace.create(WorkspaceSpec(files={"a": ""}, network=True))

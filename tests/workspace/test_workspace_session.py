@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.harness import sandbox
+from engine.harness.isolation import isolation
 from engine.workspace.spec import WorkspaceSpec
 from engine.workspace.tools import run_command
 from engine.workspace.workspace import Workspace, WorkspaceError
@@ -32,8 +32,8 @@ FETCH = "python3 -c \"import urllib.request; print(urllib.request.urlopen('http:
 
 
 def _bwrap() -> None:
-    if not sandbox.isolation().startswith("bwrap"):
-        pytest.skip(f"no bubblewrap here (isolation {sandbox.isolation()!r})")
+    if not isolation().startswith("bwrap"):
+        pytest.skip(f"no bubblewrap here (isolation {isolation()!r})")
 
 
 def test_a_background_server_outlives_its_command_serves_the_check_and_dies_with_the_workspace() -> None:
@@ -100,6 +100,6 @@ def test_root_is_validated() -> None:
     for bad in ("app", "/usr/app", "/", "/tmp", "/a/../b"):
         spec, problems = compile_workspace({"files": {}, "root": bad}, Path("."))
         assert spec is None and "`root" in problems[0].message, bad
-    refused = not sandbox.isolation().startswith("bwrap")
+    refused = not isolation().startswith("bwrap")
     with pytest.raises(WorkspaceError, match="needs bubblewrap") if refused else contextlib.nullcontext():
         Workspace.create(WorkspaceSpec(files={}, root="/app")).close()
