@@ -5,8 +5,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any, NamedTuple
+
+from engine.base.diagnostic import Diagnostic
 
 __all__ = ["START", "Entry", "Path_", "Positions", "at"]
 
@@ -69,6 +71,19 @@ class Positions:
         if key and entry[0] is not None:
             return at(entry[0])
         return at(entry[1])
+
+    def diagnostics(self, file: str, said: Iterable[tuple[Path_, bool, str]]) -> list[Diagnostic]:
+        """Each (path, at its key rather than its value, message) as a diagnostic at its place in `file`: one per
+        place and message, in file order (how the schema checks of suites, models and harnesses report)."""
+        seen: set[tuple[int, int, str]] = set()
+        out: list[Diagnostic] = []
+        for path, on_key, message in said:
+            line, col = self.of(path, key=on_key)
+            if (line, col, message) not in seen:
+                seen.add((line, col, message))
+                out.append(Diagnostic(file, line, col, message))
+        out.sort(key=lambda d: (d.line, d.col))
+        return out
 
     @property
     def values(self) -> dict[Path_, tuple[int, int]]:

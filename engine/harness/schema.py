@@ -160,17 +160,12 @@ def validate(data: Any, positions: Positions, file: str) -> list[Diagnostic]:
     Returns:
         One diagnostic per problem, in file order, each pointing at the offending key or value.
     """
-    seen: set[tuple[int, int, str]] = set()
-    out: list[Diagnostic] = []
-    for error in validator().iter_errors(data):
-        # Under `propertyNames` each key is checked as an instance of its own, so the failing keyword is the
-        # inner `pattern`; the key's error is said as a bad name.
-        keyword = "propertyNames" if "propertyNames" in error.relative_schema_path else str(error.validator)
-        words = _WORDS.get(keyword, _said)
-        for path, on_key, message in words(error, tuple(error.absolute_path), positions):
-            line, col = positions.of(path, key=on_key)
-            if (line, col, message) not in seen:
-                seen.add((line, col, message))
-                out.append(Diagnostic(file, line, col, message))
-    out.sort(key=lambda d: (d.line, d.col))
-    return out
+    return positions.diagnostics(file, (said for error in validator().iter_errors(data)
+                                        for said in _words(error)(error, tuple(error.absolute_path), positions)))
+
+
+def _words(error: ValidationError) -> Callable[[ValidationError, Path_, Positions], Said]:
+    """The function that says `error`. Under `propertyNames` each key is checked as an instance of its own, so the
+    failing keyword is the inner `pattern`; the key's error is said as a bad name."""
+    keyword = "propertyNames" if "propertyNames" in error.relative_schema_path else str(error.validator)
+    return _WORDS.get(keyword, _said)

@@ -12,6 +12,7 @@ import selectors
 import signal
 import subprocess
 import time
+from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
 
 from engine.errors import HarnessError
@@ -25,6 +26,7 @@ SESSION_STOP_S = 5.0             # after a stop, the supervisor has this long to
 SESSION_LINE_MAX = 4 * 1024 * 1024
 
 
+@dataclass(eq=False)   # a live sandbox: equal only to itself
 class Session:
     """A workspace's sandbox that lives across commands: engine/harness/supervisor.py runs inside it and runs
     each command (`bash -c`) there, so a server a command starts in the background (`python3 server.py &`)
@@ -45,18 +47,17 @@ class Session:
         root: Where the folder is shown (bubblewrap only).
     """
 
-    def __init__(self, workdir: Path, *, memory_mb: int, lifetime_s: float, network: bool, uid: int | None,
-                 group: str | None, root: str | None) -> None:
-        self.workdir = workdir
-        self.memory_mb = memory_mb
-        self.lifetime_s = lifetime_s
-        self.network = network
-        self.uid = uid
-        self.group = group
-        self.root = root
-        self._proc: subprocess.Popen[bytes] | None = None
-        self._netns: int | None = None
-        self._buffer = b""
+    workdir: Path
+    _: KW_ONLY
+    memory_mb: int
+    lifetime_s: float
+    network: bool
+    uid: int | None
+    group: str | None
+    root: str | None
+    _proc: subprocess.Popen[bytes] | None = field(default=None, init=False, repr=False)
+    _netns: int | None = field(default=None, init=False, repr=False)
+    _buffer: bytes = field(default=b"", init=False, repr=False)
 
     def run(self, command: str, limits: Limits) -> RunResult:
         """Run `command` in the session (starting it when needed); a failing command is a result.

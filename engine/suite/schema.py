@@ -353,13 +353,5 @@ def validate(data: Any, positions: Positions, file: str, schema_name: str = "sui
         One diagnostic per problem, in file order, each pointing at the offending key or value.
     """
     mapper = _Mapper(positions)
-    seen: set[tuple[int, int, str]] = set()
-    out: list[Diagnostic] = []
-    for error in validator(schema_name).iter_errors(data):
-        for path, on_key, message in mapper.messages(error):
-            line, col = positions.of(path, key=on_key)
-            if (line, col, message) not in seen:
-                seen.add((line, col, message))
-                out.append(Diagnostic(file, line, col, message))
-    out.sort(key=lambda d: (d.line, d.col))
-    return out
+    return positions.diagnostics(file, (said for error in validator(schema_name).iter_errors(data)
+                                        for said in mapper.messages(error)))
