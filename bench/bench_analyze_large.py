@@ -10,7 +10,7 @@ any out-of-core analysis must do).
     python bench/bench_analyze_large.py [--folders 200] [--pandas-folders 20] [--keep DIR]
     python bench/bench_analyze_large.py --paired BASE_TREE --folders 40 [--tests 20000] [--repeat 3] [--keep DIR]
 
-`--paired BASE_TREE` (issue #22, item 4) measures this tree against another checkout of the project (e.g.
+`--paired BASE_TREE` measures this tree against another checkout of the project (e.g.
 `git archive f4a67ce | tar -x -C /tmp/base`): the two run interleaved (base, this, base, this, ...) on the same
 files, each a fresh process with `PYTHONPATH` set to its tree, and every figure is wall seconds, CPU seconds
 (user + system of the child) and peak RSS. `--tests` sets the tests per run folder (20,000 by default; 2,000

@@ -11,7 +11,7 @@ Every measurement runs in its own process against `bench/mock_server.py` (a sepa
 CPU is the process's CPU time (user + system) spent in the measured loop, divided by the calls.
 `--quick` divides the counts by 10 (for a smoke run). Figures go to bench/README.md.
 
-`--rounds N [--against TREE]`: N paired rounds instead (issue #22): each round runs the raw loop, TREE's
+`--rounds N [--against TREE]`: N paired rounds instead: each round runs the raw loop, TREE's
 engine (an export of an older commit, run with its own bench/bench_run.py) and this tree's, in turns first,
 and the raw loop again against one mock server, non-streaming and streaming; then the whole processes (bare
 loop, then the two `engine run`s in turns); each engine's ratio is taken against its round's raw runs.

@@ -1,4 +1,4 @@
-"""SSE decoding of one huge `data:` line (issue #11, item 4): linear in the input, not quadratic.
+"""SSE decoding of one huge `data:` line: linear in the input, not quadratic.
 
 A hostile or runaway server may send a whole answer as one 50 MB event. The stream arrives in
 socket-sized chunks (64 KB here, what aiohttp's `iter_any` hands over on loopback), so a decoder that

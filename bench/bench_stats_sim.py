@@ -1,4 +1,4 @@
-"""Benchmark: the statistics of `engine analyze` on simulated runs with known truth (issue #14).
+"""Benchmark: the statistics of `engine analyze` on simulated runs with known truth.
 
 Scenarios (tests/analysis/simulate.py: test effect u ~ N(0, 1.5²), case effect v ~ N(0, 0.5²), an attempt of
 model m passes with chance sigmoid(ability_m + u + v)):
@@ -11,7 +11,7 @@ model m passes with chance sigmoid(ability_m + u + v)):
    and the power of the rule when the models differ;
 3. tests classed from evidence: 20 flat + 20 discriminating tests (4 models, 5 attempts), and 40 flat tests,
    with Benjamini-Hochberg (the default) and Holm;
-4. (issue #22) the same classes in the large-count regime (50 models × 20 attempts, rare passes: the
+4. the same classes in the large-count regime (50 models × 20 attempts, rare passes: the
    exact-minority path) against the 4,000 fixed permutations it replaced, and the time of each.
 
 Independent runs are stacked as model columns of one frame, so each figure is a handful of public API calls.
@@ -158,7 +158,7 @@ def classes(runs: int, correction: str = "bh") -> list[str]:
 
 
 def large_count_classes(runs: int) -> list[str]:
-    """Classes with the shipped paths and with the fixed-count rule (before issue #22) on the same runs."""
+    """Classes with the shipped paths and with the fixed-count rule it replaced on the same runs."""
     rng = np.random.default_rng(2222)
     shipped = items.homogeneity_p_values
     changed = tests_total = 0

@@ -1,4 +1,4 @@
-"""Benchmark: `engine analyze --subset 20%` on simulated runs with known truth (issue #24, item 2).
+"""Benchmark: `engine analyze --subset 20%` on simulated runs with known truth.
 
 For each scenario and seed, the leave-one-model-out figures of `engine.analysis.subset.choose_subset`
 (mean absolute error of the held-out models' estimated pass rates, Spearman of estimate against full suite),

@@ -1,4 +1,4 @@
-"""Benchmark: `engine run --until-decided A,B` (issue #24, item 1): error rate, power, calls saved.
+"""Benchmark: `engine run --until-decided A,B`: error rate, power, calls saved.
 
 1. Simulation (default; numpy only, seeded): suites drawn from the model of tests/analysis/simulate.py (test effect
    u ~ N(0, 1.5²); an attempt of model m passes with chance sigmoid(ability_m + u)); each run draws its own suite

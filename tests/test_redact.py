@@ -1,4 +1,4 @@
-"""engine/redact.py: the one home of redaction (issue #11, items 14-17)."""
+"""engine/redact.py: the one home of redaction."""
 
 from __future__ import annotations
 

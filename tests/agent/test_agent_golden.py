@@ -34,7 +34,7 @@ def turns(raw: Any) -> tuple[GoldenTurn, ...]:
     return compiled
 
 
-async def test_the_issue_example_golden_replays_to_a_completed_conversation() -> None:
+async def test_the_weather_golden_replays_to_a_completed_conversation() -> None:
     golden = turns([{"tool_calls": [{"name": "get_weather", "arguments": {"city": "Paris"}}]},
                     "It is 18°C and cloudy: take a light jacket."])
     transcript = await replay_golden(golden, OPENING, TOOLS, AgentSettings(max_turns=4))

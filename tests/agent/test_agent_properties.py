@@ -1,4 +1,4 @@
-"""Invariants of the loop over generated conversations, and the issue's own example end to end in YAML."""
+"""Invariants of the loop over generated conversations, and the smallest agent suite end to end in YAML."""
 
 from __future__ import annotations
 
@@ -91,15 +91,15 @@ def test_every_conversation_keeps_the_loops_invariants(turns: list[GoldenTurn], 
     assert transcript.state.get("n", 0) == counted
 
 
-# The issue's YAML example, kept once as a fixture (also loaded by test_agent_suites and test_agent_golden_check).
-ISSUE_SUITE = (Path(__file__).resolve().parents[1] / "fixtures" / "agent" / "issue_example.yaml").read_text(
+# The smallest agent suite, kept once as a fixture (also loaded by test_agent_suites and test_agent_golden_check).
+WEATHER_SUITE = (Path(__file__).resolve().parents[1] / "fixtures" / "agent" / "weather_agent.yaml").read_text(
     encoding="utf-8")
 
 
-async def test_the_issue_example_from_yaml_through_the_loop() -> None:
-    """The issue's suite, compiled by this package, its golden replayed; the checks written out by hand
+async def test_the_weather_suite_from_yaml_through_the_loop() -> None:
+    """The weather suite, compiled by this package, its golden replayed; the checks written out by hand
     until the trajectory evaluators exist."""
-    suite = load_yaml_text(ISSUE_SUITE, "inline.yaml").data
+    suite = load_yaml_text(WEATHER_SUITE, "inline.yaml").data
     tools, problems = compile_tools(suite["tools"])
     assert problems == []
     test = suite["tests"][0]

@@ -1,7 +1,7 @@
 """The example agent suites, checked with the parts that exist before the suite schema knows agents.
 
-suites/agent_booking.yaml (kept identical to tests/fixtures/agent/agent_booking.yaml) and the issue's
-own YAML example (tests/fixtures/agent/issue_example.yaml) are read as plain YAML; their tools compile
+suites/agent_booking.yaml (kept identical to tests/fixtures/agent/agent_booking.yaml) and the smallest
+agent suite (tests/fixtures/agent/weather_agent.yaml) are read as plain YAML; their tools compile
 with `compile_tools`, every evaluator with `compile_spec`, and each golden conversation is replayed
 through the real loop with the declared tool results and scored as the runner scores an agent test
 (`transcript.answer()` with the transcript in the context). Conversations that go wrong must fail,
@@ -30,7 +30,7 @@ from tests.factories import make_test
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures" / "agent"
-SUITES = [FIXTURES / "agent_booking.yaml", FIXTURES / "issue_example.yaml"]
+SUITES = [FIXTURES / "agent_booking.yaml", FIXTURES / "weather_agent.yaml"]
 
 
 def _load(path: Path) -> dict[str, Any]:

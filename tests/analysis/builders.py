@@ -4,7 +4,7 @@
     rows = grid_rows(grid, threshold=1.0)                          # None = an error row
     write_run(tmp_path / "run1", rows)
 
-Agent runs (issue #12) add the columns of `AGENT_FIELDS` (named as the design note in engine/agent/__init__.py
+Agent runs add the columns of `AGENT_FIELDS` (named as the design note in engine/agent/__init__.py
 plans them); `agent_row(transcript, ...)` fills them from a real `Transcript`, and `AGENT_SCHEMA` writes them.
 """
 

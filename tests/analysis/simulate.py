@@ -94,7 +94,7 @@ def large_count_frame(rng: np.random.Generator, per_group: int = 40) -> pd.DataF
 
 
 def fixed_count(x: np.ndarray, n: np.ndarray, seed: int) -> np.ndarray:
-    """The Monte Carlo test as it was before issue #22: (1 + #{T* ≥ T}) / (1 + 4,000) for every table (the
+    """The fixed-count Monte Carlo test the sequential one replaced: (1 + #{T* ≥ T}) / (1 + 4,000) for every table (the
     sequential code with more exceedances than its cap never stops early)."""
     from engine.analysis.homogeneity import DEFAULT_PERMUTATIONS, _monte_carlo
 
@@ -102,7 +102,7 @@ def fixed_count(x: np.ndarray, n: np.ndarray, seed: int) -> np.ndarray:
 
 
 def old_rule(passes: np.ndarray, attempts: np.ndarray, *, seed: int = 0) -> np.ndarray:
-    """`homogeneity_p_values` before issue #22: 4,000 fixed permutations wherever a large test is sparse."""
+    """`homogeneity_p_values` with the fixed-count rule: 4,000 fixed permutations wherever a large test is sparse."""
     from engine.analysis.homogeneity import homogeneity_p_values, p_value_methods
 
     big = np.isin(p_value_methods(passes, attempts), ["exact-minority", "monte-carlo"])

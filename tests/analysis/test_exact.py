@@ -69,7 +69,7 @@ def test_large_tests_use_chi_square_when_counts_are_large() -> None:
 def test_large_sparse_tests_are_exact_on_the_rarer_outcome() -> None:
     # 2 models × 250 attempts exceeds MAX_EXACT_ATTEMPTS and 3 passes in all leave expected counts below 5:
     # the exact path on the rarer outcome; compare with the exact chi-square-ordered tail, computed here over
-    # the hypergeometric distribution of model 1's passes. (Before issue #22: 4,000 permutations.)
+    # the hypergeometric distribution of model 1's passes. (The fixed-count rule drew 4,000 permutations here.)
     n, x = 250, [3, 0]
     assert 2 * n > MAX_EXACT_ATTEMPTS
     assert list(p_value_methods(np.array([x, [n - 3, n]]), np.array([[n, n]] * 2))) == ["exact-minority"] * 2

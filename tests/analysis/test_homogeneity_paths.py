@@ -1,6 +1,6 @@
-"""The homogeneity test's large-count paths (issue #22, item 4) against what they replaced.
+"""The homogeneity test's large-count paths against what they replaced.
 
-Until issue #22 every test with more than 400 attempts and an expected count under 5 drew a fixed 4,000
+Before them every test with more than 400 attempts and an expected count under 5 drew a fixed 4,000
 permutations. Now such a test is computed exactly on its rarer outcome when that is rare (`exact-minority`),
 else by Besag and Clifford's sequential Monte Carlo (`monte-carlo`, h = 100 exceedances, cap 4,000). Here:
 

@@ -102,8 +102,8 @@ def test_discriminating_and_flat_tests_are_told_apart() -> None:
 
 
 def test_flat_tests_alone_are_not_called_discriminating() -> None:
-    """Only flat tests (the issue's case: every model truly passes about half the time): under this global
-    null Benjamini-Hochberg bounds the chance of any call in a run by 5%."""
+    """Only flat tests (no call is right: every model truly passes about half the time): under this global null
+    Benjamini-Hochberg bounds the chance of any call in a run by 5%."""
     rng = np.random.default_rng(5)
     runs = 40
     any_call = sum(bool(flat_and_discriminating(rng, 40, 0)[0]["discriminating"].any()) for _ in range(runs))

@@ -1,4 +1,4 @@
-"""The load-speed fast paths of engine/base/render.py and engine/evaluators/node.py (issue #22) give exactly
+"""The load-speed fast paths of engine/base/render.py and engine/evaluators/node.py give exactly
 what the general code gives: each is checked against a copy of the code as it was before them (f4a67ce).
 """
 

@@ -1,4 +1,4 @@
-"""A hostile server (issue #11, items 1-4): every reply the client cannot read ends as one classified error.
+"""A hostile server: every reply the client cannot read ends as one classified error.
 
 Each case is sent by the fake server byte for byte (`Reply(raw=...)`), streamed and not. The client
 must return a result - never raise - with the right `error_kind`, a message that says what was wrong,

@@ -68,7 +68,7 @@ def test_a_bad_option_is_a_problem_on_the_node_and_an_error_verdict_not_a_value_
     assert v.error and v.reason.startswith(problem) and "ValueError" not in v.reason
 
 
-def test_the_issue_example_fails_the_golden_check_as_it_fails_the_run(tmp_path: Path) -> None:
+def test_a_failed_must_fails_the_golden_check_as_it_fails_the_run(tmp_path: Path) -> None:
     spec = {"all": [{"contains": "X", "must": True}, {"contains": "Y"}, {"contains": "Z"}]}
     run_verdict = score(make_test(eval=spec, threshold=0.5), Answer(text="Y Z"))
     assert run_verdict.score == pytest.approx(2 / 3) and not run_verdict.passed

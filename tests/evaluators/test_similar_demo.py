@@ -1,4 +1,4 @@
-"""The demo's judged suite (suites/judged.yaml, issue #13 item 6) without the embedded model: it loads, its
+"""The demo's judged suite (suites/judged.yaml) without the embedded model: it loads, its
 judge resolves against the default models, every test sets a deterministic check beside the judge, the
 embedded judge gets its reply schema in llama-cpp-python's form, and `engine validate suites/` calls nothing.
 The suite's run on the real model is `make run` (and `make test-local`)."""

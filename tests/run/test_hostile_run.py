@@ -1,4 +1,4 @@
-"""`engine run` against a hostile server and careless input (issue #11): rows or one clear error, never a traceback.
+"""`engine run` against a hostile server and careless input: rows or one clear error, never a traceback.
 
 Real subprocesses against the loopback fake server: every bad reply ends as a row, the other jobs of
 the same model still run (concurrency 1), `pd.read_parquet(run)` reads every row, `--resume` pays

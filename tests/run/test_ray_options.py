@@ -31,8 +31,8 @@ def test_ray_with_shard_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureF
     assert "drop --shard" in capsys.readouterr().err
 
 
-def test_ray_without_an_address_is_the_issue_form(tmp_path: Path, fake_openai: FakeOpenAI) -> None:
-    """`engine run SUITES --ray` (no ADDRESS, as issue #17 writes it) parses as `--ray local`."""
+def test_ray_without_an_address_runs_on_this_machine(tmp_path: Path, fake_openai: FakeOpenAI) -> None:
+    """`engine run SUITES --ray` (no ADDRESS, as docs/running.md writes it) parses as `--ray local`."""
 
     from engine.cli import fill_optional_values
 

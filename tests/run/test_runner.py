@@ -198,7 +198,7 @@ def test_jobs_are_lazy_and_attempt_major() -> None:
 
 
 async def test_workers_are_no_more_than_jobs(tmp_path: Path, fake_openai: FakeOpenAI) -> None:
-    """A concurrency of 10,000 for two tests starts two workers, not 10,000 (issue #11, item 12)."""
+    """A concurrency of 10,000 for two tests starts two workers, not 10,000."""
     import asyncio
 
     from engine.results.journal import Journal

@@ -4,7 +4,7 @@ regression even when every Test still looks right.
 tests/fixtures/hash_pins/ holds copies of the shipped suites (agent, exec, judge, tools, workspaces), the four
 shapes of bench/bench_validate.py and features.yaml (messages, content parts with an image, `cases_from`, named
 evaluators, a JSON golden, a suite `judge_prompt`, Jinja loops and expressions). hashes.json was written by the
-tree at f4a67ce, before the load-speed work of issue #22; the loader must keep giving exactly these hashes.
+tree at f4a67ce, before the loader's fast paths; the loader must keep giving exactly these hashes.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Input limits (issue #11, items 11 and 13): templates on a size and time budget, big files refused by size."""
+"""Input limits: templates on a size and time budget, big files refused by size."""
 
 from __future__ import annotations
 

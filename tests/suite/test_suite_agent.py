@@ -10,8 +10,8 @@ import pytest
 from engine.evaluators import KINDS
 from engine.suite import load_suites
 
-ISSUE_EXAMPLE = """\
-suite: issue-12
+WEATHER_AGENT = """\
+suite: weather-agent
 tools:
   get_weather:
     description: Current weather for a city.
@@ -78,16 +78,16 @@ def _load(tmp_path: Path, text: str, name: str = "s.yaml") -> tuple[list, list]:
 
 @pytest.mark.skipif(not {"tool_sequence", "final_answer"} <= set(KINDS),
                     reason="the trajectory evaluators come from the agent-eval branch")
-def test_the_issue_example_loads_exactly_as_written(tmp_path: Path) -> None:
-    suites, diagnostics = _load(tmp_path, ISSUE_EXAMPLE)
+def test_the_weather_agent_loads_exactly_as_written(tmp_path: Path) -> None:
+    suites, diagnostics = _load(tmp_path, WEATHER_AGENT)
     assert [d for d in diagnostics if d.severity == "error"] == []
     test = suites[0].tests[0]
     assert test.agent is not None and test.agent.max_turns == 4
     assert list(test.agent_tools) == ["get_weather"]
 
 
-def test_the_issue_tools_and_agent_block_load_with_an_answer_check(tmp_path: Path) -> None:
-    text = ISSUE_EXAMPLE.replace("        - tool_sequence: [get_weather]\n        - final_answer: {contains: \"18\"}\n",
+def test_the_weather_tools_and_agent_block_load_with_an_answer_check(tmp_path: Path) -> None:
+    text = WEATHER_AGENT.replace("        - tool_sequence: [get_weather]\n        - final_answer: {contains: \"18\"}\n",
                                  "        - contains: \"18\"\n")
     suites, diagnostics = _load(tmp_path, text)
     assert diagnostics == []

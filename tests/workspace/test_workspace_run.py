@@ -158,7 +158,7 @@ def results(tmp_path_factory: pytest.TempPathFactory) -> tuple[pd.DataFrame, Pat
 COUNTS = ["outcome", "turns", "prose_turns", "tool_calls_made", "failed_commands", "refused_paths", "invented_tools"]
 
 
-def test_the_issue_example_is_solved_and_judged_by_its_hidden_check(results: Any) -> None:
+def test_the_greeting_fix_is_solved_and_judged_by_its_hidden_check(results: Any) -> None:
     df, _, requests, _ = results
     row = df.loc["fix-the-greeting"]
     assert row[COUNTS].tolist() == ["completed", 5, 1, 4, 0, 0, 0]

@@ -22,7 +22,7 @@ def tests() -> dict[str, Test]:
     suites, diagnostics = load_suites([SUITE], golden_check=True, conversation_check=score_golden_conversation)
     assert [d for d in diagnostics if d.severity == "error"] == []
     (suite,) = suites
-    # three real tasks, and the easy one a first `make run` shows solved (issue #23)
+    # three real tasks, and the easy one a first `make run` shows solved
     assert [t.id for t in suite.tests] == ["write-hello-file", "fix-failing-unit-test", "summarise-csv", "rename-files"]
     return {test.id: test for test in suite.tests}
 
