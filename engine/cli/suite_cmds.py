@@ -85,21 +85,24 @@ def validate(
         suites, diagnostics = load_suites(list(paths), golden_check=not no_golden_check,
                                           conversation_check=_score_golden_conversation)
     checked = len(files)
+    from engine.suite.conversation import uncallable_choices
     from engine.suite.models_file import raised_max_tokens
 
+    loaded = [t for s in suites for t in s.tests]
     if models:
         configs, model_problems = load_models(models)
         diagnostics.extend(model_problems)
         checked += 1
         from engine.suite.content_parts import completions_conflicts
 
-        diagnostics.extend(completions_conflicts((t for s in suites for t in s.tests), configs.values()))
-        diagnostics.extend(raised_max_tokens((t for s in suites for t in s.tests), configs.values()))
+        diagnostics.extend(completions_conflicts(loaded, configs.values()))
+        which = ""
     else:   # the models `engine run` uses without --models
         from engine.local import default_models
 
-        diagnostics.extend(raised_max_tokens((t for s in suites for t in s.tests), default_models().values(),
-                                             which=" (the default embedded models)"))
+        configs, which = default_models(), " (the default embedded models)"
+    diagnostics.extend(raised_max_tokens(loaded, configs.values(), which=which))
+    diagnostics.extend(uncallable_choices(loaded, configs.values(), which=which))
     tests = sum(len(s.tests) for s in suites)
     code = _print_diagnostics(diagnostics, checked, tests)
     if judges:

@@ -15,21 +15,25 @@ answered before the conversation goes on; the tool is one the test offers); `sen
 the request carries it (arguments written as a mapping become their JSON text). Tools are named by their
 key under `tools:` everywhere in a suite; a key the API refuses needs a `name:` for the API
 (`api_name_problems`), which only the request and the model see (`engine.client` maps it both ways).
+`uncallable_choices` says which tests demand a call that a models file's completions-API models cannot make.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any
 
 from engine.base.diagnostic import Path, Problem
 from engine.base.jsontext import dumps_unicode
 from engine.base.words import did_you_mean
+from engine.errors import Diagnostic
+from engine.model.model_config import ModelConfig
+from engine.model.test import Test
 
 __all__ = ["API_NAME", "API_NAME_PATTERN", "CHOICE_MODES", "api_name_problems", "api_names", "check_conversation",
-           "named_for_api", "sent_turn", "tool_choice"]
+           "named_for_api", "sent_turn", "tool_choice", "uncallable_choices"]
 
 #: The tool names OpenAI's API accepts; other APIs accept at least these.
 API_NAME_PATTERN = "^[a-zA-Z0-9_-]{1,64}$"
@@ -88,6 +92,33 @@ def tool_choice(value: Any, offered: Collection[str], path: Path) -> tuple[Any, 
         return None, [Problem(where, f"`tool_choice` names the tool '{name}', which this test does not offer; "
                                      f"{hint}")]
     return {"type": "function", "function": {"name": name}}, []
+
+
+def uncallable_choices(tests: Iterable[Test], models: Iterable[ModelConfig], *, which: str = "") -> list[Diagnostic]:
+    """A warning at each test whose `tool_choice` demands a call (`required`, or one tool named) for the
+    completions-API models among `models`: a text prompt carries no tools, so the choice cannot be honoured.
+
+    Args:
+        tests: The loaded tests.
+        models: The models the tests would run on.
+        which: Words after the model names saying where they come from (" (the default embedded models)").
+    """
+    names = sorted(m.name for m in models if m.api == "completions")
+    if not names:
+        return []
+    seen: set[tuple[str, int]] = set()
+    out: list[Diagnostic] = []
+    for test in tests:
+        choice = test.tool_choice
+        if choice is None or choice in ("auto", "none") or (test.file, test.line) in seen:
+            continue   # one entry's case rows and variants share a line: one warning
+        seen.add((test.file, test.line))
+        written = choice if isinstance(choice, str) else choice["function"]["name"]
+        out.append(Diagnostic(test.file, test.line, 1, (
+            f"test '{test.id}' demands a tool call (`tool_choice: {written}`), which the completions-API model(s) "
+            f"{', '.join(names)}{which} cannot make: the completions API carries no tools, so neither they nor the "
+            "choice are sent to them; give them `api: chat`, or leave them out with --model"), severity="warning"))
+    return out
 
 
 def check_conversation(messages: Sequence[Mapping[str, Any]], offered: Collection[str],

@@ -2,7 +2,8 @@
 
 The record kinds read what a run recorded of its call: usage (for `cost`, `tokens`, `usage_reported`), the
 times, the calls. On the embedded models each must be scored, never an error row: usage reported streamed or
-not, a `tool_choice` naming one tool honoured by the tool-calling chat format, and a conversation that starts
+not, a `tool_choice` naming one tool honoured by the chat formats (refused by `engine validate` for the
+completions API, which carries no tools), and a conversation that starts
 mid-way with `content: null` (docs/suite-format.md's own example) taken by the server. The tutorial's run
 (docs/tutorial.md, its files as the page writes them) must end with no error row and no call near a timeout.
 """
@@ -71,6 +72,9 @@ def test_every_record_kind_is_scored_on_the_embedded_models(tmp_path: Path) -> N
     # validate says the suite's max_tokens is raised by the embedded entries' floor (the run sends 64)
     assert "record_kinds.yaml:12:1: note: max_tokens 24 of 7 tests (first: 'cost-within-budget') is raised " \
            "to 64 for gemma, gemma-complete, smollm2, smollm2-whole" in checked.stderr, checked.stderr
+    # ... and that the completions API cannot honour a named tool_choice (its prompt carries no tools)
+    assert "record_kinds.yaml:31:1: warning: test 'lookup-named' demands a tool call (`tool_choice: find_slots`), " \
+           "which the completions-API model(s) gemma-complete cannot make" in checked.stderr, checked.stderr
     done = _engine("run", "suites", "--models", "models.yaml", "--out", "results", "--quiet", "--no-cache",
                    cwd=tmp_path)
     assert done.returncode in (0, 1), done.stdout + done.stderr   # 1: a small model fails some tests

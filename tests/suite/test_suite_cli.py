@@ -109,3 +109,43 @@ def test_list_names_evaluator_kinds_not_their_options(repo_root: Path) -> None:
     proc = engine("list", str(repo_root / "suites" / "arithmetic.yaml"))
     kinds = {line.split()[3] for line in proc.stdout.strip().splitlines()[1:]}
     assert kinds == {"numeric"}  # `pattern:` is an option of numeric, not an evaluator
+
+
+def test_validate_says_what_the_models_will_not_take_as_written(tmp_path: Path) -> None:
+    """A max_tokens below a model's floor is a note (the run raises it); a tool call demanded of a
+    completions-API model, which carries no tools, is a warning; neither fails the check."""
+    suite = tmp_path / "s.yaml"
+    suite.write_text("suite: s\ntools:\n  find_slots: {description: Free tables., parameters: {type: object}}\n"
+                     "defaults: {max_tokens: 24}\ntests:\n"
+                     "  - {id: plain, prompt: p, eval: {contains: x}}\n"
+                     "  - {id: named, prompt: p, tools: [find_slots], tool_choice: find_slots, eval: {tool_call: "
+                     "{name: find_slots}}}\n"
+                     "  - {id: left-to-the-model, prompt: p, tools: [find_slots], tool_choice: auto, eval: {contains: "
+                     "x}}\n"
+                     "  - {id: short, prompt: p, max_tokens: 4, tools: [find_slots], tool_choice: required, eval: "
+                     "{contains: x}}\n")
+    models = tmp_path / "models.yaml"
+    models.write_text("models:\n"
+                      "  tiny: {builtin: smollm2-135m}\n"                                  # floor 64
+                      "  complete: {builtin: gemma-3-270m, api: completions, params: {max_tokens: 16}}\n"
+                      "  hosted: {base_url: 'https://api.example.com/v1', model: m}\n")   # floor 1024
+    proc = engine("validate", str(suite), "--models", str(models))
+    assert proc.returncode == 0, proc.stderr
+    floor = ("a model's params.max_tokens (else 1024) is a floor a test can raise but not lower, so a reasoning "
+             "model is not starved; a lower params.max_tokens in the models file lets the test's value through")
+    uncallable = ("which the completions-API model(s) complete cannot make: the completions API carries no tools, so "
+                  "neither they nor the choice are sent to them; give them `api: chat`, or leave them out with --model")
+    assert proc.stderr.splitlines() == [
+        f"{suite}:6:1: note: max_tokens 4 to 24 of 4 tests (first: 'plain') is raised to 64 for tiny: {floor}",
+        f"{suite}:6:1: note: max_tokens 4 to 24 of 4 tests (first: 'plain') is raised to 1024 for hosted: {floor}",
+        f"{suite}:7:1: warning: test 'named' demands a tool call (`tool_choice: find_slots`), {uncallable}",
+        f"{suite}:9:1: note: max_tokens 4 of test 'short' is raised to 16 for complete: {floor}",
+        f"{suite}:9:1: warning: test 'short' demands a tool call (`tool_choice: required`), {uncallable}",
+        "0 errors, 2 warnings in 2 files (4 tests loaded)"]
+    # without --models: the models `engine run` would use (floor 8; two gemma configurations on completions)
+    alone = engine("validate", str(suite))
+    assert alone.returncode == 0, alone.stderr
+    assert "note: max_tokens 4 of test 'short' is raised to 8 for gemma-chat, gemma-complete, " \
+           "gemma-complete-warm, smollm2-tools (the default embedded models)" in alone.stderr
+    assert "completions-API model(s) gemma-complete, gemma-complete-warm (the default embedded models) cannot " \
+           "make" in alone.stderr

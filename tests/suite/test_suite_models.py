@@ -95,3 +95,21 @@ def test_concurrency_is_a_high_ceiling_for_a_hosted_api_and_low_for_a_local_serv
     assert problems == []
     assert {name: m.concurrency for name, m in models.items()} == {
         "hosted": 64, "local": 8, "named-local": 8, "ipv6-local": 8, "replicas": 8, "set": 3}
+
+
+def test_an_embedded_entry_gets_a_floor_timeout_and_concurrency_fit_for_a_cpu(tmp_path: Path) -> None:
+    """A `builtin:` entry's keys left out come from the registry (64 tokens, 60 s, one call at a time: the
+    server computes one request at a time); keys it sets win, and params it sets join the floor."""
+    models, problems = load_models(write(tmp_path, """\
+models:
+  plain: {builtin: gemma-3-270m}
+  tuned: {builtin: smollm2-135m, timeout_s: 5, concurrency: 2, params: {temperature: 0}}
+  own-floor: {builtin: smollm2-135m, params: {max_tokens: 16}}
+  served: {base_url: 'http://127.0.0.1:8080/v1', model: m}
+"""))
+    assert problems == []
+    settings = {name: (m.params, m.timeout_s, m.concurrency) for name, m in models.items()}
+    assert settings == {"plain": ({"max_tokens": 64}, 60.0, 1),
+                        "tuned": ({"max_tokens": 64, "temperature": 0}, 5.0, 2),
+                        "own-floor": ({"max_tokens": 16}, 60.0, 1),
+                        "served": ({}, 120.0, 8)}
