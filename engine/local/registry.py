@@ -112,7 +112,7 @@ EMBEDDER = "smollm2-embed"
 STOP = ("\n\n", "\nif __name__", "\nprint(")
 # Where the chat configuration stops: the end of its first line (see default_models).
 CHAT_STOP = ("\n",)
-# Every configuration's max_tokens floor: tests ask for their own (the example suites: 6 to 64).
+# Every configuration's max_tokens floor: tests ask for their own (the example suites: 8 to 64).
 MAX_TOKENS_FLOOR = 8
 
 
@@ -177,7 +177,7 @@ def default_models() -> dict[str, ModelConfig]:
     of the 29 either way; the stop keeps it from spending much of a first run's time rambling.
 
     Each sets `max_tokens: 8` as its floor, below the builtin's own (`BuiltinModel.max_tokens`, what a
-    models-file entry gets), so the example suites' own limits apply, 6 tokens and up (the engine's default
+    models-file entry gets), so the example suites' own limits apply, 8 tokens and up (the engine's default
     floor, 1024, would let the chat configuration ramble for many minutes); a suite without limits gets 8 tokens.
     The timeout is the builtin's.
 

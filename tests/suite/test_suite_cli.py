@@ -111,6 +111,15 @@ def test_list_names_evaluator_kinds_not_their_options(repo_root: Path) -> None:
     assert kinds == {"numeric"}  # `pattern:` is an option of numeric, not an evaluator
 
 
+def test_the_example_suites_validate_with_nothing_to_say_on_the_default_models(repo_root: Path) -> None:
+    """What `make run` shows first: no error, warning or note (the default configurations' floor, 8 tokens,
+    raises none of the example suites' limits, and none demands a tool call of the completions API)."""
+    proc = engine("validate", "--no-golden-check", str(repo_root / "suites"))
+    assert proc.returncode == 0, proc.stderr
+    [summary] = proc.stderr.splitlines()
+    assert summary.startswith("0 errors, 0 warnings in "), proc.stderr
+
+
 def test_validate_says_what_the_models_will_not_take_as_written(tmp_path: Path) -> None:
     """A max_tokens below a model's floor is a note (the run raises it); a tool call demanded of a
     completions-API model, which carries no tools, is a warning; neither fails the check."""
