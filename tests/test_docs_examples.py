@@ -48,3 +48,25 @@ def test_the_example_loads(doc: str, n: int, block: str, tmp_path: Path) -> None
     suites, diagnostics = load_suites(paths, golden_check=True)
     assert [str(d) for d in diagnostics] == []
     assert sum(len(s.tests) for s in suites) >= 1
+
+
+def test_the_tutorials_validate_says_what_the_page_says(tmp_path: Path) -> None:
+    """Section 5: `engine validate suites/ --models models.yaml` on the page's own files notes the one floor that
+    raises a suite's max_tokens (`local` sets none: 1024); the embedded entries' floor is the suite's 64."""
+    from tests.engine_proc import run_engine
+
+    page = (ROOT / "docs" / "tutorial.md").read_text(encoding="utf-8")
+    (tmp_path / "suites").mkdir()
+    for name, text in re.findall(r"Write `([\w-]+\.yaml)`[^\n]*:\n\n```yaml\n(.*?)```", page, re.S):
+        (tmp_path / "suites" / name).write_text(text, encoding="utf-8")
+    models = re.search(r"```yaml\n# models.yaml\n(.*?)```", page, re.S)
+    assert models
+    (tmp_path / "models.yaml").write_text(models.group(1), encoding="utf-8")
+    assert "raised to 1024 for `local`" in page.replace("\n", " ")   # what the page says the note is
+    done = run_engine("validate", "suites/", "--models", "models.yaml", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.splitlines() == [
+        "suites/support.yaml:7:1: note: max_tokens 64 of test 'refund-window' is raised to 1024 for local: a model's "
+        "params.max_tokens (else 1024) is a floor a test can raise but not lower, so a reasoning model is not "
+        "starved; a lower params.max_tokens in the models file lets the test's value through",
+        "0 errors, 0 warnings in 4 files (6 tests loaded)"]
