@@ -20,7 +20,7 @@ from jsonschema import Draft202012Validator, validators
 from jsonschema.exceptions import SchemaError, ValidationError
 from jsonschema.protocols import Validator
 
-from engine.base.patterns import compile_re2, searchable
+from engine.base.patterns import compile_re2
 from engine.base.words import short
 
 __all__ = ["schema_error", "schema_validator"]
@@ -52,7 +52,7 @@ def _draft_class(schema: Any) -> type[Validator]:
 
 def _matches(pattern: str, text: str) -> bool:
     """`re.search(pattern, text)` on RE2. Raises ValueError when RE2 cannot run the pattern."""
-    return compile_re2(pattern).search(searchable(text)) is not None
+    return compile_re2(pattern).search(text) is not None
 
 
 def _pattern(validator: Any, pattern: str, instance: Any, schema: Any) -> Iterator[ValidationError]:
@@ -76,7 +76,7 @@ def _pattern_properties(validator: Any, patterns: Mapping[str, Any], instance: A
             yield ValidationError(f"the pattern {pattern!r} cannot run: {exc}")
             continue
         for key, value in instance.items():
-            if found.search(searchable(key)):
+            if found.search(key):
                 yield from validator.descend(value, subschema, path=key, schema_path=pattern)
 
 

@@ -4,7 +4,9 @@ checked here when the suite loads and compiled here, so matching takes time line
 pattern and whatever the answer.
 
 Python's parser reads the pattern first, to name the construct RE2 lacks (a backreference, a lookaround, ...)
-and the way to write without it; `check_pattern` is that one message for every caller.
+and the way to write without it; `check_pattern` is that one message for every caller. `compile_re2`'s patterns
+take any Python text: RE2 reads UTF-8, so half a UTF-16 surrogate pair (a reply's `"\\ud800"` escape) is read as
+U+FFFD, here, for every caller.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import re2
 
 from engine.base.jsontext import utf8_safe
 
-__all__ = ["RE2_OPTIONS", "check_pattern", "compile_re2", "re2_source", "searchable"]
+__all__ = ["RE2_OPTIONS", "Pattern", "check_pattern", "compile_re2", "re2_source", "searchable"]
 
 RE2_OPTIONS = re2.Options()
 RE2_OPTIONS.log_errors = False
@@ -114,9 +116,48 @@ def re2_source(pattern: str, flags: str) -> str:
     return f"(?{inline}){source}" if inline else source
 
 
+class Pattern:
+    """A pattern compiled on RE2 with `re.Pattern`'s methods, over any Python text (`searchable`): positions and
+    groups are the text's own (a lone surrogate and U+FFFD are both one character)."""
+
+    __slots__ = ("_re2",)
+
+    def __init__(self, compiled: Any) -> None:
+        self._re2 = compiled
+
+    @property
+    def pattern(self) -> str:
+        return str(self._re2.pattern)
+
+    @property
+    def groups(self) -> int:
+        return int(self._re2.groups)
+
+    def search(self, text: str, *span: int) -> Any:
+        return self._re2.search(searchable(text), *span)
+
+    def match(self, text: str, *span: int) -> Any:
+        return self._re2.match(searchable(text), *span)
+
+    def fullmatch(self, text: str, *span: int) -> Any:
+        return self._re2.fullmatch(searchable(text), *span)
+
+    def finditer(self, text: str, *span: int) -> Iterator[Any]:
+        return self._re2.finditer(searchable(text), *span)
+
+    def findall(self, text: str, *span: int) -> list[Any]:
+        return self._re2.findall(searchable(text), *span)
+
+    def split(self, text: str, maxsplit: int = 0) -> list[str]:
+        return self._re2.split(searchable(text), maxsplit)
+
+    def sub(self, repl: Any, text: str, count: int = 0) -> str:
+        return self._re2.sub(repl, searchable(text), count)
+
+
 @lru_cache(maxsize=4096)
-def compile_re2(pattern: str, flags: str = "") -> Any:
-    """`pattern` compiled on RE2 (its `search` is `re.search`'s), kept per pattern and flags.
+def compile_re2(pattern: str, flags: str = "") -> Pattern:
+    """`pattern` compiled on RE2 (its methods are `re.Pattern`'s, over any text), kept per pattern and flags.
 
     Raises:
         ValueError: RE2 cannot run it; the message is `check_pattern`'s.
@@ -124,10 +165,10 @@ def compile_re2(pattern: str, flags: str = "") -> Any:
     problem, _ = check_pattern(pattern, flags)
     if problem:
         raise ValueError(problem)
-    return re2.compile(re2_source(pattern, flags), RE2_OPTIONS)
+    return Pattern(re2.compile(re2_source(pattern, flags), RE2_OPTIONS))
 
 
 def searchable(text: str) -> str:
     """`text` as RE2 can read it: RE2 matches UTF-8, which cannot hold half a UTF-16 surrogate pair (a reply's
-    `"\\ud800"` escape); each such half becomes U+FFFD."""
-    return utf8_safe(text)
+    `"\\ud800"` escape); each such half becomes U+FFFD. ASCII text is returned as it is, unread."""
+    return text if text.isascii() else utf8_safe(text)
