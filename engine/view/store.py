@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from engine.analysis.items import FALLBACK_LEFT_OUT
 from engine.analysis.labels import KEY, append_labels, latest_labels, read_labels
 from engine.analysis.summary import json_safe
 from engine.errors import ResultsError
@@ -30,7 +31,8 @@ if TYPE_CHECKING:
 
     from engine.analysis.cells import Cells
 
-CLASSES = ("discriminating", "saturated", "floor", "uninformative", "disagree")
+# The grid's class filter: the statuses `per_test` classes a test by, and "disagree".
+CLASSES = ("discriminating", "saturated", "floor", FALLBACK_LEFT_OUT, "uninformative", "disagree")
 MAX_PAGE = 200
 # The longest text of one field sent to the page; a model's answer can be any size.
 MAX_TEXT = 200_000

@@ -90,3 +90,15 @@ def test_saturated_since_does_not_list_it(run: Path) -> None:
     assert done.returncode == 0, done.stderr
     listed = done.stdout.split("Saturated in every run since", 1)[1]
     assert "gate/easy-0" in listed and "served-as-asked" not in listed
+
+
+def test_the_viewer_offers_its_class_and_filters_by_it(run: Path) -> None:
+    from engine.view.store import Store
+
+    store = Store(run.parent)
+    shown = store.run(store.names()[0])
+    assert "fallback-left-out" in shown.summary()["classes"]
+    page = shown.grid(klass="fallback-left-out")
+    assert [(r["test_id"], r["status"]) for r in page["rows"]] == [("served-as-asked", "fallback-left-out")]
+    assert page["rows"][0]["reason"].startswith("not classed: 1 failing row")
+    assert {r["test_id"] for r in shown.grid(klass="saturated")["rows"]} == {f"easy-{i}" for i in range(4)}
