@@ -1,8 +1,8 @@
 """The test × model grid every statistic starts from.
 
 A *test* is identified across models and runs by (suite, test_id, case_index); a *cell* is one test
-for one model, aggregating its attempts. Rows whose score is null or NaN (error rows) are not scored:
-they count as errors, never as a zero.
+for one model, aggregating its attempts. Rows whose score is null or NaN are not scored, never a zero: error
+rows (an `error_kind`), and rows recorded unscored on purpose (`eval: {none: true}`: no score, no error).
 
 A model *passes* a test when more than half of its scored attempts passed (a strict majority: 1 of 1,
 2 of 2, 2 of 3, 3 of 4, 3 of 5). One pass in two is not a pass. This one rule feeds saturation, floor,
@@ -40,6 +40,8 @@ class Cells:
         models: Model names, the columns of every array.
         n_rows: Rows per cell (attempts, error rows included).
         n_scored: Rows with a score.
+        n_unscored: Rows recorded unscored on purpose (no score, no error); the other rows without a score are
+            errors (`n_errors`).
         score: Mean score over scored attempts; NaN when the cell has none.
         pass_rate: Share of scored attempts that passed; NaN when none.
         score_min: Lowest scored attempt; NaN when none.
@@ -57,6 +59,7 @@ class Cells:
     models: list[str]
     n_rows: np.ndarray
     n_scored: np.ndarray
+    n_unscored: np.ndarray
     score: np.ndarray
     pass_rate: np.ndarray
     score_min: np.ndarray
@@ -78,6 +81,11 @@ class Cells:
     def has_data(self) -> np.ndarray:
         """Cells with at least one scored attempt."""
         return self.n_scored > 0
+
+    @property
+    def n_errors(self) -> np.ndarray:
+        """Error rows per cell: neither scored nor recorded unscored."""
+        return self.n_rows - self.n_scored - self.n_unscored
 
     @property
     def passes(self) -> np.ndarray:
@@ -106,6 +114,14 @@ def row_scores(df: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         fill = ~known & scored
         passed[fill] = (score[fill] >= np.nan_to_num(threshold[fill], nan=1.0)).astype("float64")
     return scored, np.where(scored, score, 0.0), np.where(scored, passed, 0.0)
+
+
+def unscored_by_design(df: pd.DataFrame, scored: np.ndarray) -> np.ndarray:
+    """Rows recorded unscored on purpose (`eval: {none: true}`): no score, and no error either (rows without an
+    `error_kind` column cannot say: none)."""
+    if "error_kind" not in df.columns:
+        return np.zeros(len(df), dtype=bool)
+    return ~scored & np.asarray(df["error_kind"].isna())
 
 
 def item_codes(df: pd.DataFrame) -> tuple[np.ndarray, pd.DataFrame]:
@@ -178,6 +194,7 @@ def build_cells(df: pd.DataFrame, *, cluster_by: str = DEFAULT_CLUSTER) -> Cells
         hi[extremes.index.to_numpy()] = extremes["max"].to_numpy()
     return assemble_cells(
         items, [str(m) for m in model_names], n_rows=grid(), n_scored=grid(scored.astype("float64")),
+        n_unscored=grid(unscored_by_design(df, scored).astype("float64")),
         score_sum=grid(score), n_passed=grid(passed), score_min=lo.reshape(n_items, n_models),
         score_max=hi.reshape(n_items, n_models), n_truncated=grid(truncated.astype("float64")),
         n_greedy=grid((scored & greedy_row).astype("float64")), item_code=item_code, model_code=model_code,
@@ -191,6 +208,7 @@ def assemble_cells(
     *,
     n_rows: np.ndarray,
     n_scored: np.ndarray,
+    n_unscored: np.ndarray,
     score_sum: np.ndarray,
     n_passed: np.ndarray,
     score_min: np.ndarray,
@@ -209,7 +227,8 @@ def assemble_cells(
     Args:
         items: One row per test, sorted by (suite, test_id, case_index) (see `item_codes`).
         models: Model names, sorted.
-        n_rows, n_scored, score_sum, n_passed, score_min, score_max, n_truncated, n_greedy: Per-cell sums,
+        n_rows, n_scored, n_unscored, score_sum, n_passed, score_min, score_max, n_truncated, n_greedy: Per-cell
+            sums,
             minimum and maximum (NaN where a cell has no scored attempt).
         item_code: For each input row, its test's row (None: no rows kept).
         model_code: For each input row, its model's column.
@@ -223,7 +242,8 @@ def assemble_cells(
     keys = list(CLUSTER_KEYS[cluster_by])
     cluster = items.groupby(keys, sort=True).ngroup().to_numpy() if len(items) else np.zeros(0, "int64")
     return Cells(
-        items=items, models=models, n_rows=n_rows, n_scored=n_scored, score=mean, pass_rate=pass_rate,
+        items=items, models=models, n_rows=n_rows, n_scored=n_scored, n_unscored=n_unscored, score=mean,
+        pass_rate=pass_rate,
         score_min=score_min, score_max=score_max, n_truncated=n_truncated,
         item_code=item_code if item_code is not None else np.zeros(0, "int64"),
         model_code=model_code if model_code is not None else np.zeros(0, "int64"),

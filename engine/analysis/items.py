@@ -85,7 +85,7 @@ def per_test(df: pd.DataFrame | None = None, *, alpha: float = DEFAULT_ALPHA, ce
     Returns:
         Columns: suite, test_id, case_index, tags, threshold, models, attempts, difficulty, pass_rate, spread,
         item_rest_r, p_value, q_value, saturated, floor, uninformative, discriminating, flaky, flaky_models,
-        mixed_models, pass_counts, truncation_share, error_share, hash_changed, status, reason.
+        mixed_models, pass_counts, truncation_share, error_share, unscored_share, hash_changed, status, reason.
         Sorted by suite, test_id, case_index.
     """
     import pandas as pd
@@ -141,7 +141,8 @@ def per_test(df: pd.DataFrame | None = None, *, alpha: float = DEFAULT_ALPHA, ce
     rows_total = cells.n_rows.sum(axis=1)
     with np.errstate(invalid="ignore", divide="ignore"):
         truncation = cells.n_truncated.sum(axis=1) / rows_total
-        errors = (cells.n_rows - cells.n_scored).sum(axis=1) / rows_total
+        errors = cells.n_errors.sum(axis=1) / rows_total
+        unscored = cells.n_unscored.sum(axis=1) / rows_total
 
     status = np.select(
         [~any_data, unclassed, discriminating, saturated, floor, n_models < 2],
@@ -163,7 +164,8 @@ def per_test(df: pd.DataFrame | None = None, *, alpha: float = DEFAULT_ALPHA, ce
         "saturated": saturated, "floor": floor, "uninformative": uninformative,
         "discriminating": discriminating, "flaky": flaky, "flaky_models": flaky_models,
         "mixed_models": mixed_models, "pass_counts": ["; ".join(c) for c in counts],
-        "truncation_share": truncation, "error_share": errors, "hash_changed": items["hashes"].to_numpy() > 1,
+        "truncation_share": truncation, "error_share": errors, "unscored_share": unscored,
+        "hash_changed": items["hashes"].to_numpy() > 1,
         "status": status, "reason": reason,
     })
 

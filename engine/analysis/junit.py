@@ -14,8 +14,9 @@ if TYPE_CHECKING:
 
 
 def junit_xml(df: pd.DataFrame | None, *, cells: Cells | None = None) -> str:
-    """JUnit XML text: a test × model that fails (no strict majority of passed attempts) is a <failure>; one whose
-    every attempt errored is an <error>.
+    """JUnit XML text: a test × model that fails (no strict majority of passed attempts) is a <failure>; one with
+    no scored attempt is an <error> when one errored, else <skipped> (every row recorded unscored, `eval: {none:
+    true}`).
 
     Args:
         df: Results rows.
@@ -27,10 +28,10 @@ def junit_xml(df: pd.DataFrame | None, *, cells: Cells | None = None) -> str:
         cells = build_cells(df)
     root = ET.Element("testsuites", name="engine")
     items = cells.items
-    totals = {"tests": 0, "failures": 0, "errors": 0}
+    totals = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
     for m, model in enumerate(cells.models):
         suite = ET.SubElement(root, "testsuite", name=model)
-        counts = {"tests": 0, "failures": 0, "errors": 0}
+        counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
         for i, item in enumerate(items.itertuples()):
             if cells.n_rows[i, m] == 0:
                 continue
@@ -42,7 +43,10 @@ def junit_xml(df: pd.DataFrame | None, *, cells: Cells | None = None) -> str:
             props = ET.SubElement(testcase, "properties")
             ET.SubElement(props, "property", name="score", value="" if math.isnan(score) else f"{score:.4f}")
             ET.SubElement(props, "property", name="attempts", value=str(int(cells.n_rows[i, m])))
-            if cells.n_scored[i, m] == 0:
+            if cells.n_scored[i, m] == 0 and cells.n_errors[i, m] == 0:
+                counts["skipped"] += 1
+                ET.SubElement(testcase, "skipped", message="recorded unscored (eval: {none: true})")
+            elif cells.n_scored[i, m] == 0:
                 counts["errors"] += 1
                 ET.SubElement(testcase, "error", message="every attempt errored (no score)")
             elif cells.passes[i, m] != 1:

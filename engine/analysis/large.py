@@ -213,6 +213,7 @@ def grid_from_parquet(
         item_frame = item_frame.drop(columns=["test_hash", "hashes"]).merge(varied, on=list(ITEM_KEY))
     cell_frame = con.execute("""
         SELECT suite, test_id, case_index, model, count(*) AS n_rows, sum(CAST(scored AS INTEGER)) AS n_scored,
+               sum(CAST(NOT scored AND error_kind IS NULL AS INTEGER)) AS n_unscored,
                sum(s) AS score_sum, sum(p) AS n_passed,
                min(CASE WHEN scored THEN s END) AS score_min, max(CASE WHEN scored THEN s END) AS score_max,
                sum(CAST(coalesce(truncated, false) AS INTEGER)) AS n_truncated,
@@ -273,7 +274,8 @@ def _scatter(items: pd.DataFrame, models: list[str], frame: pd.DataFrame, cluste
         return out
 
     return assemble_cells(
-        items, models, n_rows=dense("n_rows"), n_scored=dense("n_scored"), score_sum=dense("score_sum"),
+        items, models, n_rows=dense("n_rows"), n_scored=dense("n_scored"), n_unscored=dense("n_unscored"),
+        score_sum=dense("score_sum"),
         n_passed=dense("n_passed"), score_min=dense("score_min", np.nan), score_max=dense("score_max", np.nan),
         n_truncated=dense("n_truncated"), n_greedy=dense("n_greedy"), cluster_by=cluster_by)
 

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from engine.analysis.cells import DEFAULT_CLUSTER, Cells, build_cells, row_scores
+from engine.analysis.cells import DEFAULT_CLUSTER, Cells, build_cells, row_scores, unscored_by_design
 from engine.analysis.load import FALLBACK_ATTR
 from engine.analysis.stats import DEFAULT_LEVEL, cluster_t_interval
 
@@ -109,11 +109,6 @@ def model_rows(df: pd.DataFrame, cells: Cells) -> ModelRows:
         cached=np.bincount(code, weights=cached.astype("float64"), minlength=n_models),
         unscored=np.bincount(code, weights=unscored.astype("float64"), minlength=n_models),
     )
-
-
-def unscored_by_design(df: pd.DataFrame, scored: np.ndarray) -> np.ndarray:
-    """Rows recorded unscored on purpose (`eval: {none: true}`): no score, and no error either."""
-    return ~scored & np.asarray(df["error_kind"].isna())
 
 
 def per_model(

@@ -38,11 +38,11 @@ SUMMARY_FILE = "summary.json"
 TESTS_FILE = "tests.arrow"
 CELLS_FILE = "cells.arrow"
 # Bump when what the files hold (or how) changes: older files are then ignored and rewritten.
-FORMAT = 2
+FORMAT = 3
 MAX_SUMMARY_BYTES = 64 << 20
 MAX_TABLE_BYTES = 4 << 30
 # The grid's per-cell arrays, in the order `cells.arrow` holds them (one row per test × model, row-major).
-CELL_COUNTS = ("n_rows", "n_scored", "n_passed", "n_truncated")
+CELL_COUNTS = ("n_rows", "n_scored", "n_unscored", "n_passed", "n_truncated")
 CELL_VALUES = ("score", "score_min", "score_max")
 
 Signature = list[list[Any]]
@@ -103,7 +103,8 @@ class Snapshot:
         with np.errstate(invalid="ignore", divide="ignore"):
             pass_rate = c["n_passed"] / c["n_scored"]
         return Cells(
-            items=items, models=list(self.models), n_rows=c["n_rows"], n_scored=c["n_scored"], score=c["score"],
+            items=items, models=list(self.models), n_rows=c["n_rows"], n_scored=c["n_scored"],
+            n_unscored=c["n_unscored"], score=c["score"],
             pass_rate=pass_rate, score_min=c["score_min"], score_max=c["score_max"], n_truncated=c["n_truncated"],
             item_code=np.zeros(0, "int64"), model_code=np.zeros(0, "int64"), n_passed=c["n_passed"],
             greedy=c["greedy"], cluster=t["item_cluster"].to_numpy().astype("int64"), cluster_by=self.cluster_by)

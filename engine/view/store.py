@@ -169,7 +169,7 @@ class Run:
             suite, tag: Keep the tests of this suite / with this tag.
             klass: One of CLASSES: a test status of `per_test`, or "disagree" (some model's attempts disagree).
             failed: Keep tests where some model's scored attempt failed.
-            errors: Keep tests with an error row.
+            errors: Keep tests with an error row (a row recorded unscored, `eval: {none: true}`, is none).
             query: Keep tests whose prompt or answer holds this text (case-insensitive).
             offset, limit: The page (limit at most MAX_PAGE).
         """
@@ -188,7 +188,7 @@ class Run:
         if failed:
             keep &= (cells["n_passed"] < cells["n_scored"]).any(axis=1)
         if errors:
-            keep &= (cells["n_rows"] > cells["n_scored"]).any(axis=1)
+            keep &= (cells["n_rows"] > cells["n_scored"] + cells["n_unscored"]).any(axis=1)
         if query:
             found = self.search(query)
             index = snapshot.derived("key index", lambda: _key_index(snapshot))
@@ -209,7 +209,7 @@ class Run:
                 "tags": list(t["tags"] or []), "status": t["status"], "difficulty": t["difficulty"],
                 "reason": t["reason"],
                 "cells": [{"passed": int(cells["n_passed"][i, j]), "scored": int(cells["n_scored"][i, j]),
-                           "rows": int(cells["n_rows"][i, j]),
+                           "rows": int(cells["n_rows"][i, j]), "unscored": int(cells["n_unscored"][i, j]),
                            "score": float(cells["score"][i, j]) if cells["n_scored"][i, j] else None} for j in order],
             })
         return json_safe({"total": len(chosen), "offset": offset, "limit": limit, "models": ranked,

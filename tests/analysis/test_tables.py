@@ -193,6 +193,38 @@ def test_rows_recorded_unscored_are_neither_errors_nor_in_the_pass_rate(tmp_path
     assert any(n.startswith("2 rows recorded unscored (eval: {none: true})") for n in analysis.notes)
 
 
+def test_the_items_table_counts_unscored_rows_apart_from_errors(tmp_path: Path) -> None:
+    """Per test, `error_share` is the error rows' share and `unscored_share` the share recorded unscored, in memory
+    and in DuckDB; JUnit skips a test × model whose rows were all recorded unscored and errs one that errored; the
+    viewer's "errors only" keeps only tests with an error row."""
+    from engine.analysis.junit import junit_xml
+    from engine.analysis.large import grid_from_parquet
+    from engine.analysis.summary import analyze_grid
+    from engine.view.store import Store
+
+    rows = grid_rows({"a": {"t1": [1, 1], "t2": [1, 0], "t3": [1, 1]}, "b": {"t1": [0, 1], "t2": [1, 1],
+                                                                            "t3": [0, 0]}})
+    for one in rows:
+        if one["test_id"] == "t3" or (one["test_id"] == "t2" and one["model"] == "b" and one["attempt"] == 0):
+            one.update(score=None, passed=None, error_kind=None)   # eval: {none: true}
+        if one["test_id"] == "t1" and one["model"] == "b" and one["attempt"] == 0:
+            one.update(score=None, passed=None, error_kind="timeout")
+    write_run(tmp_path / "results" / "r", rows)
+    in_memory = analyze(load(tmp_path)).tests.set_index("test_id")
+    cells, model_rows, agents = grid_from_parquet(tmp_path)
+    in_duckdb = analyze_grid(cells, model_rows, agents=agents).tests.set_index("test_id")
+    for tests in (in_memory, in_duckdb):
+        assert tests["error_share"].to_dict() == {"t1": 0.25, "t2": 0.0, "t3": 0.0}
+        assert tests["unscored_share"].to_dict() == {"t1": 0.0, "t2": 0.25, "t3": 1.0}
+        assert tests.loc["t3", "status"] == "no-data"
+    xml = junit_xml(None, cells=cells)
+    assert xml.count("<skipped") == 2 and xml.count("<error") == 0 and 'skipped="2"' in xml
+    run = Store(tmp_path / "results").run("r")
+    assert [r["test_id"] for r in run.grid(errors=True)["rows"]] == ["t1"]
+    t3 = run.grid()["rows"][2]
+    assert [(c["rows"], c["scored"], c["unscored"]) for c in t3["cells"]] == [(2, 0, 2), (2, 0, 2)]
+
+
 def test_missing_token_counts_are_reported_as_missing(tmp_path: Path) -> None:
     rows = grid_rows({"llama": {"t1": [1]}, "api": {"t1": [1]}})
     rows[0].update(prompt_tokens=None, completion_tokens=None)

@@ -43,6 +43,6 @@ def test_positions_and_groups_are_the_texts_own() -> None:
     match = pattern.search(text)
     assert match is not None and match.span() == (2, 5) and match.group(1) == "c"
     assert [m.span() for m in compile_re2(".").finditer(text)] == [(i, i + 1) for i in range(len(text))]
-    assert compile_re2("c").split(text) == [f"a{LONE}b".replace(LONE, "\ufffd"), f"d\ufffd"]
+    assert compile_re2("c").split(text) == ["a\ufffdb", "d\ufffd"]   # pieces of the text as RE2 read it
     assert compile_re2(r"\w").findall(f"{LONE}x") == ["x"]
     assert compile_re2("x").match(f"{LONE}x", 1) is not None and compile_re2("x").fullmatch(LONE) is None

@@ -100,8 +100,8 @@ async def test_grid_pages_and_filters(live: tuple[Live, aiohttp.ClientSession, s
     assert await ids(q="wear in paris") == ["weather"]              # the prompt
     assert await ids(suite="nope") == []
     spain = (await _get(session, url, run=run, failed=1))[1]["rows"][0]
-    assert spain["cells"] == [{"passed": 1, "scored": 1, "rows": 1, "score": 1.0},
-                              {"passed": 0, "scored": 1, "rows": 1, "score": 0.0}]
+    assert spain["cells"] == [{"passed": 1, "scored": 1, "rows": 1, "unscored": 0, "score": 1.0},
+                              {"passed": 0, "scored": 1, "rows": 1, "unscored": 0, "score": 0.0}]
     status, error, _ = await _get(session, url, run=run, **{"class": "bogus"})
     assert status == 400 and "bogus" in error["error"]
     status, _, _ = await _get(session, url, run="../../etc")

@@ -145,10 +145,11 @@ async function runPage(params) {
     h("button", {disabled: offset + grid.limit >= grid.total, onclick: () => pageTo(offset + grid.limit)}, "next →"));
   const cell = (c) => {
     if (!c.rows) return h("td", {}, h("span", {class: "cell none"}, "–"));
-    const errors = c.rows - c.scored;
-    const kind = !c.scored ? "error" : c.passed === c.scored ? "pass" : c.passed === 0 ? "fail" : "mixed";
-    return h("td", {}, h("span", {class: "cell " + kind, title: errors ? errors + " error rows" : ""},
-      c.scored ? `${c.passed}/${c.scored}` + (errors ? ` +${errors}!` : "") : `${errors} errors`));
+    const unscored = c.unscored || 0, errors = c.rows - c.scored - unscored;
+    const kind = !c.scored ? (errors ? "error" : "none") : c.passed === c.scored ? "pass" : c.passed === 0 ? "fail" : "mixed";
+    const title = [errors ? errors + " error rows" : "", unscored ? unscored + " rows recorded unscored (eval: {none: true})" : ""];
+    return h("td", {}, h("span", {class: "cell " + kind, title: title.filter(Boolean).join("; ")},
+      c.scored ? `${c.passed}/${c.scored}` + (errors ? ` +${errors}!` : "") : errors ? `${errors} errors` : `${unscored} unscored`));
   };
   const gridTable = table(["test", "status", ...grid.models], grid.rows.map((r) => [
     h("td", {}, h("a", {href: route("test", {run, suite: r.suite, test_id: r.test_id, case: r.case_index})},
