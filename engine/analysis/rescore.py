@@ -7,7 +7,9 @@ Rows without an answer (a failed call) are copied unchanged; rows whose test is 
 suites are copied unchanged and counted, as are workspace test rows: their checks read the final
 workspace, which is gone once the row is written ("not rescorable: the workspace is gone"), so they
 never count as changed. Record evaluators (`latency_s`, `cost`, ...) read the stored row's record
-(`engine.results.rows.record_of`), as the run did. The new folder is written with pyarrow and the results
+(`engine.results.rows.record_of`), as the run did. Each answer is scored as a run scores it (`ScoringPool.score`):
+a check that may run long does so in a scoring process under its time limit, so an answer that makes a check slow
+gets the run's time-limit error verdict, and rescore goes on. The new folder is written with pyarrow and the results
 schema (part file via temporary file + rename, `_manifest.json` last, as `engine.results.writer` does),
 without a journal: nothing in it can be resumed. `results/latest` is left alone.
 
@@ -18,18 +20,23 @@ cache (a changed rubric, another judge model) is an error verdict saying so; `en
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import io
 import json
+import os
 import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from engine.errors import EngineError
 from engine.model.answer import Answer, ToolCall
 from engine.model.test import Test
+
+if TYPE_CHECKING:
+    from engine.evaluators.scoring_pool import ScoringPool
 
 # Error kinds that mean the model gave no answer to score (the call itself failed).
 _SCORABLE_ERRORS = {None, "evaluator"}
@@ -63,19 +70,19 @@ def _answer_of(row: dict[str, Any]) -> Answer:
                   reasoning=row.get("reasoning"))
 
 
-def _rescore_row(row: dict[str, Any], test: Test, run_id: str, caller: Any = None) -> dict[str, Any]:
+async def _rescore_row(row: dict[str, Any], test: Test, run_id: str, pool: ScoringPool,
+                       caller: Any = None) -> dict[str, Any]:
     from engine.agent.stored import transcript_of_row
-    from engine.evaluators import score
     from engine.evaluators.scoring import context
     from engine.results.rows import evaluator_nodes, judge_columns, record_of
 
     transcript = transcript_of_row(row)
     record = record_of(row)
     if transcript is None:
-        verdict = score(test, _answer_of(row), context(test, caller=caller, record=record))
+        verdict = await pool.score(test, _answer_of(row), context(test, caller=caller, record=record))
     else:   # an agent row: the final answer, with the stored conversation for trajectory evaluators
-        verdict = score(test, transcript.answer(), context(test, transcript=transcript, caller=caller,
-                                                           record=record))
+        verdict = await pool.score(test, transcript.answer(), context(test, transcript=transcript, caller=caller,
+                                                                      record=record))
     nodes, isolation = evaluator_nodes(verdict)
     out = dict(row)
     out.update(run_id=run_id, test_hash=test.hash, threshold=test.threshold, evaluators=nodes, isolation=isolation,
@@ -84,6 +91,26 @@ def _rescore_row(row: dict[str, Any], test: Test, run_id: str, caller: Any = Non
         out.update(score=None, passed=None, error_kind="evaluator", error_message=verdict.reason)
     else:
         out.update(score=float(verdict.score), passed=bool(verdict.passed), error_kind=None, error_message=None)
+    return out
+
+
+async def _rescore_rows(work: list[tuple[dict[str, Any], Test]], run_id: str, caller: Any) -> list[dict[str, Any]]:
+    """Each (row, its test) scored again, in order: a few at once, so checks that score in scoring processes
+    overlap."""
+    from engine.evaluators.scoring_pool import ScoringPool
+
+    out: list[dict[str, Any]] = [{} for _ in work]
+    queue = iter(enumerate(work))
+    pool = ScoringPool()
+
+    async def worker() -> None:
+        for index, (row, test) in queue:
+            out[index] = await _rescore_row(row, test, run_id, pool, caller)
+
+    try:
+        await asyncio.gather(*(worker() for _ in range(min(len(work), 2 * (os.cpu_count() or 1)) or 1)))
+    finally:
+        pool.close()
     return out
 
 
@@ -155,7 +182,8 @@ def rescore_run(results: Path, suites: Sequence[Path], *, out_parent: Path | Non
                              messages=[str(d) for d in diagnostics if d.severity != "error"])
     missing: set[tuple[str, str, int, str]] = set()
     gone = 0
-    rows = []
+    rows: list[dict[str, Any]] = []
+    work: list[tuple[int, dict[str, Any], Test]] = []   # (place in rows, row, test) to score again
     for row in table.select([c for c in SCHEMA.names]).to_pylist():
         key = (str(row["suite"]), str(row["test_id"]), -1 if row["case_index"] is None else int(row["case_index"]),
                row.get("variant") or "")
@@ -171,12 +199,17 @@ def rescore_run(results: Path, suites: Sequence[Path], *, out_parent: Path | Non
             rows.append(dict(row, run_id=run_id))
             outcome.unchanged += 1
             continue
-        new = _rescore_row(row, test, run_id, caller)
+        work.append((len(rows), row, test))
+        rows.append(row)
+    try:
+        rescored = asyncio.run(_rescore_rows([(row, test) for _, row, test in work], run_id, caller))
+    finally:
+        if cache is not None:
+            cache.close()
+    for (index, row, _), new in zip(work, rescored, strict=True):
         outcome.rescored += 1
         outcome.flipped += int(new["passed"] != row.get("passed"))
-        rows.append(new)
-    if cache is not None:
-        cache.close()
+        rows[index] = new
     if gone:
         outcome.messages.append(f"{gone} workspace test row(s) not rescorable: the workspace is gone; copied "
                                 "unchanged (run them again with `engine run` to score them anew)")

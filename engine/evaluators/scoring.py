@@ -1,12 +1,12 @@
 """Scoring a compiled tree: one pass rule for the run, the golden self-check and rescore.
 
-`score(test, answer)` is the sync entry (the golden check, rescore, the runner's inline path and the scoring
-processes); `score_async(test, answer)` awaits async scorers, the children of a composition concurrently. Both
-give the same Verdict for the same tree, and `Verdict.passed` is the one pass rule: the root's own threshold,
-else the test's; `must` gates; an error is never a pass.
+`score(test, answer)` is the sync entry (the golden check, the inline path of `ScoringPool.score`, which the
+run and rescore use, and the scoring processes); `score_async(test, answer)` awaits async scorers, the children
+of a composition concurrently. Both give the same Verdict for the same tree, and `Verdict.passed` is the one
+pass rule: the root's own threshold, else the test's; `must` gates; an error is never a pass.
 
-Given the run's `Places` (engine.evaluators.scoring_pool), `score_async` scores inline only what `inline`
-allows (bounded kinds on a short answer); a blocking scorer goes to a worker thread and every other
+Given a `Places` (a `ScoringPool`, engine.evaluators.scoring_pool), `score_async` scores inline only what
+`inline` allows (bounded kinds on a short answer); a blocking scorer goes to a worker thread and every other
 synchronous subtree to a scoring process, under its checks' time limits.
 """
 

@@ -3,7 +3,8 @@
 The run's event loop reads every call's reply (and stamps its first token); a check that may run long on an
 answer the model wrote to stall it (ifeval, JSON Schema validation, a regex over a long answer, ...) must not run
 there, nor anywhere the interpreter lock lets it stop the loop, and its time limit must be enforceable.
-`ScoringPool` (the `Places` of engine.evaluators.scoring) gives a run both:
+`ScoringPool` (the `Places` of engine.evaluators.scoring) gives a run (and `engine rescore`) both, and
+`ScoringPool.score` is the one path an answer takes to its verdict there:
 
 - `in_thread`: a blocking scorer (exec, python, workspace_check: it waits for a sandboxed program, which that
   program's own `timeout_s` ends) in a worker thread, at most one per CPU;
@@ -36,7 +37,15 @@ from typing import Any, NamedTuple
 from engine.evaluators.base import Record, Scorer, ScoringContext, error
 from engine.evaluators.compose import finish
 from engine.evaluators.node import Node
-from engine.evaluators.scoring import answer_size, evaluator_of, run_leaves_through, score_node
+from engine.evaluators.scoring import (
+    answer_size,
+    evaluator_of,
+    inline,
+    run_leaves_through,
+    score,
+    score_async,
+    score_node,
+)
 from engine.model.answer import Answer
 from engine.model.test import Test
 from engine.model.verdict import Verdict
@@ -250,6 +259,15 @@ class ScoringPool:
         self._idle: list[_Process] = []
         self._running: set[_Process] = set()
         self._closed = False
+
+    async def score(self, test: Test, answer: Answer, ctx: ScoringContext) -> Verdict:
+        """The answer's verdict, each check scored where it belongs: a tree of bounded checks on a short answer
+        inline, any other here (worker threads, scoring processes under the checks' time limits) or awaited (a
+        judge). Never raises."""
+        node = test.evaluator
+        if node is None or inline(node, answer):
+            return score(test, answer, ctx)
+        return await score_async(test, answer, ctx, places=self)
 
     async def in_thread(self, scorer: Scorer, answer: Answer, ctx: ScoringContext) -> Any:
         """A blocking scorer's result, from a worker thread."""

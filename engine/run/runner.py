@@ -36,9 +36,8 @@ from engine.client.openai import CallResult, OpenAIClient, PreparedRequest, prep
 from engine.client.response_cache import use_cache
 from engine.client.session import Sessions
 from engine.errors import ClientError, StorageError
-from engine.evaluators import score, score_async
 from engine.evaluators.base import Record, ScoringContext
-from engine.evaluators.scoring import context, inline
+from engine.evaluators.scoring import context
 from engine.evaluators.scoring_pool import STOPPED, ScoringPool
 from engine.local.registry import GOLDEN
 from engine.model.answer import Answer
@@ -90,14 +89,6 @@ def _crashed(exc: BaseException) -> str:
 def _outcome(verdict: Verdict) -> Scored:
     """The verdict, with its reason as the row's evaluator error when the evaluator could not judge."""
     return Scored(verdict, verdict.reason if verdict.error else None)
-
-
-def _score(test: Test, answer: Answer, ctx: ScoringContext | None = None) -> Scored:
-    """`score`, guarded: it promises never to raise; if it ever does, the row says so and the run goes on."""
-    try:
-        return _outcome(score(test, answer) if ctx is None else score(test, answer, ctx))
-    except Exception as exc:  # noqa: BLE001 - a bug in scoring becomes an error row, never a stopped run
-        return Scored(None, _crashed(exc))
 
 
 class _BothSlots:
@@ -288,12 +279,9 @@ class Runner:
     async def _score_answer(self, test: Test, answer: Answer, ctx: ScoringContext) -> Scored:
         """The answer scored where each check belongs: a tree of bounded checks on a short answer inline, any
         other in the run's `ScoringPool` (threads, scoring processes) or awaited (a judge)."""
-        node = test.evaluator
-        if node is None or inline(node, answer):
-            return _score(test, answer, ctx)
         try:
-            return _outcome(await score_async(test, answer, ctx, places=self._pool))
-        except Exception as exc:  # noqa: BLE001 - score_async promises never to raise; a bug becomes an error row
+            return _outcome(await self._pool.score(test, answer, ctx))
+        except Exception as exc:  # noqa: BLE001 - scoring promises never to raise; a bug becomes an error row
             return Scored(None, _crashed(exc))
 
     def _cache_as(self, model: ModelConfig, job: Job, temperature: float | None) -> int | None:

@@ -8,6 +8,7 @@ from builders import row, write_run
 
 from engine.analysis import diff, load
 from tests.engine_proc import run_engine
+from tests.fake_openai import FakeOpenAI, Reply
 
 SUITE = """\
 suite: geo
@@ -67,3 +68,38 @@ def test_rescore_reports_suite_errors_and_missing_results(tmp_path: Path) -> Non
     assert bad.returncode == 2 and "bad.yaml" in bad.stderr and "Traceback" not in bad.stderr
     missing = run_engine("rescore", tmp_path / "nope", "--suites", tmp_path / "bad.yaml")
     assert missing.returncode == 2 and "no such file" in missing.stderr and "Traceback" not in missing.stderr
+
+
+SLOW_SUITE = """\
+suite: slow
+tests:
+  - id: language
+    prompt: "Write at length."
+    eval: {ifeval: {id: "language:response_language", language: en}, timeout_s: 0.001}
+  - id: plain
+    prompt: "Say ok."
+    eval: {contains: ok}
+"""
+
+
+def test_rescore_stops_a_slow_check_at_its_time_limit_as_the_run_does(tmp_path: Path, fake_openai: FakeOpenAI) -> None:
+    """An answer that keeps a check past its `timeout_s` gets the run's time-limit error verdict from rescore too
+    (the one scoring path: a scoring process under the limit), and the other rows are scored."""
+    fake_openai.responder = lambda body: Reply(
+        content="hello world " * 7_000 if "length" in body["messages"][-1]["content"] else "ok")
+    (tmp_path / "slow.yaml").write_text(SLOW_SUITE)
+    (tmp_path / "models.yaml").write_text(f"models:\n  m:\n    base_url: {fake_openai.base_url}\n    model: m-1\n"
+                                          "    timeout_s: 30\n")
+    ran = run_engine("run", tmp_path / "slow.yaml", "--models", tmp_path / "models.yaml", "--out",
+                     tmp_path / "results", "--quiet", "--no-cache", "--run-id", "first")
+    assert ran.returncode in (0, 1), ran.stderr
+    done = run_engine("rescore", tmp_path / "results" / "first", "--suites", tmp_path / "slow.yaml")
+    assert done.returncode == 0, done.stderr
+    (again,) = [p for p in (tmp_path / "results").iterdir() if "rescore" in p.name]
+    runs = {name: load(folder).set_index("test_id") for name, folder in (("run", tmp_path / "results" / "first"),
+                                                                        ("rescore", again))}
+    for name, rows in runs.items():
+        assert rows.loc["language", "error_kind"] == "evaluator", name
+        assert rows.loc["language", "error_message"] == ("ifeval took longer than 0.001 s on an answer of 84 KB (its "
+                                                         "`timeout_s` sets the limit)"), name
+        assert bool(rows.loc["plain", "passed"]), name

@@ -100,12 +100,12 @@ async def test_row_carries_the_evaluator_breakdown(tmp_path: Path, fake_openai: 
 
 
 async def test_crashing_evaluator_is_an_error_row(tmp_path: Path, fake_openai: FakeOpenAI, monkeypatch) -> None:
-    from engine.run import runner as runner_module
+    from engine.evaluators import scoring_pool
 
     def boom(test, answer, ctx=None):  # stands in for a bug in scoring (score() promises never to raise)
         raise RuntimeError("kaboom")
 
-    monkeypatch.setattr(runner_module, "score", boom)
+    monkeypatch.setattr(scoring_pool, "score", boom)
 
     tests = [make_test(0), make_test(1)]
     from engine.results.journal import Journal
