@@ -7,6 +7,9 @@ Three kinds of secret reach the engine, and each has one rule here:
   *before* the text is cut, so a cut never leaves part of a key behind. A text the server itself cut
   (an answer stopped at max_tokens, a stream that broke off, an error body read only so far) may end
   in the first characters of a key: a trailing piece of at least `MIN_FRAGMENT` characters is masked too.
+  A key comes back in more forms than one (`key_forms`): percent-encoded as it was sent in a query
+  (`+` as `%2B`, in either case of hex), with `+` read back as a space, or base64-encoded inside an echoed
+  header, wherever it stood in it.
 - Credentials written into a URL (`http://user:pass@host/v1?api-key=...`): `mask_url` / `mask_urls` replace
   the userinfo and every query value with `***` wherever a URL is shown (manifest, `served_by`, `--dry-run`,
   error text); `url_secrets` gives a `Redactor` the forms they can take in free text: the userinfo plain and
@@ -26,10 +29,10 @@ import binascii
 import re
 from collections.abc import Iterable, Mapping
 from typing import Any
-from urllib.parse import parse_qsl, unquote, urlsplit
+from urllib.parse import parse_qsl, quote, quote_plus, unquote, urlsplit
 
-__all__ = ["MASK", "MIN_FRAGMENT", "SECRET_PARAM_NAMES", "Redactor", "looks_like_key", "mask_url", "mask_urls",
-           "public_params", "secret_query_names", "url_secrets"]
+__all__ = ["MASK", "MIN_FRAGMENT", "SECRET_PARAM_NAMES", "Redactor", "key_forms", "looks_like_key", "mask_url",
+           "mask_urls", "public_params", "secret_query_names", "url_secrets"]
 
 MASK = "***"
 MIN_FRAGMENT = 8          # a cut-off key prefix this long is still treated as the key
@@ -48,6 +51,9 @@ _SECRET_QUERY_NAMES = SECRET_PARAM_NAMES | {"sig", "signature", "xamzsignature",
                                             "subscriptionkey", "ocpapimsubscriptionkey", "code", "sas", "pass"}
 # A query value this long is a secret whatever its name (a token, a signature): masked in free text too.
 _LONG_QUERY_VALUE = 16
+
+_PERCENT_HEX = re.compile(r"%[0-9A-F]{2}")
+_MIN_BASE64_CORE = 12     # a shorter run of a key's base64 could be ordinary text
 
 _URL_USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<userinfo>[^/@\s?#]+)@")
 # A query string attached to a URL (`scheme://...`) or to a path (`/v1/...`, as in an echoed request line).
@@ -93,6 +99,28 @@ class Redactor:
     def excerpt(self, text: str, limit: int) -> str:
         """The start of a server's text for a message: masked first, then cut to `limit` characters, quoted."""
         return repr(mask_urls(self.clean(text))[:limit])
+
+
+def key_forms(key: str) -> list[str]:
+    """Every form an API key can come back in, for a `Redactor`: as it is; percent-encoded as it was sent in a
+    query (`quote(key, safe="")`, `/` kept or not, a space as `+` or `%20`, hex in either case); with `+` read
+    back as a space (a query decoded as a form); base64-encoded, alone or as `key:` / `:key` (Basic auth), and
+    the part of its base64 that stays the same wherever the key stands inside a longer encoded header.
+    """
+    forms: list[str] = []
+    for raw in dict.fromkeys((key, key.replace("+", " "))):
+        forms.append(raw)
+        for encoded in (quote(raw, safe=""), quote(raw, safe="/"), quote_plus(raw, safe=""), quote_plus(raw, safe="/")):
+            forms += [encoded, _PERCENT_HEX.sub(lambda m: m.group(0).lower(), encoded)]
+    data = key.encode("utf-8", "replace")
+    for text in (data, data + b":", b":" + data):
+        forms.append(base64.b64encode(text).decode("ascii"))
+    for skip in range(3):   # the key at each position mod 3 of a longer base64-encoded text
+        whole = (len(data) - skip) // 3 * 3
+        core = base64.b64encode(data[skip:skip + whole]).decode("ascii") if whole > 0 else ""
+        if len(core) >= _MIN_BASE64_CORE:
+            forms += [core, core.replace("+", "-").replace("/", "_")]
+    return list(dict.fromkeys(forms))
 
 
 def mask_url(url: str | None, *, secrets_only: bool = False) -> str | None:

@@ -24,6 +24,9 @@ Fault kinds (`Reply.fault`):
     "cut_body"       a whole (non-streamed) 200 reply whose Content-Length promises more than is sent, then close
     "echo"           answer `echo_status` (default 400) with the request line and every header in the body,
                      as a server that echoes what it got (the Authorization header included)
+    "echo_answer"    a 200 answer whose content echoes the request: its request line as sent, as decoded (`%2B`
+                     read back as `+`, and `+` as a space, as a form decoder does), every header, and those
+                     headers again base64-encoded (as a server that echoes what it got inside an answer)
 A hostile reply: `Reply(raw=b"...")` sends those bytes as the whole body, verbatim (as an SSE stream when
 the request streams, as JSON otherwise), in 64 KB writes.
 Embeddings (`POST /v1/embeddings`): each input's vector is `server.embedder(text)`, by default
@@ -37,6 +40,7 @@ with each call's arguments streamed in `arg_chunks` pieces.
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import re
 import ssl
@@ -47,6 +51,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import unquote, unquote_plus
 
 from aiohttp import web
 
@@ -253,6 +258,8 @@ class FakeOpenAI:
                 assert request.transport is not None
                 request.transport.close()
                 return web.Response()
+            if reply.fault == "echo_answer":
+                reply = Reply(content=self._echo_text(request), model=reply.model)
             if reply.fault == "echo":
                 lines = [f"{request.method} {request.path_qs} HTTP/{request.version.major}.{request.version.minor}"]
                 lines += [f"{name}: {value}" for name, value in request.headers.items()]
@@ -278,6 +285,13 @@ class FakeOpenAI:
             await resp.write(raw[start:start + 65536])
         await resp.write_eof()
         return resp
+
+    @staticmethod
+    def _echo_text(request: web.BaseRequest) -> str:
+        line = f"{request.method} {request.path_qs}"
+        headers = "\n".join(f"{name}: {value}" for name, value in request.headers.items())
+        return "\n".join([line, unquote(line), unquote_plus(line), headers,
+                          "X-Echoed: " + base64.b64encode(headers.encode()).decode()])
 
     @staticmethod
     async def _cut_body(request: web.Request, whole: bytes) -> web.StreamResponse:

@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import base64
+import re
+from urllib.parse import quote, quote_plus, unquote_plus
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from engine.redact import (
     MIN_FRAGMENT,
     Redactor,
+    key_forms,
     looks_like_key,
     mask_url,
     mask_urls,
@@ -94,3 +99,30 @@ def test_variable_names_are_not_keys(name: str) -> None:
                                    "AIzaSyA1b2C3d4E5f6G7h8I9j0KlMnOpQrStUv"])
 def test_pasted_keys_are_recognised(value: str) -> None:
     assert looks_like_key(value)
+
+
+_KEY_CHARS = st.text(alphabet="ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/=-_", min_size=20,
+                     max_size=60)
+
+
+@given(key=_KEY_CHARS, before=st.binary(max_size=8), after=st.binary(max_size=8))
+def test_a_key_is_masked_in_every_form_it_comes_back_in(key: str, before: bytes, after: bytes) -> None:
+    redact = Redactor(key_forms(key))
+    for sent in (quote(key, safe=""), quote(key, safe="/"), quote_plus(key, safe="")):
+        lower_hex = re.sub("%[0-9A-F]{2}", lambda m: m.group(0).lower(), sent)
+        for echoed in (sent, lower_hex, unquote_plus(sent), unquote_plus(sent).replace("+", " "), key):
+            assert key not in redact.clean(f"GET /v1?key={echoed} HTTP/1.1")
+            assert redact.clean(f"?key={echoed}&x=1") == "?key=***&x=1"
+    # base64 of a longer header block holding the key anywhere: no long run of the key's own base64 survives
+    encoded = base64.b64encode(before + key.encode() + after).decode()
+    cleaned = redact.clean(f"X-Echoed: {encoded}")
+    assert "***" in cleaned
+    for piece in cleaned.removeprefix("X-Echoed: ").split("***"):
+        for start in range(4):
+            chunk = piece[start:]
+            chunk = chunk[:len(chunk) // 4 * 4]
+            try:
+                decoded = base64.b64decode(chunk, validate=True)
+            except ValueError:
+                continue
+            assert key.encode()[:16] not in decoded and key.encode()[-16:] not in decoded

@@ -39,7 +39,7 @@ from engine.client.sse import SSEDecoder
 from engine.errors import ClientError
 from engine.model.model_config import ModelConfig, max_tokens_floor
 from engine.model.test import Test
-from engine.redact import Redactor, mask_urls, url_secrets
+from engine.redact import Redactor, key_forms, mask_urls, url_secrets
 from engine.suite.content_parts import wire_messages
 from engine.suite.conversation import named_for_api
 
@@ -197,7 +197,7 @@ class OpenAIClient:
         self._cache = cache
         self._clock = clock
         self._replicas: dict[str, ReplicaSet] = {}
-        self._keys = [key for key in api_keys.values() if key]
+        self._keys = [form for key in api_keys.values() if key for form in key_forms(key)]
         self._api_keys = dict(api_keys)   # for a model that sends its key elsewhere (`api_key_header`, `api_key_query`)
         self._proxy_secrets = proxy_secrets()
         self._redactors: dict[str, Redactor] = {}

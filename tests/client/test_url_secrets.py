@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import base64
 import os
+import re
 from pathlib import Path
+from urllib.parse import quote
 
 import pandas as pd
 
@@ -111,4 +113,51 @@ def test_no_secret_reaches_the_run_folder_or_the_output_when_the_server_echoes_t
     files = [p.read_bytes().decode("utf-8", "replace") for p in run_dir.rglob("*") if p.is_file()]
     texts = [out, warned.stdout + warned.stderr, rows.to_json(date_format="iso"), *files]
     for form in _secret_forms():
+        assert not any(form in text for text in texts), form
+
+
+ODD_KEY = "sk-Pl+us/Sl=ash+Kx7Pq2Lm9Wv4=="   # `+`, `/` and `=`: percent-encoded in a query, `+` read back as a space
+
+
+def _odd_key_forms() -> list[str]:
+    """The forms the echo gives the key in: plain, percent-encoded (either case of hex), `+` as a space, and every
+    run of its base64 that a longer encoded text holds whatever the key's position in it (mod 3)."""
+    forms = [ODD_KEY, ODD_KEY.replace("+", " ")]
+    for safe in ("", "/"):   # the URL library may leave `/` as it is
+        encoded = quote(ODD_KEY, safe=safe)
+        forms += [encoded, re.sub("%[0-9A-F]{2}", lambda m: m.group(0).lower(), encoded)]
+    data = ODD_KEY.encode()
+    for skip in range(3):
+        whole = (len(data) - skip) // 3 * 3
+        forms.append(base64.b64encode(data[skip:skip + whole]).decode())
+    return forms
+
+
+def test_every_form_of_a_key_is_masked_when_the_server_echoes_it_in_an_answer(
+        tmp_path: Path, fake_openai: FakeOpenAI) -> None:
+    fake_openai.responder = lambda body: Reply(fault="echo_answer")
+    host = f"127.0.0.1:{fake_openai.port}"
+    suites, models = _project(tmp_path, (
+        "defaults: {embedding: embedder}\nmodels:\n"
+        f"  embedder:\n    base_url: http://{host}/v1\n    model: embed-1\n"
+        f"  bearer:\n    base_url: http://{host}/v1\n    model: bearer-1\n    api_key_env: H9_ODD_KEY\n"
+        f"  azure:\n    base_url: http://{host}/v1\n    model: azure-1\n"
+        f"    api_key_env: H9_ODD_KEY\n    api_key_header: api-key\n"
+        f"  google:\n    base_url: http://{host}/v1\n    model: google-1\n"
+        f"    api_key_env: H9_ODD_KEY\n    api_key_query: key\n"))
+    out = _engine("run", str(suites), "--models", str(models), "--model", "bearer", "--model", "azure",
+                  "--model", "google", "--out", str(tmp_path / "out"), "--no-cache", env={"H9_ODD_KEY": ODD_KEY})
+    run_dir = _run_dir(tmp_path / "out")
+    rows = pd.read_parquet(run_dir).set_index("model")
+    assert rows["error_kind"].isna().all()
+    # The key was sent percent-encoded in the query, and the answers echo it in every form.
+    assert any(path.startswith("/v1/chat/completions?key=sk-Pl%2Bus") for path in fake_openai.paths)
+    assert "POST /v1/chat/completions?key=***" in rows.loc["google", "answer"]
+    assert "Authorization: Bearer ***" in rows.loc["bearer", "answer"]
+    assert "api-key: ***" in rows.loc["azure", "answer"]
+    for name in ("bearer", "azure"):   # the key in a header: in the base64 of the echoed headers too
+        assert "***" in rows.loc[name, "answer"].split("X-Echoed: ")[1]
+    files = [p.read_bytes().decode("utf-8", "replace") for p in run_dir.rglob("*") if p.is_file()]
+    texts = [out, rows.to_json(date_format="iso"), *files]
+    for form in _odd_key_forms():
         assert not any(form in text for text in texts), form
