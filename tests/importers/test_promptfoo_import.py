@@ -12,8 +12,9 @@ from ruamel.yaml import YAML
 
 from engine.evaluators.scoring import score
 from engine.importers.promptfoo import import_promptfoo
-from engine.importers.promptfoo_asserts import AssertSite, Scorers, map_assert
-from engine.importers.promptfoo_files import Files, Where
+from engine.importers.promptfoo.asserts import AssertSite, map_assert
+from engine.importers.promptfoo.files import Files, Where
+from engine.importers.promptfoo.python import Scorers
 from engine.model.answer import Answer
 from engine.suite import load_models, load_suites
 from tests.engine_proc import run_engine

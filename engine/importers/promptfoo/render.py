@@ -1,12 +1,12 @@
 """promptfoo's prompt, rendered as promptfoo renders it, so an imported test asks the model the same thing.
 
 promptfoo templates are Nunjucks; here they render on the engine's budgeted, sandboxed Jinja environment
-(engine.base.template_budget) made to print what Nunjucks prints: a missing variable or `null` is empty text,
-`true` is "true", 2.0 is "2", a list is its items joined by commas, an object is "[object Object]"; a variable's
-keys are read before any Python attribute (`obj.items` is the key `items`); `.length` and a few JavaScript
-string and array methods work; Nunjucks' `dump` and promptfoo's `load` filters exist. A template this cannot
-render as Nunjucks would (an unknown filter, JavaScript Jinja cannot run) raises `NotCarried` with what and
-why, never a traceback.
+(engine.base.template_budget) made to print what Nunjucks prints (engine.importers.promptfoo.js): a missing
+variable or `null` is empty text, `true` is "true", 2.0 is "2", a list is its items joined by commas, an object
+is "[object Object]"; a variable's keys are read before any Python attribute (`obj.items` is the key `items`);
+`.length` and a few JavaScript string and array methods work; Nunjucks' `dump` and promptfoo's `load` filters
+exist. A template this cannot render as Nunjucks would (an unknown filter, JavaScript Jinja cannot run) raises
+`NotCarried` with what and why, never a traceback.
 
 The steps are promptfoo's `renderPrompt` (src/evaluatorHelpers.ts), in its order:
 
@@ -25,28 +25,24 @@ from __future__ import annotations
 
 import base64
 import binascii
-import decimal
 import hashlib
 import json
-import math
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from jinja2 import ChainableUndefined, TemplateError, Undefined
+from jinja2 import ChainableUndefined, TemplateError
 
 from engine.base.template_budget import BudgetedEnvironment, TemplateBudgetError, render_bounded
 from engine.base.yaml import load_yaml_text
-from engine.importers.promptfoo_files import CONFIG, Files, Where
+from engine.importers.promptfoo.files import CONFIG, Files, Where
+from engine.importers.promptfoo.js import NotCarried, js_json, js_string, js_text, js_trim
 
-__all__ = ["Images", "NotCarried", "chat_messages", "engine_messages", "js_json", "js_string", "js_text", "js_trim",
-           "load_file_vars", "prepare_vars", "render_prompt", "render_template", "resolve_variables"]
+__all__ = ["Images", "chat_messages", "engine_messages", "load_file_vars", "prepare_vars", "render_prompt",
+           "render_template", "resolve_variables"]
 
-# What JavaScript's String.prototype.trim() removes (WhiteSpace and LineTerminator).
-_JS_SPACE = "\t\n\v\f\r \u00a0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a" \
-            "\u2028\u2029\u202f\u205f\u3000\ufeff"
 _CODE_FILES = (".js", ".cjs", ".mjs", ".ts", ".cts", ".mts", ".jsx", ".tsx", ".py", ".rb", ".go")
 _IMAGE_TYPES = {".png": "image/png", ".jpg": "image/jpeg", ".jpeg": "image/jpeg", ".gif": "image/gif",
                 ".webp": "image/webp", ".bmp": "image/bmp", ".svg": "image/svg+xml", ".tif": "image/tiff",
@@ -65,77 +61,6 @@ _TEMPLATE_VARS = re.compile(r"\{\{[\s]*([^{}\s|]+)[\s]*(?:\|[^}]+)?\}\}|\{%[\s]*
 _FOR_VARS = re.compile(r"\{%[\s]*for[\s]+(\w+)[\s]+in[\s]+(\w+)[\s]*%\}")
 _ROOT_NAME = re.compile(r"^([A-Za-z_]\w*)", re.ASCII)
 _RESOLVE_ROUNDS = 5
-
-
-class NotCarried(Exception):
-    """Something of the config this importer cannot reproduce as promptfoo runs it; the message says what."""
-
-
-def js_trim(text: str) -> str:
-    """`text.trim()` as JavaScript trims."""
-    return text.strip(_JS_SPACE)
-
-
-def _js_number(value: float) -> str:
-    """A number as JavaScript's String() writes it: 2.0 is "2", 1e-7 is "1e-7", 1e21 is "1e+21"."""
-    if math.isnan(value):
-        return "NaN"
-    if math.isinf(value):
-        return "Infinity" if value > 0 else "-Infinity"
-    if value == 0:
-        return "0"
-    shortest = repr(float(value))          # the shortest digits that read back as the same double, as JS has
-    digits = decimal.Decimal(shortest)
-    if 1e-6 <= abs(value) < 1e21:
-        text = format(digits, "f")
-        return text.rstrip("0").rstrip(".") if "." in text else text
-    sign, mantissa, exponent = digits.normalize().as_tuple()
-    numerals = "".join(map(str, mantissa))
-    power = len(numerals) - 1 + int(exponent)
-    body = numerals[0] + ("." + numerals[1:] if len(numerals) > 1 else "")
-    return ("-" if sign else "") + f"{body}e{'+' if power >= 0 else '-'}{abs(power)}"
-
-
-def js_text(value: Any) -> str:
-    """`String(value)`: as js_string, but null is "null" (what String.replace puts in for a null var)."""
-    return "null" if value is None else js_string(value)
-
-
-def js_string(value: Any) -> str:
-    """A value as Nunjucks prints it: JavaScript's String(value), with null and undefined as ""."""
-    if value is None or isinstance(value, Undefined):
-        return ""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, float):
-        return _js_number(value)
-    if isinstance(value, (list, tuple)):
-        return ",".join(js_string(item) for item in value)
-    if isinstance(value, Mapping):
-        return "[object Object]"
-    return str(value)
-
-
-def _js_plain(value: Any) -> Any:
-    """A value as JSON.stringify sees it: whole floats as integers, NaN and Infinity as null."""
-    if isinstance(value, float):
-        if math.isnan(value) or math.isinf(value):
-            return None
-        return int(value) if value.is_integer() and abs(value) < 2 ** 53 else value
-    if isinstance(value, Mapping):
-        return {str(k): _js_plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_js_plain(v) for v in value]
-    return value
-
-
-def js_json(value: Any, indent: int | str | None = None) -> str:
-    """`JSON.stringify(value, null, indent)`."""
-    if isinstance(value, Undefined):
-        return ""
-    spaces = indent if isinstance(indent, str) else (" " * min(10, int(indent)) if indent else None)
-    return json.dumps(_js_plain(value), ensure_ascii=False, indent=spaces or None,
-                      separators=(",", ": ") if spaces else (",", ":"))
 
 
 def _json_parse(text: Any) -> Any:

@@ -5,31 +5,34 @@
 rendered as promptfoo renders it (a string or the strings of a list, with the test's vars; a `file://` value
 read as JSON, YAML or trimmed text). A per-assert `transform:` (and a test's `options.transform`) is carried
 where it is a chain of `output.trim()`, `.toLowerCase()`, `.toUpperCase()` on a text check the engine can say
-the same way; any other transform leaves its assert not carried.
+the same way; any other transform leaves its assert not carried. `python` asserts become `python` scorers
+(engine.importers.promptfoo.python).
 
-`python` asserts become `python` scorers (engine.evaluators.python_scorer): `Scorers` writes modules beside
-the suites holding the assert's code (its file's source, or the inline expression as promptfoo's own wrapper
-makes it a function) and an adapter that calls it as promptfoo does, `get_assert(output, context)`, and reads
-its result as promptfoo's normalizeScriptResult does (src/assertions/scriptResultNormalization.ts).
+A test's asserts make its eval as promptfoo decides a test (`combined_eval`), and every evaluator written must
+pass the engine's own load-time checks (`engine_problem`), else it too is not carried.
 """
 
 from __future__ import annotations
 
-import ast
 import csv
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from pathlib import Path, PurePosixPath
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from engine.base.yaml import load_yaml_text
+from engine.base.yaml import Positions, load_yaml_text
+from engine.evaluators import compile_spec
 from engine.evaluators.text import check_pattern
-from engine.importers.promptfoo_files import CONFIG, Files, Where
-from engine.importers.promptfoo_render import NotCarried, js_json, js_string, js_trim, render_template
+from engine.importers.promptfoo.files import CONFIG, Files, Where
+from engine.importers.promptfoo.js import NotCarried, js_json, js_number, js_string, js_trim
+from engine.importers.promptfoo.python import Scorers
+from engine.importers.promptfoo.render import render_template
+from engine.suite.checks import EvaluatorResolver, Report
 
-__all__ = ["AssertSite", "Scorers", "literal", "map_assert", "share", "string_transform"]
+__all__ = ["AssertSite", "combined_eval", "describe", "engine_problem", "kinds", "literal", "map_assert", "share",
+           "string_transform"]
 
 _MODEL_GRADED = ("llm-rubric", "model-graded-closedqa", "factuality", "model-graded-factuality")
 _NOT_CARRIED_KINDS = {
@@ -68,17 +71,10 @@ def _literal_tree(value: Any) -> Any:
     return value
 
 
-def _number(value: Any, what: str) -> float:
-    """A number of the config (a threshold, a weight), or NotCarried when it is not one."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
-        raise NotCarried(f"its {what} {js_string(value)!r} is not a number")
-    return float(value)
-
-
 def share(value: Any, what: str) -> float:
     """A threshold a score in [0, 1] is held to: below 0 every score meets it (0 says the same); above 1 none
     does, which no engine threshold says: NotCarried."""
-    number = _number(value, what)
+    number = js_number(value, what)
     if number > 1:
         raise NotCarried(f"its {what} {number:g} is above 1, which no score meets")
     return max(0.0, number)
@@ -236,7 +232,7 @@ def map_assert(assertion: Mapping[str, Any], variables: Mapping[str, Any],
     threshold = assertion.get("threshold")
     try:
         if base == "python":
-            spec = site.scorers.python(assertion, variables, negate, steps, site)
+            spec = site.scorers.python(assertion, variables, negate, steps, site.where)
             negate = False   # promptfoo's not-python inverts the pass inside the adapter, as it does
         elif base == "assert-set":
             spec = _assert_set(assertion, variables, site)
@@ -255,7 +251,7 @@ def map_assert(assertion: Mapping[str, Any], variables: Mapping[str, Any],
         spec = {"not": spec, "name": kind}
     if assertion.get("weight") is not None:
         try:
-            weight = _number(assertion["weight"], "weight")
+            weight = js_number(assertion["weight"], "weight")
         except NotCarried as exc:
             return None, f"`{kind}` is not carried: {exc}"
         if weight < 0:
@@ -315,7 +311,7 @@ def _map_value(base: str, kind: str, value: Any, threshold: Any, steps: tuple[st
     if base in ("latency", "cost"):
         if threshold is None:
             return f"`{base}` needs a threshold (promptfoo fails the test without one)"
-        limit = max(0.0, _number(threshold, "threshold")) / (1000 if base == "latency" else 1)
+        limit = max(0.0, js_number(threshold, "threshold")) / (1000 if base == "latency" else 1)
         return {"latency_s" if base == "latency" else "cost": {"max": limit}, "name": kind}
     return "no evaluator here matches it; pick one from docs/evaluators.md"
 
@@ -348,189 +344,40 @@ def describe(assertion: Mapping[str, Any]) -> str:
     return f"{assertion.get('type') or '(no type)'}" + (f": {text}" if text else "")
 
 
-# The adapter every scorer module ends with: promptfoo's context dict and its reading of a script's result.
-_ADAPTER = '''
 
-# ---- written by `engine import promptfoo`: each function below runs one promptfoo python assert as the engine's
-# python scorer calls it, with promptfoo's arguments (the output, a context dict) and its reading of the result.
-import asyncio as _promptfoo_asyncio
-import inspect as _promptfoo_inspect
-import json as _promptfoo_json
-
-
-def _promptfoo_context(answer, transcript, case, config, description):
-    messages = transcript["messages"][:-1]
-    if len(messages) == 1 and isinstance(messages[0].get("content"), str):
-        prompt = messages[0]["content"]
-    else:
-        prompt = _promptfoo_json.dumps([{"role": m.get("role"), "content": m.get("content")} for m in messages],
-                                       indent=2, ensure_ascii=False)
-    context = {"prompt": prompt, "vars": dict(case), "test": {"vars": dict(case), "description": description},
-               "logProbs": None, "provider": {"id": None}, "providerResponse": {"output": answer}}
-    if config is not None:
-        context["config"] = config
-    return context
+def engine_problem(spec: dict[str, Any], folder: Path) -> str | None:
+    """Why `engine validate` would refuse an evaluator the import made (an invalid inner JSON Schema, a pattern RE2
+    cannot run), or None: each kind's own load-time checks and the compile, as the loader runs them. A python
+    scorer's file is written after the mapping, so its check waits for `engine validate`."""
+    report = Report("promptfoo", Positions())
+    if "python" not in kinds(spec):
+        EvaluatorResolver({}, report, folder).resolve(spec, ())
+    problem = next((d.message for d in report.diagnostics if d.severity == "error"), None)
+    if problem is None:
+        problem = next((n.problem for _, n in compile_spec(spec, {}).walk() if n.problem), None)
+    return problem
 
 
-def _promptfoo_output(answer, steps):
-    for step in steps:
-        answer = answer.strip(_PROMPTFOO_SPACE) if step == "trim" else answer.lower() if step == "lower" \\
-            else answer.upper()
-    return answer
+def kinds(spec: Any) -> set[str]:
+    """Every evaluator kind in a spec tree."""
+    if isinstance(spec, Mapping):
+        return set(spec) | {k for v in spec.values() for k in kinds(v)}
+    if isinstance(spec, list):
+        return {k for v in spec for k in kinds(v)}
+    return set()
 
 
-_PROMPTFOO_SPACE = ("\\t\\n\\v\\f\\r \\u00a0\\u1680\\u2000\\u2001\\u2002\\u2003\\u2004\\u2005\\u2006\\u2007"
-                    "\\u2008\\u2009\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000\\ufeff")
-
-
-def _promptfoo_verdict(result, threshold, inverse):
-    """promptfoo's normalizeScriptResult: bool, "true"/"false", a JSON object text, {pass, score, reason}, or a
-    number (a pass above 0, or at the threshold); `not-python` inverts the pass."""
-    if _promptfoo_inspect.iscoroutine(result):
-        result = _promptfoo_asyncio.run(result)
-    if isinstance(result, str) and result.lower() in ("true", "false"):
-        result = result.lower() == "true"
-    elif isinstance(result, str) and result.startswith("{"):
-        result = _promptfoo_json.loads(result)
-    if isinstance(result, bool):
-        passed = result != inverse
-        return {"score": 1.0 if passed else 0.0, "passed": passed,
-                "reason": "Assertion passed" if passed else f"Python code returned {str(result).lower()}"}
-    if isinstance(result, dict):
-        graded = dict(result)
-        if "pass_" in graded and "pass" not in graded:
-            graded["pass"] = graded["pass_"]
-        if not (isinstance(graded.get("pass"), bool) and isinstance(graded.get("score"), (int, float))
-                and not isinstance(graded.get("score"), bool) and isinstance(graded.get("reason"), str)):
-            raise ValueError("Python assertion must return a boolean, number, or {pass, score, reason} object. "
-                             f"Got instead: {result!r}"[:500])
-        raw_pass, score, reason = graded["pass"], float(graded["score"]), graded["reason"]
-        if threshold is not None and score < threshold:
-            raw_pass = False
-            reason = f"Python score {score:g} is less than threshold {threshold:g}: {reason}"
-        passed = raw_pass != inverse
-        if passed != raw_pass:
-            reason = "Assertion passed" if passed else f"Python code returned {str(raw_pass).lower()}"
-        return _promptfoo_scored(score, passed, reason)
-    score = float(str(result)) if not isinstance(result, (int, float)) else float(result)
-    raw_pass = score > 0 if threshold is None else score >= threshold
-    passed = raw_pass != inverse
-    return _promptfoo_scored(score, passed, "Assertion passed" if passed
-                             else f"Python code returned {str(raw_pass).lower()}")
-
-
-def _promptfoo_scored(score, passed, reason):
-    kept = min(1.0, max(0.0, score))
-    if kept != score:
-        reason += f" (promptfoo score {score:g}, kept in [0, 1])"
-    return {"score": kept, "passed": passed, "reason": reason}
-'''
-
-_CALL = '''
-
-def @@NAME@@(answer, transcript, golden, case):
-    output = _promptfoo_output(answer, {steps!r})
-    context = _promptfoo_context(answer, transcript, case, {config}, {description})
-    return _promptfoo_verdict({function}(output, context), {threshold!r}, {inverse!r})
-'''
-
-
-def _functions(source: str, name: str) -> list[str]:
-    """The functions a module's source defines at its top level; NotCarried when it does not compile."""
-    try:
-        tree = ast.parse(source, filename=name)
-    except (SyntaxError, ValueError, RecursionError) as exc:
-        raise NotCarried(f"its python does not compile ({name}: {exc})") from None
-    return [node.name for node in tree.body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))]
-
-
-@dataclass
-class _Module:
-    """One scorer module being written: its source and the functions added to it."""
-
-    source: str
-    calls: dict[str, str] = field(default_factory=dict)   # the call's text -> its function's name
-
-
-class Scorers:
-    """The python scorer modules an import writes beside its suites: one per promptfoo python file, and one
-    for the inline python asserts (`promptfoo_inline.py`)."""
-
-    def __init__(self, files: Files, base: Path) -> None:
-        self.files = files
-        self.base = base
-        self.modules: dict[str, _Module] = {}
-        self._inline: dict[str, str] = {}   # inline code -> its function's name
-
-    def python(self, assertion: Mapping[str, Any], variables: Mapping[str, Any], inverse: bool,
-               steps: tuple[str, ...], site: AssertSite) -> dict[str, Any]:
-        """The `python` evaluator for a promptfoo python assert (its module written when `write` is called)."""
-        value = assertion.get("value")
-        if not isinstance(value, str) or not value.strip():
-            raise NotCarried("a python assert needs its code or a file:// reference as its value")
-        if value.startswith("file://"):
-            module, target = self._file(value, site)
-        else:
-            module, target = self._inline_code(render_template(value, variables))
-        threshold = assertion.get("threshold")
-        config = assertion.get("config")
-        call = _CALL.format(steps=steps, config=repr(config) if config is not None else "None", description="None",
-                            function=target, threshold=None if threshold is None else _number(threshold, "threshold"),
-                            inverse=inverse)
-        entry = self.modules[module]
-        name = entry.calls.get(call)
-        if name is None:
-            name = f"promptfoo_assert_{len(entry.calls) + 1}"
-            entry.calls[call] = name
-            entry.source += call.replace("@@NAME@@", name)
-        return {"python": {"file": module, "function": name}}
-
-    def _file(self, value: str, site: AssertSite) -> tuple[str, str]:
-        """`file://x.py` or `file://x.py:fn`: the module holding x.py's source, and the function to call."""
-        ref = value[len("file://"):]
-        ref, _, function = ref.rpartition(":") if re.search(r"\.py:\w+$", ref) else (ref, "", "")
-        function = function or "get_assert"
-        if not ref.endswith(".py"):
-            raise NotCarried(f"{value} is not a .py file")
-        path = self.files.path(ref, self.base, site.where)
-        source = self.files.read_text(path, site.where, 1024 * 1024).rstrip() + "\n"
-        defined = _functions(source, str(path))
-        if function not in defined:
-            raise NotCarried(f"{ref} defines no function {function} (it defines: {', '.join(defined) or 'none'})")
-        module = "promptfoo_" + re.sub(r"\W+", "_", PurePosixPath(ref).stem) + ".py"
-        if module not in self.modules:
-            self.modules[module] = _Module(source + _ADAPTER)
-        elif not self.modules[module].source.startswith(source):
-            raise NotCarried(f"two python files are named {PurePosixPath(ref).name}; rename one")
-        return module, function
-
-    def _inline_code(self, code: str) -> tuple[str, str]:
-        """Inline code as promptfoo's buildPythonScript makes it a function: one line is `return <it>`, several
-        are the function's body (indented as their first indented line is)."""
-        module = "promptfoo_inline.py"
-        code = code.rstrip()
-        target = self._inline.get(code)
-        if target is not None:
-            return module, target
-        if "\n" in code:
-            indent = next((m.group(0) for m in re.finditer(r"^(?!\s*$)\s+", code, re.MULTILINE)), "    ")
-            body = "\n".join(indent + line for line in code.split("\n"))
-        else:
-            body = f"    return {code}"
-        target = f"_promptfoo_inline_{len(self._inline) + 1}"
-        function = f"\n\ndef {target}(output, context):\n{body}\n"
-        _functions("import json\n" + function, "the inline python assert")   # it compiles, or is not carried
-        if module not in self.modules:
-            self.modules[module] = _Module("import json\n" + _ADAPTER)
-        self._inline[code] = target
-        self.modules[module].source += function
-        return module, target
-
-    def write(self, folder: Path) -> list[Path]:
-        """Write every module into `folder` (the suites' folder); the paths written."""
-        written = []
-        for name, module in self.modules.items():
-            path = folder / name
-            path.write_text(module.source, encoding="utf-8")
-            written.append(path)
-        return written
+def combined_eval(evals: list[dict[str, Any]], threshold: Any) -> dict[str, Any]:
+    """The test's eval: promptfoo passes a test when every counted assert passes (or, with a threshold, when
+    the weighted mean score reaches it); a test with no assert is recorded unscored."""
+    if not evals:
+        return {"none": True}   # promptfoo shows the answer for a person to read; here it is recorded unscored
+    if threshold is not None:
+        return {"all": evals}   # the test's threshold on the weighted mean, whatever each assert says
+    partial = any(kinds(spec) & {"similar", "judge", "python"} for spec in evals)
+    if not partial:
+        return evals[0] if len(evals) == 1 else {"all": evals}
+    # Checks that pass below a full score (a similarity at its threshold, a judge's scale, promptfoo's
+    # {pass, score}): each is a gate, and the test passes when every gate does, whatever the mean.
+    gated = [{**spec, "must": True} if spec.get("weight", 1) != 0 else spec for spec in evals]
+    return {"all": gated, "threshold": 0.0}

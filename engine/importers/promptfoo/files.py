@@ -10,6 +10,7 @@ the user asked for it (`--allow-outside`); only a regular file is read, and only
 
 from __future__ import annotations
 
+import glob
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,12 +19,19 @@ from engine.base.input_file import InputFileError, read_capped
 from engine.base.yaml import MAX_BYTES, FileKind, Positions, load_yaml_text
 from engine.errors import ConfigError
 
-__all__ = ["CONFIG", "MAX_FILE_BYTES", "Files", "Loaded", "Where"]
+__all__ = ["CONFIG", "MAX_FILE_BYTES", "SCRIPTS", "Files", "Loaded", "Where", "file_ref"]
 
 #: The largest file a config may name (a prompt, a var, a test file, an image).
 MAX_FILE_BYTES = 20 * 1024 * 1024
 CONFIG = FileKind("promptfoo config", "a promptfoo config lists `prompts:`, `providers:` and `tests:`",
                   "move its tests into files it names (`tests: file://tests.yaml`)", merge_keys=True)
+#: Files promptfoo runs for what they make (a prompt, tests) instead of reading them.
+SCRIPTS = (".js", ".cjs", ".mjs", ".ts", ".cts", ".mts", ".py", ".rb", ".go", ".sh", ".bash", ".exe", ".bat")
+
+
+def file_ref(value: Any) -> str | None:
+    """The path a `file://` reference names, or None for any other value."""
+    return value[len("file://"):] if isinstance(value, str) and value.startswith("file://") else None
 
 
 @dataclass(frozen=True)
@@ -76,6 +84,16 @@ class Files:
                               "copy it into that folder, or run `engine import promptfoo --allow-outside` if you "
                               "trust this config")
         return path
+
+    def glob(self, pattern: str, base: Path, where: Where) -> list[Path]:
+        """The files a glob matches (relative to `base`), in name order, each checked to be inside the config's
+        folder."""
+        try:
+            found = glob.glob(str(base / pattern), recursive=True)
+        except (OSError, ValueError) as exc:
+            raise ConfigError(f"{where}: the pattern {pattern!r} cannot be read ({exc}); fix it") from None
+        matched = sorted(Path(p) for p in found if self.is_file(Path(p)))
+        return [self.path(str(p), base, where) for p in matched]
 
     def is_file(self, path: Path) -> bool:
         """Whether `path` is a file, False for a name that cannot be one (a NUL byte in it)."""
