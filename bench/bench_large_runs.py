@@ -2,17 +2,22 @@
 
 - `attempts`: few tests, many attempts: 100 tests × 5 models × 2,000 attempts (a sampling study);
 - `tests`: many tests, one attempt: 200,000 tests × 5 models (a large benchmark: four suites, one of them
-  templated with five cases a test).
+  templated with five cases a test);
+- `tests-250k` (only when asked for): the `tests` shape at a quarter, 250,000 rows: the smallest run whose end
+  writes the viewer's snapshot, so its first open without one is the slowest a finished run's can be.
 
 Each is a real run folder as `engine run` leaves it: the whole results schema in `part-NNNNN.parquet` files of
 5,000 rows (the results writer's part size, zstd), rows in the order a run commits them, and `_manifest.json`.
 Every figure is a fresh process of the tree measured (`python -m engine ...` with the tree first on PYTHONPATH):
 
 - `engine analyze RUN`: wall seconds and peak RSS of the whole process;
+- the run's end: what `engine run` (and `engine rescore`) does once its rows are written to a run this large,
+  `engine.cli.view_cmd.prepare_snapshot` (the viewer's snapshot, engine/view/cache.py): wall, CPU and peak RSS;
 - `engine view RUN`: the page's first requests as the browser makes them (the runs list, then the run's
   summary and its first grid page together), a filtered grid page, and `/api/summary` again; each the wall
-  time of its HTTP request. Twice per tree: the first open of the run (nothing cached) and a second
-  `engine view` over the same folder (whatever the first one left beside the run).
+  time of its HTTP request. Three times per tree: the first open of the run as its end left it, the first open
+  of a run without a snapshot (a run killed before its end, or written by an older engine), and a second
+  `engine view` over the same folder (whatever the one before left beside the run).
 
 Baseline in the same rounds: a bare pyarrow read of the analysis columns of the same files (the least any
 analysis must read). `--against DIR` measures another checkout (e.g. `git archive main | tar -x -C DIR`) in
@@ -54,6 +59,9 @@ SHAPES = {
     # name: (suites with (test ids, cases per test), attempts, temperature)
     "attempts": ((("sampling", 50, 0), ("reasoning", 50, 0)), 2_000, 0.7),
     "tests": ((("arith", 50_000, 0), ("code", 50_000, 0), ("qa", 50_000, 0), ("templated", 10_000, 5)), 1, 0.0),
+    # The `tests` shape at a quarter: 250,000 rows, the smallest run whose end writes the viewer's snapshot.
+    "tests-250k": ((("arith", 12_500, 0), ("code", 12_500, 0), ("qa", 12_500, 0), ("templated", 2_500, 5)), 1,
+                   0.0),
 }
 ANALYSIS_READ = ("run_id", "model", "fallback", "suite", "test_id", "test_hash", "case_index", "attempt", "tags",
                  "prompt_tokens", "completion_tokens", "latency_s", "ttft_visible_s", "truncated", "cost", "score",
@@ -216,6 +224,30 @@ def measure_analyze(tree: Path, run: Path, timeout: float) -> dict[str, Any]:
         return {"wall_s": wall, "cpu_s": cpu, "peak_mb": usage.ru_maxrss / 1024, "chars": out.stat().st_size}
 
 
+def measure_run_end(tree: Path, run: Path, rows: int, timeout: float) -> dict[str, Any] | None:
+    """The run's end in a fresh process: the viewer's snapshot prepared as `engine run` prepares it (None: the
+    tree has no such step)."""
+    code = ("import sys; from pathlib import Path; from engine.cli.view_cmd import prepare_snapshot; "
+            "prepare_snapshot(Path(sys.argv[1]), int(sys.argv[2]))")
+    with tempfile.TemporaryDirectory() as cwd:
+        probe = subprocess.run([sys.executable, "-c", "import engine.cli.view_cmd as m; print(hasattr(m, "
+                                "'prepare_snapshot'))"], cwd=cwd, env=_env(tree), capture_output=True, text=True,
+                               check=False)
+        if probe.stdout.strip() != "True":
+            return None
+        start = time.perf_counter()
+        child = subprocess.Popen([sys.executable, "-c", code, str(run), str(rows)], cwd=cwd, env=_env(tree),
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        timer = threading.Timer(timeout, child.kill)
+        timer.start()
+        _, status, usage = os.wait4(child.pid, 0)
+        wall = time.perf_counter() - start
+        timer.cancel()
+    if os.waitstatus_to_exitcode(status) != 0 or wall >= timeout:
+        raise SystemExit(f"the run's end failed or took over {timeout:.0f} s in {tree}")
+    return {"wall_s": wall, "cpu_s": usage.ru_utime + usage.ru_stime, "peak_mb": usage.ru_maxrss / 1024}
+
+
 def _get(base: str, path: str, params: dict[str, Any], timeout: float) -> dict[str, Any]:
     query = "&".join(f"{k}={urllib.request.quote(str(v))}" for k, v in params.items())
     with urllib.request.urlopen(f"{base}/api/{path}?{query}", timeout=timeout) as reply:
@@ -312,6 +344,7 @@ def clear_caches(run: Path) -> None:
 # The filtered grid page of each shape: a suite, a class, failures, a tag, the second page.
 FILTERS = {"attempts": {"suite": "reasoning", "class": "discriminating", "failed": "1", "offset": 10, "limit": 10},
            "tests": {"suite": "code", "class": "uninformative", "failed": "1", "tag": "hard", "offset": 50}}
+FILTERS["tests-250k"] = FILTERS["tests"]
 
 
 def _s(value: float | None) -> str:
@@ -320,6 +353,8 @@ def _s(value: float | None) -> str:
 
 MEASURES = (("analyze", "wall_s", "engine analyze, wall s"), ("analyze", "cpu_s", "engine analyze, CPU s"),
             ("analyze", "peak_mb", "engine analyze, peak MB"),
+            ("run end", "wall_s", "run's end: snapshot, wall s"), ("run end", "cpu_s", "run's end: snapshot, CPU s"),
+            ("run end", "peak_mb", "run's end: snapshot, peak MB"),
             ("first open", "ready_s", "view first open: URL printed s"),
             ("first open", "runs_s", "view first open: runs page s"),
             ("first open", "run_page_s", "view first open: run page s"),
@@ -327,6 +362,11 @@ MEASURES = (("analyze", "wall_s", "engine analyze, wall s"), ("analyze", "cpu_s"
             ("first open", "summary_again_s", "view first open: /api/summary again s"),
             ("first open", "peak_mb", "view first open: peak MB"),
             ("first open", "cpu_s", "view first open: server CPU s"),
+            ("unprepared open", "runs_s", "view first open, no snapshot: runs page s"),
+            ("unprepared open", "run_page_s", "view first open, no snapshot: run page s"),
+            ("unprepared open", "filtered_s", "view first open, no snapshot: filtered s"),
+            ("unprepared open", "peak_mb", "view first open, no snapshot: peak MB"),
+            ("unprepared open", "cpu_s", "view first open, no snapshot: CPU s"),
             ("second open", "ready_s", "view second open: URL printed s"),
             ("second open", "runs_s", "view second open: runs page s"),
             ("second open", "run_page_s", "view second open: run page s"),
@@ -371,6 +411,7 @@ def main() -> int:
     try:
         for shape in args.shapes.split(","):
             run = ensure_run(base, shape)
+            rows = len(_items(shape)[0]) * len(MODELS) * SHAPES[shape][1]
             for r in range(args.rounds):
                 print(f"\n{shape}, round {r + 1}: bare read of the analysis columns {bare_read(run):.2f} s; "
                       f"load {os.getloadavg()[0]:.1f}", flush=True)
@@ -382,7 +423,16 @@ def main() -> int:
                               f"{a['peak_mb']:6.0f} MB", flush=True)
                     if "view" in args.only:
                         clear_caches(run)
-                        for open_ in ("first open", "second open"):
+                        end = measure_run_end(tree, run, rows, args.timeout)
+                        if end is not None:
+                            record["run end"] = end
+                            print(f"  {name:<8} the run's end (snapshot): {_s(end['wall_s'])} s, CPU "
+                                  f"{_s(end['cpu_s'])} s, {end['peak_mb']:6.0f} MB", flush=True)
+                        opens = ("first open", "unprepared open", "second open") if end is not None else \
+                            ("unprepared open", "second open")
+                        for open_ in opens:
+                            if open_ == "unprepared open":
+                                clear_caches(run)
                             v = record[open_] = measure_view(tree, run, FILTERS[shape], args.timeout)
                             print(f"  {name:<8} engine view, {open_}: ready {_s(v['ready_s'])}, runs page "
                                   f"{_s(v['runs_s'])}, run page {_s(v['run_page_s'])}, filtered page "

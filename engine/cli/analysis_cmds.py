@@ -464,3 +464,6 @@ def rescore(
     for line in outcome.messages:
         typer.echo(line, err=True)
     typer.echo(f"rescored {outcome.rescored} rows into {outcome.folder}")
+    from engine.cli.view_cmd import prepare_snapshot
+
+    prepare_snapshot(outcome.folder, outcome.rescored + outcome.unchanged)

@@ -6,6 +6,7 @@ Heavy modules (pyarrow, the HTTP client, the suite loader) are imported inside t
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import typer
@@ -113,5 +114,16 @@ def run_command(
             raise typer.BadParameter("--retry-errors with --ray: resume each shard by hand (docs/scale.md)")
         raise typer.Exit(run_on_ray(invocation, None if ray == "local" else ray, shards, resume=resume, quiet=quiet))
     code = run_session(invocation, dry_run=dry_run, resume=resume, retry_errors=retry_errors, quiet=quiet,
-                       until_decided=decide, complete=complete)
+                       until_decided=decide, complete=complete, finished=functools.partial(_finished, quiet=quiet))
     raise typer.Exit(code)
+
+
+def _finished(run_dir: Path, *, quiet: bool) -> None:
+    """A finished run (not one the user stopped): its viewer's snapshot, when the run is large."""
+    from engine.cli.view_cmd import prepare_snapshot
+    from engine.results.folder import read_manifest
+
+    manifest = read_manifest(run_dir) or {}
+    rows = (manifest.get("counts") or {}).get("rows")
+    if not manifest.get("interrupted") and isinstance(rows, int):
+        prepare_snapshot(run_dir, rows, quiet=quiet)

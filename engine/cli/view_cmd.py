@@ -22,6 +22,29 @@ def login_name() -> str:
         return "reviewer"
 
 
+def prepare_snapshot(run_dir: Path, rows: int, *, quiet: bool = False) -> None:
+    """After `engine run` or `engine rescore`: write the viewer's snapshot of a run of `PREPARED_FROM_ROWS` rows or
+    more beside it (engine.view.cache), so its first `engine view` reads aggregates instead of analysing the rows.
+
+    Ctrl-C skips it and a failure is a note: either way the first `engine view` of the run prepares it.
+    """
+    from engine.view.cache import PREPARED_FROM_ROWS
+
+    if rows < PREPARED_FROM_ROWS:
+        return
+    from engine.view.cache import prepare
+
+    if not quiet:
+        typer.echo(f"preparing engine view's summary of {rows:,} rows (Ctrl-C skips it) ...", err=True)
+    try:
+        prepare(run_dir)
+    except KeyboardInterrupt:
+        typer.echo("note: engine view's summary skipped; the run's first `engine view` prepares it", err=True)
+    except Exception as exc:  # noqa: BLE001 - the run is written; its viewer computes what this could not
+        typer.echo(f"note: engine view's summary not prepared ({type(exc).__name__}: {exc}); the run's first "
+                   f"`engine view` prepares it", err=True)
+
+
 @app.command()
 def view(
     path: Annotated[Path, typer.Argument(help="A run folder, or a folder of runs (results/).")],

@@ -29,6 +29,8 @@ from engine.run import inputs, remote_run
 from engine.run.manifest import build_manifest, now_iso
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from engine.run.run_config import Invocation
     from engine.run.shards import Shard
     from engine.run.until_decided import UntilDecided
@@ -43,7 +45,8 @@ def _err(message: str) -> None:
 
 def run_session(invocation: Invocation, *, dry_run: bool = False, resume: Path | None = None,
                 retry_errors: bool = False, quiet: bool = False, model_slots: Any = None,
-                until_decided: UntilDecided | None = None, complete: bool = False) -> int:
+                until_decided: UntilDecided | None = None, complete: bool = False,
+                finished: Callable[[Path], None] | None = None) -> int:
     """Run one invocation and return the exit code.
 
     Args:
@@ -56,10 +59,12 @@ def run_session(invocation: Invocation, *, dry_run: bool = False, resume: Path |
         until_decided: `--until-decided A,B`: stop once A vs B is decided (`engine.run.until_decided`). The
             journal keeps it and its seed: a later `--resume` continues the decision.
         complete: `--complete`, with `resume` of an `--until-decided` run: run every test left instead.
+        finished: Called with the run folder once a local, unsharded run has written its manifest, the folder
+            still locked (the command line prepares the viewer's snapshot there).
     """
     try:
         return _run(invocation, dry_run=dry_run, resume=resume, retry_errors=retry_errors, quiet=quiet,
-                    model_slots=model_slots, until_decided=until_decided, complete=complete)
+                    model_slots=model_slots, until_decided=until_decided, complete=complete, finished=finished)
     except UsageError as exc:
         _err(f"error: {exc}")
         return 2
@@ -72,7 +77,8 @@ def run_session(invocation: Invocation, *, dry_run: bool = False, resume: Path |
 
 
 def _run(invocation: Invocation, *, dry_run: bool, resume: Path | None, retry_errors: bool, quiet: bool,
-         model_slots: Any = None, until_decided: UntilDecided | None = None, complete: bool = False) -> int:
+         model_slots: Any = None, until_decided: UntilDecided | None = None, complete: bool = False,
+         finished: Callable[[Path], None] | None = None) -> int:
     from engine.run.shards import Shard, check_run_id, new_shard_folder, resume_folder
 
     journal = None
@@ -185,6 +191,8 @@ def _run(invocation: Invocation, *, dry_run: bool, resume: Path | None, retry_er
         code = _execute(invocation, run_id, run_dir, journal, models, tests, api_keys,
                         retry_errors=retry_errors, quiet=quiet, judges=judges, model_slots=model_slots,
                         until_decided=until_decided)
+        if finished is not None and shard is None and remote_out is None:
+            finished(run_dir)
     except StorageError as exc:
         code = _storage_failed(exc, run_dir, journal)
     finally:

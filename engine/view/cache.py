@@ -3,10 +3,11 @@
 A run's snapshot is what every page reads: the summary (models with their intervals, the paired comparisons,
 notes, agents), one row per test (`per_test`'s columns: class, reason, p-values) and the tests × models grid
 (`cells.Cells`). It is computed the way `engine analyze` computes it (DuckDB past memory), then written to
-`<run>/_view/` (`summary.json`, `tests.arrow`, `cells.arrow`; Arrow IPC, zstd), so the next `engine view` of the
-run reads a few megabytes instead of analysing its rows again.
+`<run>/_view/` (`summary.json`, `tests.arrow`, `cells.arrow`; Arrow IPC, zstd), so every `engine view` of the
+run reads a few megabytes instead of analysing its rows. A large run's end writes it (`prepare`, called by
+`engine run` and `engine rescore`: its first viewer is then as quick as the next); else its first viewer does.
 
-The files are keyed on the run's Parquet files (each one's path, size and modification time), the engine
+The files are keyed on the run's Parquet files (each one's path, size, modification time and inode), the engine
 version and this module's format: a part added, rewritten or removed makes the run be analysed again, and the
 files rewritten. A folder that cannot be written (read-only, full disk) keeps the snapshot in memory only. The
 files are read with a size cap, and anything unexpected in them (another format, a missing column, counts that
@@ -44,6 +45,11 @@ MAX_TABLE_BYTES = 4 << 30
 # The grid's per-cell arrays, in the order `cells.arrow` holds them (one row per test × model, row-major).
 CELL_COUNTS = ("n_rows", "n_scored", "n_unscored", "n_passed", "n_truncated")
 CELL_VALUES = ("score", "score_min", "score_max")
+
+# A run of this many rows or more has its snapshot written when `engine run` or `engine rescore` ends (its first
+# viewer reads it at once); a smaller one is analysed by its first viewer within the first page's time budget,
+# and its run does not hold an analysis in memory at its end.
+PREPARED_FROM_ROWS = 250_000
 
 Signature = list[list[Any]]
 
@@ -111,7 +117,8 @@ class Snapshot:
 
 
 def signature(run_dir: Path, files: list[Path]) -> Signature:
-    """What the snapshot of a run depends on: each Parquet file's path (relative to the run), size and mtime."""
+    """What the snapshot of a run depends on: each Parquet file's path (relative to the run), size, mtime and
+    inode (a part replaced by a rename within one tick of the file system's clock has another inode)."""
     out: Signature = []
     for file in files:
         stat = file.stat()
@@ -119,7 +126,7 @@ def signature(run_dir: Path, files: list[Path]) -> Signature:
             name = file.relative_to(run_dir).as_posix()
         except ValueError:
             name = str(file)
-        out.append([name, int(stat.st_size), int(stat.st_mtime_ns)])
+        out.append([name, int(stat.st_size), int(stat.st_mtime_ns), int(stat.st_ino)])
     return out
 
 
@@ -150,6 +157,24 @@ def compute(files: list[Path]) -> Snapshot:
         analysis = analyze(df, cells=cells)
         del df
     return snapshot_of(analysis, cells)
+
+
+def current(run_dir: Path, files: list[Path], sig: Signature) -> Snapshot:
+    """The snapshot of these files: the one beside the run when it is theirs, else computed and written there
+    (kept in memory only when the folder cannot hold it)."""
+    snapshot = read(run_dir, sig)
+    if snapshot is None:
+        snapshot = compute(files)
+        write(run_dir, sig, snapshot)
+    return snapshot
+
+
+def prepare(run_dir: Path) -> None:
+    """Leave beside the run the snapshot of its Parquet files as they are now (its viewers then read it)."""
+    from engine.analysis.load import find_parquet_files
+
+    files = find_parquet_files(run_dir)
+    current(run_dir, files, signature(run_dir, files))
 
 
 def _records(frame: Any) -> list[dict[str, Any]]:

@@ -108,10 +108,7 @@ class Run:
         with self._lock:
             if self._snapshot is not None and signature == self._signature:
                 return self._snapshot
-            snapshot = cache.read(self.folder, signature)
-            if snapshot is None:
-                snapshot = cache.compute(files)
-                cache.write(self.folder, signature, snapshot)   # a folder that cannot be written: memory only
+            snapshot = cache.current(self.folder, files, signature)
             self._snapshot, self._signature = snapshot, signature
             self._dataset, self._search = None, {}
             return snapshot
