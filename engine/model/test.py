@@ -12,13 +12,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from engine.base.jsontext import dumps_unicode
+from engine.model.cases import CaseOrigin
+from engine.model.workspace import WorkspaceSpec
 
 if TYPE_CHECKING:
     from engine.evaluators.node import Node
     from engine.suite.agent import AgentSettings, GoldenTurn
-    from engine.suite.cases_from import CaseOrigin
     from engine.suite.tools import Tool
-    from engine.workspace.spec import WorkspaceSpec
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,9 +16,11 @@ from engine.evaluators import Node, compile_spec
 from engine.evaluators.judge_prompt import JudgePrompt, parse_judge_prompt, with_judge_prompt
 from engine.evaluators.node import has_template
 from engine.evaluators.trajectory import conversation_kinds_in
+from engine.model.cases import CaseOrigin
 from engine.model.test import Test
+from engine.model.workspace import WorkspaceSpec
 from engine.suite.agent import AgentSettings, GoldenTurn, compile_golden, merge_agent
-from engine.suite.cases_from import CaseOrigin, open_cases
+from engine.suite.cases_from import open_cases
 from engine.suite.checks import EvaluatorResolver, Report, check_golden_shape
 from engine.suite.content_parts import content_text, render_parts
 from engine.suite.conversation import api_name_problems, api_names, check_conversation, sent_turn, tool_choice
@@ -26,7 +28,7 @@ from engine.suite.hashing import TestHasher, chat_json
 from engine.suite.suite_tools import SuiteTools
 from engine.suite.tools import Tool
 from engine.suite.variable_checks import VariableChecks
-from engine.workspace.spec import WorkspaceSpec, builtin_definition, compile_workspace, split_tools
+from engine.workspace.spec import builtin_definition, compile_workspace, hashed_block, split_tools
 
 __all__ = ["NO_EVALUATOR", "Expander"]
 
@@ -293,7 +295,7 @@ class Expander(SuiteTools):
                                     "of it is answered with an error; declare what it returns")
         offered = {name: self.agent_tools[name] for name in tool_names if name in self.agent_tools}
         if workspace is not None:
-            block = {**block, "workspace": workspace.hashed()}   # the hash covers the seed and the built-ins
+            block = {**block, "workspace": hashed_block(workspace)}   # the hash covers the seed and the built-ins
         return settings, dict(block.get("state") or {}), block, offered, workspace
 
     def _golden_turns(self, golden: Any, where: tuple[Any, ...], row: str,

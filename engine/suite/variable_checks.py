@@ -15,7 +15,7 @@ from engine.base.render import is_template
 from engine.base.words import did_you_mean
 from engine.evaluators import COMMON_KEYS
 from engine.evaluators.node import has_template
-from engine.suite.cases_from import CaseOrigin
+from engine.model.cases import CaseOrigin
 from engine.suite.checks import RESERVED_VARIABLES, EvaluatorResolver, Report, template_names, walk_strings
 from engine.suite.content_parts import part_sources
 

@@ -23,7 +23,6 @@ import json
 import math
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path, PurePosixPath
 from types import MappingProxyType
@@ -31,10 +30,11 @@ from typing import Any
 
 from engine.base.diagnostic import Path as Path_
 from engine.base.diagnostic import Problem
+from engine.model.workspace import WorkspaceSpec
 from engine.paths import data_dir
 
-__all__ = ["BUILTIN_NAMES", "WORKSPACE_KEYS", "Problem", "WorkspaceSpec", "builtin_definition", "builtin_tools",
-           "compile_workspace", "split_tools"]
+__all__ = ["BUILTIN_NAMES", "WORKSPACE_KEYS", "Problem", "builtin_definition", "builtin_tools", "compile_workspace",
+           "hashed_block", "split_tools"]
 
 WORKSPACE_KEYS = ("folder", "files", "setup", "network", "timeout_s", "memory_mb", "root", "time_limit_s")
 MAX_TIMEOUT_S = 3600.0
@@ -62,40 +62,13 @@ def builtin_definition(builtin: str, name: str | None = None) -> dict[str, Any]:
                                              "parameters": spec["parameters"]}}
 
 
-@dataclass(frozen=True, slots=True)
-class WorkspaceSpec:
-    """A compiled `workspace:` block.
-
-    Args:
-        folder: The seed folder, absolute (None: inline files only).
-        files: Relative path -> text, written after the folder is copied.
-        setup: A command run (bash -c) in the sandbox before the model starts; None for none.
-        network: Whether commands, setup and checks may use the network.
-        timeout_s: The wall-clock limit of each command.
-        memory_mb: The memory limit of each command.
-        tools: The offered built-in tools: (name the model sees, built-in), in the test's order.
-        root: The absolute path the task sees its workspace at (commands and the hidden check), or None: the
-            workspace's own temporary path.
-        time_limit_s: The wall-clock limit of the whole task (conversation and commands), or None.
-    """
-
-    folder: str | None = None
-    files: Mapping[str, str] = field(default_factory=dict)
-    setup: str | None = None
-    network: bool = False
-    timeout_s: float = 30.0
-    memory_mb: int = 1024
-    tools: tuple[tuple[str, str], ...] = ()
-    root: str | None = None
-    time_limit_s: float | None = None
-
-    def hashed(self) -> dict[str, Any]:
-        """What the test hash covers: the block as written, the seed folder's file names and bytes' digest."""
-        return {"folder": _folder_digest(self.folder) if self.folder else None, "files": dict(self.files),
-                "setup": self.setup, "network": self.network, "timeout_s": self.timeout_s,
-                "memory_mb": self.memory_mb, "tools": [list(t) for t in self.tools],
-                **({"root": self.root} if self.root else {}),
-                **({"time_limit_s": self.time_limit_s} if self.time_limit_s is not None else {})}
+def hashed_block(spec: WorkspaceSpec) -> dict[str, Any]:
+    """What the test hash covers: the block as written, the seed folder's file names and bytes' digest."""
+    return {"folder": _folder_digest(spec.folder) if spec.folder else None, "files": dict(spec.files),
+            "setup": spec.setup, "network": spec.network, "timeout_s": spec.timeout_s,
+            "memory_mb": spec.memory_mb, "tools": [list(t) for t in spec.tools],
+            **({"root": spec.root} if spec.root else {}),
+            **({"time_limit_s": spec.time_limit_s} if spec.time_limit_s is not None else {})}
 
 
 def _folder_digest(folder: str) -> str:

@@ -40,8 +40,8 @@ from engine.harness.isolation import Limits, check_root
 from engine.harness.oneshot import RunResult
 from engine.harness.session import Session
 from engine.harness.uids import give_tree, lease_uid, release_uid
+from engine.model.workspace import WorkspaceSpec
 from engine.workspace.check import CheckResult, HiddenCheck, run_check
-from engine.workspace.spec import WorkspaceSpec
 
 __all__ = ["DIFF_CHARS", "FILE_DIFF_BYTES", "FILE_LIST_MAX", "Entry", "Workspace", "WorkspaceError",
            "open_regular", "special_kind", "unified_diff"]

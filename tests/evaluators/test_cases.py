@@ -35,7 +35,7 @@ from engine.evaluators.base import Record
 from engine.model.answer import Answer, ToolCall
 from engine.model.test import Test
 from engine.model.verdict import Verdict
-from engine.workspace.spec import WorkspaceSpec
+from engine.model.workspace import WorkspaceSpec
 from tests.factories import make_test as build_test
 
 CASES_DIR = Path(__file__).parent / "cases"

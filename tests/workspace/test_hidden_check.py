@@ -21,9 +21,9 @@ import pytest
 
 from engine.errors import EvaluatorConfigError
 from engine.evaluators.workspace_check import workspace_check
+from engine.model.workspace import WorkspaceSpec
 from engine.workspace import check as hidden
 from engine.workspace.check import REPORT_MAX_BYTES, HiddenCheck, ReportError, parse_report, read_report
-from engine.workspace.spec import WorkspaceSpec
 from engine.workspace.workspace import Workspace
 from tests.agent.scripted_server import Turn, model_turns
 from tests.run.agent_project import scripted_server_thread

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from engine.harness.isolation import Limits, isolation
-from engine.workspace.spec import WorkspaceSpec
+from engine.model.workspace import WorkspaceSpec
 from engine.workspace.tools import run_command, write_file
 from engine.workspace.workspace import Workspace
 

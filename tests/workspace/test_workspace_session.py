@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from engine.harness.isolation import isolation
-from engine.workspace.spec import WorkspaceSpec
+from engine.model.workspace import WorkspaceSpec
 from engine.workspace.tools import run_command
 from engine.workspace.workspace import Workspace, WorkspaceError
 from tests.run.e2e import engine

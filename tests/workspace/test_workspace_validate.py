@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from engine.agent.golden import score_golden_conversation
+from engine.model.workspace import WorkspaceSpec
 from engine.suite.loader import load_suites
-from engine.workspace.spec import WorkspaceSpec
 from engine.workspace.workspace import DIFF_CHARS, FILE_DIFF_CHARS, Workspace
 from tests.run.e2e import engine
 
