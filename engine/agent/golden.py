@@ -19,19 +19,19 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from engine.agent.loop import Offered, run_conversation
-from engine.agent.transcript import Message, Transcript
 from engine.client.openai import CallResult
 from engine.errors import ClientError
 from engine.evaluators import score
 from engine.evaluators.base import error
 from engine.evaluators.scoring import context
+from engine.model.agent import AgentSettings, GoldenTurn
 from engine.model.test import Test
+from engine.model.transcript import Message, Transcript
 from engine.model.verdict import Verdict
-from engine.suite.agent import AgentSettings, GoldenTurn, compile_golden
 from engine.workspace.tools import bind_tools
 from engine.workspace.workspace import Workspace, WorkspaceError
 
-__all__ = ["GOLDEN_MODEL", "GoldenCaller", "GoldenTurn", "compile_golden", "replay_golden"]
+__all__ = ["GOLDEN_MODEL", "GoldenCaller", "replay_golden"]
 
 GOLDEN_MODEL = "golden"   # the served model a replay reports
 

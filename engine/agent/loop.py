@@ -35,13 +35,13 @@ from dataclasses import replace
 from typing import Any, Protocol, cast
 
 from engine.agent.context import ContextBudget
-from engine.agent.tools import Tool, ToolAnswer, error_text
-from engine.agent.transcript import CallKind, LedgerEntry, Message, Outcome, ToolEvent, ToolStatus, Transcript
 from engine.client.providers.base import ECHO
 from engine.errors import ClientError
+from engine.model.agent import AgentSettings
 from engine.model.answer import ToolCall
+from engine.model.tools import Tool, ToolAnswer, error_text
+from engine.model.transcript import CallKind, LedgerEntry, Message, Outcome, ToolEvent, ToolStatus, Transcript
 from engine.results.rows import is_fallback
-from engine.suite.agent import AgentSettings
 from engine.workspace.tools import BuiltinAnswer, BuiltinTool
 
 Offered = Tool | BuiltinTool   # a declared tool (rules from YAML) or a workspace built-in
@@ -49,7 +49,7 @@ Offered = Tool | BuiltinTool   # a declared tool (rules from YAML) or a workspac
 PROSE_REMINDER = ("You did not call a tool. Go on with the task using the tools, and call {finish} when it is "
                   "done.")
 
-__all__ = ["AgentSettings", "ModelCaller", "ModelReply", "run_conversation"]
+__all__ = ["ModelCaller", "ModelReply", "run_conversation"]
 
 
 class ModelReply(Protocol):

@@ -13,12 +13,12 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import replace
 from typing import Any
 
-from engine.agent.tools import Tool
 from engine.client.openai import CallResult, OpenAIClient, PreparedRequest, RequestSettings, prepare
 from engine.client.providers import provider
 from engine.errors import ConfigError
 from engine.model.model_config import ModelConfig
 from engine.model.test import Test
+from engine.model.tools import Tool
 
 __all__ = ["OpenAICaller"]
 

@@ -12,8 +12,8 @@ from collections.abc import Mapping
 from dataclasses import fields
 from typing import Any
 
-from engine.agent.transcript import LedgerEntry, Message, ToolEvent, Transcript
 from engine.model.answer import ToolCall
+from engine.model.transcript import LedgerEntry, Message, ToolEvent, Transcript
 
 __all__ = ["transcript_of_row"]
 

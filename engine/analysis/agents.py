@@ -1,6 +1,6 @@
 """Per-model agent figures: turns, tool calls, invented tools, bad arguments, how conversations ended.
 
-Read from the agent columns of the results (engine/agent/transcript.py `Transcript.counts()`):
+Read from the agent columns of the results (engine/model/transcript.py `Transcript.counts()`):
 `turns`, `prose_turns`, `tool_calls_made`, `invented_tools`, `bad_tool_args` and `outcome`. A single-turn
 run has none of them (or has them all null, once the schema declares them): `per_model_agents` is then
 None and nothing is shown. Only rows that are conversations count (non-null `turns`); error rows count

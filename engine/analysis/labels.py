@@ -31,7 +31,7 @@ from engine.model.verdict import Verdict
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from engine.evaluators.node import Node
+    from engine.model.tree import Node
 
 LABELS_FILE = "_labels.parquet"
 LABELS = ("right", "wrong")

@@ -8,7 +8,7 @@ cap, the run's global cap, the `--max-cost` budget and the judge cache.
 cached in the judge cache's `embedding` table (engine.client.embeddings holds what differs).
 
 Without a client (`engine rescore`) it answers from the cache only; a miss is a failed call that says how
-to pay for it. The evaluators package only knows the `JudgeCaller` protocol (engine.evaluators.base).
+to pay for it. The evaluators package only knows the `GradingCaller` protocol (engine.model.scoring).
 """
 
 from __future__ import annotations
@@ -26,9 +26,8 @@ from engine.client.openai import OpenAIClient, PreparedRequest, endpoint_url, me
 from engine.client.providers import WireRequest, provider
 from engine.client.response import CallResult
 from engine.errors import UsageError
-from engine.evaluators.base import JudgeReply
-from engine.evaluators.similar import EmbeddingReply
 from engine.model.model_config import ModelConfig, cost_of
+from engine.model.scoring import EmbeddingReply, JudgeReply
 from engine.model.test import Test
 
 __all__ = ["JudgeModels", "ModelJudgeCaller", "judge_model_names", "resolve_judges"]

@@ -23,8 +23,8 @@ from engine.client.openai import OpenAIClient
 from engine.client.session import Sessions
 from engine.evaluators.judge import JudgeSpec, final_grade, question_of
 from engine.evaluators.judge_calibration import Example, read_calibration
-from engine.evaluators.node import Node
 from engine.model.test import Test
+from engine.model.tree import Node
 
 __all__ = ["CalibrationItem", "CalibrationRun", "Tally", "calibration_targets", "grade_calibrations", "verdict_paths"]
 

@@ -11,8 +11,8 @@ entry and docs/architecture.md draws the tree and the registry entry.
 
 from __future__ import annotations
 
-from engine.evaluators.base import COMMON_KEYS, CheckSite, Kind, Scorer, ScoringContext
-from engine.evaluators.node import Node, compile_spec
+from engine.evaluators.base import COMMON_KEYS, CheckSite, Kind
+from engine.evaluators.node import compile_spec
 from engine.evaluators.registry import COMPOSITIONS, KINDS
 from engine.evaluators.scoring import context, score, score_async, score_node, score_node_async
 
@@ -22,9 +22,6 @@ __all__ = [
     "KINDS",
     "CheckSite",
     "Kind",
-    "Node",
-    "Scorer",
-    "ScoringContext",
     "compile_spec",
     "context",
     "score",

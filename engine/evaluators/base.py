@@ -1,4 +1,4 @@
-"""What every evaluator kind shares: the registry entry, the scoring context, verdict and option helpers.
+"""What every evaluator kind shares: the registry entry, verdict and option helpers.
 
 A kind is one `Kind` entry in `engine.evaluators.registry.KINDS` (a visible dict, as jsonschema keeps its
 keywords) and owns everything about itself:
@@ -10,43 +10,37 @@ keywords) and owns everything about itself:
 - `build(value, options) -> Scorer`: binds the options once, typed and checked (raising
   `EvaluatorConfigError` naming the option and the fix); the scorer it returns only scores.
 
-A scorer is `scorer(answer, ctx) -> Verdict`, or an `async def` returning one (a judge awaiting a model
-call). It never sees `not`, weights or thresholds (engine.evaluators.compose owns those), returns a Verdict
-and never raises to signal a failure; one that raises becomes an *error* verdict, so a crash never stops
-a run. `blocking=True` marks a scorer that blocks (exec runs programs): the runner scores it in a worker
-thread, off the event loop. `bounded=True` marks a scorer whose time is a small constant per character of the
-answer (C-level string work, RE2): on an answer of up to `INLINE_CHARS` it scores where the call was made;
-every other synchronous scorer runs in a scoring process under its time limit (engine.evaluators.scoring_pool).
+A scorer is `scorer(answer, ctx) -> Verdict` (`ctx`: engine.model.scoring's ScoringContext), or an `async
+def` returning one (a judge awaiting a model call). It never sees `not`, weights or thresholds
+(engine.evaluators.compose owns those), returns a Verdict and never raises to signal a failure; one that
+raises becomes an *error* verdict, so a crash never stops a run. `blocking=True` marks a scorer that
+blocks (exec runs programs): the runner scores it in a worker thread, off the event loop. `bounded=True`
+marks a scorer whose time is a small constant per character of the answer (C-level string work, RE2): on an
+answer of up to `INLINE_CHARS` it scores where the call was made; every other synchronous scorer runs in a
+scoring process under its time limit (engine.evaluators.scoring_pool).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, NamedTuple, Protocol
+from typing import Any
 
 from engine.base.words import short
 from engine.errors import EvaluatorConfigError
-from engine.model.answer import Answer
-from engine.model.test import Test
+from engine.model.scoring import Scorer
 from engine.model.verdict import Verdict
 
 __all__ = [
     "COMMON_KEYS",
     "COMMON_OPTIONS",
-    "DEFAULT_TIMEOUT_S",
     "INLINE_CHARS",
     "REGEX_FLAGS",
     "CheckSite",
-    "JudgeCaller",
-    "JudgeReply",
     "Kind",
-    "Record",
-    "Scorer",
-    "ScoringContext",
     "check_regex",
     "error",
     "regex_flags",
@@ -70,8 +64,6 @@ COMMON_OPTIONS: dict[str, Any] = {
                   "program) nor judge and similar (the judge model's `timeout_s` limits its call).",
                   "examples": [30]},
 }
-#: A check's time limit on one answer when its `timeout_s` does not say (engine.evaluators.scoring_pool).
-DEFAULT_TIMEOUT_S = 10.0
 #: The longest answer (characters, tool call arguments included) a `bounded` scorer scores inline.
 INLINE_CHARS = 64 * 1024
 COMMON_KEYS: tuple[str, ...] = tuple(COMMON_OPTIONS)
@@ -80,107 +72,6 @@ COMMON_KEYS: tuple[str, ...] = tuple(COMMON_OPTIONS)
 REGEX_FLAGS: dict[str, re.RegexFlag] = {"i": re.IGNORECASE, "m": re.MULTILINE, "s": re.DOTALL, "x": re.VERBOSE}
 
 
-@dataclass(frozen=True, slots=True)
-class Record:
-    """What the run recorded of a test's model call(s): the facts no answer text holds, for the record kinds.
-
-    Built from the results row (`engine.results.rows.record_of`), by the run and by `engine rescore` alike,
-    so both score the same facts. An agent test's row sums its calls (tokens, cost), times the whole
-    conversation (`latency_s`) and keeps the first call's TTFTs. None means the run did not measure it.
-
-    Args:
-        asked_model: The model id sent in the request.
-        served_model: The model the server said answered (the last call's), or None.
-        fallback: Another model answered (any call); None when the server named no model.
-        finish_reason: The (last) reply's finish reason.
-        truncated: A reply was cut short (finish reason `length`, or a stream that ended early).
-        prompt_tokens: Input tokens over every call.
-        completion_tokens: Output tokens over every call.
-        latency_s: Seconds the call (or conversation) took.
-        ttft_provider_s: Seconds to the reply's first byte.
-        ttft_visible_s: Seconds to the first visible token or tool call (streamed replies only).
-        cost: The priced cost in dollars (0 when the response cache answered).
-        cached: The response cache answered: nothing was timed or paid.
-    """
-
-    asked_model: str | None = None
-    served_model: str | None = None
-    fallback: bool | None = None
-    finish_reason: str | None = None
-    truncated: bool = False
-    prompt_tokens: int | None = None
-    completion_tokens: int | None = None
-    latency_s: float | None = None
-    ttft_provider_s: float | None = None
-    ttft_visible_s: float | None = None
-    cost: float | None = None
-    cached: bool = False
-
-
-class ScoringContext(NamedTuple):
-    """What a scorer may know besides the answer (immutable; a named tuple because one is built per answer).
-
-    Args:
-        test: The test being scored (tools, golden, prompt, suite_dir for harness files).
-        variables: The test's template variables (case values, golden, test_id, suite); the tree's
-            templates were rendered with them when it was compiled.
-        transcript: An agent test's conversation (`engine.agent.Transcript`), for the trajectory kinds; None
-            for a single-turn answer.
-        caller: For model-graded evaluators (`judge`): a `JudgeCaller` that awaits a model call through
-            the run's client, caps, retries, budget and judge cache (None where no model may be called:
-            the golden check).
-        workspace: A workspace test's final workspace (`engine.workspace.Workspace`), for `workspace_check`.
-        record: What the run recorded of the call(s), for the record kinds (`latency_s`, `cost`, ...);
-            None where nothing ran (the golden self-check): those kinds then say they need a run.
-    """
-
-    test: Test
-    variables: Mapping[str, Any]
-    transcript: Any = None
-    caller: Any = None
-    workspace: Any = None
-    record: Record | None = None
-
-
-class JudgeReply(NamedTuple):
-    """One judge model reply, as the caller hands it to a judge scorer.
-
-    Args:
-        text: The reply's text ("" when the call failed).
-        error: Why the call failed for good (after retries), or None.
-        prompt_tokens: Prompt tokens the server reported (None: unknown).
-        completion_tokens: Completion tokens the server reported (None: unknown).
-        cost: The call's priced cost (None: unpriced or tokens unknown); 0 is never a stand-in.
-        cached: The reply came from the judge cache: nothing was paid for it now.
-    """
-
-    text: str
-    error: str | None = None
-    prompt_tokens: int | None = None
-    completion_tokens: int | None = None
-    cost: float | None = None
-    cached: bool = False
-
-
-class JudgeCaller(Protocol):
-    """What a judge scorer awaits (the run layer implements it over the client; evaluators never import it)."""
-
-    async def judge(self, model: str | None, messages: list[dict[str, Any]], *, schema: Mapping[str, Any],
-                    temperature: float, max_tokens: int, sample: int) -> JudgeReply:
-        """Ask judge `model` (None: the models file's `defaults.judge`); never raises for a failed call.
-
-        Args:
-            model: The models file entry, or None for the default judge.
-            messages: The chat messages to send.
-            schema: The reply's JSON Schema (sent as `response_format` when the model allows it).
-            temperature: The judge's temperature.
-            max_tokens: The reply's max tokens.
-            sample: The sample index (0..n-1): part of the cache key, so n samples are n judgements.
-        """
-        ...
-
-
-Scorer = Callable[[Answer, ScoringContext], "Verdict | Awaitable[Verdict]"]
 Build = Callable[[Any, Mapping[str, Any]], Scorer]
 
 

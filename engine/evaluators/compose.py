@@ -18,13 +18,11 @@ Scoring rules (docs/evaluators.md has the full story):
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from engine.evaluators.base import Kind
+from engine.model.tree import Node
 from engine.model.verdict import Verdict
-
-if TYPE_CHECKING:
-    from engine.evaluators.node import Node
 
 __all__ = ["ALL", "ANY", "NOT", "USE", "combine", "finish"]
 

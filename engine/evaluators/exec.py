@@ -19,11 +19,12 @@ from typing import Any
 
 from engine.base.render import is_template
 from engine.errors import EngineError, EvaluatorConfigError, SuiteError
-from engine.evaluators.base import CheckSite, Kind, Scorer, ScoringContext, error
+from engine.evaluators.base import CheckSite, Kind, error
 from engine.harness import oneshot, templates
 from engine.harness.extract import extract_code
 from engine.harness.isolation import Limits
 from engine.model.answer import Answer
+from engine.model.scoring import Scorer, ScoringContext
 from engine.model.verdict import Verdict
 
 KIND = "exec"

@@ -29,8 +29,9 @@ from typing import Any
 from engine.base.patterns import compile_re2, searchable
 from engine.base.words import did_you_mean, short
 from engine.errors import EvaluatorConfigError
-from engine.evaluators.base import Kind, Scorer, ScoringContext, verdict
+from engine.evaluators.base import Kind, verdict
 from engine.model.answer import Answer
+from engine.model.scoring import Scorer, ScoringContext
 from engine.model.verdict import Verdict
 
 __all__ = ["IDS", "IFEVAL", "loose_variants"]

@@ -27,9 +27,10 @@ from typing import Any
 from engine.base.compiled_schema import schema_error, schema_validator
 from engine.base.words import did_you_mean, short
 from engine.errors import EvaluatorConfigError
-from engine.evaluators.base import COMMON_OPTIONS, CheckSite, Kind, Scorer, ScoringContext, verdict
+from engine.evaluators.base import COMMON_OPTIONS, CheckSite, Kind, verdict
 from engine.evaluators.text import check_regex_site, compile_pattern
 from engine.model.answer import Answer
+from engine.model.scoring import Scorer, ScoringContext
 from engine.model.verdict import Verdict
 
 _JSON_FENCE = re.compile(r"```(?:json|JSON)\s*\n(.*?)```", re.DOTALL)

@@ -37,10 +37,11 @@ from typing import Any
 
 from engine.base.render import is_template, render
 from engine.errors import EvaluatorConfigError
-from engine.evaluators.base import CheckSite, JudgeReply, Kind, ScoringContext
+from engine.evaluators.base import CheckSite, Kind
 from engine.evaluators.judge_calibration import read_calibration
 from engine.evaluators.judge_prompt import PROMPT_KEY, JudgePrompt
 from engine.model.answer import Answer
+from engine.model.scoring import JudgeReply, ScoringContext
 from engine.model.verdict import Verdict
 
 __all__ = ["JUDGE", "JUDGE_PROMPT", "JudgeSpec", "Scale", "final_grade", "parse_grade", "parse_scale",

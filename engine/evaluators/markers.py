@@ -16,8 +16,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from engine.errors import EvaluatorConfigError
-from engine.evaluators.base import CheckSite, Kind, Scorer, ScoringContext, error, short
+from engine.evaluators.base import CheckSite, Kind, error, short
 from engine.model.answer import Answer
+from engine.model.scoring import Scorer, ScoringContext
 from engine.model.verdict import Verdict
 
 __all__ = ["NONE", "NOT_CARRIED", "UNSCORED", "is_unscored"]

@@ -1,4 +1,4 @@
-"""The compiled evaluator tree: an immutable `Node` per spec node, built once when the suite loads.
+"""Compiling an evaluator spec into its tree (engine.model.tree.Node), once, when the suite loads.
 
     compile_spec({"all": [{"contains": "Paris"}, {"equals": "{{ golden }}", "must": True}]}, variables)
       -> Node(kind="all", children=(Node(kind="contains", scorer=<bound>), Node(kind="equals", must=True, ...)))
@@ -13,68 +13,17 @@ built by hand, as in the evaluator tests, behaves as it always did).
 from __future__ import annotations
 
 import inspect
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping
 from typing import Any
 
 from engine.base.render import TemplateSyntaxError, UndefinedError, is_template, render_value
 from engine.base.words import did_you_mean, short
 from engine.errors import EvaluatorConfigError
-from engine.evaluators.base import COMMON_KEYS, DEFAULT_TIMEOUT_S, Kind, Scorer
+from engine.evaluators.base import COMMON_KEYS, Kind
 from engine.evaluators.registry import COMPOSITIONS, KINDS
+from engine.model.tree import DEFAULT_TIMEOUT_S, Node
 
-__all__ = ["Node", "common_options", "compile_spec", "has_template", "node_kind"]
-
-
-@dataclass(frozen=True, slots=True)
-class Node:
-    """One compiled evaluator node.
-
-    Args:
-        kind: The evaluator key (`contains`, `all`, ...); "" when the spec names no known kind.
-        weight: Weight inside the parent (0 = reported, not counted).
-        threshold: The score this node needs to pass, or None (leaves: a full score; root: the test's).
-        name: The label the author gave, or None.
-        must: The parent fails whenever this node fails.
-        children: Child nodes (`all`, `any`: several; `not`: one).
-        scorer: The leaf's scorer, options bound (None for compositions and for nodes with a problem).
-        problem: Why this node cannot score (an unknown kind, a bad option), or None.
-        is_async: This node or a descendant has an `async` scorer (a model-graded judge).
-        blocking: This node or a descendant blocks while it scores (exec): score the tree off the event loop.
-        timeout_s: The leaf's time limit on one answer (its `timeout_s`, else the default).
-        bounded: This node and every descendant score in time a small constant per character of the answer
-            (`Kind.bounded`): on a short answer the tree scores inline.
-    """
-
-    kind: str
-    weight: float = 1.0
-    threshold: float | None = None
-    name: str | None = None
-    must: bool = False
-    children: tuple[Node, ...] = ()
-    scorer: Scorer | None = field(default=None, compare=False, repr=False)
-    problem: str | None = None
-    is_async: bool = False
-    blocking: bool = False
-    timeout_s: float = DEFAULT_TIMEOUT_S
-    bounded: bool = False
-
-    def walk(self, path: tuple[Any, ...] = ()) -> Iterator[tuple[tuple[Any, ...], Node]]:
-        """Yield (path, node) for this node and every descendant, depth first.
-
-        A path is the place in the spec as written: `()` for the root, `("all", 1, "not")` for the child
-        of the second item of an `all` - the path the loader points diagnostics at.
-        """
-        yield path, self
-        if self.kind == "not" and self.children:
-            yield from self.children[0].walk((*path, "not"))
-            return
-        for index, child in enumerate(self.children):
-            yield from child.walk((*path, self.kind, index))
-
-    def kinds(self) -> list[str]:
-        """The kinds in the tree, each once, in the order they appear (the `list` command's column)."""
-        return list(dict.fromkeys(node.kind for _, node in self.walk() if node.kind))
+__all__ = ["common_options", "compile_spec", "has_template", "node_kind"]
 
 
 def has_template(value: Any) -> bool:

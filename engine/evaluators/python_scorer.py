@@ -29,10 +29,11 @@ from typing import Any
 
 from engine.base.input_file import InputFileError, read_capped
 from engine.errors import EngineError, EvaluatorConfigError
-from engine.evaluators.base import CheckSite, Kind, Scorer, ScoringContext, error, short
+from engine.evaluators.base import CheckSite, Kind, error, short
 from engine.harness import oneshot
 from engine.harness.isolation import Limits
 from engine.model.answer import Answer
+from engine.model.scoring import Scorer, ScoringContext
 from engine.model.verdict import Verdict
 
 __all__ = ["PYTHON", "transcript_data"]

@@ -26,9 +26,11 @@ from typing import Any
 
 from engine.base.compiled_schema import schema_validator
 from engine.errors import EvaluatorConfigError
-from engine.evaluators.base import Kind, Record, Scorer, ScoringContext, error, short, verdict
+from engine.evaluators.base import Kind, error, short, verdict
 from engine.model.answer import Answer, ToolCall
+from engine.model.scoring import Record, Scorer, ScoringContext
 from engine.model.test import Test
+from engine.model.transcript import ToolEvent
 from engine.model.verdict import Verdict
 
 __all__ = [
@@ -39,7 +41,7 @@ __all__ = [
 
 #: How an agent conversation can end and still be scored (an `error` conversation is an error row).
 OUTCOMES = ("completed", "escalated", "capped", "stuck", "failed")
-#: A tool call's status as the row's `tool_events[].status` records it (engine.agent.transcript.ToolStatus): ok,
+#: A tool call's status as the row's `tool_events[].status` records it (engine.model.transcript.ToolStatus): ok,
 #: error (the declared tool answered with an error), invented (no such tool offered), bad_args, and a workspace's
 #: failed (a command that exited non-zero, timed out or wrote too much) and refused (a path outside it).
 TOOL_STATUSES = ("ok", "error", "invented", "bad_args", "failed", "refused")
@@ -404,12 +406,14 @@ def turns(value: Any, options: Mapping[str, Any]) -> Scorer:
     rng = _range("turns", value, (), exact=True, whole=True)
 
     def count(answer: Answer, ctx: ScoringContext) -> tuple[int, str]:
-        return int(ctx.transcript.turns), f"the conversation ended {ctx.transcript.outcome}"
+        transcript = ctx.transcript
+        assert transcript is not None   # `_count(conversation=True)` answered a single-turn test already
+        return int(transcript.turns), f"the conversation ended {transcript.outcome}"
 
     return _count("turns", "model call(s)", rng, count, conversation=True)
 
 
-def _where(event: Any) -> str:
+def _where(event: ToolEvent) -> str:
     """A tool event named for a reason: its tool (as the model wrote it, cut to 60 characters) and turn."""
     name = str(event.name)
     return f"{name[:60]}{'...' if len(name) > 60 else ''} (turn {event.turn})"
@@ -422,6 +426,7 @@ def failed_commands(value: Any, options: Mapping[str, Any]) -> Scorer:
     rng = _range(kind, value, (), exact=True, whole=True)
 
     def count(answer: Answer, ctx: ScoringContext) -> tuple[int, str]:
+        assert ctx.transcript is not None   # `score` below answered a single-turn test already
         failed = [_where(event) for event in ctx.transcript.tool_events if event.status == "failed"]
         return len(failed), ", ".join(failed)
 

@@ -19,12 +19,14 @@ from typing import Any, Protocol
 
 from engine.base.render import TemplateSyntaxError, UndefinedError
 from engine.errors import EvaluatorConfigError
-from engine.evaluators import subtree
-from engine.evaluators.base import INLINE_CHARS, Record, Scorer, ScoringContext, error
+from engine.evaluators.base import INLINE_CHARS, error
 from engine.evaluators.compose import combine, finish
-from engine.evaluators.node import Node, compile_spec
+from engine.evaluators.node import compile_spec
 from engine.model.answer import Answer
+from engine.model.scoring import GradingCaller, Record, Scorer, ScoringContext, Walker
 from engine.model.test import Test
+from engine.model.transcript import Transcript
+from engine.model.tree import Node
 from engine.model.verdict import Verdict
 
 __all__ = ["NO_EVALUATOR", "Places", "answer_size", "context", "evaluator_of", "inline", "run_leaves_through",
@@ -83,11 +85,11 @@ def evaluator_of(test: Test) -> Node | None:
     return compile_spec(test.eval, variables)
 
 
-def context(test: Test, *, transcript: Any = None, caller: Any = None, workspace: Any = None,
-            record: Record | None = None) -> ScoringContext:
+def context(test: Test, *, transcript: Transcript | None = None, caller: GradingCaller | None = None,
+            workspace: object | None = None, record: Record | None = None) -> ScoringContext:
     """The context scorers see for `test`."""
     return ScoringContext(test=test, variables=test.variables, transcript=transcript, caller=caller,
-                          workspace=workspace, record=record)
+                          workspace=workspace, record=record, walker=WALKER)
 
 
 def score(test: Test, answer: Answer, ctx: ScoringContext | None = None) -> Verdict:
@@ -156,6 +158,8 @@ def score_node(node: Node, answer: Answer, ctx: ScoringContext, root_threshold: 
     """
     if node.problem is not None:
         return error(node.problem, kind=node.kind)
+    if ctx.walker is None:
+        ctx = ctx._replace(walker=WALKER)
     try:
         if node.scorer is not None:
             result = node.scorer(answer, ctx) if not _LEAF_CALL else _LEAF_CALL[0](node, answer, ctx)
@@ -185,6 +189,8 @@ async def score_node_async(node: Node, answer: Answer, ctx: ScoringContext, root
     """
     if node.problem is not None:
         return error(node.problem, kind=node.kind)
+    if ctx.walker is None:
+        ctx = ctx._replace(walker=WALKER)
     if places is not None and not node.is_async and not node.blocking and not inline(node, answer):
         return await places.isolated(node, path, answer, ctx, root_threshold)
     try:
@@ -208,4 +214,5 @@ async def score_node_async(node: Node, answer: Answer, ctx: ScoringContext, root
     return finish(node, result, root_threshold)
 
 
-subtree.install(score_node=score_node, score_node_async=score_node_async)   # final_answer scores its child
+#: How a scorer descends into a child tree it holds (`ScoringContext.descend`: final_answer scores its child).
+WALKER = Walker(score_node, score_node_async)

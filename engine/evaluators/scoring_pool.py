@@ -34,9 +34,8 @@ import struct
 import time
 from typing import Any, NamedTuple
 
-from engine.evaluators.base import Record, Scorer, ScoringContext, error
+from engine.evaluators.base import error
 from engine.evaluators.compose import finish
-from engine.evaluators.node import Node
 from engine.evaluators.scoring import (
     answer_size,
     evaluator_of,
@@ -47,7 +46,9 @@ from engine.evaluators.scoring import (
     score_node,
 )
 from engine.model.answer import Answer
+from engine.model.scoring import Record, Scorer, ScoringContext
 from engine.model.test import Test
+from engine.model.tree import Node
 from engine.model.verdict import Verdict
 
 __all__ = ["STOPPED", "ScoringPool", "too_long"]

@@ -27,45 +27,17 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any, NamedTuple, Protocol
+from typing import Any
 
 from engine.errors import EvaluatorConfigError
-from engine.evaluators.base import Kind, ScoringContext
+from engine.evaluators.base import Kind
 from engine.model.answer import Answer
+from engine.model.scoring import EmbeddingReply, ScoringContext
 from engine.model.verdict import Verdict
 
-__all__ = ["SIMILAR", "Embedder", "EmbeddingReply", "cosine"]
+__all__ = ["SIMILAR", "cosine"]
 
 KIND = "similar"
-
-
-class EmbeddingReply(NamedTuple):
-    """The vectors of some texts, as the caller hands them to a `similar` scorer.
-
-    Args:
-        vectors: One vector per text asked, in order (empty when the call failed).
-        error: Why the call failed for good (after retries), or None.
-        calls: Requests paid for now (0 when every text came from the cache).
-        cached: Texts answered from the cache.
-        prompt_tokens: Tokens the server reported for the paid requests (None: unknown).
-        cost: The paid requests' priced cost (None: unpriced or tokens unknown).
-    """
-
-    vectors: tuple[tuple[float, ...], ...] = ()
-    error: str | None = None
-    calls: int = 0
-    cached: int = 0
-    prompt_tokens: int | None = None
-    cost: float | None = None
-
-
-class Embedder(Protocol):
-    """What a `similar` scorer awaits (the run layer implements it over the client; evaluators never import it)."""
-
-    async def embed(self, model: str | None, texts: Sequence[str]) -> EmbeddingReply:
-        """Embed `texts` with `model` (None: the models file's `defaults.embedding`); never raises for a failed
-        call."""
-        ...
 
 
 def cosine(a: Sequence[float], b: Sequence[float]) -> float | None:

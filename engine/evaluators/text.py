@@ -20,16 +20,9 @@ from typing import Any
 from engine.base.patterns import check_pattern, compile_re2
 from engine.base.render import is_template
 from engine.errors import EvaluatorConfigError
-from engine.evaluators.base import (
-    CheckSite,
-    Kind,
-    Scorer,
-    ScoringContext,
-    option_choice,
-    short,
-    verdict,
-)
+from engine.evaluators.base import CheckSite, Kind, option_choice, short, verdict
 from engine.model.answer import Answer
+from engine.model.scoring import Scorer, ScoringContext
 from engine.model.verdict import Verdict
 
 # A number as people write it: -3, 1,234.5, .5, 1e-3, 12%, with a Unicode minus too.

@@ -16,9 +16,11 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from engine.errors import EvaluatorConfigError
-from engine.evaluators.base import CheckSite, Kind, Scorer, ScoringContext, verdict
-from engine.evaluators.tool_match import ExpectedCall, check_call, plain, show, show_json
+from engine.evaluators.base import CheckSite, Kind, verdict
+from engine.evaluators.tool_match import ExpectedCall, check_call, show, show_json
 from engine.model.answer import Answer, ToolCall
+from engine.model.scoring import Scorer, ScoringContext
+from engine.model.tools import plain
 from engine.model.verdict import Verdict
 
 _OPTIONS = ("name", "args", "calls", "count", "order", "extra_args", "match", "underscore_to_dot")

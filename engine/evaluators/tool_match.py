@@ -30,6 +30,7 @@ from jsonschema import SchemaError
 from engine.base.compiled_schema import schema_validator
 from engine.base.words import short
 from engine.model.answer import ToolCall
+from engine.model.tools import strict_args
 
 
 @dataclass(frozen=True)
@@ -43,23 +44,6 @@ class ExpectedCall:
 
     name: str
     args: Mapping[str, list[Any]] | None
-
-
-def plain(value: Any) -> Any:
-    """Turn YAML-loader subclasses (CommentedMap, ScalarFloat...) into plain JSON types."""
-    if isinstance(value, bool) or value is None:
-        return value
-    if isinstance(value, int):
-        return int(value)
-    if isinstance(value, float):
-        return float(value)
-    if isinstance(value, str):
-        return str(value)
-    if isinstance(value, Mapping):
-        return {str(k): plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [plain(v) for v in value]
-    return value
 
 
 show = short   # the one truncation helper (engine.base.words)
@@ -108,43 +92,6 @@ def check_call(expected: ExpectedCall, call: ToolCall, *, profile: str, schemas:
 # ---------------------------------------------------------------- strict
 
 
-def strict_equal(value: Any, accepted: Any) -> bool:
-    """One value against one accepted value under the strict profile."""
-    if isinstance(accepted, bool) or isinstance(value, bool):
-        return isinstance(accepted, bool) and isinstance(value, bool) and accepted is value
-    if accepted is None or value is None:
-        return accepted is None and value is None
-    if isinstance(accepted, (int, float)):
-        return isinstance(value, (int, float)) and value == accepted
-    if isinstance(accepted, str):
-        return isinstance(value, str) and value.strip().casefold() == accepted.strip().casefold()
-    if isinstance(accepted, list):
-        return (isinstance(value, list) and len(value) == len(accepted)
-                and all(strict_equal(v, a) for v, a in zip(value, accepted, strict=True)))
-    if isinstance(accepted, dict):
-        return isinstance(value, dict) and _strict_args(value, accepted, allow_extra=False) is None
-    return bool(value == accepted)
-
-
-def _strict_args(args: Mapping[str, Any], accepted: Mapping[str, Any], allow_extra: bool) -> str | None:
-    for key, value in args.items():
-        if key not in accepted:
-            if allow_extra:
-                continue
-            return f"unexpected argument {key!r}"
-        options = accepted[key] if isinstance(accepted[key], list) else [accepted[key]]
-        if not options:
-            return f"argument {key!r}: no value is accepted (the accepted list is empty)"
-        if not any(strict_equal(value, a) for a in options if a != ""):
-            shown = [a for a in options if a != ""]
-            return f"argument {key!r}: expected one of {show(shown)}, got {show(value)}"
-    for key, options in accepted.items():
-        options = options if isinstance(options, list) else [options]
-        if key not in args and "" not in options:
-            return f"missing argument {key!r}"
-    return None
-
-
 def _strict_call(name: str, args: dict[str, Any], accepted: Mapping[str, list[Any]] | None,
                  schema: Mapping[str, Any], allow_extra: bool) -> str | None:
     if schema:
@@ -157,7 +104,7 @@ def _strict_call(name: str, args: dict[str, Any], accepted: Mapping[str, list[An
             return f"{name}: {where}: {errors[0].message} (tool schema)"
     if accepted is None:
         return None
-    problem = _strict_args(args, accepted, allow_extra)
+    problem = strict_args(args, accepted, allow_extra)
     return f"{name}: {problem}" if problem else None
 
 

@@ -9,32 +9,28 @@
     final_answer     any answer evaluator, scoring the conversation's final answer (transcript only)
     state            the final state variables, matched like `tool_call` args (transcript only)
 
-The transcript is read from `ctx.transcript`, duck-typed (`calls()`, `answer()`, `turns`, `state`,
-`tool_events`): engine.agent sits above this package, so its `Transcript` is imported for type checking
-only. A single-turn test has no transcript: `tool_sequence`, `tool_call`, `max_calls`, `parallel` and
-`no_invented_tools` then read the answer's calls (one turn); the kinds in `TRANSCRIPT_ONLY` give an error
-verdict saying the test needs an `agent:` block (`transcript_only_paths` lets the loader say it at load).
-Every failing verdict names each expectation that failed, not only the first.
+The transcript is `ctx.transcript` (engine.model.transcript). A single-turn test has none: `tool_sequence`,
+`tool_call`, `max_calls`, `parallel` and `no_invented_tools` then read the answer's calls (one turn); the kinds
+in `TRANSCRIPT_ONLY` give an error verdict saying the test needs an `agent:` block (`transcript_only_paths` lets
+the loader say it at load). Every failing verdict names each expectation that failed, not only the first.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from engine.errors import EvaluatorConfigError
-from engine.evaluators import subtree
 from engine.evaluators import tool_call as single
-from engine.evaluators.base import COMMON_KEYS, Kind, Scorer, ScoringContext, error, option_choice, verdict
+from engine.evaluators.base import COMMON_KEYS, Kind, error, option_choice, verdict
 from engine.evaluators.record import CONVERSATION_ONLY
-from engine.evaluators.tool_match import plain, show, strict_equal
+from engine.evaluators.tool_match import show
 from engine.model.answer import Answer, ToolCall
+from engine.model.scoring import Scorer, ScoringContext
+from engine.model.tools import plain, strict_equal
+from engine.model.tree import Node
 from engine.model.verdict import Verdict
-
-if TYPE_CHECKING:
-    from engine.agent.transcript import Transcript
-    from engine.evaluators.node import Node
 
 __all__ = [
     "FINAL_ANSWER", "MAX_CALLS", "MAX_TURNS", "NO_INVENTED_TOOLS", "PARALLEL", "STATE", "TOOL_CALL",
@@ -46,13 +42,9 @@ __all__ = [
 TRANSCRIPT_ONLY: frozenset[str] = frozenset({"max_turns", "final_answer", "state", *CONVERSATION_ONLY})
 
 
-def _transcript(ctx: ScoringContext) -> Transcript | None:
-    return ctx.transcript  # type: ignore[no-any-return]  # duck-typed: see the module docstring
-
-
 def _calls(answer: Answer, ctx: ScoringContext) -> list[tuple[int, ToolCall]]:
     """(turn, call) for every call: the transcript's across turns, else the answer's (all in turn 1)."""
-    transcript = _transcript(ctx)
+    transcript = ctx.transcript
     if transcript is None:
         return [(1, call) for call in answer.tool_calls]
     return list(transcript.calls())
@@ -183,9 +175,9 @@ def tool_call(value: Any, options: Mapping[str, Any]) -> Scorer:
 
 def _whole_or_aimed(whole: Scorer, aimed: Scorer | None) -> Scorer:
     def score(answer: Answer, ctx: ScoringContext) -> Verdict:
-        if aimed is not None and _transcript(ctx) is not None:
+        if aimed is not None and ctx.transcript is not None:
             return _run(aimed, answer, ctx)
-        if _transcript(ctx) is not None:
+        if ctx.transcript is not None:
             return _run(whole, _as_answer([c for _, c in _calls(answer, ctx)]), ctx)
         return _run(whole, answer, ctx)
 
@@ -251,7 +243,7 @@ def max_turns(value: Any, options: Mapping[str, Any]) -> Scorer:
     limit = _count(value, "max_turns")
 
     def score(answer: Answer, ctx: ScoringContext) -> Verdict:
-        transcript = _transcript(ctx)
+        transcript = ctx.transcript
         if transcript is None:
             return _needs_transcript("max_turns")
         turns = int(transcript.turns)
@@ -268,7 +260,7 @@ def no_invented_tools(value: Any, options: Mapping[str, Any]) -> Scorer:
         raise EvaluatorConfigError(f"no_invented_tools takes `true`, got {show(value)}", kind="no_invented_tools")
 
     def score(answer: Answer, ctx: ScoringContext) -> Verdict:
-        transcript = _transcript(ctx)
+        transcript = ctx.transcript
         if transcript is not None:
             invented = [event.name for event in transcript.tool_events if event.status == "invented"]
         else:
@@ -323,18 +315,18 @@ def final_answer(value: Any, options: Mapping[str, Any]) -> Scorer:
         raise EvaluatorConfigError(f"final_answer: {problem}", kind="final_answer")
     if child.is_async or child.blocking:
         async def score_async(answer: Answer, ctx: ScoringContext) -> Verdict:
-            transcript = _transcript(ctx)
+            transcript = ctx.transcript
             if transcript is None:
                 return _needs_transcript("final_answer")
-            return _wrap(await subtree.score_child_async(child, transcript.answer(), ctx))
+            return _wrap(await ctx.descend_async(child, transcript.answer()))
 
         return score_async
 
     def score(answer: Answer, ctx: ScoringContext) -> Verdict:
-        transcript = _transcript(ctx)
+        transcript = ctx.transcript
         if transcript is None:
             return _needs_transcript("final_answer")
-        return _wrap(subtree.score_child(child, transcript.answer(), ctx))
+        return _wrap(ctx.descend(child, transcript.answer()))
 
     return score
 
@@ -356,7 +348,7 @@ def state(value: Any, options: Mapping[str, Any]) -> Scorer:
     accepted = {str(k): (v if isinstance(v, list) else [v]) for k, v in plain(value).items()}
 
     def score(answer: Answer, ctx: ScoringContext) -> Verdict:
-        transcript = _transcript(ctx)
+        transcript = ctx.transcript
         if transcript is None:
             return _needs_transcript(kind)
         final = plain(dict(transcript.state))

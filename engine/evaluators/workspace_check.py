@@ -34,10 +34,12 @@ from types import MappingProxyType
 from typing import Any
 
 from engine.errors import EvaluatorConfigError, HarnessError
-from engine.evaluators.base import Kind, Scorer, ScoringContext, error
+from engine.evaluators.base import Kind, error
 from engine.model.answer import Answer
+from engine.model.scoring import Scorer, ScoringContext
 from engine.model.verdict import Verdict
 from engine.workspace.check import HiddenCheck
+from engine.workspace.workspace import Workspace
 
 __all__ = ["WORKSPACE_CHECK", "score_line", "workspace_check"]
 
@@ -72,7 +74,7 @@ def workspace_check(value: Any, options: Mapping[str, Any]) -> Scorer:
 
     def score(answer: Answer, ctx: ScoringContext) -> Verdict:
         workspace = ctx.workspace
-        if workspace is None:
+        if not isinstance(workspace, Workspace):
             return error("workspace_check needs the attempt's workspace: the test has no `workspace:`, or this "
                          "is a stored row scored again after its workspace was deleted", KIND)
         sources = {rel: Path(ctx.test.suite_dir, source) for rel, source in files.items()}

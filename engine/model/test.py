@@ -9,16 +9,14 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from engine.base.jsontext import dumps_unicode
+from engine.model.agent import AgentSettings, GoldenTurn
 from engine.model.cases import CaseOrigin
+from engine.model.tools import Tool
+from engine.model.tree import Node
 from engine.model.workspace import WorkspaceSpec
-
-if TYPE_CHECKING:
-    from engine.evaluators.node import Node
-    from engine.suite.agent import AgentSettings, GoldenTurn
-    from engine.suite.tools import Tool
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,7 +46,7 @@ class Test:
         case_index: The row of `cases` this test came from, or None.
         hash: Stable content hash of what is sent and how it is scored.
         suite_dir: The folder of the suite file (harness and data files resolve inside it).
-        evaluator: The compiled evaluator tree (`engine.evaluators.Node`), or None: no check, or a Test
+        evaluator: The compiled evaluator tree (`engine.model.tree.Node`), or None: no check, or a Test
             built by hand, which `engine.evaluators.score` compiles from `eval` when it scores.
         agent: The loop's limits when the test has `agent:` (it then runs as a conversation), else None.
         initial_state: The state variables at the start of the conversation (`agent.state`).

@@ -14,15 +14,15 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from engine.evaluators.base import Record
 from engine.evaluators.markers import is_unscored
 from engine.model.model_config import ModelConfig, cost_of
+from engine.model.scoring import Record
 from engine.model.test import Test
+from engine.model.transcript import Transcript
 from engine.model.verdict import Verdict
 from engine.results.version import SCHEMA_VERSION
 
 if TYPE_CHECKING:
-    from engine.agent.transcript import Transcript
     from engine.client.openai import CallResult, PreparedRequest
 
 #: The agent columns: null on a single-turn row.

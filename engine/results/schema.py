@@ -42,7 +42,7 @@ TOOL_CALL = pa.struct([
 ])
 
 # Agent rows (tests with `agent:`): the conversation, declared field by field from the records
-# `engine.agent.Transcript` builds (inferring them would type a column of empty lists as null).
+# `engine.model.transcript.Transcript` builds (inferring them would type a column of empty lists as null).
 # tests/results check these fields against the record keys.
 TRANSCRIPT_CALL = pa.struct([
     ("id", pa.string()),

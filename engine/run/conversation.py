@@ -27,15 +27,15 @@ from engine.agent.context import budget_for, trim_counts
 from engine.agent.golden import GoldenCaller
 from engine.agent.loop import run_conversation
 from engine.agent.openai_caller import OpenAICaller
-from engine.agent.transcript import Transcript
 from engine.client.openai import CallResult, OpenAIClient, RequestSettings, prepare
 from engine.errors import ClientError, ConfigError
-from engine.evaluators.base import ScoringContext
 from engine.evaluators.scoring import context
 from engine.local.registry import GOLDEN
 from engine.model.answer import Answer
 from engine.model.model_config import ModelConfig, cost_of
+from engine.model.scoring import ScoringContext
 from engine.model.test import Test
+from engine.model.transcript import Transcript
 from engine.model.verdict import Verdict
 from engine.results.rows import build_agent_row, record_of, set_verdict
 from engine.workspace.tools import bind_tools

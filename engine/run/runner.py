@@ -36,12 +36,12 @@ from engine.client.openai import CallResult, OpenAIClient, PreparedRequest, prep
 from engine.client.response_cache import use_cache
 from engine.client.session import Sessions
 from engine.errors import ClientError, StorageError
-from engine.evaluators.base import Record, ScoringContext
 from engine.evaluators.scoring import context
 from engine.evaluators.scoring_pool import STOPPED, ScoringPool
 from engine.local.registry import GOLDEN
 from engine.model.answer import Answer
 from engine.model.model_config import ModelConfig
+from engine.model.scoring import Record, ScoringContext
 from engine.model.test import Test
 from engine.model.verdict import Verdict
 from engine.results.committer import Committer

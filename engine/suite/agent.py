@@ -6,51 +6,24 @@
 variables the tools' `set:` rules change. A test takes its `agent:` from `defaults` key by key, so
 `defaults: {agent: {max_turns: 6}}` with a test's `agent: {state: {...}}` gives both.
 
-These live in the suite layer (the loader builds them); the agent loop (engine.agent) imports them.
-Compiling never raises: problems come back as `Problem`s with a path for FILE:LINE:COL.
+Both become engine.model.agent types (the loader builds them; the agent loop reads them). Compiling never
+raises: problems come back as `Problem`s with a path for FILE:LINE:COL.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
-from engine.evaluators.tool_match import plain
+from engine.base.diagnostic import Path, Problem
+from engine.model.agent import GoldenTurn
 from engine.model.answer import ToolCall
-from engine.suite.tools import Path, Problem
+from engine.model.tools import plain
 
-__all__ = ["AGENT_KEYS", "AgentSettings", "GoldenTurn", "compile_golden", "merge_agent"]
+__all__ = ["AGENT_KEYS", "compile_golden", "merge_agent"]
 
 AGENT_KEYS = ("max_turns", "max_repeats", "max_prose_turns", "state")
-
-
-@dataclass(frozen=True, slots=True)
-class AgentSettings:
-    """How long a conversation may go on (a test's `agent:` block).
-
-    Args:
-        max_turns: Model calls at most; a model still calling tools after that is `capped`.
-        max_repeats: How often the same call (name and arguments) may be repeated after its first
-            time; one more repeat ends the conversation as `stuck`.
-        max_prose_turns: When a workspace's `finish` tool is offered: replies without a tool call in a
-            row that end the conversation as `stuck` (each earlier one is answered with a reminder).
-    """
-
-    max_turns: int = 8
-    max_repeats: int = 2
-    max_prose_turns: int = 3
-
-    def __post_init__(self) -> None:
-        if self.max_turns < 1:
-            raise ValueError(f"max_turns must be at least 1, got {self.max_turns}")
-        if self.max_repeats < 0:
-            raise ValueError(f"max_repeats must be 0 or more, got {self.max_repeats}")
-        if self.max_prose_turns < 1:
-            raise ValueError(f"max_prose_turns must be at least 1, got {self.max_prose_turns}")
-
-
 
 
 def merge_agent(default: Any, own: Any) -> dict[str, Any] | None:
@@ -64,20 +37,6 @@ def merge_agent(default: Any, own: Any) -> dict[str, Any] | None:
     if isinstance(own, Mapping):
         merged.update(own)
     return merged
-
-
-@dataclass(frozen=True, slots=True)
-class GoldenTurn:
-    """One model turn of a golden conversation.
-
-    Args:
-        content: The text of the turn (the answer, on the last turn).
-        tool_calls: The calls of the turn; arguments given as a string are sent as that raw text
-            (to script malformed arguments).
-    """
-
-    content: str = ""
-    tool_calls: tuple[ToolCall, ...] = ()
 
 
 def compile_golden(value: Any, path: Path = ("golden",), *,

@@ -12,21 +12,23 @@ from pathlib import Path
 from typing import Any
 
 from engine.base.render import render, render_value
-from engine.evaluators import Node, compile_spec
+from engine.evaluators import compile_spec
 from engine.evaluators.judge_prompt import JudgePrompt, parse_judge_prompt, with_judge_prompt
 from engine.evaluators.node import has_template
 from engine.evaluators.trajectory import conversation_kinds_in
+from engine.model.agent import AgentSettings, GoldenTurn
 from engine.model.cases import CaseOrigin
 from engine.model.test import Test
+from engine.model.tools import Tool
+from engine.model.tree import Node
 from engine.model.workspace import WorkspaceSpec
-from engine.suite.agent import AgentSettings, GoldenTurn, compile_golden, merge_agent
+from engine.suite.agent import compile_golden, merge_agent
 from engine.suite.cases_from import open_cases
 from engine.suite.checks import EvaluatorResolver, Report, check_golden_shape
 from engine.suite.content_parts import content_text, render_parts
 from engine.suite.conversation import api_name_problems, api_names, check_conversation, sent_turn, tool_choice
 from engine.suite.hashing import TestHasher, chat_json
 from engine.suite.suite_tools import SuiteTools
-from engine.suite.tools import Tool
 from engine.suite.variable_checks import VariableChecks
 from engine.workspace.spec import builtin_definition, compile_workspace, hashed_block, split_tools
 

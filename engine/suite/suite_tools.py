@@ -6,11 +6,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from engine.base.diagnostic import Problem
 from engine.base.words import did_you_mean
 from engine.evaluators.json_eval import check_json_schema
+from engine.model.tools import Tool
 from engine.suite.checks import Report
 from engine.suite.hashing import canonical_json
-from engine.suite.tools import Problem, Tool, compile_tools
+from engine.suite.tools import compile_tools
 from engine.workspace.spec import split_tools
 
 __all__ = ["SuiteTools"]

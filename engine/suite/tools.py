@@ -1,7 +1,7 @@
-"""A declared tool: its `returns` rules compiled once, and the answer to one call.
+"""A declared tool's spec compiled once, when the suite loads, into an engine.model.tools `Tool`.
 
-It lives in the suite layer because the loader compiles each suite's tools once, at load (so a bad
-rule is reported at FILE:LINE:COL); the agent loop (engine.agent, above) imports it from here.
+The loader compiles each suite's tools once (so a bad rule is reported at FILE:LINE:COL); the agent loop
+asks the compiled `Tool.answer` for each call.
 
 The YAML this compiles (the value under `tools.<name>`)::
 
@@ -31,177 +31,25 @@ rule accepts, or a template that cannot render, is a tool error the model reads.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Literal
+from typing import Any
 
 from jinja2 import meta
-from jsonschema.exceptions import best_match
 
-from engine.base.compiled_schema import schema_error, schema_validator
+from engine.base.compiled_schema import schema_error
 from engine.base.diagnostic import Path, Problem
-from engine.base.render import ENV, TemplateSyntaxError, is_template, render_value
-from engine.evaluators.tool_match import plain, strict_equal
+from engine.base.render import ENV, TemplateSyntaxError, is_template
+from engine.model.tools import Rule, Tool, plain
 
-__all__ = [
-    "MAX_DELAY_S",
-    "Path",
-    "Problem",
-    "Rule",
-    "Tool",
-    "ToolAnswer",
-    "compile_tool",
-    "compile_tools",
-    "error_text",
-    "result_text",
-]
+__all__ = ["MAX_DELAY_S", "compile_tool", "compile_tools"]
 
 
 RULE_KEYS = ("when", "result", "error", "delay_s", "set")
 TOOL_KEYS = ("name", "description", "parameters", "returns")
 RESERVED_NAMES = frozenset({"args", "state"})
 MAX_DELAY_S = 300.0   # a simulated tool slower than this is a typo (ms for s), not a test
-_EMPTY: Mapping[str, Any] = MappingProxyType({})
-
-
-@dataclass(frozen=True, slots=True)
-class Rule:
-    """One compiled entry of `returns`.
-
-    Args:
-        index: Its position in `returns` (recorded with each tool event).
-        when: Argument -> accepted values; None for the default rule (accepts every call).
-        result: The value returned (may hold templates), when `error` is None.
-        error: The error message (may be a template), or None for a succeeding rule.
-        delay_s: Seconds the tool takes to answer.
-        set: State variable -> new value (values may be templates).
-        templated: Whether `result`, `error` or `set` holds a template (else nothing is rendered).
-    """
-
-    index: int
-    when: Mapping[str, tuple[Any, ...]] | None
-    result: Any = None
-    error: str | None = None
-    delay_s: float = 0.0
-    set: Mapping[str, Any] = field(default_factory=lambda: _EMPTY)
-    templated: bool = False
-
-    def accepts(self, arguments: Mapping[str, Any]) -> bool:
-        """Whether this rule answers a call with these (decoded) arguments."""
-        if self.when is None:
-            return True
-        for name, accepted in self.when.items():
-            if name not in arguments:
-                if "" not in accepted:
-                    return False
-                continue
-            value = arguments[name]
-            if not any(strict_equal(value, option) for option in accepted if not _is_omit(option)):
-                return False
-        return True
-
-
-@dataclass(frozen=True, slots=True)
-class ToolAnswer:
-    """What one call of a declared tool returns.
-
-    Args:
-        status: "ok", or "error" for an `error:` rule, no matching rule, or a template that failed.
-        content: The text of the `tool` message the model reads.
-        value: The result value (after rendering), or the error message.
-        rule: The index of the rule that answered, or None when none did.
-        delay_s: How long the tool takes.
-        state_changes: State variables this call sets (already rendered).
-    """
-
-    status: Literal["ok", "error"]
-    content: str
-    value: Any
-    rule: int | None
-    delay_s: float = 0.0
-    state_changes: Mapping[str, Any] = field(default_factory=lambda: _EMPTY)
-
-
-@dataclass(frozen=True, slots=True)
-class Tool:
-    """One declared tool, ready to answer calls.
-
-    Args:
-        name: The function name the model calls.
-        description: What the model reads about it.
-        parameters: The JSON Schema of its arguments.
-        rules: The compiled `returns`, in order.
-    """
-
-    name: str
-    description: str
-    parameters: Mapping[str, Any]
-    rules: tuple[Rule, ...]
-
-    @property
-    def definition(self) -> dict[str, Any]:
-        """The OpenAI tool definition offered to the model."""
-        return {"type": "function", "function": {"name": self.name, "description": self.description,
-                                                 "parameters": dict(self.parameters)}}
-
-    def argument_problem(self, arguments: Any) -> str | None:
-        """Why these decoded arguments do not fit the tool's parameters, or None when they do."""
-        if not isinstance(arguments, Mapping):
-            return f"the arguments must be a JSON object, got {json.dumps(arguments)[:80]}"
-        error = best_match(schema_validator(self.parameters).iter_errors(dict(arguments)))
-        if error is None:
-            return None
-        where = ".".join(str(p) for p in error.absolute_path)
-        return f"{where}: {error.message}" if where else error.message
-
-    def answer(self, arguments: Mapping[str, Any], state: Mapping[str, Any]) -> ToolAnswer:
-        """The declared answer to one call with valid arguments.
-
-        Args:
-            arguments: The call's decoded arguments (a JSON object).
-            state: The state variables before this call (templates read them as `state`).
-        """
-        for rule in self.rules:
-            if rule.accepts(arguments):
-                return _answer_with(self.name, rule, arguments, state)
-        shown = json.dumps(dict(arguments), ensure_ascii=False)[:200]
-        message = f"{self.name} has no answer for the arguments {shown}"
-        return ToolAnswer("error", error_text(message), message, None)
-
-
-def _answer_with(name: str, rule: Rule, arguments: Mapping[str, Any], state: Mapping[str, Any]) -> ToolAnswer:
-    result, error, changes = rule.result, rule.error, rule.set
-    if rule.templated:
-        variables = {**arguments, "args": dict(arguments), "state": dict(state)}
-        try:
-            result = render_value(result, variables)
-            error = None if error is None else str(render_value(error, variables))
-            changes = render_value(dict(changes), variables)
-        except Exception as exc:  # noqa: BLE001 - any template failure is this tool's error, reported, not raised
-            message = f"{name}: the declared result of rule {rule.index} could not be rendered: {exc}"
-            return ToolAnswer("error", error_text(message), message, rule.index, rule.delay_s)
-    if error is not None:
-        return ToolAnswer("error", error_text(error), error, rule.index, rule.delay_s, changes)
-    return ToolAnswer("ok", result_text(result), result, rule.index, rule.delay_s, changes)
-
-
-def result_text(value: Any) -> str:
-    """The `tool` message text of a result: a string as it is, any other value as JSON."""
-    if isinstance(value, str):
-        return value
-    return json.dumps(value, ensure_ascii=False, default=str)
-
-
-def error_text(message: str) -> str:
-    """The `tool` message text of an error: `{"error": message}`, a shape models recognise."""
-    return json.dumps({"error": message}, ensure_ascii=False)
-
-
-def _is_omit(option: Any) -> bool:
-    return isinstance(option, str) and option == ""
 
 
 # ---------------------------------------------------------------- compiling

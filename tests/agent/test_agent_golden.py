@@ -7,10 +7,13 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from engine.agent import AgentSettings, GoldenCaller, GoldenTurn, compile_golden, compile_tools, replay_golden
+from engine.agent.golden import GoldenCaller, replay_golden
 from engine.agent.loop import run_conversation
 from engine.base.yaml import load_yaml_text
+from engine.model.agent import AgentSettings, GoldenTurn
 from engine.model.answer import ToolCall
+from engine.suite.agent import compile_golden
+from engine.suite.tools import compile_tools
 
 TOOLS, _ = compile_tools(load_yaml_text("""
 get_weather:

@@ -9,13 +9,18 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from engine.agent import AgentSettings, OpenAICaller, Tool, Transcript, compile_tools, run_conversation
+from engine.agent.loop import run_conversation
+from engine.agent.openai_caller import OpenAICaller
 from engine.base.yaml import load_yaml_text
 from engine.client.openai import OpenAIClient, RequestSettings
 from engine.client.session import Sessions
 from engine.errors import ConfigError
+from engine.model.agent import AgentSettings
 from engine.model.model_config import ModelConfig
 from engine.model.test import Test
+from engine.model.tools import Tool
+from engine.model.transcript import Transcript
+from engine.suite.tools import compile_tools
 from tests.agent.scripted_server import ScriptedServer, Turn, latest_tool_results, model_turns
 
 TOOLS_YAML = """

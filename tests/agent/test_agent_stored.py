@@ -7,12 +7,16 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from engine.agent import AgentSettings, GoldenCaller, compile_golden, compile_tools, run_conversation
+from engine.agent.golden import GoldenCaller
+from engine.agent.loop import run_conversation
 from engine.agent.stored import transcript_of_row
 from engine.client.openai import RequestSettings, prepare
+from engine.model.agent import AgentSettings
 from engine.model.model_config import ModelConfig
 from engine.results.rows import build_agent_row, build_row
 from engine.results.schema import SCHEMA
+from engine.suite.agent import compile_golden
+from engine.suite.tools import compile_tools
 from tests.factories import make_test
 
 TOOLS = {"get_weather": {"parameters": {"type": "object", "properties": {"city": {"type": "string"}}},

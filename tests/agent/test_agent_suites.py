@@ -19,13 +19,15 @@ from typing import Any
 import pytest
 from ruamel.yaml import YAML
 
-from engine.agent.golden import GoldenTurn, compile_golden, replay_golden
-from engine.agent.loop import AgentSettings
-from engine.agent.tools import compile_tools
-from engine.agent.transcript import Transcript
-from engine.evaluators import ScoringContext, compile_spec, score
+from engine.agent.golden import replay_golden
+from engine.evaluators import compile_spec, score
+from engine.model.agent import AgentSettings, GoldenTurn
+from engine.model.scoring import ScoringContext
 from engine.model.test import Test
+from engine.model.transcript import Transcript
 from engine.model.verdict import Verdict
+from engine.suite.agent import compile_golden
+from engine.suite.tools import compile_tools
 from tests.factories import make_test
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -9,8 +9,10 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from engine.agent.tools import Problem, Tool, compile_tool, compile_tools
+from engine.base.diagnostic import Problem
 from engine.base.yaml import load_yaml_text
+from engine.model.tools import Tool
+from engine.suite.tools import compile_tool, compile_tools
 
 WEATHER = load_yaml_text("""
 description: Current weather for a city.

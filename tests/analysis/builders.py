@@ -23,7 +23,7 @@ from engine.results.schema import COLUMN_NAMES, SCHEMA
 
 T0 = dt.datetime(2025, 1, 1, tzinfo=dt.UTC)
 
-# The agent columns, typed from the record keys of engine/agent/transcript.py (`Transcript.records()`,
+# The agent columns, typed from the record keys of engine/model/transcript.py (`Transcript.records()`,
 # `counts()`); declared here until engine/results/schema.py declares them (then those win).
 _CALL = pa.struct([("id", pa.string()), ("name", pa.string()), ("arguments", pa.string())])
 _MESSAGE = pa.struct([

@@ -20,14 +20,15 @@ from typing import Any
 import pytest
 from builders import AGENT_SCHEMA, agent_row, grid_rows, write_run
 
-from engine.agent.golden import compile_golden, replay_golden
-from engine.agent.loop import AgentSettings
-from engine.agent.tools import compile_tools
-from engine.agent.transcript import Transcript
+from engine.agent.golden import replay_golden
 from engine.analysis import ANALYSIS_COLUMNS, analyze, load
 from engine.analysis.agents import per_model_agents
 from engine.analysis.render import render
 from engine.analysis.report import build_payload, render_html
+from engine.model.agent import AgentSettings
+from engine.model.transcript import Transcript
+from engine.suite.agent import compile_golden
+from engine.suite.tools import compile_tools
 
 TOOLS, _ = compile_tools({
     "find_slots": {"parameters": {"type": "object", "properties": {"day": {"type": "string"}}, "required": ["day"]},

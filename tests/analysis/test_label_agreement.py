@@ -10,9 +10,9 @@ import json
 from typing import Any
 
 from engine.analysis.labels import KEY, NO_TREE, NOT_DECIDED, label_agreement, render_labels
-from engine.evaluators.base import JudgeReply
 from engine.evaluators.scoring import context, score_async
 from engine.model.answer import Answer
+from engine.model.scoring import JudgeReply
 from engine.model.test import Test
 from engine.results.rows import evaluator_nodes
 from tests.factories import make_test

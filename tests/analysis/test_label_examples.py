@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 
 from engine.analysis.label_examples import NO_REPLAY, NOT_DECIDED, expected_grade
-from engine.evaluators.base import JudgeReply
 from engine.evaluators.scoring import context, score_async
 from engine.model.answer import Answer
+from engine.model.scoring import JudgeReply
 from engine.model.test import Test
 from tests.factories import make_test
 

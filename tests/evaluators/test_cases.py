@@ -8,7 +8,7 @@ An answer is text, or a mapping {text, tool_calls: [{name, arguments} | {name, r
 
 A trajectory case gives `conversation` instead of `answer`: the model's turns as a golden conversation
 is written (engine/agent/golden.py), replayed through the real agent loop with `agent_tools` (a suite's
-`tools:` mapping, `returns` included, compiled by engine/agent/tools.py), optional `state` (the initial
+`tools:` mapping, `returns` included, compiled by engine/suite/tools.py), optional `state` (the initial
 state) and `max_turns`; the transcript is scored with its final answer, as the runner scores agent tests.
 
 A stored-row case gives `stored` instead: an agent row's columns as Parquet holds them (`outcome`, `ledger`,
@@ -25,17 +25,18 @@ from typing import Any
 import pytest
 from ruamel.yaml import YAML
 
-from engine.agent.golden import compile_golden, replay_golden
-from engine.agent.loop import AgentSettings
+from engine.agent.golden import replay_golden
 from engine.agent.stored import transcript_of_row
-from engine.agent.tools import compile_tools
-from engine.agent.transcript import Transcript
-from engine.evaluators import ScoringContext, score
-from engine.evaluators.base import Record
+from engine.evaluators import score
+from engine.model.agent import AgentSettings
 from engine.model.answer import Answer, ToolCall
+from engine.model.scoring import Record, ScoringContext
 from engine.model.test import Test
+from engine.model.transcript import Transcript
 from engine.model.verdict import Verdict
 from engine.model.workspace import WorkspaceSpec
+from engine.suite.agent import compile_golden
+from engine.suite.tools import compile_tools
 from tests.factories import make_test as build_test
 
 CASES_DIR = Path(__file__).parent / "cases"

@@ -9,9 +9,10 @@ from typing import Any
 
 import pytest
 
-from engine.evaluators import KINDS, Kind, ScoringContext, compile_spec, score, score_async
+from engine.evaluators import KINDS, Kind, compile_spec, score, score_async
 from engine.evaluators.base import verdict
 from engine.model.answer import Answer
+from engine.model.scoring import ScoringContext
 from engine.model.verdict import Verdict
 from engine.suite import load_suites
 from engine.suite.schema import load_schema

@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 
 from engine.evaluators import compile_spec
-from engine.evaluators.base import JudgeReply
 from engine.evaluators.judge import JUDGE_PROMPT, REASK, parse_grade, parse_scale
 from engine.evaluators.scoring import context, score_node_async
 from engine.model.answer import Answer
+from engine.model.scoring import JudgeReply
 from tests.factories import make_test
 
 ROOT = Path(__file__).resolve().parents[2]

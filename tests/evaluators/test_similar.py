@@ -294,7 +294,7 @@ class Vectors:
         self.vectors = vectors
 
     async def embed(self, model: str | None, texts: list[str]) -> Any:
-        from engine.evaluators.similar import EmbeddingReply
+        from engine.model.scoring import EmbeddingReply
         return EmbeddingReply(self.vectors, calls=1)
 
 

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import asyncio
 
-from engine.agent.golden import compile_golden, replay_golden
-from engine.agent.tools import compile_tools
-from engine.agent.transcript import Transcript
-from engine.evaluators import ScoringContext, compile_spec, score, score_async
+from engine.agent.golden import replay_golden
+from engine.evaluators import compile_spec, score, score_async
 from engine.evaluators.trajectory import TRANSCRIPT_ONLY, transcript_only_paths
 from engine.model.answer import Answer
+from engine.model.scoring import ScoringContext
+from engine.model.transcript import Transcript
+from engine.suite.agent import compile_golden
+from engine.suite.tools import compile_tools
 from tests.factories import make_test
 
 TOOLS, _ = compile_tools({"lookup": {"returns": [{"result": {"id": 7}, "set": {"looked": True}}]}})

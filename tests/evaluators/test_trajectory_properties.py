@@ -9,13 +9,14 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine.agent.golden import GoldenTurn, replay_golden
-from engine.agent.loop import AgentSettings
-from engine.agent.tools import compile_tools
-from engine.agent.transcript import Transcript
-from engine.evaluators import ScoringContext, score
+from engine.agent.golden import replay_golden
+from engine.evaluators import score
+from engine.model.agent import AgentSettings, GoldenTurn
 from engine.model.answer import ToolCall
+from engine.model.scoring import ScoringContext
+from engine.model.transcript import Transcript
 from engine.model.verdict import Verdict
+from engine.suite.tools import compile_tools
 from tests.factories import make_test
 
 NAMES = ["f", "g", "h"]

@@ -156,8 +156,12 @@ def test_parts_flush_every_n_rows(tmp_path: Path) -> None:
 def test_the_agent_struct_columns_declare_exactly_the_transcript_record_keys() -> None:
     import asyncio
 
-    from engine.agent import AgentSettings, GoldenCaller, compile_golden, compile_tools, run_conversation
+    from engine.agent.golden import GoldenCaller
+    from engine.agent.loop import run_conversation
+    from engine.model.agent import AgentSettings
     from engine.results.schema import LEDGER_ENTRY, TOOL_EVENT, TRANSCRIPT_MESSAGE
+    from engine.suite.agent import compile_golden
+    from engine.suite.tools import compile_tools
 
     tools, _ = compile_tools({"t": {"parameters": {"type": "object"}, "returns": [{"result": 1}]}})
     turns, _ = compile_golden([{"tool_calls": [{"name": "t", "arguments": {}}]}, "done"])

@@ -12,10 +12,11 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from engine.evaluators import KINDS, Kind, ScoringContext
+from engine.evaluators import KINDS, Kind
 from engine.evaluators.base import verdict
 from engine.evaluators.scoring_pool import STOPPED
 from engine.model.answer import Answer
+from engine.model.scoring import ScoringContext
 from engine.model.verdict import Verdict
 from engine.results.journal import Journal
 from engine.results.writer import ResultsWriter

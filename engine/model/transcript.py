@@ -1,6 +1,6 @@
 """The record of one conversation: messages as sent, the model-call ledger, tool events, counts, outcome.
 
-A `Transcript` is built by `loop.run_conversation` and read by everything after it: trajectory
+A `Transcript` is built by engine.agent.loop's `run_conversation` and read by everything after it: trajectory
 evaluators (which calls, in which turns, the final answer, the final state), the results row (counts,
 outcome, token totals, the transcript as a list of plain dicts for a Parquet `list<struct>` column).
 Times are seconds on the loop's monotonic clock, measured from the start of the conversation.
