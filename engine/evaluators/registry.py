@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from engine.evaluators import (
     compose,
+    conversation,
     ifeval,
     json_eval,
     judge,
@@ -61,8 +62,9 @@ KINDS: dict[str, Kind] = {
     "parallel": trajectory.PARALLEL,
     "final_answer": trajectory.FINAL_ANSWER,
     "state": trajectory.STATE,
-    # the run's record: how a conversation ended, the served model, usage, budgets, counts (record.py)
-    "outcome": record.OUTCOME,
+    # how the conversation ended (conversation.py)
+    "outcome": conversation.OUTCOME,
+    # the run's record: the served model, usage, budgets (record.py)
     "no_fallback": record.NO_FALLBACK,
     "not_truncated": record.NOT_TRUNCATED,
     "usage_reported": record.USAGE_REPORTED,
@@ -70,13 +72,14 @@ KINDS: dict[str, Kind] = {
     "ttft_s": record.TTFT_S,
     "tokens": record.TOKENS,
     "cost": record.COST,
-    "calls": record.CALLS,
-    "prose_turns": record.PROSE_TURNS,
-    "bad_arguments": record.BAD_ARGUMENTS,
-    "invented_tools": record.INVENTED_TOOLS,
-    "turns": record.TURNS,
-    "tool_status": record.TOOL_STATUS,
-    "failed_commands": record.FAILED_COMMANDS,
+    # the conversation's counts and tool statuses (conversation.py)
+    "calls": conversation.CALLS,
+    "prose_turns": conversation.PROSE_TURNS,
+    "bad_arguments": conversation.BAD_ARGUMENTS,
+    "invented_tools": conversation.INVENTED_TOOLS,
+    "turns": conversation.TURNS,
+    "tool_status": conversation.TOOL_STATUS,
+    "failed_commands": conversation.FAILED_COMMANDS,
     # code
     "exec": exec_family.EXEC,
     "python": python_scorer.PYTHON,

@@ -24,7 +24,7 @@ from typing import Any
 from engine.errors import EvaluatorConfigError
 from engine.evaluators import tool_call as single
 from engine.evaluators.base import COMMON_KEYS, Kind, error, option_choice, verdict
-from engine.evaluators.record import CONVERSATION_ONLY
+from engine.evaluators.conversation import CONVERSATION_ONLY
 from engine.evaluators.tool_match import show
 from engine.model.answer import Answer, ToolCall
 from engine.model.scoring import Scorer, ScoringContext

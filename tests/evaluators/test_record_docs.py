@@ -11,7 +11,8 @@ import pytest
 from ruamel.yaml import YAML
 
 from engine.evaluators import compile_spec
-from engine.evaluators.record import CONVERSATION_ONLY, OUTCOMES, RUN_ONLY
+from engine.evaluators.conversation import CONVERSATION_ONLY, OUTCOMES
+from engine.evaluators.record import RUN_ONLY
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = (ROOT / "docs" / "evaluators.md").read_text(encoding="utf-8")
