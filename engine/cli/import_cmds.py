@@ -12,6 +12,7 @@ from typing import Annotated
 import typer
 
 from engine.cli.app import app, import_app  # noqa: F401
+from engine.errors import ConfigError
 from engine.importers.bfcl import CATEGORIES as _CATEGORIES
 
 
@@ -30,7 +31,7 @@ def import_bfcl_cmd(
     for name in categories:
         try:
             first = import_bfcl(name, data, out, limit)
-        except (FileNotFoundError, ValueError) as exc:
+        except (FileNotFoundError, ValueError, ConfigError) as exc:
             typer.echo(f"engine import bfcl: error: {exc}", err=True)
             raise typer.Exit(2) from None
         parts = sorted(first.parent.glob(f"{first.stem}_part*.yaml"))
@@ -50,7 +51,7 @@ def import_ifeval_cmd(
 
     try:
         path = import_ifeval(source, out, loose=loose, limit=limit)
-    except (FileNotFoundError, ValueError) as exc:
+    except (FileNotFoundError, ValueError, ConfigError) as exc:
         typer.echo(f"engine import ifeval: error: {exc}", err=True)
         raise typer.Exit(2) from None
     typer.echo(f"wrote {path}")
@@ -92,7 +93,6 @@ def import_terminal_bench_cmd(
 ) -> None:
     """Turn Terminal-Bench tasks into workspace tests (golden = solution.sh, check = the task's pytest file);
     list every task that cannot be one, with the reason."""
-    from engine.errors import ConfigError
     from engine.importers.terminal_bench import import_terminal_bench
 
     try:

@@ -17,12 +17,12 @@ The data is Apache-2.0 (ShishirPatil/gorilla); the converter is our own code.
 from __future__ import annotations
 
 import ast
-import json
 import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from engine.importers.jsonl import read_jsonl
 from engine.suite.conversation import API_NAME
 
 __all__ = [
@@ -49,9 +49,8 @@ _DROP = {"optional"}  # BFCL-only markers that are not JSON Schema
 
 
 def load_jsonl(path: Path) -> list[dict[str, Any]]:
-    """Read a BFCL data file (one JSON object per line)."""
-    with open(path, encoding="utf-8") as handle:
-        return [json.loads(line) for line in handle if line.strip()]
+    """Read a BFCL data file (one JSON object a line, though the files end in .json)."""
+    return [entry for _, entry in read_jsonl(path, "give a BFCL_v4_<category>.json data file")]
 
 
 def convert_schema(schema: Any) -> Any:

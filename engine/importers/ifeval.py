@@ -10,18 +10,14 @@ The data is Apache-2.0 (google-research); the converter is our own code.
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from engine.evaluators.ifeval import IDS
+from engine.importers.jsonl import read_jsonl
 
-__all__ = ["MAX_LINE", "convert_prompt", "import_ifeval"]
-
-#: The longest JSONL line read (an IFEval prompt is a few KB).
-MAX_LINE = 1 << 20
-
+__all__ = ["convert_prompt", "import_ifeval"]
 
 def convert_prompt(row: Mapping[str, Any], *, loose: bool = False, where: str = "") -> dict[str, Any]:
     """One IFEval row as a test.
@@ -47,29 +43,13 @@ def convert_prompt(row: Mapping[str, Any], *, loose: bool = False, where: str = 
             "eval": {"all": checks}}
 
 
-def _rows(path: Path) -> Iterable[tuple[int, dict[str, Any]]]:
-    with open(path, encoding="utf-8") as handle:
-        for number, line in enumerate(iter(lambda: handle.readline(MAX_LINE + 1), ""), 1):
-            if len(line) > MAX_LINE:
-                raise ValueError(f"{path}:{number}: a line longer than {MAX_LINE} characters; is this IFEval's "
-                                 "input_data.jsonl?")
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except ValueError as exc:
-                raise ValueError(f"{path}:{number}: not JSON ({exc})") from None
-            if not isinstance(row, dict):
-                raise ValueError(f"{path}:{number}: expected a JSON object per line")
-            yield number, row
-
-
 def import_ifeval(source: Path, out: Path, *, loose: bool = False, limit: int | None = None) -> Path:
     """Write the IFEval prompts of `source` as `out/ifeval.yaml` (or `ifeval_loose.yaml`) and return its path.
 
     Raises:
         FileNotFoundError: when `source` does not exist.
-        ValueError: for a line that is not an IFEval row (the message names FILE:LINE).
+        ConfigError: for a line that is not JSON (the message names FILE:LINE).
+        ValueError: for a row that is not an IFEval row (the message names FILE:LINE).
     """
     from ruamel.yaml import YAML
 
@@ -77,7 +57,7 @@ def import_ifeval(source: Path, out: Path, *, loose: bool = False, limit: int | 
     if not source.is_file():
         raise FileNotFoundError(f"{source} not found; give IFEval's input_data.jsonl")
     tests = []
-    for number, row in _rows(source):
+    for number, row in read_jsonl(source, "give IFEval's input_data.jsonl"):
         tests.append(convert_prompt(row, loose=loose, where=f"{source}:{number}"))
         if limit is not None and len(tests) >= limit:
             break
