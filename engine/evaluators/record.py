@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from engine.errors import EvaluatorConfigError
-from engine.evaluators.base import Kind, error, short, verdict
+from engine.evaluators.base import Kind, error, option_choice, short, verdict
 from engine.evaluators.ranges import Range, bounds_schema, parse_range
 from engine.model.answer import Answer
 from engine.model.scoring import Record, Scorer, ScoringContext
@@ -37,11 +37,6 @@ def _unmeasured(kind: str) -> Verdict:
                    unchecked="needs a run")
 
 
-def _flag(kind: str, value: Any) -> None:
-    if value is not True:
-        raise EvaluatorConfigError(f"{kind} takes `true` (write {{{kind}: true}}), got {short(value)}", kind=kind)
-
-
 def _on_record(kind: str, judge: Callable[[Record], Verdict]) -> Scorer:
     """A scorer giving `judge`'s verdict on the run's record, and the neutral one where nothing ran."""
     def score(answer: Answer, ctx: ScoringContext) -> Verdict:
@@ -50,56 +45,57 @@ def _on_record(kind: str, judge: Callable[[Record], Verdict]) -> Scorer:
     return score
 
 
+def _run_flag(kind: str, judge: Callable[[Record], Verdict]) -> Callable[[Any, Mapping[str, Any]], Scorer]:
+    """The builder of a `{kind: true}` check scored by `judge` on the run's record."""
+    def build(value: Any, options: Mapping[str, Any]) -> Scorer:
+        if value is not True:
+            raise EvaluatorConfigError(f"{kind} takes `true` (write {{{kind}: true}}), got {short(value)}",
+                                       kind=kind)
+        return _on_record(kind, judge)
+
+    return build
+
+
 # ------------------------------------------------------------------------------------------ run flags
 
-def no_fallback(value: Any, options: Mapping[str, Any]) -> Scorer:
+def _served(record: Record) -> Verdict:
     """The served model is the one asked for. Names compare as `engine.results.rows.is_fallback` does:
     without case; a provider prefix (`openai/gpt-4o`), a dated snapshot of the asked id
     (`gpt-4o-mini-2024-07-18`, `-20240718`, `-0718`, Gemini's `-001`), or a dated model answering a `-latest`
     alias is the same model."""
     kind = "no_fallback"
-    _flag(kind, value)
-
-    def judge(record: Record) -> Verdict:
-        if record.fallback is None:
-            return error("no_fallback: the server did not say which model answered (no `model` in its reply), "
-                         "so a fallback cannot be told; drop this check for this server", kind)
-        if record.fallback:
-            return verdict(0.0, f"answered by {record.served_model!r}, not the model asked for "
-                                f"{record.asked_model!r}", kind)
-        return verdict(1.0, f"answered by {record.served_model!r} (asked {record.asked_model!r})", kind)
-
-    return _on_record(kind, judge)
+    if record.fallback is None:
+        return error("no_fallback: the server did not say which model answered (no `model` in its reply), "
+                     "so a fallback cannot be told; drop this check for this server", kind)
+    if record.fallback:
+        return verdict(0.0, f"answered by {record.served_model!r}, not the model asked for "
+                            f"{record.asked_model!r}", kind)
+    return verdict(1.0, f"answered by {record.served_model!r} (asked {record.asked_model!r})", kind)
 
 
-def not_truncated(value: Any, options: Mapping[str, Any]) -> Scorer:
+def _ended(record: Record) -> Verdict:
     """No reply was cut short: finish reason `length`, or a stream that ended early."""
     kind = "not_truncated"
-    _flag(kind, value)
-
-    def judge(record: Record) -> Verdict:
-        if record.truncated or record.finish_reason == "length":
-            return verdict(0.0, f"the reply was cut short (finish reason {record.finish_reason!r}); raise the "
-                                "test's max_tokens or ask for a shorter answer", kind)
-        return verdict(1.0, f"the reply ended by itself (finish reason {record.finish_reason!r})", kind)
-
-    return _on_record(kind, judge)
+    if record.truncated or record.finish_reason == "length":
+        return verdict(0.0, f"the reply was cut short (finish reason {record.finish_reason!r}); raise the "
+                            "test's max_tokens or ask for a shorter answer", kind)
+    return verdict(1.0, f"the reply ended by itself (finish reason {record.finish_reason!r})", kind)
 
 
-def usage_reported(value: Any, options: Mapping[str, Any]) -> Scorer:
+def _usage(record: Record) -> Verdict:
     """The server reported prompt and completion token counts (for every call of a conversation)."""
     kind = "usage_reported"
-    _flag(kind, value)
+    missing = [name for name, got in (("prompt", record.prompt_tokens), ("completion", record.completion_tokens))
+               if got is None]
+    if missing:
+        return verdict(0.0, f"the server reported no {' and no '.join(missing)} token count", kind)
+    return verdict(1.0, f"usage reported: {record.prompt_tokens} prompt + {record.completion_tokens} "
+                        "completion tokens", kind)
 
-    def judge(record: Record) -> Verdict:
-        missing = [name for name, got in (("prompt", record.prompt_tokens), ("completion", record.completion_tokens))
-                   if got is None]
-        if missing:
-            return verdict(0.0, f"the server reported no {' and no '.join(missing)} token count", kind)
-        return verdict(1.0, f"usage reported: {record.prompt_tokens} prompt + {record.completion_tokens} "
-                            "completion tokens", kind)
 
-    return _on_record(kind, judge)
+no_fallback = _run_flag("no_fallback", _served)
+not_truncated = _run_flag("not_truncated", _ended)
+usage_reported = _run_flag("usage_reported", _usage)
 
 
 def _seconds(value: float) -> str:
@@ -146,10 +142,7 @@ def ttft_s(value: Any, options: Mapping[str, Any]) -> Scorer:
     """Time to first token within `{min, max}` seconds: `kind: visible` (default; the first visible token or
     tool call, streamed replies only) or `provider` (the reply's first byte). An agent test: its first call."""
     rng = parse_range("ttft_s", value, ("kind",), exact=False, whole=False)
-    which = str(value.get("kind", "visible"))
-    if which not in _TTFT_KINDS:
-        raise EvaluatorConfigError(f"ttft_s: kind must be 'visible' or 'provider', got {short(which)}",
-                                   kind="ttft_s", option="kind")
+    which = option_choice(value, "kind", _TTFT_KINDS, "ttft_s")
 
     def read(record: Record) -> tuple[float | None, str]:
         if record.cached:
@@ -169,10 +162,7 @@ def tokens(value: Any, options: Mapping[str, Any]) -> Scorer:
     """Tokens used within `{min, max}`: `kind: total` (default: prompt + completion), `prompt` or
     `completion`; an agent test counts every call."""
     rng = parse_range("tokens", value, ("kind",), exact=False, whole=True)
-    which = str(value.get("kind", "total"))
-    if which not in _TOKEN_KINDS:
-        raise EvaluatorConfigError(f"tokens: kind must be 'total', 'completion' or 'prompt', got {short(which)}",
-                                   kind="tokens", option="kind")
+    which = option_choice(value, "kind", _TOKEN_KINDS, "tokens")
 
     def read(record: Record) -> tuple[float | None, str]:
         prompt, completion = record.prompt_tokens, record.completion_tokens
