@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 import random
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
 from typing import Any
@@ -143,21 +143,20 @@ def _files(spec: _Spec, where: tuple[Any, ...], report: Report, suite_dir: Path)
     return [(path, shown, kind)]
 
 
+@dataclass(eq=False)
 class CaseSource:
     """A test's case rows, streamed: each iteration reads the data again and yields `FileRow`s.
 
     Problems in the data are reported on the first iteration only (the expander iterates twice).
     """
 
-    def __init__(self, spec: _Spec, files: list[tuple[Path, str, str]], report: Report, where: tuple[Any, ...],
-                 suite_dir: Path, keep: Callable[..., Any] | None) -> None:
-        self.spec = spec
-        self.files = files
-        self.report = report
-        self.where = where
-        self.suite_dir = suite_dir
-        self.keep = keep
-        self._passes = 0
+    spec: _Spec
+    files: list[tuple[Path, str, str]]
+    report: Report
+    where: tuple[Any, ...]
+    suite_dir: Path
+    keep: Callable[..., Any] | None
+    _passes: int = field(default=0, init=False, repr=False)
 
     def __iter__(self) -> Iterator[FileRow]:
         first = self._passes == 0
