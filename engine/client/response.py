@@ -125,10 +125,7 @@ def parse_whole(raw: bytes, result: CallResult, redact: Redactor) -> None:
     if type(tool_calls) is not list:
         raise wrong_type("choices[0].message.tool_calls", tool_calls, "a list")
     calls = []
-    for i, call in enumerate(tool_calls):
-        where = f"choices[0].message.tool_calls[{i}]"
-        if type(call) is not dict:
-            raise wrong_type(where, call, "an object")
+    for where, call in retry.objects(tool_calls, "choices[0].message.tool_calls"):
         fn = call.get("function")
         if fn is None:
             fn = {}

@@ -26,7 +26,7 @@ from __future__ import annotations
 import email.utils
 import random
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from engine.errors import BadResponse, CallTimeout, ClientError, HTTPStatusError, StreamError, TransportError
@@ -155,6 +155,15 @@ def type_name(value: Any) -> str:
 def wrong_type(where: str, value: Any, expected: str) -> BadResponse:
     """A reply with a value of the wrong type on a documented path: "`choices` is a string, expected a list"."""
     return bad_response(f"`{where}` is {type_name(value)}, expected {expected}")
+
+
+def objects(items: list[Any], where: str) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Each item of a reply's list with its place (`where[i]`); a `BadResponse` at the first that is not an object."""
+    for i, item in enumerate(items):
+        place = f"{where}[{i}]"
+        if type(item) is not dict:
+            raise wrong_type(place, item, "an object")
+        yield place, item
 
 
 def bad_response(message: str) -> BadResponse:

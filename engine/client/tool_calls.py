@@ -105,10 +105,7 @@ class ToolCallAccumulator:
         """Fold one event's `delta.tool_calls` list in."""
         if type(deltas) is not list:
             raise wrong_type("choices[0].delta.tool_calls", deltas, "a list")
-        for i, delta in enumerate(deltas):
-            where = f"choices[0].delta.tool_calls[{i}]"
-            if type(delta) is not dict:
-                raise wrong_type(where, delta, "an object")
+        for where, delta in retry.objects(deltas, "choices[0].delta.tool_calls"):
             index = delta.get("index")
             if index is not None and type(index) is not int:
                 raise wrong_type(where + ".index", index, "a whole number")

@@ -35,11 +35,13 @@ from engine.client.providers.base import (
     call_arguments,
     data_url_parts,
     error_message,
+    reply_body,
+    stream_event,
     system_text,
 )
 from engine.client.response import CallResult, count
 from engine.client.retry import wrong_type
-from engine.client.tool_calls import arguments_text, loads, optional_str, tool_call
+from engine.client.tool_calls import arguments_text, optional_str, tool_call
 from engine.errors import ClientError
 from engine.redact import Redactor
 
@@ -178,11 +180,7 @@ def _error(data: dict[str, Any], redact: Redactor) -> ClientError:
 
 def parse(raw: bytes, result: CallResult, redact: Redactor) -> None:
     """Read a whole Messages API reply."""
-    try:
-        data = loads(raw, "the response body", exact=True)
-    except ValueError:
-        shown = raw[:160].decode("utf-8", "replace")
-        raise retry.stream_error(f"the response body is not JSON: {redact.excerpt(shown, 80)}") from None
+    data = reply_body(raw, redact)
     if type(data) is not dict:
         raise retry.bad_response(f"the response body is {retry.type_name(data)}, expected an object")
     if data.get("type") == "error":
@@ -199,10 +197,7 @@ def parse(raw: bytes, result: CallResult, redact: Redactor) -> None:
     thoughts: list[str] = []
     signed: list[dict[str, Any]] = []
     calls = []
-    for i, block in enumerate(content):
-        where = f"content[{i}]"
-        if type(block) is not dict:
-            raise wrong_type(where, block, "an object")
+    for where, block in retry.objects(content, "content"):
         kind = block.get("type")
         if kind == "text":
             text.append(optional_str(block, "text", where) or "")
@@ -242,11 +237,7 @@ class AnthropicStream:
         """Fold in the events of one chunk; True when text or a tool call arrived."""
         visible = False
         for data in datas:
-            try:
-                event = loads(data, "a server-sent event", exact=True)
-            except ValueError:
-                raise retry.stream_error("malformed server-sent event: not JSON: "
-                                         f"{self._redact.excerpt(data, 80)}") from None
+            event = stream_event(data, self._redact)
             if type(event) is not dict:
                 raise retry.bad_response(f"a server-sent event is {retry.type_name(event)}, expected an object")
             if self._event(event):

@@ -13,13 +13,15 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from engine.client import retry
 from engine.client.response import CallResult
+from engine.client.tool_calls import loads
 from engine.errors import ClientError
 from engine.model.model_config import ModelConfig
 from engine.redact import Redactor
 
 __all__ = ["ECHO", "Embeddings", "Provider", "StreamReader", "WireRequest", "add_turn", "call_arguments",
-           "data_url_parts", "error_message", "method_url", "system_text"]
+           "data_url_parts", "error_message", "error_object", "method_url", "reply_body", "stream_event", "system_text"]
 
 #: The field of an assistant message (the engine's OpenAI-shaped conversation) that carries what its provider's
 #: API asks to get back unchanged with that turn (Anthropic's signed thinking blocks, Gemini's thought signatures):
@@ -158,6 +160,25 @@ def data_url_parts(url: str) -> tuple[str, str] | None:
     return mime, data
 
 
+def reply_body(raw: bytes, redact: Redactor) -> Any:
+    """A whole reply's body read as JSON (numbers exactly); a stream error quoting its start, masked, when it is not
+    JSON."""
+    try:
+        return loads(raw, "the response body", exact=True)
+    except ValueError:
+        shown = raw[:160].decode("utf-8", "replace")
+        raise retry.stream_error(f"the response body is not JSON: {redact.excerpt(shown, 80)}") from None
+
+
+def stream_event(data: str, redact: Redactor) -> Any:
+    """One server-sent event's data read as JSON (numbers exactly); a stream error quoting it, masked, when it is
+    not JSON."""
+    try:
+        return loads(data, "a server-sent event", exact=True)
+    except ValueError:
+        raise retry.stream_error(f"malformed server-sent event: not JSON: {redact.excerpt(data, 80)}") from None
+
+
 def call_arguments(raw: str) -> dict[str, Any]:
     """A tool call's argument text as the object APIs with structured calls want back ({} when it was not one)."""
     try:
@@ -167,20 +188,26 @@ def call_arguments(raw: str) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
+def error_object(body: str) -> dict[str, Any] | None:
+    """The `error` object of an error body (Gemini's sometimes comes in a list), or None."""
+    try:
+        data = json.loads(body)
+    except (ValueError, RecursionError):
+        return None
+    if isinstance(data, list) and data:
+        data = data[0]
+    error = data.get("error") if isinstance(data, dict) else None
+    return error if isinstance(error, dict) else None
+
+
 def error_message(body: str) -> str:
     """The `error.message` of an error body as one line, led by the error's type or status; the body when not JSON.
 
     Anthropic: `{"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}`;
     Gemini: `{"error": {"code": 429, "message": "...", "status": "RESOURCE_EXHAUSTED"}}` (sometimes in a list).
     """
-    try:
-        data = json.loads(body)
-    except (ValueError, RecursionError):
-        return body
-    if isinstance(data, list) and data:
-        data = data[0]
-    error = data.get("error") if isinstance(data, dict) else None
-    if not isinstance(error, dict) or not isinstance(error.get("message"), str):
+    error = error_object(body)
+    if error is None or not isinstance(error.get("message"), str):
         return body
     kind = error.get("type") or error.get("status")
     message = " ".join(error["message"].split())

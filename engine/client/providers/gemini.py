@@ -43,11 +43,14 @@ from engine.client.providers.base import (
     call_arguments,
     data_url_parts,
     error_message,
+    error_object,
+    reply_body,
+    stream_event,
     system_text,
 )
 from engine.client.response import CallResult, count
 from engine.client.retry import wrong_type
-from engine.client.tool_calls import arguments_text, loads, optional_str, tool_call
+from engine.client.tool_calls import arguments_text, optional_str, tool_call
 from engine.errors import ClientError
 from engine.model.model_config import ModelConfig
 from engine.redact import Redactor
@@ -274,10 +277,7 @@ class _Reply:
             parts = content.get("parts") or []
             if type(parts) is not list:
                 raise wrong_type("candidates[0].content.parts", parts, "a list")
-            for i, part in enumerate(parts):
-                where = f"candidates[0].content.parts[{i}]"
-                if type(part) is not dict:
-                    raise wrong_type(where, part, "an object")
+            for where, part in retry.objects(parts, "candidates[0].content.parts"):
                 if "functionCall" in part:
                     call = part["functionCall"]
                     if type(call) is not dict:
@@ -330,11 +330,7 @@ def _usage(usage: Any, result: CallResult) -> None:
 
 def parse(raw: bytes, result: CallResult, redact: Redactor) -> None:
     """Read a whole generateContent reply."""
-    try:
-        data = loads(raw, "the response body", exact=True)
-    except ValueError:
-        text = raw[:160].decode("utf-8", "replace")
-        raise retry.stream_error(f"the response body is not JSON: {redact.excerpt(text, 80)}") from None
+    data = reply_body(raw, redact)
     reply = _Reply(result)
     reply.chunk(data, redact)
     reply.keep()
@@ -356,11 +352,7 @@ class GeminiStream:
         """Fold in the chunks one read completed."""
         visible = False
         for data in datas:
-            try:
-                chunk = loads(data, "a server-sent event", exact=True)
-            except ValueError:
-                raise retry.stream_error("malformed server-sent event: not JSON: "
-                                         f"{self._redact.excerpt(data, 80)}") from None
+            chunk = stream_event(data, self._redact)
             if self._reply.chunk(chunk, self._redact):
                 visible = True
         return visible
@@ -379,14 +371,8 @@ class GeminiStream:
 
 def retry_delay(body: str) -> float | None:
     """The `retryDelay` of a `google.rpc.RetryInfo` detail in an error body ("37s" -> 37.0), or None."""
-    try:
-        data = json.loads(body)
-    except (ValueError, RecursionError):
-        return None
-    if isinstance(data, list) and data:
-        data = data[0]
-    error = data.get("error") if isinstance(data, dict) else None
-    details = error.get("details") if isinstance(error, dict) else None
+    error = error_object(body)
+    details = error.get("details") if error is not None else None
     for detail in details if isinstance(details, list) else ():
         if isinstance(detail, dict) and detail.get("@type") == _RETRY_INFO:
             match = _DURATION.match(str(detail.get("retryDelay", "")))
