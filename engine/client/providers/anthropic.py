@@ -33,6 +33,7 @@ from engine.client.providers.base import (
     WireRequest,
     add_turn,
     call_arguments,
+    check_stream_end,
     data_url_parts,
     error_message,
     reply_body,
@@ -328,12 +329,7 @@ class AnthropicStream:
     def end(self) -> None:
         """Raise when the stream ended before `message_stop` or without a stop reason."""
         self._result.tool_calls = self._calls()
-        if not self.done:
-            self._result.truncated = True
-            raise retry.stream_error("the stream ended without message_stop: the answer may be cut short")
-        if self._result.finish_reason is None:
-            self._result.truncated = True
-            raise retry.stream_error("the stream ended without a stop reason")
+        check_stream_end(self._result, done=self.done, marker="message_stop", reason="a stop reason")
 
 
 def classify(status: int, headers: Any, body: str) -> tuple[ClientError, float | None]:

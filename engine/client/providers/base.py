@@ -21,7 +21,8 @@ from engine.model.model_config import ModelConfig
 from engine.redact import Redactor
 
 __all__ = ["ECHO", "Embeddings", "Provider", "StreamReader", "WireRequest", "add_turn", "call_arguments",
-           "data_url_parts", "error_message", "error_object", "method_url", "reply_body", "stream_event", "system_text"]
+           "check_stream_end", "data_url_parts", "error_message", "error_object", "method_url", "reply_body",
+           "stream_event", "system_text"]
 
 #: The field of an assistant message (the engine's OpenAI-shaped conversation) that carries what its provider's
 #: API asks to get back unchanged with that turn (Anthropic's signed thinking blocks, Gemini's thought signatures):
@@ -168,6 +169,17 @@ def reply_body(raw: bytes, redact: Redactor) -> Any:
     except ValueError:
         shown = raw[:160].decode("utf-8", "replace")
         raise retry.stream_error(f"the response body is not JSON: {redact.excerpt(shown, 80)}") from None
+
+
+def check_stream_end(result: CallResult, *, done: bool, marker: str, reason: str) -> None:
+    """Raise when a stream closed before its end `marker` or without a `reason` (its finish or stop reason); the
+    answer is then marked truncated."""
+    if not done:
+        result.truncated = True
+        raise retry.stream_error(f"the stream ended without {marker}: the answer may be cut short")
+    if result.finish_reason is None:
+        result.truncated = True
+        raise retry.stream_error(f"the stream ended without {reason}")
 
 
 def stream_event(data: str, redact: Redactor) -> Any:

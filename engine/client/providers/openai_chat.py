@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from engine.client import retry
-from engine.client.providers.base import ECHO, Embeddings, Provider, WireRequest, error_message
+from engine.client.providers.base import ECHO, Embeddings, Provider, WireRequest, check_stream_end, error_message
 from engine.client.response import CallResult, ToolCallAccumulator, apply_event, decode_events, parse_whole
 from engine.errors import ClientError
 from engine.model.model_config import ModelConfig
@@ -114,12 +114,7 @@ class OpenAIStream:
     def end(self) -> None:
         """Raise when the stream ended without `[DONE]` or without a finish reason."""
         self._result.tool_calls = self._calls.finish()
-        if not self.done:
-            self._result.truncated = True
-            raise retry.stream_error("the stream ended without [DONE]: the answer may be cut short")
-        if self._result.finish_reason is None:
-            self._result.truncated = True
-            raise retry.stream_error("the stream ended without a finish reason")
+        check_stream_end(self._result, done=self.done, marker="[DONE]", reason="a finish reason")
 
 
 def _embeddings_body(model: ModelConfig, texts: Any) -> dict[str, Any]:
