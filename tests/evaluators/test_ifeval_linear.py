@@ -15,7 +15,8 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine.evaluators.ifeval import _PLACEHOLDER, _TITLE, bind, count_bullets, split_sentences
+from engine.evaluators.ifeval import _PLACEHOLDER, _TITLE, bind
+from engine.evaluators.ifeval_text import count_bullets, split_sentences
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -53,7 +54,7 @@ _OLD_CANDIDATE = re.compile(r"[.?!…]+[\"'”’)\]}*]*(?=\s|$)")
 
 def _old_split(text: str) -> list[str]:
     """The sentence rule as it was written with a lookahead and whole-line look-backs (quadratic)."""
-    from engine.evaluators import ifeval
+    from engine.evaluators import ifeval_text
 
     sentences, begin = [], 0
     for match in _OLD_CANDIDATE.finditer(text):
@@ -61,14 +62,14 @@ def _old_split(text: str) -> list[str]:
         mark = text[start:end]
         ends = True
         if "?" not in mark and "!" not in mark:
-            following = ifeval._NEXT_TOKEN.match(text, end)
+            following = ifeval_text._NEXT_TOKEN.match(text, end)
             if following is not None:
                 nxt = following.group(1)
                 line_start = text.rfind("\n", 0, start) + 1
                 space = max(text.rfind(" ", line_start, start), text.rfind("\t", line_start, start))
                 word = text[max(space + 1, line_start):start].lstrip("\"'“‘([{*_").lower()
-                starts = nxt[:1].isupper() and nxt.lower().rstrip(".,;:!?") in ifeval._COMMON
-                abbreviated = (word in ifeval._TITLES or word in ifeval._ABBREVIATIONS
+                starts = nxt[:1].isupper() and nxt.lower().rstrip(".,;:!?") in ifeval_text._COMMON
+                abbreviated = (word in ifeval_text._TITLES or word in ifeval_text._ABBREVIATIONS
                                or re.fullmatch(r"(?:[a-z]\.)*[a-z]", word))
                 if mark.startswith(("..", "…")) or abbreviated:
                     ends = starts
