@@ -10,6 +10,10 @@ import typer
 from engine.cli.app import app
 
 USAGE = 2
+# A run of this many rows or more has its viewer's snapshot written when `engine run` or `engine rescore` ends
+# (its first viewer reads it at once); a smaller one is analysed by its first viewer (a couple of seconds at
+# most), and its run does not hold an analysis in memory at its end.
+PREPARED_FROM_ROWS = 250_000
 
 
 def login_name() -> str:
@@ -28,16 +32,14 @@ def prepare_snapshot(run_dir: Path, rows: int, *, quiet: bool = False) -> None:
 
     Ctrl-C skips it and a failure is a note: either way the first `engine view` of the run prepares it.
     """
-    from engine.view.cache import PREPARED_FROM_ROWS
-
     if rows < PREPARED_FROM_ROWS:
         return
-    from engine.view.cache import prepare
+    from engine.view import cache
 
     if not quiet:
         typer.echo(f"preparing engine view's summary of {rows:,} rows (Ctrl-C skips it) ...", err=True)
     try:
-        prepare(run_dir)
+        cache.prepare(run_dir)
     except KeyboardInterrupt:
         typer.echo("note: engine view's summary skipped; the run's first `engine view` prepares it", err=True)
     except Exception as exc:  # noqa: BLE001 - the run is written; its viewer computes what this could not

@@ -46,11 +46,6 @@ MAX_TABLE_BYTES = 4 << 30
 CELL_COUNTS = ("n_rows", "n_scored", "n_unscored", "n_passed", "n_truncated")
 CELL_VALUES = ("score", "score_min", "score_max")
 
-# A run of this many rows or more has its snapshot written when `engine run` or `engine rescore` ends (its first
-# viewer reads it at once); a smaller one is analysed by its first viewer within the first page's time budget,
-# and its run does not hold an analysis in memory at its end.
-PREPARED_FROM_ROWS = 250_000
-
 Signature = list[list[Any]]
 
 

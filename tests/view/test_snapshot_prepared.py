@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
+from engine.cli import view_cmd
 from engine.cli.app import app
 from engine.view import cache
 from engine.view.server import dumps
@@ -101,7 +102,7 @@ def _run(tmp_path: Path, *extra: Any) -> Any:
 
 def test_a_large_run_leaves_its_snapshot_and_every_change_of_its_rows_rewrites_it(
         setup: Path, fake_openai: FakeOpenAI, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(cache, "PREPARED_FROM_ROWS", 1)   # these six rows stand for a large run
+    monkeypatch.setattr(view_cmd, "PREPARED_FROM_ROWS", 1)   # these six rows stand for a large run
     failing = {"slow-1"}
     fake_openai.responder = lambda body: (Reply(fault="http_400") if body["model"] in failing
                                           else Reply(content=_answer(body)))
