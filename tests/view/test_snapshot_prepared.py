@@ -1,6 +1,6 @@
 """The viewer's snapshot written when a large run ends (`engine run`, its `--retry-errors`, `engine rescore`), so
-its first `engine view` reads aggregates instead of analysing the rows; rewritten whenever the rows change, and
-never written for a small run or a run the user stopped."""
+its first `engine view` reads aggregates instead of analysing the rows; rewritten whenever the rows change, left
+valid by a label, and not written at a small run's end."""
 
 from __future__ import annotations
 
@@ -18,33 +18,8 @@ from engine.view import cache
 from engine.view.server import dumps
 from engine.view.store import Store
 from tests.fake_openai import FakeOpenAI, Reply
+from tests.run.e2e import write_project
 
-SUITE = """\
-suite: geo
-tests:
-  - id: france
-    prompt: "What is the capital of France?"
-    eval: {contains: Paris}
-  - id: "country-{{ name }}"
-    prompt: "What is the capital of {{ name }}?"
-    cases:
-      - {name: Italy, capital: Rome}
-      - {name: Spain, capital: Madrid}
-    eval: {contains: "{{ capital }}"}
-"""
-FIXED = SUITE.replace("{contains: Paris}", "{contains: Lyon}")
-
-MODELS = """\
-models:
-  fast:
-    base_url: {base_url}
-    model: fast-1
-    timeout_s: 10
-  slow:
-    base_url: {base_url}
-    model: slow-1
-    timeout_s: 10
-"""
 CAPITALS = {"France": "Paris", "Italy": "Rome", "Spain": "Madrid"}
 
 
@@ -89,21 +64,21 @@ def _analysed(root: Path, run: str) -> dict[str, Any]:
 
 
 @pytest.fixture()
-def setup(tmp_path: Path, fake_openai: FakeOpenAI) -> Path:
-    (tmp_path / "geo.yaml").write_text(SUITE, encoding="utf-8")
-    (tmp_path / "models.yaml").write_text(MODELS.format(base_url=fake_openai.base_url), encoding="utf-8")
+def setup(tmp_path: Path, fake_openai: FakeOpenAI, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("ENGINE_TEST_KEY", "sk-test")
+    write_project(tmp_path, fake_openai.base_url)   # suites/capitals.yaml (3 tests), models fast and other
     return tmp_path
 
 
 def _run(tmp_path: Path, *extra: Any) -> Any:
-    return _engine("run", tmp_path / "geo.yaml", "--models", tmp_path / "models.yaml", "--out", tmp_path / "results",
+    return _engine("run", tmp_path / "suites", "--models", tmp_path / "models.yaml", "--out", tmp_path / "results",
                    "--no-cache", "--quiet", *extra)
 
 
 def test_a_large_run_leaves_its_snapshot_and_every_change_of_its_rows_rewrites_it(
         setup: Path, fake_openai: FakeOpenAI, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(view_cmd, "PREPARED_FROM_ROWS", 1)   # these six rows stand for a large run
-    failing = {"slow-1"}
+    failing = {"other-1"}
     fake_openai.responder = lambda body: (Reply(fault="http_400") if body["model"] in failing
                                           else Reply(content=_answer(body)))
     results = setup / "results"
@@ -121,8 +96,10 @@ def test_a_large_run_leaves_its_snapshot_and_every_change_of_its_rows_rewrites_i
     assert (after["runs"][0]["rows"], after["runs"][0]["errors"]) == (6, 0)
 
     # A rescore writes a new run folder, and its snapshot with it: the rescored verdicts, not the old ones.
-    (setup / "geo.yaml").write_text(FIXED, encoding="utf-8")
-    rescored = _engine("rescore", run, "--suites", setup / "geo.yaml")
+    suite = setup / "suites" / "capitals.yaml"
+    suite.write_text(suite.read_text(encoding="utf-8").replace("{contains: Paris}", "{contains: Lyon}"),
+                     encoding="utf-8")
+    rescored = _engine("rescore", run, "--suites", setup / "suites")
     assert "preparing engine view's summary of 6 rows" in rescored.output
     (again,) = [p.name for p in results.iterdir() if "rescore" in p.name]
     pages = _from_snapshot(results, again)
@@ -140,9 +117,9 @@ def test_a_small_run_leaves_none_and_a_label_keeps_the_snapshot(setup: Path, fak
     assert (run / cache.CACHE_DIR).is_dir()
     # A label is not a row: the snapshot stays valid and the label is shown beside the attempt.
     view = Store(setup / "results").run("small")
-    (attempt,) = [a for a in view.attempts("geo", "france", -1)["attempts"] if a["model"] == "fast"]
-    view.add_label({"model": "fast", "suite": "geo", "test_id": "france", "case_index": None, "attempt": 0,
+    (attempt,) = [a for a in view.attempts("capitals", "france", -1)["attempts"] if a["model"] == "fast"]
+    view.add_label({"model": "fast", "suite": "capitals", "test_id": "france", "case_index": None, "attempt": 0,
                     "test_hash": attempt["test_hash"], "label": "wrong", "reviewer": "ana"})
     assert _from_snapshot(setup / "results", "small") == before
-    shown = Store(setup / "results").run("small").attempts("geo", "france", -1)["attempts"]
+    shown = Store(setup / "results").run("small").attempts("capitals", "france", -1)["attempts"]
     assert [a["review"]["label"] for a in shown if a["model"] == "fast"] == ["wrong"]
