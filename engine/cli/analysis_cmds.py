@@ -30,6 +30,11 @@ Correction = Annotated[str, typer.Option(
     "--correction", help="bh: alpha is a false-discovery rate [default]; holm: a family-wise error rate.")]
 ClusterBy = Annotated[str, typer.Option(
     "--cluster-by", help="Interval clusters: test = (suite, test_id) [default]; case = every case independent.")]
+Calibration = Annotated[Path | None, typer.Option(
+    "--calibration", help="The judges' calibration file `engine validate --judges` wrote (default: "
+                          "judge-calibration.json beside the judge cache).")]
+Irt = Annotated[bool, typer.Option(
+    "--irt", help="Also fit a 2PL IRT model (needs 5+ models): abilities, item a and b.")]
 
 
 def _fail_usage(message: str) -> typer.Exit:
@@ -100,19 +105,13 @@ def analyze(
     output: Annotated[
         Path | None, typer.Option("--output", "-o", help="Write to this file instead of stdout.")
     ] = None,
-    irt: Annotated[
-        bool,
-        typer.Option("--irt", help="Also fit a 2PL IRT model (needs 5+ models): abilities, item a and b."),
-    ] = False,
+    irt: Irt = False,
     engine: Annotated[
         str,
         typer.Option("--engine", help="auto: DuckDB past what memory should hold [default]; pandas; duckdb "
                                       "(the same statistics over sums made out of core; needs the [duckdb] extra)."),
     ] = "auto",
-    calibration: Annotated[
-        Path | None, typer.Option("--calibration", help="The judges' calibration file `engine validate --judges` "
-                                  "wrote (default: judge-calibration.json beside the judge cache).")
-    ] = None,
+    calibration: Calibration = None,
     full: Annotated[
         bool, typer.Option("--full", help="Every row and column of every table (by default long or all-zero "
                                           "tables are folded, each fold saying what it left out).")
@@ -323,10 +322,8 @@ def report(
     alpha: Alpha = 0.05,
     correction: Correction = "bh",
     cluster_by: ClusterBy = "test",
-    calibration: Annotated[
-        Path | None, typer.Option("--calibration", help="The judges' calibration file, as for `engine analyze`.")
-    ] = None,
-    irt: Annotated[bool, typer.Option("--irt", help="Also show the 2PL IRT fit, as `engine analyze --irt`.")] = False,
+    calibration: Calibration = None,
+    irt: Irt = False,
 ) -> None:
     """Write one self-contained HTML report (opens offline): every section of `engine analyze`, a heatmap, a
     scatter and a per-test drill-down."""
