@@ -73,19 +73,25 @@ class RowSummary(NamedTuple):
 
 
 @dataclass
-class ModelStats:
-    """Counters for one model (committed rows of this session)."""
+class RowCounts:
+    """What every committed row of this session adds to: one model's counters, and the run's."""
 
     done: int = 0
     passed: int = 0
-    failed: int = 0
-    unscored: int = 0
     errors: int = 0
-    fallbacks: int = 0
+    unscored: int = 0                    # rows recorded unscored on purpose (`eval: {none: true}`)
     retries: int = 0
+    completion_tokens: int = 0
+
+
+@dataclass
+class ModelStats(RowCounts):
+    """Counters for one model (committed rows of this session)."""
+
+    failed: int = 0
+    fallbacks: int = 0
     cost: float = 0.0
     priced: int = 0                      # rows with a known cost (0: the model has no price, show "-")
-    completion_tokens: int = 0
     latency_sum: float = 0.0
     timed: int = 0                       # rows with a latency (a reply from the response cache has none)
     cached: int = 0                      # rows answered from the response cache
@@ -93,16 +99,10 @@ class ModelStats:
 
 
 @dataclass
-class RunStats:
+class RunStats(RowCounts):
     """What the progress display and the summary read."""
 
     total: int = 0
-    done: int = 0
-    passed: int = 0
-    errors: int = 0
-    unscored: int = 0                    # rows recorded unscored on purpose (`eval: {none: true}`)
-    retries: int = 0
-    completion_tokens: int = 0
     token_rows: int = 0                  # rows whose server reported token counts (llama.cpp streams none)
     in_flight: int = 0
     retrying: int = 0                    # calls in flight that are waiting to retry
