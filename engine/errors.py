@@ -17,6 +17,7 @@ Errors the engine raises on purpose, drawn as a tree (httpx `_exceptions.py` sty
      │    └── BadResponse          a reply that is not the documented OpenAI shape, nested too deep,
      │                             or over the size cap (kinds `bad_response`, `response_too_large`)
      ├── HarnessError              an exec harness could not be prepared or run (not a failing program)
+ ├── McpServerError            an MCP server did not start, hung, died or answered out of protocol
      ├── LocalModelError           the embedded model server could not be started
      ├── StorageError              the run folder could not be written (disk full, I/O error): spending stops
      └── RunFolderInUse            another `engine run` holds the run folder's lock
@@ -117,6 +118,14 @@ class BadResponse(ClientError):
 
 class HarnessError(EngineError):
     """An exec harness could not be prepared or run."""
+
+
+class McpServerError(EngineError):
+    """An MCP server an agent test offers tools from failed: it did not start, did not answer a call within
+    its `timeout_s`, died, or answered something that is not MCP. The conversation ends as an error row (kind
+    `mcp`) whose message ends with the server's stderr tail; the run goes on."""
+
+    kind = "mcp"
 
 
 class LocalModelError(EngineError):

@@ -12,7 +12,9 @@ A failed model call (the client's `error`, after its retries) ends the conversat
 Workspace tests (engine.workspace) add built-in tools whose answer is awaited (a command runs in a thread)
 and may end the conversation (`finish` -> completed, `ask_human` -> escalated, a broken sandbox -> failed);
 when `finish` is offered, a reply without a tool call is answered with a reminder instead of ending the
-conversation, and `max_prose_turns` such replies in a row end it as `stuck`. A workspace's `time_limit_s`
+conversation, and `max_prose_turns` such replies in a row end it as `stuck`. MCP servers' tools
+(engine.agent.mcp) are awaited the same way; a server that fails (`McpServerError`) ends the conversation as
+`error`, each call of that turn answered with its message. A workspace's `time_limit_s`
 bounds the whole conversation: past it, the model call or the tool calls in progress are cancelled (their
 commands stopped, each call answered with an error) and the conversation ends as `capped`.
 Every tool call the model makes is answered before the loop decides to stop, so a transcript never
@@ -35,8 +37,9 @@ from dataclasses import replace
 from typing import Any, Protocol, cast
 
 from engine.agent.context import ContextBudget
+from engine.agent.mcp.tool import McpTool
 from engine.client.providers.base import ECHO
-from engine.errors import ClientError
+from engine.errors import ClientError, McpServerError
 from engine.model.agent import AgentSettings
 from engine.model.answer import ToolCall
 from engine.model.tools import Tool, ToolAnswer, error_text
@@ -44,7 +47,7 @@ from engine.model.transcript import CallKind, LedgerEntry, Message, Outcome, Too
 from engine.results.rows import is_fallback
 from engine.workspace.tools import BuiltinAnswer, BuiltinTool
 
-Offered = Tool | BuiltinTool   # a declared tool (rules from YAML) or a workspace built-in
+Offered = Tool | BuiltinTool | McpTool   # a declared tool (rules from YAML), a workspace built-in, an MCP server's
 #: The user message that answers a prose reply while `finish` is offered (the model must act or finish).
 PROSE_REMINDER = ("You did not call a tool. Go on with the task using the tools, and call {finish} when it is "
                   "done.")
@@ -168,11 +171,10 @@ async def run_conversation(call_model: ModelCaller, messages: Sequence[Mapping[s
                 answered, ended = await _answer_turn(turn, calls, tools, current, clock, origin)
         except TimeoutError:
             stopped = f"the task's time limit of {limit:g} s passed; this call was stopped"
-            now = clock() - origin
-            answered, ended = [ToolEvent(turn=turn, index=i, call_id=str(call.id), name=call.name,
-                                         arguments=call.arguments, raw_arguments=call.raw_arguments, status="error",
-                                         content=error_text(stopped), rule=None,
-                                         started_s=now, ended_s=now) for i, call in enumerate(calls)], "capped"
+            answered, ended = _unanswered(turn, calls, stopped, clock() - origin), "capped"
+        except McpServerError as exc:   # a tool's server failed: the conversation is an error row, not the model's
+            answered, ended = _unanswered(turn, calls, str(exc), clock() - origin), "error"
+            failure = str(exc)
         events.extend(answered)
         for event in answered:
             message = Message("tool", event.content, tool_call_id=event.call_id, turn=turn)
@@ -186,6 +188,13 @@ async def run_conversation(call_model: ModelCaller, messages: Sequence[Mapping[s
             outcome = "stuck"
             break
     return Transcript(tuple(history), tuple(ledger), tuple(events), outcome, current, failure, clock() - origin)
+
+
+def _unanswered(turn: int, calls: Sequence[ToolCall], why: str, now: float) -> list[ToolEvent]:
+    """Every call of a turn answered with the error `why` (the turn was stopped before its tools answered)."""
+    return [ToolEvent(turn=turn, index=i, call_id=str(call.id), name=call.name, arguments=call.arguments,
+                      raw_arguments=call.raw_arguments, status="error", content=error_text(why), rule=None,
+                      started_s=now, ended_s=now) for i, call in enumerate(calls)]
 
 
 def _time_limit(tools: Mapping[str, Offered]) -> float | None:

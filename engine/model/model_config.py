@@ -6,6 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from engine.model.mcp_server import McpServerSpec
+
 
 @dataclass(frozen=True)
 class RateLimit:
@@ -61,6 +63,8 @@ class ModelConfig:
             `base_url`: set for an embedded model once its server runs (its port changes every run; the
             identity names the model file's package, the llama-cpp-python release and the engine's server
             code instead, engine.local.cache_identity). None: the URL.
+        mcp: MCP servers whose tools this model's agent tests are offered besides the suite's (`mcp:` in its
+            entry of models.yaml), or ().
     """
 
     name: str
@@ -88,6 +92,7 @@ class ModelConfig:
     rate_limit: RateLimit | None = None
     rate_limit_deadline_s: float = 600.0
     cache_identity: str | None = None
+    mcp: tuple[McpServerSpec, ...] = field(default=(), compare=False, repr=False)
 
 
 # The max_tokens floor of a model whose `params` set none: room for a reasoning model's thinking and its answer.

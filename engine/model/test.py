@@ -14,6 +14,7 @@ from typing import Any
 from engine.base.jsontext import dumps_unicode
 from engine.model.agent import AgentSettings, GoldenTurn
 from engine.model.cases import CaseOrigin
+from engine.model.mcp_server import McpServerSpec
 from engine.model.tools import Tool
 from engine.model.tree import Node
 from engine.model.workspace import WorkspaceSpec
@@ -63,6 +64,7 @@ class Test:
             {"type": "function", "function": {"name": key}}), or None: not sent. Sent only with tools.
         api_names: Tool key -> the name the API sees, for offered tools declared with a `name:` of their own;
             the request carries those names and replies are read back to the keys (engine.suite.conversation).
+        mcp: The MCP servers whose tools an agent test is offered (the suite's `mcp:` and its own), or ().
     """
 
     __test__ = False  # not a pytest test class, despite the name
@@ -96,6 +98,7 @@ class Test:
     workspace: WorkspaceSpec | None = field(default=None, compare=False, repr=False)
     tool_choice: str | Mapping[str, Any] | None = None
     api_names: Mapping[str, str] = field(default_factory=dict)
+    mcp: tuple[McpServerSpec, ...] = field(default=(), compare=False, repr=False)
     # Filled on first use by `messages_json` and `golden_json` (not copied by `dataclasses.replace`).
     _messages_json: str | None = field(default=None, init=False, repr=False, compare=False)
     _golden_json: str | None = field(default=None, init=False, repr=False, compare=False)

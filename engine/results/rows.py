@@ -285,7 +285,7 @@ def row_cost(model: ModelConfig, result: CallResult) -> float | None:
 def build_agent_row(*, run_id: str, model: ModelConfig, test: Test, attempt: int, request: PreparedRequest,
                     transcript: Transcript, replies: Sequence[CallResult], verdict: Verdict | None,
                     evaluator_error: str | None, started_us: int, ended_us: int,
-                    trims: Mapping[str, int] | None = None) -> dict[str, Any]:
+                    trims: Mapping[str, int] | None = None, failure: Any = None) -> dict[str, Any]:
     """One row for a whole conversation (a test with `agent:`).
 
     The single-turn columns describe the conversation: `answer`, `reasoning`, `tool_calls` and
@@ -298,13 +298,14 @@ def build_agent_row(*, run_id: str, model: ModelConfig, test: Test, attempt: int
     Args:
         replies: Every model call's result, in order (the ledger's source; its extra counts and notes).
         trims: `trimmed_requests` and `trimmed_messages` (`engine.agent.context`); zeros when None.
+        failure: What ended an `error` conversation when no model call failed (a `ClientError`: an MCP server's).
         Others: as `build_row`.
     """
     last = replies[-1] if replies else None
     failed = next((r for r in replies if r.error is not None), None)
     final = transcript.answer()
     summary = _Summary(final.text, final.reasoning, final.tool_calls, final.finish_reason,
-                       last.served_model if last else None, failed.error if failed else None, replies)
+                       last.served_model if last else None, failed.error if failed else failure, replies)
     row = build_row(run_id=run_id, model=model, test=test, attempt=attempt, request=request,
                     result=summary, verdict=verdict,  # type: ignore[arg-type]  # the fields build_row reads
                     evaluator_error=evaluator_error, started_us=started_us, ended_us=ended_us)

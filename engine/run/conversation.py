@@ -9,6 +9,11 @@ What the run's machinery sees of it::
                   ends dispatch, it never cuts a conversation mid-way
     journal       the row is the whole conversation: one cut by kill -9 has no row, so `--resume`
                   runs it again from its first turn (a conversation is never half-stored)
+    MCP servers   the test's and the model's (engine.agent.mcp): `scope: attempt` ones started here and
+                  stopped with the conversation, `scope: run` ones shared through the runner's `McpServers`;
+                  their tools are offered after the test's own, so the response cache keys each turn by the
+                  listed definitions and every earlier tool result: a cached turn is replayed only while the
+                  server answers as it did (its tools are always called), and a different result is a new request
 
 The model of the row is either a real endpoint (`OpenAICaller`: the client's streaming, retries,
 per-try timeouts) or, for `builtin: golden`, the test's golden conversation (`GoldenCaller`), played
@@ -18,17 +23,20 @@ in-process: no server, no HTTP, no port (`golden_reply` does the same for a sing
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
+from dataclasses import replace
 from typing import Any
 
 from engine.agent.context import budget_for, trim_counts
 from engine.agent.golden import GoldenCaller
 from engine.agent.loop import run_conversation
+from engine.agent.mcp.servers import McpServers
 from engine.agent.openai_caller import OpenAICaller
-from engine.client.openai import CallResult, OpenAIClient, RequestSettings, prepare
-from engine.errors import ClientError, ConfigError
+from engine.client.openai import CallResult, OpenAIClient, PreparedRequest, RequestSettings, prepare
+from engine.errors import ClientError, ConfigError, McpServerError
 from engine.evaluators.scoring import context
 from engine.local.registry import GOLDEN
 from engine.model.answer import Answer
@@ -38,6 +46,7 @@ from engine.model.test import Test
 from engine.model.transcript import Transcript
 from engine.model.verdict import Verdict
 from engine.results.rows import build_agent_row, record_of, set_verdict
+from engine.suite.mcp import merge_servers
 from engine.workspace.tools import bind_tools
 from engine.workspace.workspace import Workspace, WorkspaceError
 
@@ -76,7 +85,8 @@ async def run_agent_job(*, client: OpenAIClient, model: ModelConfig, test: Test,
                         settings: RequestSettings, global_slots: AbstractAsyncContextManager[Any],
                         on_cost: Callable[[float], None], in_flight: Callable[[int], None],
                         score: Callable[[Test, Answer, ScoringContext], Awaitable[tuple[Verdict | None, str | None]]],
-                        caller: Any = None, cache_as: int | None = None) -> dict[str, Any]:
+                        caller: Any = None, cache_as: int | None = None,
+                        mcp: McpServers | None = None) -> dict[str, Any]:
     """Run one conversation and return its row.
 
     Args:
@@ -94,44 +104,48 @@ async def run_agent_job(*, client: OpenAIClient, model: ModelConfig, test: Test,
         caller: The run's judge caller (`judge` evaluators await it), or None.
         cache_as: The sample index each turn's request is looked up under in the response cache, or None
             for no cache (`OpenAIClient.call`): every turn is a request of its own.
+        mcp: The run's MCP servers (`scope: run` ones are shared through it), or None: a set of its own.
     """
     started_us = time.time_ns() // 1000
     request = prepare(model, test, settings, attempt=attempt)
-    inner: _Caller
-    if model.builtin == GOLDEN:
-        inner = (GoldenCaller(test.golden_turns, served_model=model.model) if test.golden_turns
-                 else _failing(_no_golden(test)))
-    else:
-        try:
-            # test.tools are already the offered definitions, in the test's order: the first request is
-            # byte for byte the one a single-turn run of this test would send
-            inner = OpenAICaller(client, model, test, settings, slots=global_slots, cache_as=cache_as,
-                                 attempt=attempt)
-        except ConfigError as exc:
-            inner = _failing(ClientError(str(exc), kind="config"))
-    recorder = _Recorder(inner, model, on_cost, in_flight)
     workspace: Workspace | None = None
     tools: dict[str, Any] = dict(test.agent_tools)
-    if test.workspace is not None:
-        try:   # a fresh copy of the seed for every attempt; its setup failing is an error row, not a fail
-            workspace = await asyncio.to_thread(Workspace.create, test.workspace)
-        except WorkspaceError as exc:
-            failure = ClientError(str(exc), kind="workspace_setup")
-            return build_agent_row(run_id=run_id, model=model, test=test, attempt=attempt, request=request,
-                                   transcript=Transcript((), (), (), "error", test.initial_state, str(exc)),
-                                   replies=[CallResult(error=failure)], verdict=None, evaluator_error=None,
-                                   started_us=started_us, ended_us=time.time_ns() // 1000)
-        tools.update(bind_tools(test.workspace.tools, workspace))
-    budget = budget_for(model.context_tokens, request.max_tokens, test.tools)
-    try:
+    async with contextlib.AsyncExitStack() as stack:
+        if test.workspace is not None:
+            try:   # a fresh copy of the seed for every attempt; its setup failing is an error row, not a fail
+                workspace = await asyncio.to_thread(Workspace.create, test.workspace)
+            except WorkspaceError as exc:
+                return _setup_failed(run_id, model, test, attempt, request, started_us,
+                                     ClientError(str(exc), kind="workspace_setup"))
+            stack.push_async_callback(asyncio.to_thread, workspace.close)
+            tools.update(bind_tools(test.workspace.tools, workspace))
+        servers = merge_servers(test.mcp, model.mcp)
+        if servers:
+            try:   # the servers' tools, listed when they start; one that does not start is an error row
+                offered = await stack.enter_async_context((mcp or McpServers()).tools_for(
+                    servers, taken=tools, cwd=workspace.root if workspace is not None else None,
+                    sandbox_argv=None))
+            except McpServerError as exc:
+                return _setup_failed(run_id, model, test, attempt, request, started_us,
+                                     ClientError(str(exc), kind=McpServerError.kind))
+            tools.update(offered)
+            # offered beside the test's own tools: the requests, the context budget and the checks see them all
+            test = replace(test, tools=test.tools + tuple(tool.definition for tool in offered.values()))
+            request = prepare(model, test, settings, attempt=attempt)
+        inner = _caller(client, model, test, settings, global_slots, cache_as, attempt)
+        recorder = _Recorder(inner, model, on_cost, in_flight)
+        budget = budget_for(model.context_tokens, request.max_tokens, test.tools)
         transcript = await run_conversation(recorder, test.messages, tools, test.agent,
                                             state=test.initial_state, asked_model=model.model, budget=budget)
         if isinstance(inner, OpenAICaller) and inner.last_request is not None:
             request = inner.last_request
+        failure = (ClientError(transcript.error, kind=McpServerError.kind)
+                   if transcript.outcome == "error" and transcript.error and not any(
+                       r.error is not None for r in recorder.replies) else None)
         row = build_agent_row(run_id=run_id, model=model, test=test, attempt=attempt, request=request,
                               transcript=transcript, replies=recorder.replies, verdict=None,
                               evaluator_error=None, started_us=started_us,
-                              ended_us=time.time_ns() // 1000, trims=trim_counts(budget))
+                              ended_us=time.time_ns() // 1000, trims=trim_counts(budget), failure=failure)
         if transcript.outcome != "error":
             answer = transcript.answer()
             ctx = context(test, transcript=transcript, caller=caller, workspace=workspace, record=record_of(row))
@@ -140,9 +154,29 @@ async def run_agent_job(*, client: OpenAIClient, model: ModelConfig, test: Test,
             row["workspace_files"], row["workspace_diff"] = await asyncio.to_thread(_final_state, workspace)
             row["failed_commands"], row["refused_paths"] = transcript.failed_commands, transcript.refused_paths
         return row
-    finally:
-        if workspace is not None:
-            await asyncio.to_thread(workspace.close)
+
+
+def _caller(client: OpenAIClient, model: ModelConfig, test: Test, settings: RequestSettings,
+            global_slots: AbstractAsyncContextManager[Any], cache_as: int | None, attempt: int) -> _Caller:
+    """The conversation's model: the test's golden turns for `builtin: golden`, else the endpoint."""
+    if model.builtin == GOLDEN:
+        return (GoldenCaller(test.golden_turns, served_model=model.model) if test.golden_turns
+                else _failing(_no_golden(test)))
+    try:
+        # test.tools are the offered definitions, in the test's order: the first request of a test without MCP
+        # servers is byte for byte the one a single-turn run of this test would send
+        return OpenAICaller(client, model, test, settings, slots=global_slots, cache_as=cache_as, attempt=attempt)
+    except ConfigError as exc:
+        return _failing(ClientError(str(exc), kind="config"))
+
+
+def _setup_failed(run_id: str, model: ModelConfig, test: Test, attempt: int, request: PreparedRequest,
+                  started_us: int, failure: ClientError) -> dict[str, Any]:
+    """The error row of a conversation that could not start (its workspace's setup, an MCP server)."""
+    return build_agent_row(run_id=run_id, model=model, test=test, attempt=attempt, request=request,
+                           transcript=Transcript((), (), (), "error", test.initial_state, str(failure)),
+                           replies=[CallResult(error=failure)], verdict=None, evaluator_error=None,
+                           started_us=started_us, ended_us=time.time_ns() // 1000)
 
 
 def _final_state(workspace: Workspace) -> tuple[list[str], str]:

@@ -30,6 +30,7 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from engine.agent.mcp.servers import McpServers
 from engine.client.judge import ModelJudgeCaller
 from engine.client.judge_cache import JudgeCache, default_path
 from engine.client.openai import CallResult, OpenAIClient, PreparedRequest, prepare, temperature_of
@@ -137,6 +138,7 @@ class Runner:
         self._storage_error: StorageError | None = None
         self._judge: ModelJudgeCaller | None = None
         self._gate = gate
+        self._mcp = McpServers()   # the run's `scope: run` MCP servers, stopped when the run ends
 
     def stop(self, reason: str = "interrupted") -> None:
         """Stop dispatching; calls in flight finish and are recorded."""
@@ -191,6 +193,7 @@ class Runner:
                 try:
                     results = await asyncio.gather(*self._workers, return_exceptions=True)
                 finally:
+                    await self._mcp.aclose()
                     if cache is not None:
                         cache.close()
                 for outcome in results:
@@ -225,7 +228,7 @@ class Runner:
                         settings=settings, global_slots=slots, on_cost=self._spend,
                         in_flight=self._count_in_flight, caller=self._judge,
                         cache_as=self._cache_as(model, job, temperature_of(model, job.test, settings)),
-                        score=self._score_answer)
+                        score=self._score_answer, mcp=self._mcp)
                     self._record(job, row, spent=True)   # its cost was counted reply by reply
                     continue
                 call = await self._call(client, model, job, slots)

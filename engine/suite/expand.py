@@ -18,6 +18,7 @@ from engine.evaluators.node import has_template
 from engine.evaluators.trajectory import conversation_kinds_in
 from engine.model.agent import AgentSettings, GoldenTurn
 from engine.model.cases import CaseOrigin
+from engine.model.mcp_server import McpServerSpec
 from engine.model.test import Test
 from engine.model.tools import Tool
 from engine.model.tree import Node
@@ -28,6 +29,7 @@ from engine.suite.checks import EvaluatorResolver, Report, check_golden_shape
 from engine.suite.content_parts import content_text, render_parts
 from engine.suite.conversation import api_name_problems, api_names, check_conversation, sent_turn, tool_choice
 from engine.suite.hashing import TestHasher, chat_json
+from engine.suite.mcp import compile_mcp, merge_servers
 from engine.suite.suite_tools import SuiteTools
 from engine.suite.variable_checks import VariableChecks
 from engine.workspace.spec import builtin_definition, compile_workspace, hashed_block, split_tools
@@ -39,8 +41,9 @@ NO_EVALUATOR = ("this test has no evaluator, so nothing would check its answers;
                 "or write `eval: {none: true}` to record its answers unscored")
 
 # An agent test's settings: limits, initial state, the merged `agent:` block (hashed), offered tools compiled,
-# its workspace (None: no workspace).
-_Agent = tuple[AgentSettings, dict[str, Any], dict[str, Any], dict[str, Tool], WorkspaceSpec | None]
+# its workspace (None: no workspace), its MCP servers.
+_Agent = tuple[AgentSettings, dict[str, Any], dict[str, Any], dict[str, Tool], WorkspaceSpec | None,
+               tuple[McpServerSpec, ...]]
 
 
 @dataclass(slots=True)
@@ -86,6 +89,7 @@ class Expander(SuiteTools):
         self._suite_dir_text = str(suite_dir)
         self._offered_tools: dict[tuple[str, ...], tuple[tuple[dict[str, Any], ...], str]] = {}
         self._suite_tags: tuple[str, ...] | None = None   # the suite's and the defaults' tags, for tests without
+        self._suite_mcp: tuple[McpServerSpec, ...] = ()
 
     def expand(self, skip: set[int]) -> list[Test]:
         self._check_tools()
@@ -93,6 +97,8 @@ class Expander(SuiteTools):
             self.report.error(problem.path, problem.message, key=problem.key)
         self._api_names = api_names(self.tools)
         self._compile_tools()
+        if "mcp" in self.data:
+            self._suite_mcp = self._mcp(self.data["mcp"], ("mcp",))
         self.resolver.check_definitions()
         default_eval = None
         if "eval" in self.defaults:
@@ -283,7 +289,8 @@ class Expander(SuiteTools):
         agent test, or None for a single-turn one; built once per test, shared by its case rows. A test with a
         `workspace:` is an agent test even without an `agent:` block."""
         block = merge_agent(self.defaults.get("agent"), raw.get("agent"))
-        if block is None and workspace is not None:
+        own_mcp = self._mcp(raw["mcp"], path + ("mcp",)) if "mcp" in raw else ()
+        if block is None and (workspace is not None or "mcp" in raw or self._suite_mcp):
             block = {}
         if block is None:
             return None
@@ -298,7 +305,27 @@ class Expander(SuiteTools):
         offered = {name: self.agent_tools[name] for name in tool_names if name in self.agent_tools}
         if workspace is not None:
             block = {**block, "workspace": hashed_block(workspace)}   # the hash covers the seed and the built-ins
-        return settings, dict(block.get("state") or {}), block, offered, workspace
+        servers = merge_servers(self._suite_mcp, own_mcp)
+        for server in servers:
+            if server.sandbox and workspace is None:
+                where = path + ("mcp",) if any(s is server for s in own_mcp) else ("mcp",)
+                self.report.error(where, f"MCP server '{server.name}' has `sandbox: true`, which runs it in the "
+                                  "test's workspace sandbox, and this test has no `workspace:`; give it one or drop "
+                                  "`sandbox: true`")
+        if servers:
+            block = {**block, "mcp": [server.hashed() for server in servers]}
+        return settings, dict(block.get("state") or {}), block, offered, workspace, servers
+
+    def _mcp(self, value: Any, path: tuple[Any, ...]) -> tuple[McpServerSpec, ...]:
+        """An `mcp:` block compiled (engine.suite.mcp); its problems reported, () when it has any."""
+        servers, problems = compile_mcp(value, path, self._suite_dir_text)
+        for problem in problems:
+            self.report.error(problem.path, problem.message, key=problem.key)
+        if not servers:
+            return ()
+        at = [path + (i,) for i in range(len(servers))] if isinstance(value, list) else [path]
+        return tuple(replace(server, declared=(self.report.file, *self.report.positions.of(where)))
+                     for server, where in zip(servers, at, strict=True))
 
     def _golden_turns(self, golden: Any, where: tuple[Any, ...], row: str,
                       workspace: bool = False) -> tuple[GoldenTurn, ...] | None:
@@ -405,7 +432,7 @@ class Expander(SuiteTools):
         agent_fields: dict[str, Any] = {}
         if agent is not None:
             agent_fields = {"agent": agent[0], "initial_state": agent[1], "golden_turns": golden_turns,
-                            "agent_tools": agent[3], "workspace": agent[4]}
+                            "agent_tools": agent[3], "workspace": agent[4], "mcp": agent[5]}
         return Test(suite=self.suite_id, id=test_id, file=self.report.file, line=frame.line, messages=tuple(messages),
                     prompt=prompt, eval=spec, golden=golden, variables=variables, tools=frame.tools, tags=frame.tags,
                     max_tokens=frame.max_tokens, temperature=frame.temperature, threshold=frame.threshold,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -15,9 +16,11 @@ from engine.base.hosts import is_loopback_url
 from engine.base.yaml import FileKind, load_yaml_file
 from engine.errors import Diagnostic
 from engine.local.registry import entry_defaults, is_scripted
+from engine.model.mcp_server import McpServerSpec
 from engine.model.model_config import DEFAULT_MAX_TOKENS, ModelConfig, RateLimit, max_tokens_floor
 from engine.model.test import Test
 from engine.redact import looks_like_key, secret_query_names
+from engine.suite.mcp import compile_mcp
 from engine.suite.schema import validate
 
 __all__ = ["load_models", "load_models_file", "raised_max_tokens"]
@@ -59,6 +62,9 @@ def load_models_file(path: str | Path) -> tuple[dict[str, ModelConfig], dict[str
         return {}, {}, [Diagnostic(name, 1, 1, "a models file must be a mapping with a `models:` key")]
     problems = validate(data, loaded.positions, name, "models") or _pasted_keys(data, loaded.positions, name)
     problems = problems or _no_room(data, loaded.positions, name) or _key_places(data, loaded.positions, name)
+    servers: dict[str, tuple[McpServerSpec, ...]] = {}
+    if not problems:
+        problems = _mcp_servers(data, loaded.positions, name, str(file.parent), servers)
     defaults = dict(data.get("defaults") or {})
     for role in ("judge", "embedding"):   # defaults.embedding: the model `similar` evaluators use
         named = defaults.get(role)
@@ -69,7 +75,8 @@ def load_models_file(path: str | Path) -> tuple[dict[str, ModelConfig], dict[str
                                                     f"{', '.join(sorted(data['models']))}")]
     if problems:
         return {}, {}, problems
-    configs = {model_name: _config(model_name, spec) for model_name, spec in data["models"].items()}
+    configs = {model_name: replace(_config(model_name, spec), mcp=servers.get(model_name, ()))
+               for model_name, spec in data["models"].items()}
     return configs, defaults, _keys_in_urls(data, loaded.positions, name)
 
 
@@ -84,6 +91,26 @@ def _pasted_keys(data: dict[str, Any], positions: Any, file: str) -> list[Diagno
                                                    "of an environment variable that holds the key (e.g. "
                                                    "OPENAI_API_KEY): move the key into such a variable"))
     return out
+
+
+def _mcp_servers(data: dict[str, Any], positions: Any, file: str, base_dir: str,
+                 out: dict[str, tuple[McpServerSpec, ...]]) -> list[Diagnostic]:
+    """Each model's `mcp:` block compiled into `out` (engine.suite.mcp); its problems at their lines."""
+    problems = []
+    for model_name, spec in data["models"].items():
+        if "mcp" not in spec:
+            continue
+        compiled, found = compile_mcp(spec["mcp"], ("models", model_name, "mcp"), base_dir)
+        for problem in found:
+            line, col = positions.of(problem.path, key=problem.key)
+            problems.append(Diagnostic(file, line, col, problem.message))
+        if found:
+            continue
+        at = [("models", model_name, "mcp", i) for i in range(len(compiled))] if isinstance(spec["mcp"], list) \
+            else [("models", model_name, "mcp")]
+        out[model_name] = tuple(replace(server, declared=(file, *positions.of(where)))
+                                for server, where in zip(compiled, at, strict=True))
+    return problems
 
 
 def _key_places(data: dict[str, Any], positions: Any, file: str) -> list[Diagnostic]:

@@ -187,6 +187,53 @@ _WORKSPACE = {
     "examples": ["workspaces/greet", {"folder": "workspaces/greet", "setup": "python3 -m pip --version"}],
 }
 
+_MCP_SERVER = {
+    "title": "MCP server", "type": "object", "additionalProperties": False, "required": ["name"],
+    "description": "A Model Context Protocol server whose tools agent tests are offered: a command this machine "
+                   "starts (stdio) or a streamable HTTP endpoint. docs/agents.md, section 10.",
+    "properties": {
+        "name": {"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$",
+                 "description": "The server's name in messages and rows.", "examples": ["clock"]},
+        "command": {"type": "array", "minItems": 1, "items": {"type": "string", "minLength": 1},
+                    "description": "A stdio server: the program and its arguments (instead of `url`).",
+                    "examples": [["mcp-server-time", "--local-timezone", "UTC"]]},
+        "env": {"type": "object", "additionalProperties": {"type": ["string", "number"]},
+                "description": "The stdio server's environment besides PATH and a private HOME; nothing else of "
+                               "the engine's (no API keys) reaches it.", "examples": [{"TZ": "UTC"}]},
+        "url": {"type": "string", "pattern": "^https?://", "description": "A streamable HTTP server's endpoint "
+                "(instead of `command`).", "examples": ["http://127.0.0.1:8931/mcp"]},
+        "headers_env": {"type": "object", "additionalProperties": {"type": "string"},
+                        "description": "HTTP header -> the name of the environment variable holding its value "
+                                       "(read when the server starts, never written anywhere).",
+                        "examples": [{"Authorization": "CRM_TOKEN"}]},
+        "tools": {"type": "array", "minItems": 1, "items": {"type": "string", "minLength": 1},
+                  "description": "Offer only these of its tools (default: every tool it lists).",
+                  "examples": [["get_current_time"]]},
+        "prefix": {"type": "string", "pattern": "^[A-Za-z0-9_.-]{1,32}$", "description": "Put before each of its "
+                   "tools' names (two servers offering one name).", "examples": ["clock_"]},
+        "timeout_s": {"type": "number", "exclusiveMinimum": 0, "maximum": 3600,
+                      "description": "The limit of starting it and of each call (default 30); past it the row "
+                                     "is an error row."},
+        "scope": {"enum": ["attempt", "run"], "description": "`attempt` (default): a server per conversation; "
+                  "`run`: one for the whole run, shared."},
+        "sandbox": {"type": "boolean", "description": "Run the stdio server inside the test's workspace sandbox "
+                    "(default false: on this machine, the workspace as its working folder)."},
+    },
+    "examples": [{"name": "clock", "command": ["mcp-server-time"], "tools": ["get_current_time"]},
+                 {"name": "crm", "url": "http://127.0.0.1:8931/mcp", "headers_env": {"Authorization": "CRM_TOKEN"},
+                  "scope": "run"}],
+}
+# One mapping or a list of them: a closed mapping whose type is also `array` (object keywords apply to the mapping,
+# `items` to the list), not a oneOf, so a misspelt key is named as such.
+_MCP_OBJECT = {key: _MCP_SERVER[key] for key in ("additionalProperties", "required", "properties")}
+_MCP = {"type": ["object", "array"], "title": "server under mcp", **_MCP_OBJECT, "minItems": 1,
+        "items": {"$ref": "#/$defs/mcp_server"},
+        "description": "MCP servers whose tools the agent tests are offered beside the suite's own: one server or "
+                       "a list. A test with `mcp:` (its own or the suite's) runs as an agent conversation.",
+        "examples": _MCP_SERVER["examples"]}
+_MCP_MODEL = {**_MCP, "description": "MCP servers whose tools this model's agent tests are offered besides the "
+                                     "suite's: one server or a list."}
+
 # One closed mapping (not a oneOf per form), so a misspelt key is named as such; cases_from.py checks that
 # exactly one of `file` and `dataset` is given.
 _CASES_FROM = {
@@ -239,6 +286,7 @@ _TEST = {
         "messages": _MESSAGES,
         "tools": _TOOL_NAMES,
         "workspace": _WORKSPACE,
+        "mcp": _MCP,
         "golden": {"description": "The reference answer as the model would give it: text, a JSON value, or "
                    "{tool_calls: [{name, arguments}], content} for tool tests; for an `agent:` test, the model's "
                    "turns (a list of {tool_calls: [...]} ending with the answer text). Checked against `eval` by "
@@ -343,6 +391,7 @@ SUITE_SCHEMA: dict[str, Any] = {
                                     "properties": {"system": {"type": "string", "description": "The system message."},
                                                    "user": {"type": "string", "description": "The user "
                                                             "message (must show {{ answer }})."}}}]},
+        "mcp": _MCP,
         "variants": {"type": "object", "minProperties": 1, "propertyNames": {"pattern": NAME_PATTERN},
                      "additionalProperties": {"$ref": "#/$defs/variant"},
                      "description": "Named prompt variants: every test runs under each (a matrix with the models); "
@@ -350,7 +399,8 @@ SUITE_SCHEMA: dict[str, Any] = {
                      "examples": [{"terse": {"system": "Answer in one word."},
                                    "cot": {"prompt": "Think step by step. {{ prompt }}"}}]},
     },
-    "$defs": {"test": _TEST, "tool": _TOOL, "tool_rule": _TOOL_RULE, "agent": _AGENT, **_evaluator_defs(),
+    "$defs": {"test": _TEST, "tool": _TOOL, "tool_rule": _TOOL_RULE, "agent": _AGENT, "mcp_server": _MCP_SERVER,
+              **_evaluator_defs(),
               "message_tool_call": _MESSAGE_TOOL_CALL, "tool_choice": _TOOL_CHOICE,
               "content_parts": _CONTENT_PARTS, "variant": _VARIANT},
 }
@@ -449,6 +499,7 @@ _MODEL = {
                            "description": "The model's context in tokens, prompt and reply together: agent "
                                           "conversations that outgrow it are trimmed, oldest tool outputs first.",
                            "examples": [32768]},
+        "mcp": _MCP_MODEL,
     },
 }
 MODELS_SCHEMA: dict[str, Any] = {
@@ -468,7 +519,7 @@ MODELS_SCHEMA: dict[str, Any] = {
                                                              "description": "The model (an /embeddings "
                                                              "endpoint) `similar` evaluators use when they "
                                                              "name none."}}}},
-    "$defs": {"model": _MODEL},
+    "$defs": {"model": _MODEL, "mcp_server": _MCP_SERVER},
 }
 
 
