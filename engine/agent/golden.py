@@ -16,11 +16,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from engine.agent.loop import Offered, run_conversation
+from engine.agent.mcp.servers import McpServers
 from engine.client.openai import CallResult
-from engine.errors import ClientError
+from engine.errors import ClientError, McpServerError
 from engine.evaluators import score
 from engine.evaluators.base import error
 from engine.evaluators.scoring import context
@@ -79,6 +81,9 @@ def score_golden_conversation(test: Test) -> Verdict:
     and the transcript is scored by `engine.evaluators.score` with the same context the run builds, so
     a golden that passes here passes the run (`engine validate` hands this to the suite loader).
 
+    A test with MCP servers (`mcp:`) replays through them: each is started for the replay and stopped after,
+    so the golden's calls get the server's real answers.
+
     A workspace test's golden is a reference trajectory (the tool calls that solve the task): it is
     replayed in a fresh workspace and must pass; and the checks must *fail* on the untouched workspace
     (after `setup`, before any work), else the test is broken: an error verdict says so.
@@ -87,8 +92,13 @@ def score_golden_conversation(test: Test) -> Verdict:
         test: An agent test (`test.agent` set) with golden turns.
     """
     if test.workspace is None:
-        transcript = asyncio.run(replay_golden(test.golden_turns, test.messages, test.agent_tools, test.agent,
-                                               state=test.initial_state))
+        if test.mcp:
+            test, transcript = asyncio.run(_replay_with_servers(test))
+            if transcript.outcome == "error" and transcript.error:
+                return error(f"the golden conversation could not be replayed: {transcript.error}", "mcp")
+        else:
+            transcript = asyncio.run(replay_golden(test.golden_turns, test.messages, test.agent_tools, test.agent,
+                                                   state=test.initial_state))
         return score(test, transcript.answer(), context(test, transcript=transcript))
     untouched = Transcript(tuple(Message(str(m.get("role")), str(m.get("content"))) for m in test.messages), (),
                            (), "completed", dict(test.initial_state))
@@ -99,17 +109,41 @@ def score_golden_conversation(test: Test) -> Verdict:
 
 
 def _score_in_workspace(test: Test, untouched: Transcript) -> Verdict:
-    assert test.workspace is not None
+    spec = test.workspace
+    assert spec is not None
     with _workspace(test) as workspace:
         before = score(test, untouched.answer(), context(test, transcript=untouched, workspace=workspace))
     if before.passed:
         return error(f"its checks pass on the untouched workspace, before the model did anything ({before.reason}): "
                      "the test is broken; make the check fail on the seed", "workspace_check")
     with _workspace(test) as workspace:
-        tools: dict[str, Offered] = {**test.agent_tools, **bind_tools(test.workspace.tools, workspace)}
-        transcript = asyncio.run(replay_golden(test.golden_turns, test.messages, tools, test.agent,
-                                               state=test.initial_state))
+        if test.mcp:
+            test, transcript = asyncio.run(_replay_with_servers(test, workspace))
+            if transcript.outcome == "error" and transcript.error:
+                return error(f"the golden conversation could not be replayed: {transcript.error}", "mcp")
+        else:
+            tools: dict[str, Offered] = {**test.agent_tools, **bind_tools(spec.tools, workspace)}
+            transcript = asyncio.run(replay_golden(test.golden_turns, test.messages, tools, test.agent,
+                                                   state=test.initial_state))
         return score(test, transcript.answer(), context(test, transcript=transcript, workspace=workspace))
+
+
+async def _replay_with_servers(test: Test, workspace: Workspace | None = None) -> tuple[Test, Transcript]:
+    """The golden replayed with the test's MCP servers started for it (stopped after): the test as offered
+    (the servers' tool definitions added, as a run offers them) and the transcript. A server that does not
+    start ends the replay as an error."""
+    tools: dict[str, Offered] = dict(test.agent_tools)
+    if workspace is not None and test.workspace is not None:
+        tools.update(bind_tools(test.workspace.tools, workspace))
+    try:
+        async with McpServers().tools_for(test.mcp, taken=tools,
+                                          cwd=workspace.root if workspace is not None else None) as offered:
+            tools.update(offered)
+            test = replace(test, tools=test.tools + tuple(tool.definition for tool in offered.values()))
+            return test, await replay_golden(test.golden_turns, test.messages, tools, test.agent,
+                                             state=test.initial_state)
+    except McpServerError as exc:
+        return test, Transcript((), (), (), "error", dict(test.initial_state), str(exc))
 
 
 @contextlib.contextmanager

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -27,6 +27,11 @@ def _score_golden_conversation(test: Test) -> Verdict:
     from engine.agent.golden import score_golden_conversation
 
     return score_golden_conversation(test)
+
+
+def _golden_conversation_unstarted(test: Test) -> Verdict | None:
+    """`validate --no-start`: a golden that would call MCP servers is not replayed (None: left unchecked)."""
+    return None if test.mcp else _score_golden_conversation(test)
 
 
 def _print_diagnostics(diagnostics: list, files_checked: int, tests: int) -> int:
@@ -62,6 +67,9 @@ def validate(
     labels: Annotated[list[Path] | None, typer.Option(
         "--labels", help="With --judges: a run folder (or a folder of runs) whose reviewers' labels "
         "(`engine view`) become calibration examples of the judges; repeatable.")] = None,
+    no_start: Annotated[bool, typer.Option(
+        "--no-start", help="Start no MCP server: their tools are not listed, the tool names checks refer to "
+                           "not looked up, goldens that call them not replayed.")] = False,
 ) -> None:
     """Check suites before any model is called: YAML, schema, references, templates, goldens."""
     from engine._gc import tuned_gc
@@ -78,12 +86,15 @@ def validate(
         print("error: --labels gives the judges calibration examples: add --judges", file=sys.stderr)
         raise typer.Exit(EXIT_USAGE)
     files, _ = expand_paths(list(paths))
-    # Goldens of workspace and exec tests run in the sandbox: seconds each, so a long check says it goes on.
+    # Goldens of workspace and exec tests run in the sandbox, those of MCP tests start their servers: seconds
+    # each, so a long check says it goes on.
     still = Heartbeat(lambda seconds: print(f"  ... still checking ({seconds:.0f} s; the goldens of workspace and "
-                                            "exec tests run in the sandbox)", file=sys.stderr, flush=True))
+                                            "exec tests run in the sandbox, those of MCP tests start their "
+                                            "servers)", file=sys.stderr, flush=True))
     with tuned_gc(collect=False), still:
         suites, diagnostics = load_suites(list(paths), golden_check=not no_golden_check,
-                                          conversation_check=_score_golden_conversation)
+                                          conversation_check=_golden_conversation_unstarted if no_start
+                                          else _score_golden_conversation)
     checked = len(files)
     from engine.suite.conversation import uncallable_choices
     from engine.suite.models_file import raised_max_tokens
@@ -101,6 +112,9 @@ def validate(
         from engine.local import default_models
 
         configs, which = default_models(), " (the default embedded models)"
+    if not no_start:
+        diagnostics.extend(_check_mcp_servers(loaded, [server for config in configs.values()
+                                                       for server in config.mcp]))
     diagnostics.extend(raised_max_tokens(loaded, configs.values(), which=which))
     diagnostics.extend(uncallable_choices(loaded, configs.values(), which=which))
     tests = sum(len(s.tests) for s in suites)
@@ -108,6 +122,16 @@ def validate(
     if judges:
         code = _validate_judges(suites, models, calibration_out, code, labels or [])
     raise typer.Exit(code)
+
+
+def _check_mcp_servers(tests: list[Test], model_servers: list[Any]) -> list[Any]:
+    """Each MCP server started once, its tools listed, the checks' tool names looked up (engine.agent.mcp.check);
+    nothing is imported when no test or model declares a server."""
+    if not model_servers and not any(test.mcp for test in tests):
+        return []
+    from engine.agent.mcp.check import check_servers
+
+    return check_servers(tests, model_servers)
 
 
 def _validate_judges(suites: list, models: Path | None, calibration_out: Path | None, code: int,

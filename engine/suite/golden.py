@@ -45,7 +45,7 @@ def _column(file: str, line: int) -> int:
 # Scores an agent test's golden conversation: replays it through the agent loop with the declared tool
 # results and scores the transcript as the run would (engine.agent.golden.score_golden_conversation).
 # The agent loop sits above the suite layer, so the caller hands it in.
-ConversationCheck = Callable[[Test], Verdict]
+ConversationCheck = Callable[[Test], Verdict | None]   # None: this golden is not replayed (left unchecked)
 
 
 def check_goldens(suites: list[Suite], score: Callable[[Test, Answer], Verdict],
@@ -84,7 +84,10 @@ def check_goldens(suites: list[Suite], score: Callable[[Test, Answer], Verdict],
             try:
                 if test.agent is not None and conversation is not None:
                     # An agent test's golden is a conversation: replayed through the loop, not one answer.
-                    verdict = conversation(test)
+                    replayed = conversation(test)
+                    if replayed is None:
+                        continue
+                    verdict = replayed
                 else:
                     verdict = score(test, Answer.from_golden(test.golden))
             except Exception as exc:  # noqa: BLE001 - score() promises not to raise; a bug must not hide the others
