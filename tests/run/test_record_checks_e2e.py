@@ -110,6 +110,7 @@ def test_each_record_check_passes_and_fails_as_scripted(tmp_path: Path, fake_ope
     midway = next(r for r in fake_openai.requests if _forced(r))
     assert midway["tool_choice"] == {"type": "function", "function": {"name": "book"}}
     assert [m["role"] for m in midway["messages"]] == ["user", "assistant", "tool"]
+    assert midway["messages"][1]["content"] == ""   # the suite's `content: null`, as every chat server takes it
     assert midway["messages"][1]["tool_calls"][0]["function"] == {"name": "find_slots",
                                                                   "arguments": '{"day": "friday"}'}
     verdicts = _verdicts(out / "latest")
@@ -118,6 +119,9 @@ def test_each_record_check_passes_and_fails_as_scripted(tmp_path: Path, fake_ope
         assert verdicts[("bad", test, path)] == (False, False), (test, path)
     df = pd.read_parquet(out / "latest").set_index(["model", "test_id"])
     assert df["passed"].to_dict() == {(m, t): m == "good" for m, t in df.index}
+    # where a row's token counts come from: the server's usage, or nothing when it sent none
+    assert df.loc[("good", "usage"), "usage_source"] == "server" and df.loc[("good", "usage"), "prompt_tokens"] > 0
+    assert pd.isna(df.loc[("bad", "usage"), "usage_source"]) and pd.isna(df.loc[("bad", "usage"), "prompt_tokens"])
     reasons = {(r.model, r.test_id, n["path"]): n["reason"] for r in pd.read_parquet(out / "latest").itertuples()
                for n in r.evaluators}
     assert reasons[("bad", "single", "all/0.no_fallback")] == ("answered by 'gpt-3.5-turbo', not the model asked "
