@@ -277,34 +277,29 @@ def apply_event(event: dict[str, Any], result: CallResult, text: list[str], reas
             raise wrong_type("choices[0]", choice, "an object")
         if choice.get("index", 0) != 0:
             continue
-        if completions:
-            piece = choice.get("text")
+        # the text piece: a completions choice holds it as `text`, a chat choice in its `delta` as `content`
+        delta, key = (choice, "text") if completions else (choice.get("delta"), "content")
+        if delta:
+            if type(delta) is not dict:
+                raise wrong_type("choices[0].delta", delta, "an object")
+            piece = delta.get(key)
             if piece:
                 if type(piece) is not str:
-                    raise wrong_type("choices[0].text", piece, "a string")
+                    raise wrong_type("choices[0].text" if completions else "choices[0].delta.content", piece,
+                                     "a string")
                 text.append(piece)
                 visible = not piece.isspace()
-        else:
-            delta = choice.get("delta")
-            if delta:
-                if type(delta) is not dict:
-                    raise wrong_type("choices[0].delta", delta, "an object")
-                piece = delta.get("content")
-                if piece:
-                    if type(piece) is not str:
-                        raise wrong_type("choices[0].delta.content", piece, "a string")
-                    text.append(piece)
-                    visible = not piece.isspace()
-                if len(delta) > 1 or "content" not in delta:  # more than plain text: rarer fields
-                    thought = delta.get("reasoning_content") or delta.get("reasoning")
-                    if thought:
-                        if type(thought) is not str:
-                            raise wrong_type("choices[0].delta.reasoning_content", thought, "a string")
-                        reasoning.append(thought)
-                    tool_deltas = delta.get("tool_calls")
-                    if tool_deltas:
-                        calls.add(tool_deltas)
-                        visible = True
+            # a chat delta with more than plain text: the rarer fields
+            if not completions and (len(delta) > 1 or "content" not in delta):
+                thought = delta.get("reasoning_content") or delta.get("reasoning")
+                if thought:
+                    if type(thought) is not str:
+                        raise wrong_type("choices[0].delta.reasoning_content", thought, "a string")
+                    reasoning.append(thought)
+                tool_deltas = delta.get("tool_calls")
+                if tool_deltas:
+                    calls.add(tool_deltas)
+                    visible = True
         reason = choice.get("finish_reason")
         if reason:
             if type(reason) is not str:
