@@ -5,10 +5,22 @@ Run `python bench/ratelimit_server.py --rps 20` and read the port from its first
 plus `max_tokens`) from two token buckets (`--rps`/`--burst`, `--tps`/`--token-burst`; a bucket left out does
 not limit). A request the buckets cannot pay is answered 429 with `retry-after-ms` and `retry-after` (whole
 seconds, rounded up), as OpenAI does; one they can pay is answered after a jittered latency (`--latency`,
-uniform within +-30%), whole or as an SSE stream. Every answer carries OpenAI's `x-ratelimit-*` headers
-unless `--no-headers` (which leaves out `retry-after` too: a provider that says nothing).
+uniform within +-30%), whole or as an SSE stream.
+
+What the `x-ratelimit-*` headers on every answer say (`--headers`):
+
+- `bucket` (default): the bucket that is enforced, as it is (OpenAI's headers, honestly);
+- `minute-limit`: `limit` as a per-minute figure (60 x the rate) while `remaining` and `reset` count the
+  one-second bucket that is enforced: (limit - remaining) / reset is then hundreds of times the real rate;
+- `per-minute`: an honest per-minute bucket (60 x the rate, refilled at the rate) while the one-second bucket
+  (`--burst`) is enforced too and never published: a burst within one second is refused though `remaining`
+  is high, as OpenAI documents its per-minute limits may be enforced over shorter periods;
+- `none`: no `x-ratelimit-*` and no `retry-after` (a provider that says nothing; `--no-headers` too).
+
+`--per-model` gives each model (the body's `model`) buckets of its own; `--limited-model NAME` limits that
+model only (repeatable), the others are answered at once whatever they send and publish nothing.
 `GET /stats` answers the counters as JSON: requests, answered (2xx), limited (429), the largest number in
-flight, and the monotonic times of the first request and the last answer.
+flight, the monotonic times of the first request and the last answer, and the same counts per model.
 """
 
 from __future__ import annotations
@@ -25,6 +37,7 @@ from typing import Any
 from aiohttp import web
 
 MODEL = "bench-model"
+HEADER_MODES = ("bucket", "minute-limit", "per-minute", "none")
 
 
 class Bucket:
@@ -47,6 +60,10 @@ class Bucket:
             return 0.0
         return max(0.0, (min(cost, self.capacity or cost) - self.level) / self.rate)
 
+    def take(self, cost: float) -> None:
+        if self.rate is not None:
+            self.level -= min(cost, self.capacity or cost)
+
     def reset_s(self) -> float:
         """Seconds until the bucket is full again."""
         if self.rate is None or self.capacity is None:
@@ -60,8 +77,11 @@ def duration(seconds: float) -> str:
         return f"{max(1, math.ceil(seconds * 1000))}ms"
     if seconds < 60:
         return f"{seconds:.3f}".rstrip("0").rstrip(".") + "s"
-    minutes = int(seconds // 60)
-    return f"{minutes}m{seconds - 60 * minutes:.0f}s"
+    if seconds < 3600:
+        minutes = int(seconds // 60)
+        return f"{minutes}m{seconds - 60 * minutes:.0f}s"
+    hours = int(seconds // 3600)
+    return f"{hours}h{int((seconds - 3600 * hours) // 60)}m{seconds % 60:.0f}s"
 
 
 def prompt_tokens(body: dict[str, Any]) -> int:
@@ -77,56 +97,103 @@ def prompt_tokens(body: dict[str, Any]) -> int:
     return size // 4 + 4 * len(messages) + int(reply)
 
 
-class Server:
-    """The server's state: its buckets, its counters, its latency."""
+class Limits:
+    """One set of limits (the server's, or one model's): the enforced buckets and the ones the headers show."""
 
     def __init__(self, args: argparse.Namespace) -> None:
+        self.mode = "none" if args.no_headers else args.headers
         self.requests = Bucket(args.rps, args.burst)
         self.tokens = Bucket(args.tps, args.token_burst)
-        self.latency = args.latency
-        self.headers = not args.no_headers
-        self.random = random.Random(args.seed)
-        self.stats: dict[str, Any] = {"requests": 0, "answered": 0, "limited": 0, "max_in_flight": 0,
-                                      "first_s": None, "last_s": None, "tokens": 0}
-        self.in_flight = 0
+        self.minute_requests = Bucket(args.rps, 60 * args.rps) if args.rps and self.mode == "per-minute" else None
+        self.minute_tokens = Bucket(args.tps, 60 * args.tps) if args.tps and self.mode == "per-minute" else None
 
-    def limit_headers(self) -> dict[str, str]:
-        if not self.headers:
+    def _buckets(self) -> list[tuple[Bucket, bool]]:
+        """Every enforced bucket, and whether it counts tokens (else requests)."""
+        return [(bucket, is_tokens) for bucket, is_tokens in (
+            (self.requests, False), (self.tokens, True), (self.minute_requests, False), (self.minute_tokens, True))
+            if bucket is not None]
+
+    def wait_for(self, cost: float, now: float) -> float:
+        """Seconds until one request of `cost` tokens may go (0: now)."""
+        waits = [0.0]
+        for bucket, is_tokens in self._buckets():
+            bucket.refill(now)
+            waits.append(bucket.wait_for(cost if is_tokens else 1))
+        return max(waits)
+
+    def take(self, cost: float) -> None:
+        for bucket, is_tokens in self._buckets():
+            bucket.take(cost if is_tokens else 1)
+
+    def headers(self) -> dict[str, str]:
+        if self.mode == "none":
             return {}
         out = {}
-        for name, bucket in (("requests", self.requests), ("tokens", self.tokens)):
+        for name, bucket, minute in (("requests", self.requests, self.minute_requests),
+                                     ("tokens", self.tokens, self.minute_tokens)):
             if bucket.rate is None or bucket.capacity is None:
                 continue
-            out[f"x-ratelimit-limit-{name}"] = str(int(bucket.capacity))
-            out[f"x-ratelimit-remaining-{name}"] = str(max(0, int(bucket.level)))
-            out[f"x-ratelimit-reset-{name}"] = duration(bucket.reset_s())
+            shown, limit = (minute, minute.capacity) if minute is not None else (bucket, bucket.capacity)
+            if self.mode == "minute-limit":
+                limit = 60 * bucket.rate
+            assert shown is not None and limit is not None
+            out[f"x-ratelimit-limit-{name}"] = str(int(limit))
+            out[f"x-ratelimit-remaining-{name}"] = str(max(0, int(shown.level)))
+            out[f"x-ratelimit-reset-{name}"] = duration(shown.reset_s())
         return out
+
+
+class Server:
+    """The server's state: its limits (one set, or one per model), its counters, its latency."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.shared = Limits(args)
+        self.by_model: dict[str, Limits] = {}
+        self.latency = args.latency
+        self.random = random.Random(args.seed)
+        self.stats: dict[str, Any] = {"requests": 0, "answered": 0, "limited": 0, "max_in_flight": 0,
+                                      "first_s": None, "last_s": None, "tokens": 0, "models": {}}
+        self.in_flight = 0
+
+    def limits(self, model: str) -> Limits | None:
+        """The limits a request for `model` meets; None: not limited."""
+        if self.args.limited_model and model not in self.args.limited_model:
+            return None
+        if not self.args.per_model and not self.args.limited_model:
+            return self.shared
+        found = self.by_model.get(model)
+        if found is None:
+            found = self.by_model[model] = Limits(self.args)
+        return found
 
     async def chat(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
         now = time.monotonic()
+        model = str(body.get("model") or MODEL)
+        counts = self.stats["models"].setdefault(model, {"requests": 0, "answered": 0, "limited": 0})
         self.stats["requests"] += 1
+        counts["requests"] += 1
         if self.stats["first_s"] is None:
             self.stats["first_s"] = now
         cost = prompt_tokens(body)
-        self.requests.refill(now)
-        self.tokens.refill(now)
-        wait = max(self.requests.wait_for(1), self.tokens.wait_for(cost))
-        if wait > 0:
-            self.stats["limited"] += 1
-            headers = self.limit_headers()
-            if self.headers:
-                headers["retry-after-ms"] = str(max(1, math.ceil(wait * 1000)))
-                headers["retry-after"] = str(max(1, math.ceil(wait)))
-            return web.json_response({"error": {"message": "Rate limit reached, retry later",
-                                                "type": "requests", "code": "rate_limit_exceeded"}},
-                                     status=429, headers=headers)
-        if self.requests.rate is not None:
-            self.requests.level -= 1
-        if self.tokens.rate is not None:
-            self.tokens.level -= min(cost, self.tokens.capacity or cost)
+        limits = self.limits(model)
+        headers: dict[str, str] = {}
+        if limits is not None:
+            wait = limits.wait_for(cost, now)
+            if wait > 0:
+                self.stats["limited"] += 1
+                counts["limited"] += 1
+                headers = limits.headers()
+                if limits.mode != "none":
+                    headers["retry-after-ms"] = str(max(1, math.ceil(wait * 1000)))
+                    headers["retry-after"] = str(max(1, math.ceil(wait)))
+                return web.json_response({"error": {"message": "Rate limit reached, retry later",
+                                                    "type": "requests", "code": "rate_limit_exceeded"}},
+                                         status=429, headers=headers)
+            limits.take(cost)
+            headers = limits.headers()
         self.stats["tokens"] += cost
-        headers = self.limit_headers()
         self.in_flight += 1
         self.stats["max_in_flight"] = max(self.stats["max_in_flight"], self.in_flight)
         try:
@@ -135,6 +202,7 @@ class Server:
         finally:
             self.in_flight -= 1
         self.stats["answered"] += 1
+        counts["answered"] += 1
         self.stats["last_s"] = time.monotonic()
         return reply
 
@@ -173,21 +241,25 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--tps", type=float, default=None, help="tokens a second (default: no limit)")
     parser.add_argument("--token-burst", type=float, default=None, help="token bucket size (default: one second's)")
     parser.add_argument("--latency", type=float, default=0.3, help="mean seconds to answer (jittered +-30%%)")
+    parser.add_argument("--headers", choices=HEADER_MODES, default="bucket", help="what x-ratelimit-* say")
     parser.add_argument("--no-headers", action="store_true", help="send no x-ratelimit-* and no retry-after")
+    parser.add_argument("--per-model", action="store_true", help="buckets per model (the body's `model`)")
+    parser.add_argument("--limited-model", action="append", default=[], help="limit this model only")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--port", type=int, default=0)
     return parser.parse_args(argv)
 
 
 async def main(argv: list[str] | None = None) -> None:
-    server = Server(parse(argv))
+    args = parse(argv)
+    server = Server(args)
     app = web.Application()
     app.router.add_post("/v1/chat/completions", server.chat)
     app.router.add_get("/v1/models", server.models)
     app.router.add_get("/stats", server.get_stats)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", parse(argv).port, backlog=1024)
+    site = web.TCPSite(runner, "127.0.0.1", args.port, backlog=1024)
     await site.start()
     print(site._server.sockets[0].getsockname()[1], flush=True)  # type: ignore[union-attr]
     await asyncio.Event().wait()

@@ -20,7 +20,8 @@ Errors the engine raises on purpose, drawn as a tree (httpx `_exceptions.py` sty
  ├── McpServerError            an MCP server did not start, hung, died or answered out of protocol
      ├── LocalModelError           the embedded model server could not be started
      ├── StorageError              the run folder could not be written (disk full, I/O error): spending stops
-     └── RunFolderInUse            another `engine run` holds the run folder's lock
+     ├── RunFolderInUse            another `engine run` holds the run folder's lock
+     └── CallStopped               the run stopped while a call waited to be sent (nothing sent: no row)
 
 Evaluators never raise to signal a failing answer: they return a Verdict (see `engine.model.verdict`).
 A crash inside an evaluator becomes an *error* verdict, never a stopped run.
@@ -149,3 +150,8 @@ class StorageError(EngineError):
 
 class RunFolderInUse(EngineError):
     """Another `engine run` writes to this run folder (it holds `_lock`)."""
+
+
+class CallStopped(EngineError):
+    """The run stopped (Ctrl-C, `--max-cost`) while a call waited to be sent - for the rate limit, a slot or a
+    retry's delay - so it was never sent: it leaves no row, and `--resume` sends it."""

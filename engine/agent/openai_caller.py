@@ -9,12 +9,12 @@ No change to `openai.py` was needed: a `Test` with other messages is all `prepar
 from __future__ import annotations
 
 from collections.abc import Sequence
-from contextlib import AbstractAsyncContextManager
 from dataclasses import replace
 from typing import Any
 
 from engine.client.openai import CallResult, OpenAIClient, PreparedRequest, RequestSettings, prepare
 from engine.client.providers import provider
+from engine.client.window import Dispatch
 from engine.errors import ConfigError
 from engine.model.model_config import ModelConfig
 from engine.model.test import Test
@@ -32,8 +32,8 @@ class OpenAICaller:
         test: The test (its settings and offered tools; its messages are replaced each turn).
         settings: The run-wide request settings.
         tools: The tools to offer instead of `test.tools` (their OpenAI definitions), or None.
-        slots: A semaphore held for each model call only (the run's concurrency cap), not across the
-            tool delays between calls; None for no cap.
+        dispatch: The slots each model call's tries wait for (the run's, `engine.client.window`), held per
+            call only, never across the tool delays between calls; None for none.
         cache_as: Each turn's sample index in the response cache (`OpenAIClient.call`), or None for none.
         attempt: The attempt index (each attempt's requests carry their own seed, `prepare`).
 
@@ -42,7 +42,7 @@ class OpenAICaller:
     """
 
     def __init__(self, client: OpenAIClient, model: ModelConfig, test: Test, settings: RequestSettings, *,
-                 tools: Sequence[Tool] | None = None, slots: AbstractAsyncContextManager[Any] | None = None,
+                 tools: Sequence[Tool] | None = None, dispatch: Dispatch | None = None,
                  cache_as: int | None = None, attempt: int = 0) -> None:
         if not provider(model.api).chat:
             raise ConfigError(f"model '{model.name}' uses the {model.api} API; agent tests need a chat API "
@@ -51,7 +51,8 @@ class OpenAICaller:
         self._model = model
         self._test = test if tools is None else replace(test, tools=tuple(tool.definition for tool in tools))
         self._settings = settings
-        self._slots = slots
+        self._dispatch = dispatch
+        self._started = False
         self._cache_as = cache_as
         self._attempt = attempt
         self.last_request: PreparedRequest | None = None   # the resolved settings the results row records
@@ -61,7 +62,7 @@ class OpenAICaller:
         request = prepare(self._model, replace(self._test, messages=tuple(messages)), self._settings,
                           attempt=self._attempt)
         self.last_request = request
-        if self._slots is None:
-            return await self._client.call(self._model, request, cache_as=self._cache_as)
-        async with self._slots:
-            return await self._client.call(self._model, request, cache_as=self._cache_as)
+        # A stop of the run ends the first call while it waits to be sent, never a conversation under way
+        first, self._started = not self._started, True
+        return await self._client.call(self._model, request, cache_as=self._cache_as, dispatch=self._dispatch,
+                                       stoppable=first)

@@ -32,7 +32,8 @@ def run_command(
     model: list[str] = typer.Option([], "--model", help="Run only this model (repeatable)."),
     out: Path | None = typer.Option(None, "--out", help="Results folder (default: results/)."),
     concurrency: int | None = typer.Option(None, "--concurrency", min=1, max=MAX_CONCURRENCY,
-                                           help="Calls in flight at most (default 32)."),
+                                           help="Calls in flight at most, over all models (default: no cap; each "
+                                                "model's window finds its own number under its `concurrency`)."),
     repeat: int | None = typer.Option(None, "--repeat", min=1, max=MAX_REPEAT,
                                       help="Attempts per test (overrides the suites)."),
     seed: int | None = typer.Option(None, "--seed", min=INT64_MIN, max=INT64_MAX,

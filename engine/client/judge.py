@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,10 +24,13 @@ from engine.client.judge_cache import JudgeCache, cache_key
 from engine.client.openai import OpenAIClient, PreparedRequest, endpoint_url, method_path
 from engine.client.providers import WireRequest, provider
 from engine.client.response import CallResult
-from engine.errors import UsageError
-from engine.model.model_config import ModelConfig, cost_of
+from engine.client.window import Dispatch, Window
+from engine.errors import CallStopped, UsageError
+from engine.model.model_config import ModelConfig, ceiling_of, cost_of
 from engine.model.scoring import EmbeddingReply, JudgeReply
 from engine.model.test import Test
+
+STOPPED_BEFORE = "the run was stopped before this was asked (the answer is kept, not scored)"
 
 __all__ = ["JudgeModels", "ModelJudgeCaller", "judge_model_names", "resolve_judges"]
 
@@ -138,24 +140,23 @@ class ModelJudgeCaller:
         judges: The resolved judge models.
         cache: The judge cache.
         client: The run's client, or None to answer from the cache only.
-        global_slots: The run's global cap on calls in flight, or None.
+        dispatch: The slots a judge model's tries wait for (the run's, `engine.client.window`); None: a window
+            of its own per judge model.
         on_cost: Called with each paid call's cost (the `--max-cost` budget).
-        in_flight: Called with +1/-1 around each call (the progress display).
         miss_hint: What a cache miss says when there is no client.
     """
 
     def __init__(self, judges: JudgeModels, cache: JudgeCache, client: OpenAIClient | None = None, *,
-                 global_slots: asyncio.Semaphore | None = None, on_cost: Callable[[float], None] | None = None,
-                 in_flight: Callable[[int], None] | None = None,
+                 dispatch: Callable[[ModelConfig], Dispatch] | None = None,
+                 on_cost: Callable[[float], None] | None = None,
                  miss_hint: str = "run `engine run` again to pay for it") -> None:
         self._judges = judges
         self._cache = cache
         self._client = client
-        self._global = global_slots
+        self._dispatch = dispatch
         self._on_cost = on_cost
-        self._in_flight = in_flight
         self._miss_hint = miss_hint
-        self._slots: dict[str, asyncio.Semaphore] = {}
+        self._windows: dict[str, Window] = {}
         # cache key -> the reply (judge) or vector (embed) an identical request now in flight will bring: two
         # answering models that give the same answer are graded at once, and the second must not pay again
         self._pending: dict[str, asyncio.Future[Any]] = {}
@@ -183,7 +184,10 @@ class ModelJudgeCaller:
                                   api=config.api, method=method_path(config, stream=False))
         claim = self._claim(key)
         try:
-            result, cost = await self._send(config, request)
+            try:
+                result, cost = await self._send(config, request)
+            except CallStopped:
+                return JudgeReply("", error=f"judge {config.name}: {STOPPED_BEFORE}")
             if result.error is not None:
                 reply = JudgeReply("", error=f"{config.name}: {result.error}", prompt_tokens=result.prompt_tokens,
                                    completion_tokens=result.completion_tokens, cost=cost)
@@ -224,7 +228,10 @@ class ModelJudgeCaller:
                                   method=embeddings.embeddings_path(config))
         claims = {key: self._claim(key) for key in missing}
         try:
-            result, cost = await self._send(config, request)
+            try:
+                result, cost = await self._send(config, request)
+            except CallStopped:
+                return EmbeddingReply(cached=cached, error=f"embedding {config.name}: {STOPPED_BEFORE}")
             if result.error is not None:
                 return EmbeddingReply(error=f"{config.name}: {result.error}", calls=1, cached=cached,
                                       prompt_tokens=result.prompt_tokens, cost=cost)
@@ -265,22 +272,18 @@ class ModelJudgeCaller:
             claim.cancel()
 
     async def _send(self, config: ModelConfig, request: PreparedRequest) -> tuple[CallResult, float | None]:
-        """One paid call under the model's own cap and the global cap; (result, its priced cost)."""
+        """One paid call through the judge model's slots; (result, its priced cost).
+
+        Raises:
+            CallStopped: The run stopped before it was sent.
+        """
         assert self._client is not None, "the callers answer from the cache when there is no client"
-        slot = self._slots.get(config.name)
-        if slot is None:
-            slot = self._slots[config.name] = asyncio.Semaphore(max(1, config.concurrency))
-        async with AsyncExitStack() as held:
-            await held.enter_async_context(slot)
-            if self._global is not None:
-                await held.enter_async_context(self._global)
-            if self._in_flight is not None:
-                self._in_flight(1)
-            try:
-                result = await self._client.call(config, request)
-            finally:
-                if self._in_flight is not None:
-                    self._in_flight(-1)
+        if self._dispatch is not None:
+            dispatch: Dispatch = self._dispatch(config)
+        else:
+            dispatch = self._windows.get(config.name) or self._windows.setdefault(
+                config.name, Window(ceiling_of(config)))
+        result = await self._client.call(config, request, dispatch=dispatch)
         self.calls += 1
         # an embedding reply has no completion: its cost is its prompt tokens' (cost_of needs both counts)
         completion = 0 if request.reader is not None and result.prompt_tokens is not None else None

@@ -128,15 +128,14 @@ async def grade_calibrations(targets: list[Target], judges: JudgeModels, cache: 
         api_keys: Model name -> API key (None: none sent).
         extra: Per target (same order), more examples each graded in its own case's context (labelled
             attempts of a run: the same judge request as the run's, so the judge cache answers it).
-        concurrency: Calls in flight at most (each judge model's own cap applies too).
+        concurrency: Calls in flight at most (connections open at once; each judge model's window applies too).
         tally: Counted up as examples are read and graded (None: not counted).
 
     Returns:
         (one run per target, judge calls paid).
     """
     async with Sessions(concurrency) as sessions:
-        caller = ModelJudgeCaller(judges, cache, OpenAIClient(sessions, api_keys),
-                                  global_slots=asyncio.Semaphore(concurrency))
+        caller = ModelJudgeCaller(judges, cache, OpenAIClient(sessions, api_keys))
         more = list(extra) + [()] * (len(targets) - len(extra))
         runs = await asyncio.gather(*(_grade(test, path, spec, members, judges, caller, added, tally or Tally())
                                       for (test, path, spec, members), added in zip(targets, more, strict=True)))

@@ -36,7 +36,8 @@ from engine.client.response import CallResult, split_think, tool_call
 from engine.client.response_cache import ResponseCache, cache_key, keyed_url
 from engine.client.session import Sessions, proxy_secrets
 from engine.client.sse import SSEDecoder
-from engine.errors import ClientError
+from engine.client.window import Dispatch, Outcome, Unlimited, unless_stopped
+from engine.errors import CallStopped, ClientError
 from engine.model.model_config import ModelConfig, max_tokens_floor
 from engine.model.test import Test
 from engine.redact import Redactor, key_forms, mask_urls, url_secrets
@@ -55,6 +56,7 @@ __all__ = [
     "temperature_of",
 ]
 
+_UNLIMITED = Unlimited()
 DEFAULT_TEMPERATURE = 0.0
 _ERROR_BODY_CHARS = 16_000   # an error body is read this far: whole, so its JSON gives its `error.message`
 
@@ -189,13 +191,17 @@ class OpenAIClient:
             Authorization header and nowhere else (never in results, errors or logs).
         cache: The response cache a call may be answered from (when its caller passes `cache_as`), or None.
         clock: Monotonic seconds for the replicas' cool-downs (`engine.client.replicas`; tests inject one).
+        stopping: Set when the run stops: a call still waiting to be sent (for the rate limit, a slot or a
+            retry's delay) raises `CallStopped` at once instead of being sent.
     """
 
     def __init__(self, sessions: Sessions, api_keys: Mapping[str, str | None],
-                 cache: ResponseCache | None = None, *, clock: Callable[[], float] = time.monotonic) -> None:
+                 cache: ResponseCache | None = None, *, clock: Callable[[], float] = time.monotonic,
+                 stopping: asyncio.Event | None = None) -> None:
         self._sessions = sessions
         self._cache = cache
         self._clock = clock
+        self._stopping = stopping
         self._replicas: dict[str, ReplicaSet] = {}
         self._keys = [form for key in api_keys.values() if key for form in key_forms(key)]
         self._api_keys = dict(api_keys)   # for a model that sends its key elsewhere (`api_key_header`, `api_key_query`)
@@ -204,8 +210,9 @@ class OpenAIClient:
         self._timeouts: dict[str, aiohttp.ClientTimeout] = {}
         self.retrying = 0   # calls waiting out a retry delay now (the progress display shows it)
         self.rate_limited = 0   # calls paced now: waiting for the rate limit to let them go (shown too)
-        self._budgets: dict[str, ratelimit.Budget] = {}   # by endpoint and key (`ratelimit.budget_key`)
-        self._budget_of: dict[str, ratelimit.Budget] = {}   # by model name
+        # By endpoint and key (`ratelimit.budget_key`), then by model id; and by model name.
+        self._budgets: dict[str, dict[str, ratelimit.Budget]] = {}
+        self._budget_of: dict[str, ratelimit.Budget] = {}
         self._key_digests = {name: ratelimit.key_digest(key) for name, key in api_keys.items()}
         self._headers: dict[str, dict[str, str]] = {}   # by model name, made on first use by its provider
 
@@ -239,7 +246,8 @@ class OpenAIClient:
             url += ("&" if "?" in url else "?") + quote(model.api_key_query, safe="") + "=" + quote(key, safe="")
         return url, headers
 
-    async def call(self, model: ModelConfig, request: PreparedRequest, *, cache_as: int | None = None) -> CallResult:
+    async def call(self, model: ModelConfig, request: PreparedRequest, *, cache_as: int | None = None,
+                   dispatch: Dispatch | None = None, stoppable: bool = True) -> CallResult:
         """Send one request, retrying as `retry.py` decides; each try is bounded by `timeout_s`.
 
         Args:
@@ -247,21 +255,29 @@ class OpenAIClient:
             request: The prepared request.
             cache_as: The sample index to look the request up under in the response cache, and to
                 store a successful reply under; None (the default) leaves the cache alone.
+            dispatch: The slots each try waits for (`engine.client.window`); None: none.
+            stoppable: Whether a stop of the run ends the call while it waits to be sent (False: a conversation's
+                later turns, never cut mid-way).
 
         Returns:
             The result; `error` is set when the call failed for good; `cached` when the cache answered.
+
+        Raises:
+            CallStopped: The run stopped before the call was sent (or between its tries).
         """
         if cache_as is None or self._cache is None:
-            return _tool_keys(await self._call(model, request), request)
+            return _tool_keys(await self._call(model, request, dispatch or _UNLIMITED, stoppable), request)
         key = cache_key(keyed_url(model, request.url), request.body, cache_as)
         stored = self._cache.get(key)
         if stored is not None:
             return _tool_keys(stored, request)
-        result = await self._call(model, request)
+        result = await self._call(model, request, dispatch or _UNLIMITED, stoppable)
         self._cache.put(key, request.url, model.model, result)   # successes only (`response_cache.storable`)
         return _tool_keys(result, request)
 
-    async def _call(self, model: ModelConfig, request: PreparedRequest) -> CallResult:
+    async def _call(self, model: ModelConfig, request: PreparedRequest, dispatch: Dispatch,
+                    stoppable: bool) -> CallResult:
+        stopping = self._stopping if stoppable else None
         payload = dumps_compact(request.body)
         headers = self._headers_for(model)
         redact = self._redactors.get(model.name)
@@ -290,40 +306,45 @@ class OpenAIClient:
         if probe is None:   # another call is finding out the limits: wait for its reply, at most one try's time
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(model.timeout_s):
-                    await budget.heard.wait()
+                    await unless_stopped(budget.heard.wait(), stopping)
         while True:
             # `timeout_s` bounds each try, as openai-python's timeout does; a try that runs out is
             # retried like a connection error, so a call takes at most (max_retries + 1) tries
             # besides its rate-limit waits.
             failed: _Failed | None = None
-            ticket = budget.reserve(cost)
-            if ticket.wait > 0:
-                if time.monotonic() + ticket.wait > deadline:
-                    budget.cancel(ticket)
-                    result.error = retry.pacing_past_deadline(ticket.wait, model.rate_limit_deadline_s) \
-                        if limited is None else retry.past_deadline(limited, model.rate_limit_deadline_s, ticket.wait)
+            async with dispatch.hold(stoppable) as held:   # the model's slot, held while the try is paced and sent
+                try:
+                    ticket = await self._paced(budget, cost, deadline, stopping)
+                except ratelimit.PastDeadline as past:
+                    result.error = retry.pacing_past_deadline(past.wait_s, model.rate_limit_deadline_s) \
+                        if limited is None else retry.past_deadline(limited, model.rate_limit_deadline_s, past.wait_s)
                     break
-                waited += ticket.wait
-                await self._wait_for_limit(ticket.wait, budget, ticket)
-            if replicas is not None:   # each try picks again: a retry lands on another replica
-                replica = replicas.acquire()
-            if first_try is None:
-                first_try = time.perf_counter()
-            url = request.url if replica is None else method_url(replica.base, request.method)
-            try:
-                async with asyncio.timeout(model.timeout_s):
-                    await self._once(url, request, payload, headers, timeout, model, result, redact, limit,
-                                     functools.partial(budget.observe, ticket))
-            except _Failed as caught:
-                failed = caught
-            except TimeoutError as exc:
-                failed = _Failed(_failure(exc, model, result, stream=request.stream), None)
-            finally:
-                if probe:   # the first call's try is over, however it went: the calls held back may go
-                    budget.hear()
-                    probe = False
-                if replica is not None and replicas is not None:
-                    replicas.release(replica, failed=failed is not None and retry.replica_at_fault(failed.error))
+                waited += ticket.waited
+                if replicas is not None:   # each try picks again: a retry lands on another replica
+                    replica = replicas.acquire()
+                if first_try is None:
+                    first_try = time.perf_counter()
+                url = request.url if replica is None else method_url(replica.base, request.method)
+                paced_by = ticket.owner   # `budget`, or the one that absorbed it meanwhile
+                try:
+                    async with dispatch.send(held):   # the run's slot, held only while the try is in flight
+                        async with asyncio.timeout(model.timeout_s):
+                            await self._once(url, request, payload, headers, timeout, model, result, redact, limit,
+                                             functools.partial(self._observe, model, paced_by, ticket),
+                                             functools.partial(paced_by.written, ticket))
+                except _Failed as caught:
+                    failed = caught
+                except TimeoutError as exc:
+                    failed = _Failed(_failure(exc, model, result, stream=request.stream), None)
+                finally:
+                    paced_by.returned(ticket)   # never written (stopped, no connection): its cost back
+                    if probe:   # the first call's try is over, however it went: the calls held back may go
+                        budget.hear()
+                        probe = False
+                    if replica is not None and replicas is not None:
+                        replicas.release(replica, failed=failed is not None and retry.replica_at_fault(failed.error))
+                    held.outcome = "ok" if failed is None else _outcome(failed.error)
+                    held.work = float(result.completion_tokens or 1)
             if failed is None:
                 break
             if retry.rate_limited(failed.error):   # a wait, for as long as the deadline allows
@@ -335,11 +356,7 @@ class OpenAIClient:
                 waits += 1
                 retries += 1
                 waited += delay
-                self.retrying += 1
-                try:
-                    await asyncio.sleep(delay)
-                finally:
-                    self.retrying -= 1
+                await self._retry_after(delay, stopping)
                 result = CallResult()   # each try starts afresh
                 continue
             if not failed.error.retryable or transient >= model.max_retries:
@@ -350,11 +367,7 @@ class OpenAIClient:
             delay = retry.retry_delay(failed.headers, transient)
             transient += 1
             retries += 1
-            self.retrying += 1
-            try:
-                await asyncio.sleep(delay)
-            finally:
-                self.retrying -= 1
+            await self._retry_after(delay, stopping)
             result = CallResult()   # each try starts afresh
         result.retries = retries
         result.rate_limit_wait_s = waited
@@ -366,34 +379,72 @@ class OpenAIClient:
         return result
 
     def _budget(self, model: ModelConfig) -> ratelimit.Budget:
-        """The rate-limit budget the model's calls share with every entry on the same endpoint and key."""
+        """The rate-limit budget of the model's calls: one per endpoint, key and model id (entries naming the same
+        model there share it), or the one that absorbed it (`_share`)."""
         found = self._budget_of.get(model.name)
         if found is None:
-            key = ratelimit.budget_key(model, self._key_digests.get(model.name, "-"))
-            found = self._budgets.get(key)
+            group = self._budgets.setdefault(
+                ratelimit.budget_key(model, self._key_digests.get(model.name, "-")), {})
+            found = group.get(model.model)
             if found is None:
-                found = self._budgets[key] = ratelimit.Budget()
+                found = group[model.model] = ratelimit.Budget()
             found.declare(model.rate_limit)
             self._budget_of[model.name] = found
-        return found
+        return found.active()
 
-    async def _wait_for_limit(self, delay: float, budget: ratelimit.Budget, ticket: ratelimit.Ticket) -> None:
-        """Sleep until the rate limit lets the ticket's call go, counted as paced; a cancelled wait gives it back."""
+    def _observe(self, model: ModelConfig, budget: ratelimit.Budget, ticket: ratelimit.Ticket, status: int,
+                 headers: Mapping[str, str]) -> None:
+        """A reply to the ticket's try: its budget learns from it, and may turn out to share its limit."""
+        budget.observe(ticket, status, headers)
+        if status < 300:
+            self._share(model, budget)
+
+    def _share(self, model: ModelConfig, budget: ratelimit.Budget) -> None:
+        """Pace as one the models whose replies show one limit counting both (the provider's headers say the
+        limit is shared): `budget` absorbs any other budget of its endpoint and key whose calls it saw counted."""
+        now = time.monotonic()
+        if budget.counted_by_others(now) < 3:
+            return
+        group = self._budgets.get(ratelimit.budget_key(model, self._key_digests.get(model.name, "-")), {})
+        for other in group.values():
+            if other.active() is not budget and budget.shares_a_bucket_with(other.active(), now):
+                budget.absorb(other.active())
+
+    async def _paced(self, budget: ratelimit.Budget, cost: int, deadline: float,
+                     stopping: asyncio.Event | None) -> ratelimit.Ticket:
+        """The try's ticket from the rate limit, waiting for its turn (counted as paced) unless the run stops.
+
+        Raises:
+            PastDeadline: The pace would let it go only after `deadline`.
+            CallStopped: The run stopped while it waited.
+        """
+        if stopping is not None and stopping.is_set():
+            raise CallStopped("the run stopped before this call was sent")
+        ticket = budget.active().grant_now(cost)
+        if ticket is not None:
+            return ticket
         self.rate_limited += 1
         try:
-            await asyncio.sleep(delay)
-        except asyncio.CancelledError:
-            budget.cancel(ticket)
-            raise
+            return await unless_stopped(budget.take(cost, deadline), stopping)
         finally:
             self.rate_limited -= 1
 
+    async def _retry_after(self, delay: float, stopping: asyncio.Event | None) -> None:
+        """Wait out a retry's delay (counted as retrying) unless the run stops."""
+        self.retrying += 1
+        try:
+            await unless_stopped(asyncio.sleep(delay), stopping)
+        finally:
+            self.retrying -= 1
+
     async def _once(self, url: str, request: PreparedRequest, payload: bytes, headers: dict[str, str],
                     timeout: aiohttp.ClientTimeout, model: ModelConfig, result: CallResult, redact: Redactor,
-                    limit: int, observe: Callable[[int, Mapping[str, str]], None] | None = None) -> None:
+                    limit: int, observe: Callable[[int, Mapping[str, str]], None] | None = None,
+                    written: Callable[[], None] | None = None) -> None:
         """One try: send the request, read the reply into `result`; raise `_Failed` when it fails.
 
-        `observe` is told each reply's status and headers (the rate-limit budget reads them).
+        `observe` is told each reply's status and headers (the rate-limit budget reads them); `written` is called
+        once the request's headers are written (`engine.client.session`).
 
         Once the reply has started (`result.reply_started`), a failure is never retried (`retry.after_reply_started`).
         """
@@ -405,7 +456,7 @@ class OpenAIClient:
         try:
             # Redirects are refused: a 3xx is an error row naming where the endpoint moved (`retry.status_error`).
             async with session.post(url, data=payload, headers=headers, timeout=timeout,
-                                    allow_redirects=False) as resp:
+                                    allow_redirects=False, trace_request_ctx=written) as resp:
                 if observe is not None:
                     observe(resp.status, resp.headers)
                 if resp.status >= 300:
@@ -485,6 +536,16 @@ def _tool_keys(result: CallResult, request: PreparedRequest) -> CallResult:
         result.tool_calls = tuple(dataclasses.replace(c, name=keys[c.name]) if c.name in keys else c
                                   for c in result.tool_calls)
     return result
+
+
+def _outcome(error: ClientError) -> Outcome:
+    """What a failed try tells the window: refused (429), overloaded (503, 529, a timeout, a failed
+    connection) or failed (anything else, which says nothing of the load)."""
+    if error.status == 429:
+        return "refused"
+    if error.status in (503, 529) or error.kind in ("timeout", "connection"):
+        return "overloaded"
+    return "failed"
 
 
 def _with_message(error: ClientError, message: str) -> ClientError:

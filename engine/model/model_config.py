@@ -35,7 +35,8 @@ class ModelConfig:
         api_key_env: Name of the environment variable holding the key (never the key itself).
         api_key_header: Send the key in this header (`api-key`, Azure OpenAI) instead of `Authorization: Bearer`.
         api_key_query: Send the key as this query parameter (`key`) of every request instead of a header.
-        concurrency: Calls in flight at most for this model (a ceiling: the rate-limit budget paces the calls).
+        concurrency: Calls in flight at most for this model: a hard ceiling under which the engine finds the
+            number itself (`engine.client.window`); None: `DEFAULT_CEILING`. The rate-limit budget paces the calls.
         timeout_s: Time limit of each try; a try timed out before its reply started is retried (at most
             max_retries times), one whose reply was still arriving is not (engine.client.retry).
         connect_timeout_s: Time limit of opening a connection (the TCP connect, and TLS), within `timeout_s`:
@@ -74,7 +75,7 @@ class ModelConfig:
     api_key_env: str | None = None
     api_key_header: str | None = None
     api_key_query: str | None = None
-    concurrency: int = 8
+    concurrency: int | None = None
     timeout_s: float = 120.0
     connect_timeout_s: float = 10.0
     max_retries: int = 2
@@ -107,6 +108,16 @@ def max_tokens_floor(model: ModelConfig) -> int:
     (`engine run --max-tokens` replaces it for a run).
     """
     return int(model.params.get("max_tokens", DEFAULT_MAX_TOKENS))
+
+
+# The most calls in flight to one model when its entry sets no `concurrency`: far above what any server needs, as
+# the adaptive window (engine.client.window), not this, finds how many go at once.
+DEFAULT_CEILING = 1024
+
+
+def ceiling_of(model: ModelConfig) -> int:
+    """The most calls in flight to `model`: its `concurrency`, else `DEFAULT_CEILING`."""
+    return model.concurrency if model.concurrency is not None else DEFAULT_CEILING
 
 
 def cost_of(model: ModelConfig, prompt_tokens: int | None, completion_tokens: int | None,

@@ -3,8 +3,10 @@
 The runner's worker calls `run_agent_job` instead of one `client.call` when the test has `agent:`.
 What the run's machinery sees of it::
 
-    global slot   held for each model call only (`OpenAICaller(slots=...)`), never across tool delays
-    in_flight     counts model calls, as for single-turn jobs
+    slots         the model's window and the run's slots, held for each model call only
+                  (`OpenAICaller(dispatch=...)`), never across tool delays; counted in flight as they are sent
+    stop          a first call still waiting to be sent when the run stops raises `CallStopped`: the
+                  conversation leaves no row, and `--resume` runs it; one under way is never cut
     --max-cost    each reply's cost is added to the spend as it comes (`on_cost`); passing the budget
                   ends dispatch, it never cuts a conversation mid-way
     journal       the row is the whole conversation: one cut by kill -9 has no row, so `--resume`
@@ -26,7 +28,6 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Awaitable, Callable
-from contextlib import AbstractAsyncContextManager
 from dataclasses import replace
 from typing import Any
 
@@ -36,6 +37,7 @@ from engine.agent.loop import run_conversation
 from engine.agent.mcp.servers import McpServers
 from engine.agent.openai_caller import OpenAICaller
 from engine.client.openai import CallResult, OpenAIClient, PreparedRequest, RequestSettings, prepare
+from engine.client.window import Dispatch
 from engine.errors import ClientError, ConfigError, McpServerError
 from engine.evaluators.scoring import context
 from engine.local.registry import GOLDEN
@@ -57,22 +59,16 @@ _Caller = Callable[[list[dict[str, Any]]], Awaitable[CallResult]]   # OpenAICall
 
 
 class _Recorder:
-    """Wraps the loop's model: keeps every reply (for the row), counts calls in flight, reports each cost."""
+    """Wraps the loop's model: keeps every reply (for the row), reports each cost."""
 
-    def __init__(self, inner: _Caller, model: ModelConfig, on_cost: Callable[[float], None],
-                 in_flight: Callable[[int], None]) -> None:
+    def __init__(self, inner: _Caller, model: ModelConfig, on_cost: Callable[[float], None]) -> None:
         self._inner = inner
         self._model = model
         self._on_cost = on_cost
-        self._in_flight = in_flight
         self.replies: list[CallResult] = []
 
     async def __call__(self, messages: list[dict[str, Any]]) -> CallResult:
-        self._in_flight(1)
-        try:
-            reply = await self._inner(messages)
-        finally:
-            self._in_flight(-1)
+        reply = await self._inner(messages)
         self.replies.append(reply)
         cost = cost_of(self._model, reply.prompt_tokens, reply.completion_tokens, reply.cached_tokens,
                        reply.cache_write_tokens)
@@ -82,8 +78,7 @@ class _Recorder:
 
 
 async def run_agent_job(*, client: OpenAIClient, model: ModelConfig, test: Test, attempt: int, run_id: str,
-                        settings: RequestSettings, global_slots: AbstractAsyncContextManager[Any],
-                        on_cost: Callable[[float], None], in_flight: Callable[[int], None],
+                        settings: RequestSettings, dispatch: Dispatch, on_cost: Callable[[float], None],
                         score: Callable[[Test, Answer, ScoringContext], Awaitable[tuple[Verdict | None, str | None]]],
                         caller: Any = None, cache_as: int | None = None,
                         mcp: McpServers | None = None) -> dict[str, Any]:
@@ -96,9 +91,8 @@ async def run_agent_job(*, client: OpenAIClient, model: ModelConfig, test: Test,
         attempt: The repeat index.
         run_id: The run's id.
         settings: The run's request settings.
-        global_slots: The run's cap on model calls in flight; held per model call.
+        dispatch: The slots each model call waits for (`engine.client.window`); held per model call.
         on_cost: Called with each priced reply's cost as it comes.
-        in_flight: Called with +1 / -1 around each model call.
         score: Scores the final answer where each of its checks belongs (the runner's): (test, answer, ctx) ->
             (verdict, evaluator error).
         caller: The run's judge caller (`judge` evaluators await it), or None.
@@ -132,8 +126,8 @@ async def run_agent_job(*, client: OpenAIClient, model: ModelConfig, test: Test,
             # offered beside the test's own tools: the requests, the context budget and the checks see them all
             test = replace(test, tools=test.tools + tuple(tool.definition for tool in offered.values()))
             request = prepare(model, test, settings, attempt=attempt)
-        inner = _caller(client, model, test, settings, global_slots, cache_as, attempt)
-        recorder = _Recorder(inner, model, on_cost, in_flight)
+        inner = _caller(client, model, test, settings, dispatch, cache_as, attempt)
+        recorder = _Recorder(inner, model, on_cost)
         budget = budget_for(model.context_tokens, request.max_tokens, test.tools)
         transcript = await run_conversation(recorder, test.messages, tools, test.agent,
                                             state=test.initial_state, asked_model=model.model, budget=budget)
@@ -157,7 +151,7 @@ async def run_agent_job(*, client: OpenAIClient, model: ModelConfig, test: Test,
 
 
 def _caller(client: OpenAIClient, model: ModelConfig, test: Test, settings: RequestSettings,
-            global_slots: AbstractAsyncContextManager[Any], cache_as: int | None, attempt: int) -> _Caller:
+            dispatch: Dispatch, cache_as: int | None, attempt: int) -> _Caller:
     """The conversation's model: the test's golden turns for `builtin: golden`, else the endpoint."""
     if model.builtin == GOLDEN:
         return (GoldenCaller(test.golden_turns, served_model=model.model) if test.golden_turns
@@ -165,7 +159,7 @@ def _caller(client: OpenAIClient, model: ModelConfig, test: Test, settings: Requ
     try:
         # test.tools are the offered definitions, in the test's order: the first request of a test without MCP
         # servers is byte for byte the one a single-turn run of this test would send
-        return OpenAICaller(client, model, test, settings, slots=global_slots, cache_as=cache_as, attempt=attempt)
+        return OpenAICaller(client, model, test, settings, dispatch=dispatch, cache_as=cache_as, attempt=attempt)
     except ConfigError as exc:
         return _failing(ClientError(str(exc), kind="config"))
 

@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.errors import EngineError, UsageError
+from engine.model.model_config import ceiling_of
 from engine.run.run_config import Invocation
 from engine.run.session import DEFAULT_OUT
 
@@ -195,7 +196,7 @@ def _drive(invocation: Invocation, address: str | None, shards: int | None, *, r
         if shards is None:
             shards = max(1, int(ray.cluster_resources().get("CPU", 1)))
         slots_actor = ray.remote(num_cpus=0)(ModelSlots)
-        actors = {m.name: slots_actor.remote(m.concurrency) for m in models}
+        actors = {m.name: slots_actor.remote(ceiling_of(m)) for m in models}
         task = ray.remote(num_cpus=1, max_retries=0, scheduling_strategy="SPREAD")(run_shard)
         run_dir = view()
         existing = shard_folders(run_dir)
@@ -230,7 +231,7 @@ def _drive(invocation: Invocation, address: str | None, shards: int | None, *, r
     finally:
         ray.shutdown()
     run_dir = view()
-    _write_report(run_dir, reports, peaks, {m.name: m.concurrency for m in models})
+    _write_report(run_dir, reports, peaks, {m.name: ceiling_of(m) for m in models})
     combined = combine(run_dir, shards)   # every shard's manifest, wherever each shard ran
     if run_url is not None:
         remote.upload_run(run_dir, run_url)

@@ -153,7 +153,8 @@ class RunConfig:
 
     Args:
         run_id: The run's id (copied to every row).
-        concurrency: The global cap on calls in flight.
+        concurrency: `--concurrency`: a cap on calls in flight over all models, or None for none (each model's
+            window finds its own number, `engine.client.window`).
         settings: Request settings (temperature, max_tokens, seed, stream).
         max_cost: Stop dispatch once priced spend passes this, or None.
         commit_interval_s: The longest a finished row waits to be committed.
@@ -169,7 +170,7 @@ class RunConfig:
     """
 
     run_id: str
-    concurrency: int = 32
+    concurrency: int | None = None
     settings: RequestSettings = field(default_factory=RequestSettings)
     max_cost: float | None = None
     commit_interval_s: float = 0.05

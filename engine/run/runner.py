@@ -1,47 +1,54 @@
-"""The runner: per-model worker pools under a global cap, scoring, and durable rows.
+"""The runner: per-model worker pools, the slots every model call waits for, scoring, and durable rows.
 
-Each model gets `min(model.concurrency, --concurrency, its job count)` workers pulling from its own lazy job
-iterator (`min(model.concurrency, its job count)` when its first jobs are agent conversations: a
-conversation holds a global slot only for each model call, not across its tool delays); a worker
-already holds its model's slot when it waits for one of the global slots (a semaphore), so a slow
-model never holds global slots it cannot use, and no coroutine exists per job (100k jobs start at once
-and memory stays flat). The worker scores its answer where each check belongs (engine.evaluators.scoring:
-bounded checks on a short answer inline, a judge awaited, exec checks in a thread, every other check in a
-scoring process under its time limit, `ScoringPool`), builds the row, hands it to the committer and counts
-its cost. The committer (engine.results.committer) is a thread: it makes the rows durable every
-`commit_interval_s` or `commit_rows` rows and flushes a Parquet part every `rows_per_part` committed rows, so
-the event loop that reads the replies (and stamps their first token) neither scores nor writes; a row counts as
-done (progress, summary) only once committed.
+Each model's calls go through its own adaptive window (`engine.client.window.Window`: it starts at one call in
+flight and finds how many the server or the rate limit lets go at once, never above the model's
+`concurrency:`), then through the run's `--concurrency` slots, if given (`_RunDispatch`). A try waiting for the
+rate limit holds only its model's window slot, never one of the run's, so a limited model never holds slots
+another model could use. Workers pull from the model's lazy job iterator: a model starts with a few and gains a
+worker each time its window grows (`_Lane`), so no coroutine exists per job (100k jobs start at once and memory
+stays flat). Agent conversations get a fixed number of workers instead (the model's `concurrency`, else
+`CONVERSATIONS`): a conversation holds a window slot only for each model call, not across its tool delays.
+The worker scores its answer where each check belongs (engine.evaluators.scoring: bounded checks on a short
+answer inline, a judge awaited, exec checks in a thread, every other check in a scoring process under its time
+limit, `ScoringPool`), builds the row, hands it to the committer and counts its cost. The committer
+(engine.results.committer) is a thread: it makes the rows durable every `commit_interval_s` or `commit_rows`
+rows and flushes a Parquet part every `rows_per_part` committed rows, so the event loop that reads the replies
+(and stamps their first token) neither scores nor writes; a row counts as done (progress, summary) only once
+committed.
 
-Stopping: `stop()` (first Ctrl-C, or the `--max-cost` budget) ends dispatch and lets calls in flight finish
-(and be scored, each check within its time limit); `cancel()` (second Ctrl-C, SIGTERM) cancels them and kills
-the scoring processes - a cancelled call writes no row, so `--resume` runs it again, while an answer that
-had arrived keeps its row, marked not scored (`STOPPED`; `engine rescore` scores it). A failed journal or
-part write (`StorageError`: disk full, I/O error) stops spending at once: dispatch ends, calls in flight are
-cancelled, and `run` raises it; what was committed before stays.
+Stopping: `stop()` (first Ctrl-C, or the `--max-cost` budget) ends dispatch: calls still waiting to be sent
+(for the rate limit, a slot or a retry's delay) end at once without a row (`CallStopped`; `--resume` sends
+them), calls in flight finish (and are scored, each check within its time limit); `cancel()` (second Ctrl-C,
+SIGTERM) cancels those too and kills the scoring processes - a cancelled call writes no row, so `--resume` runs
+it again, while an answer that had arrived keeps its row, marked not scored (`STOPPED`; `engine rescore` scores
+it). A failed journal or part write (`StorageError`: disk full, I/O error) stops spending at once: dispatch
+ends, calls in flight are cancelled, and `run` raises it; what was committed before stays.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import time
-from collections.abc import Callable, Iterator
-from contextlib import AbstractAsyncContextManager
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from engine.agent.mcp.servers import McpServers
+from engine.base.hosts import is_loopback_url
 from engine.client.judge import ModelJudgeCaller
 from engine.client.judge_cache import JudgeCache, default_path
 from engine.client.openai import CallResult, OpenAIClient, PreparedRequest, prepare, temperature_of
 from engine.client.response_cache import use_cache
 from engine.client.session import Sessions
-from engine.errors import ClientError, StorageError
+from engine.client.window import Dispatch, Held, Window, unless_stopped
+from engine.errors import CallStopped, ClientError, StorageError
 from engine.evaluators.scoring import context
 from engine.evaluators.scoring_pool import STOPPED, ScoringPool
 from engine.local.registry import GOLDEN
 from engine.model.answer import Answer
-from engine.model.model_config import ModelConfig
+from engine.model.model_config import ModelConfig, ceiling_of
 from engine.model.scoring import Record, ScoringContext
 from engine.model.test import Test
 from engine.model.verdict import Verdict
@@ -52,7 +59,7 @@ from engine.run.jobs import Job, attempts
 from engine.run.run_config import ModelStats, RowSummary, RunConfig, RunStats
 from engine.suite.content_parts import ImageUnavailable
 
-__all__ = ["ModelStats", "RunConfig", "RunStats", "Runner"]
+__all__ = ["SPARE_WORKERS", "ModelStats", "RunConfig", "RunStats", "Runner"]
 
 if TYPE_CHECKING:
     from engine.results.journal import Journal
@@ -92,24 +99,52 @@ def _outcome(verdict: Verdict) -> Scored:
     return Scored(verdict, verdict.reason if verdict.error else None)
 
 
-class _BothSlots:
-    """The model's shared slot, then a global one: a worker never holds a global slot while it waits."""
+# Conversations at once for a model whose entry sets no `concurrency`: a server on this machine serves a few at a
+# time; a hosted API's conversations mostly wait for their tools.
+CONVERSATIONS = {"local": 8, "hosted": 64}
+SPARE_WORKERS = 2   # workers beyond a window's slots: scoring and building rows while the window stays full
 
-    def __init__(self, shared: AbstractAsyncContextManager[Any], global_slots: asyncio.Semaphore) -> None:
+
+class _RunDispatch:
+    """One model's tries under the run's caps: its window, then (as the try is sent) the cluster-wide cap of
+    `--ray`, if any, and the run's `--concurrency` slots, if given; counted in flight while sent."""
+
+    def __init__(self, window: Window, shared: AbstractAsyncContextManager[Any] | None,
+                 run_slots: asyncio.Semaphore | None, stopping: asyncio.Event, count: Callable[[int], None]) -> None:
+        self.window = window
         self._shared = shared
-        self._global = global_slots
+        self._run_slots = run_slots
+        self._stopping = stopping
+        self._count = count
 
-    async def __aenter__(self) -> None:
-        await self._shared.__aenter__()
-        try:
-            await self._global.acquire()
-        except BaseException as exc:
-            await self._shared.__aexit__(type(exc), exc, exc.__traceback__)
-            raise
+    def hold(self, stoppable: bool = True) -> AbstractAsyncContextManager[Held]:
+        return self.window.hold(stoppable)
 
-    async def __aexit__(self, *exc: Any) -> None:
-        self._global.release()
-        await self._shared.__aexit__(*exc)
+    @asynccontextmanager
+    async def send(self, held: Held) -> AsyncIterator[None]:
+        stopping = self._stopping if held.stoppable else None
+        async with AsyncExitStack() as stack:
+            if self._shared is not None:
+                await unless_stopped(stack.enter_async_context(self._shared), stopping)
+            if self._run_slots is not None:
+                await unless_stopped(self._run_slots.acquire(), stopping)
+                stack.callback(self._run_slots.release)
+            await stack.enter_async_context(self.window.send(held))
+            self._count(1)
+            stack.callback(self._count, -1)
+            yield
+
+
+class _Lane:
+    """One model's jobs and the workers that take them."""
+
+    def __init__(self, model: ModelConfig, jobs: Iterator[Job], dispatch: _RunDispatch) -> None:
+        self.model = model
+        self.jobs = jobs
+        self.dispatch = dispatch
+        self.workers = 0
+        self.conversations = False   # its workers hold conversations: a fixed number of them
+        self.exhausted = False
 
 
 class Runner:
@@ -139,12 +174,19 @@ class Runner:
         self._judge: ModelJudgeCaller | None = None
         self._gate = gate
         self._mcp = McpServers()   # the run's `scope: run` MCP servers, stopped when the run ends
+        self._stopping_event: asyncio.Event | None = None   # made in the run's loop: calls not yet sent end
+        self._run_slots: asyncio.Semaphore | None = None
+        self._dispatches: dict[str, _RunDispatch] = {}
+        self._lanes: list[_Lane] = []
+        self._window_peak = 0   # the most workers one model's window asked for (the gate's lookahead)
 
     def stop(self, reason: str = "interrupted") -> None:
-        """Stop dispatching; calls in flight finish and are recorded."""
+        """Stop dispatching: calls waiting to be sent end without a row; calls in flight finish and are recorded."""
         if not self._stopping:
             self._stopping = True
             self.stats.stopped = reason
+            if self._stopping_event is not None:
+                self._stopping_event.set()
             if self._gate is not None:   # workers waiting at the gate end too
                 self._gate.close()
 
@@ -167,37 +209,34 @@ class Runner:
         """
         self.stats.total = total
         self.stats.by_model = {name: ModelStats() for name in jobs_by_model}
-        global_slots = asyncio.Semaphore(self.config.concurrency)
+        self._stopping_event = asyncio.Event()
+        if self._stopping:
+            self._stopping_event.set()
+        self._run_slots = asyncio.Semaphore(self.config.concurrency) if self.config.concurrency else None
         committer = self._committer = Committer(
             self.journal, self.writer, asyncio.get_running_loop(), self._committed, self._write_failed,
             interval_s=self.config.commit_interval_s, rows=self.config.commit_rows)
         try:
             async with Sessions(self.config.concurrency) as sessions:
-                client = self._client = OpenAIClient(sessions, api_keys, self.config.response_cache)
+                client = self._client = OpenAIClient(sessions, api_keys, self.config.response_cache,
+                                                     stopping=self._stopping_event)
                 cache = None
                 if self.config.judges is not None:
                     cache = JudgeCache(self.config.judge_cache or default_path())
-                    self._judge = ModelJudgeCaller(self.config.judges, cache, client, global_slots=global_slots,
-                                                   on_cost=self._spend, in_flight=self._count_in_flight)
+                    self._judge = ModelJudgeCaller(self.config.judges, cache, client, dispatch=self._dispatch,
+                                                   on_cost=self._spend)
                 for model, jobs in jobs_by_model.values():
-                    # No more workers than jobs: `--concurrency 1000000` for one test starts one.
-                    first = list(itertools.islice(jobs, max(1, model.concurrency)))
-                    if not any(job.test.agent is not None for job in first):
-                        cap = max(1, min(model.concurrency, self.config.concurrency))
-                        first, jobs = first[:cap], itertools.chain(first[cap:], jobs)
-                    # else: a worker holds a conversation, the global slot only its model calls, so up to
-                    # `model.concurrency` conversations go on while their tools answer
-                    queue = itertools.chain(first, jobs)
-                    for _ in range(len(first)):
-                        self._workers.append(asyncio.create_task(self._worker(client, model, queue, global_slots)))
+                    self._start(client, model, jobs)
                 try:
-                    results = await asyncio.gather(*self._workers, return_exceptions=True)
+                    while pending := [task for task in self._workers if not task.done()]:
+                        await asyncio.wait(pending)   # workers started meanwhile are waited for next
                 finally:
                     await self._mcp.aclose()
                     if cache is not None:
                         cache.close()
-                for outcome in results:
-                    if isinstance(outcome, BaseException) and not isinstance(outcome, asyncio.CancelledError):
+                for task in self._workers:
+                    outcome = None if task.cancelled() else task.exception()
+                    if outcome is not None:
                         raise outcome
         finally:
             self._pool.close()
@@ -209,31 +248,86 @@ class Runner:
             raise self._storage_error
         return self.stats
 
-    async def _worker(self, client: OpenAIClient, model: ModelConfig, jobs: Iterator[Job],
-                      global_slots: asyncio.Semaphore) -> None:
+    def _dispatch(self, model: ModelConfig) -> _RunDispatch:
+        """The slots of `model`'s tries (its window, made on first use; judges share it with a model of the same
+        name)."""
+        found = self._dispatches.get(model.name)
+        if found is None:
+            assert self._stopping_event is not None, "made in run()"
+            ceiling = min(ceiling_of(model), self.config.concurrency or ceiling_of(model))
+            # An embedded model's server was started with `concurrency` slots: its window starts full.
+            window = Window(ceiling, start=ceiling if model.builtin is not None else 1,
+                            on_grow=functools.partial(self._grown, model.name), stopping=self._stopping_event)
+            shared = self.config.model_slots(model.name) if self.config.model_slots is not None else None
+            found = self._dispatches[model.name] = _RunDispatch(window, shared, self._run_slots,
+                                                                self._stopping_event, self._count_in_flight)
+        return found
+
+    def _start(self, client: OpenAIClient, model: ModelConfig, jobs: Iterator[Job]) -> None:
+        """Start the model's first workers: one per conversation for agent jobs, else enough to fill its
+        window (more join as it grows)."""
+        dispatch = self._dispatch(model)
+        local = model.builtin is not None or is_loopback_url(model.base_url)
+        conversations = model.concurrency if model.concurrency is not None else \
+            CONVERSATIONS["local" if local else "hosted"]
+        first = list(itertools.islice(jobs, max(1, conversations)))
+        lane = _Lane(model, itertools.chain(first, jobs), dispatch)
+        lane.conversations = any(job.test.agent is not None for job in first)
+        self._lanes.append(lane)
+        if lane.conversations:   # each holds a slot per model call only: as many calls may go as conversations
+            dispatch.window.begin_at(len(first))
+        # No more workers than jobs: a model with one test starts one.
+        wanted = len(first) if lane.conversations else min(len(first), self._workers_for(dispatch.window.slots()))
+        for _ in range(wanted):
+            self._add_worker(client, lane)
+
+    def _workers_for(self, slots: int) -> int:
+        """Workers that keep `slots` calls in flight while others score and build rows; under `--concurrency`
+        no more than it allows (`--concurrency 1`: one test at a time, in order)."""
+        if self.config.concurrency is not None:
+            return min(slots, self.config.concurrency) + (SPARE_WORKERS if self.config.concurrency > 1 else 0)
+        return slots + SPARE_WORKERS
+
+    def _grown(self, name: str, size: int) -> None:
+        """A model's window grew to `size`: start workers to fill it (unless its jobs ran out)."""
+        assert self._client is not None
+        for lane in self._lanes:
+            if lane.model.name != name or lane.conversations or lane.exhausted or self._stopping:
+                continue
+            while lane.workers < self._workers_for(size):
+                self._add_worker(self._client, lane)
+        if self._gate is not None and size > self._window_peak:
+            self._window_peak = size
+            self._gate.widen(self._workers_for(size))
+
+    def _add_worker(self, client: OpenAIClient, lane: _Lane) -> None:
+        lane.workers += 1
+        self._workers.append(asyncio.create_task(self._worker(client, lane)))
+
+    async def _worker(self, client: OpenAIClient, lane: _Lane) -> None:
         settings = self.config.settings
-        slots: AbstractAsyncContextManager[Any] = global_slots
-        shared = self.config.model_slots(model.name) if self.config.model_slots is not None else None
-        if shared is not None:
-            slots = _BothSlots(shared, global_slots)
+        model, dispatch = lane.model, lane.dispatch
         try:
-            for job in jobs:
+            for job in lane.jobs:
                 if self._stopping:
                     return
                 if self._gate is not None and not await self._gate.admit(job):
                     continue   # `--until-decided` has no use for it (engine/run/until_decided.py)
                 if job.test.agent is not None:
-                    row = await run_agent_job(
-                        client=client, model=model, test=job.test, attempt=job.attempt, run_id=self.config.run_id,
-                        settings=settings, global_slots=slots, on_cost=self._spend,
-                        in_flight=self._count_in_flight, caller=self._judge,
-                        cache_as=self._cache_as(model, job, temperature_of(model, job.test, settings)),
-                        score=self._score_answer, mcp=self._mcp)
+                    try:
+                        row = await run_agent_job(
+                            client=client, model=model, test=job.test, attempt=job.attempt,
+                            run_id=self.config.run_id, settings=settings, dispatch=dispatch, on_cost=self._spend,
+                            caller=self._judge,
+                            cache_as=self._cache_as(model, job, temperature_of(model, job.test, settings)),
+                            score=self._score_answer, mcp=self._mcp)
+                    except CallStopped:
+                        return   # stopped before its first call was sent: no row, `--resume` runs it
                     self._record(job, row, spent=True)   # its cost was counted reply by reply
                     continue
-                call = await self._call(client, model, job, slots)
+                call = await self._call(client, model, job, dispatch)
                 if call is None:
-                    return   # stopped while it waited for a slot
+                    return   # stopped before it was sent
                 row = build_row(run_id=self.config.run_id, model=model, test=job.test, attempt=job.attempt,
                                 request=call.request, result=call.result, verdict=None, evaluator_error=None,
                                 started_us=call.started_us, ended_us=time.time_ns() // 1000)
@@ -245,32 +339,27 @@ class Runner:
                     raise
                 set_verdict(row, scored.verdict, scored.error)
                 self._record(job, row)
+            lane.exhausted = True
         except Exception:
             self._stopping = True   # a bug (a row that cannot be built): no more calls lost the same way
             raise
 
-    async def _call(self, client: OpenAIClient, model: ModelConfig, job: Job,
-                    slots: AbstractAsyncContextManager[Any]) -> _Call | None:
-        """Make the job's call under its slots; None when the run stopped while it waited for them."""
+    async def _call(self, client: OpenAIClient, model: ModelConfig, job: Job, dispatch: Dispatch) -> _Call | None:
+        """Make the job's call through its slots; None when the run stopped before it was sent."""
         settings = self.config.settings
         try:
             request = prepare(model, job.test, settings, attempt=job.attempt)
         except ImageUnavailable as exc:   # deleted or edited since load: an error row, nothing sent
             request = prepare(model, job.test, settings, inline_images=False, attempt=job.attempt)
             return _Call(request, CallResult(error=ClientError(str(exc), kind="image")), time.time_ns() // 1000)
-        cache_as = self._cache_as(model, job, request.temperature)
-        async with slots:
-            if self._stopping:
-                return None
-            started_us = time.time_ns() // 1000
-            self.stats.in_flight += 1
-            try:
-                if model.builtin == GOLDEN:   # the scripted model: its golden, in-process
-                    result = golden_reply(model, job.test)
-                else:
-                    result = await client.call(model, request, cache_as=cache_as)
-            finally:
-                self.stats.in_flight -= 1
+        started_us = time.time_ns() // 1000
+        if model.builtin == GOLDEN:   # the scripted model: its golden, in-process
+            return _Call(request, golden_reply(model, job.test), started_us)
+        try:
+            result = await client.call(model, request, cache_as=self._cache_as(model, job, request.temperature),
+                                       dispatch=dispatch)
+        except CallStopped:
+            return None
         return _Call(request, result, started_us)
 
     async def _scored(self, test: Test, result: CallResult, record: Record) -> Scored:

@@ -36,7 +36,6 @@ if TYPE_CHECKING:
     from engine.run.until_decided import UntilDecided
 
 DEFAULT_OUT = "results"
-DEFAULT_CONCURRENCY = 64
 
 
 def _err(message: str) -> None:
@@ -341,7 +340,7 @@ def _execute(invocation: Invocation, run_id: str, run_dir: Path, journal: Any, m
     from engine.results.writer import ResultsWriter
     from engine.run.jobs import count_jobs, iter_jobs, runs_on
     from engine.run.progress import Progress, print_summary
-    from engine.run.runner import RunConfig, Runner
+    from engine.run.runner import SPARE_WORKERS, RunConfig, Runner
     from engine.run.shards import Shard, combine
 
     shard = Shard.parse(invocation.shard) if invocation.shard is not None else None
@@ -374,7 +373,7 @@ def _execute(invocation: Invocation, run_id: str, run_dir: Path, journal: Any, m
                      f"{', '.join(names)}: an agent test needs tools, which /completions cannot send")
             progress = Progress(quiet=quiet)
             responses = servers.enter_context(_response_cache(invocation.cache))
-            config = RunConfig(run_id=run_id, concurrency=invocation.concurrency or DEFAULT_CONCURRENCY,
+            config = RunConfig(run_id=run_id, concurrency=invocation.concurrency,
                                settings=_settings(invocation), max_cost=invocation.max_cost, judges=judges,
                                response_cache=responses, cache=invocation.cache, repeat=invocation.repeat,
                                model_slots=model_slots)
@@ -386,7 +385,7 @@ def _execute(invocation: Invocation, run_id: str, run_dir: Path, journal: Any, m
                     invocation.seed if invocation.seed is not None else secrets.randbits(32))
                 journal.set_meta(SPEC_KEY, until_decided.to_meta(seed))   # before any call: --resume continues
                 gate = DecisionGate(until_decided, models, tests, invocation.repeat, seed=seed,
-                                    concurrency=config.concurrency)
+                                    concurrency=min(1 + SPARE_WORKERS, invocation.concurrency or 1 + SPARE_WORKERS))
                 total = gate.total_jobs() - (_replay(gate, writer, journal) if skip else 0)
             runner = Runner(config, journal, writer, on_progress=progress.update, gate=gate)
             progress.watch(runner.stats)
@@ -406,7 +405,10 @@ def _execute(invocation: Invocation, run_id: str, run_dir: Path, journal: Any, m
     stopped = "interrupted" if interrupted else (stats.stopped if stats else None)
     decision = journal.get_meta("until_decided")   # a resumed run keeps the record of how it was first stopped
     if gate is not None:
+        before = decision
         decision = gate.summary(stopped)
+        if isinstance(before, dict) and isinstance(before.get("lookahead"), int):   # the widest over every part
+            decision["lookahead"] = max(decision["lookahead"], before["lookahead"])
         if stopped is None and gate.decided_at is not None and decision["tests_not_run"]:
             stopped = "decided"   # the tests left are not a failure: the manifest says `complete: false`
         journal.set_meta("until_decided", decision)

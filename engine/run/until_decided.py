@@ -139,7 +139,8 @@ class DecisionGate:
         tests: The selected tests.
         repeat: `--repeat`, or None for each test's own.
         seed: The permutation's seed.
-        concurrency: The global cap on calls in flight (sets the lookahead).
+        concurrency: The calls the run may have in flight at first (sets the lookahead; the runner `widen`s it
+            as the models' windows grow).
     """
 
     def __init__(self, spec: UntilDecided, models: list[ModelConfig], tests: list[Test], repeat: int | None, *,
@@ -161,7 +162,9 @@ class DecisionGate:
                 cluster.pending[name] = sum(attempts(t, repeat) for t in cluster.tests if runs_on(model, t))
         self.full_jobs = sum(attempts(t, repeat) for m in models for t in tests if runs_on(m, t))
         smallest = min((sum(attempts(t, repeat) for t in c.tests) for c in self.order), default=1)
-        workers = max((min(m.concurrency, concurrency) for m in models), default=1)
+        workers = max((min(concurrency if m.concurrency is None else m.concurrency, concurrency) for m in models),
+                      default=1)
+        self._smallest = smallest
         # Enough clusters open to keep the busiest model's workers fed, and no more: each open cluster past the
         # decision is paid for and not used by it.
         self.lookahead = max(1, math.ceil(workers / max(1, smallest)))
@@ -222,6 +225,16 @@ class DecisionGate:
             return position in self.dispatched
         self.dispatched.add(position)
         return True
+
+    def widen(self, workers: int) -> None:
+        """A model may now have `workers` calls in flight: open enough clusters to keep them fed (until the
+        decision, past which the lookahead no longer matters and its record stays as it was)."""
+        if self.decided_at is not None:
+            return
+        wider = max(1, math.ceil(workers / max(1, self._smallest)))
+        if wider > self.lookahead:
+            self.lookahead = wider
+            self._wake()
 
     def close(self) -> None:
         """Dispatch no more: every waiting `admit` returns False."""

@@ -12,7 +12,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from engine.base.hosts import is_loopback_url
 from engine.base.yaml import FileKind, load_yaml_file
 from engine.errors import Diagnostic
 from engine.local.registry import entry_defaults, is_scripted
@@ -165,12 +164,6 @@ def _no_room(data: dict[str, Any], positions: Any, file: str) -> list[Diagnostic
     return out
 
 
-# Calls in flight for a model whose entry sets no `concurrency`: a server on this machine serves a few at a time
-# (its own slots), where a hosted API's rate-limit budget paces the calls, so its ceiling is left high.
-LOCAL_CONCURRENCY = 8
-HOSTED_CONCURRENCY = 64
-
-
 def _config(name: str, spec: dict[str, Any]) -> ModelConfig:
     builtin = spec.get("builtin")
     if builtin:   # an embedded model's own floor, timeout and concurrency, for the keys the entry leaves out
@@ -180,7 +173,6 @@ def _config(name: str, spec: dict[str, Any]) -> ModelConfig:
     price = spec.get("price") or {}
     base_urls = tuple(spec.get("base_urls") or ())
     base_url = spec.get("base_url") or (base_urls[0] if base_urls else None)
-    default_concurrency = LOCAL_CONCURRENCY if builtin or is_loopback_url(base_url) else HOSTED_CONCURRENCY
     return ModelConfig(
         name=name,
         model=spec.get("model") or builtin or name,
@@ -189,7 +181,7 @@ def _config(name: str, spec: dict[str, Any]) -> ModelConfig:
         api_key_env=spec.get("api_key_env"),
         api_key_header=spec.get("api_key_header"),
         api_key_query=spec.get("api_key_query"),
-        concurrency=int(spec.get("concurrency", default_concurrency)),
+        concurrency=_int_or_none(spec.get("concurrency")),
         timeout_s=float(spec.get("timeout_s", 120.0)),
         connect_timeout_s=float(spec.get("connect_timeout_s", 10.0)),
         max_retries=int(spec.get("max_retries", 2)),

@@ -430,9 +430,10 @@ _MODEL = {
                                          "(e.g. `key`) instead of a header; never write the key into base_url.",
                           "examples": ["key"]},
         "concurrency": {"type": "integer", "minimum": 1, "maximum": MAX_CONCURRENCY,
-                        "description": "Calls in flight at most: a ceiling, the rate limit paces the calls "
-                                       "(default 8 for a server on this machine, 64 for a hosted API, 1 for an "
-                                       "embedded builtin model)."},
+                        "description": "Calls in flight at most: a hard ceiling under which the engine finds "
+                                       "the number itself (it grows while the throughput does and shrinks on "
+                                       "overloads); the rate limit paces the calls. Default: no ceiling but the "
+                                       "engine's own; 1 for an embedded builtin model."},
         "timeout_s": {"type": "number", "exclusiveMinimum": 0, "maximum": MAX_TIMEOUT_S,
                       "description": "Time limit of each try, in seconds (default 120; 60 for an embedded builtin "
                                      "model); a try that runs out "

@@ -14,6 +14,7 @@ from engine.agent.openai_caller import OpenAICaller
 from engine.base.yaml import load_yaml_text
 from engine.client.openai import OpenAIClient, RequestSettings
 from engine.client.session import Sessions
+from engine.client.window import Window
 from engine.errors import ConfigError
 from engine.model.agent import AgentSettings
 from engine.model.model_config import ModelConfig
@@ -328,7 +329,7 @@ async def test_the_concurrency_slot_is_held_per_model_call_not_across_tool_delay
             return Turn(tool_calls=[{"name": "get_time", "arguments": {"city": messages[0]["content"]}}])
         return Turn(content="done")
 
-    slot = asyncio.Semaphore(1)
+    slot = Window(1)   # one call in flight at most
     async with ScriptedServer(planner) as server:
         model = ModelConfig(name="m", model="agent-1", base_url=server.base_url, timeout_s=10.0)
         async with Sessions(64) as sessions:
@@ -337,7 +338,8 @@ async def test_the_concurrency_slot_is_held_per_model_call_not_across_tool_delay
             async def one(city: str) -> Transcript:
                 test = Test(suite="s", id=city, file="s.yaml", line=1, messages=({"role": "user", "content": city},),
                             prompt=city, eval=None)
-                caller = OpenAICaller(client, model, test, RequestSettings(), tools=[TOOLS["get_time"]], slots=slot)
+                caller = OpenAICaller(client, model, test, RequestSettings(), tools=[TOOLS["get_time"]],
+                                      dispatch=slot)
                 return await run_conversation(caller, test.messages, offered("get_time"))
 
             first, second = await asyncio.gather(one("Oslo"), one("Bergen"))
@@ -346,7 +348,7 @@ async def test_the_concurrency_slot_is_held_per_model_call_not_across_tool_delay
     # Oslo's first call, then Bergen's first call while Oslo's 0.2 s tool runs, then both second calls
     assert order[:2] == [("Oslo", 1), ("Bergen", 1)]
     assert sorted(order[2:]) == [("Bergen", 3), ("Oslo", 3)]
-    assert slot._value == 1
+    assert slot.held == 0 and slot.size == 1
 
 
 async def test_the_final_answer_as_an_answer_evaluators_take() -> None:

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import heapq
+import importlib.util
+import math
 import random
 from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
 
 import pytest
 from multidict import CIMultiDict
@@ -81,26 +86,31 @@ def test_the_rate_a_limit_implies(limit: Limit, rate: float | None) -> None:
     assert limit.rate() == (None if rate is None else pytest.approx(rate))
 
 
-# (capacity, rate, level, [(now, cost)]) -> each reservation's wait
+# (capacity, rate, level, [(now, cost)]) -> each try's wait, each taken once it has waited
 @pytest.mark.parametrize("capacity, rate, level, steps, waits", [
     (5, 1.0, 5, [(0, 1)] * 5, [0, 0, 0, 0, 0]),                 # a full bucket's burst goes at once
-    (5, 1.0, 5, [(0, 1)] * 7, [0, 0, 0, 0, 0, 1, 2]),           # then one a second, in the order asked
-    (5, 2.0, 0, [(0, 1), (0, 1), (1, 1)], [0.5, 1.0, 0.5]),     # refilled while the clock runs
-    (5, 1.0, 0, [(10, 1)], [0]),                                # refilled, but never past the capacity
+    (5, 1.0, 5, [(0, 1)] * 7, [0, 0, 0, 0, 0, 1, 1]),           # then one a second
+    (5, 2.0, 0, [(0, 1), (0, 1), (2, 1)], [0.5, 0.5, 0]),       # refilled while the clock runs
+    (5, 1.0, 0, [(10, 5), (10, 1)], [0, 1]),                    # refilled, but never past the capacity
     (100, 10.0, 100, [(0, 150)], [0]),                          # a cost past the capacity costs the capacity
     (100, 10.0, 0, [(0, 150)], [10]),
 ])
-def test_bucket_reservations(capacity: float, rate: float, level: float, steps: list[tuple[float, float]],
-                             waits: list[float]) -> None:
+def test_bucket_waits(capacity: float, rate: float, level: float, steps: list[tuple[float, float]],
+                      waits: list[float]) -> None:
     bucket = Bucket(capacity=capacity, rate=rate, level=level, at=0.0)
-    assert [bucket.reserve(cost, now) for now, cost in steps] == [pytest.approx(w) for w in waits]
+    got = []
+    for now, cost in steps:
+        at = max(now, bucket.at)
+        got.append(bucket.wait_for(cost, at))
+        bucket.take(cost, at + got[-1])
+    assert got == [pytest.approx(w) for w in waits]
 
 
 def test_bucket_refund_and_lowering() -> None:
-    bucket = Bucket(capacity=4, rate=1.0, level=0, at=0.0)
-    assert bucket.reserve(1, 0.0) == pytest.approx(1.0)
+    bucket = Bucket(capacity=4, rate=1.0, level=1, at=0.0)
+    bucket.take(1, 0.0)
     bucket.refund(1, 0.0)
-    assert bucket.level == pytest.approx(0.0)
+    assert bucket.level == pytest.approx(1.0)
     bucket.refill(10.0)
     assert bucket.level == 4
     bucket.lower_to(1.5, 10.0)
@@ -159,65 +169,84 @@ def _server_headers(limit: int, remaining: float, rate: float) -> CIMultiDict[st
                         "x-ratelimit-reset-requests": f"{(limit - remaining) / rate:.3f}s"})
 
 
-def test_a_budget_paces_to_the_published_rate_over_a_simulated_run() -> None:
-    """A simulated server (burst 20, 20 a second, 0.3 s latency) and a budget: few refusals, near the bound."""
-    clock = Clock()
-    budget = Budget(clock=clock, wall=lambda: NOW)
-    server_level, server_at, rate, limit = 20.0, 0.0, 20.0, 20
-    refused = sent = 0
-    pending: list[tuple[float, ratelimit.Ticket, int, CIMultiDict[str]]] = []
-    rng = random.Random(3)
-    calls_left, in_flight_cap, last_done = 200, 8, 0.0
-    while calls_left or pending:
-        # send while fewer than the cap are in flight (as the runner's workers do)
-        while calls_left and len(pending) < in_flight_cap:
-            ticket = budget.reserve(70)
-            at = clock.now + ticket.wait
-            server_level = min(limit, server_level + (at - server_at) * rate)
-            server_at = at
-            sent += 1
-            if server_level >= 1:
-                server_level -= 1
-                status = 200
-            else:
-                status, refused = 429, refused + 1
-            pending.append((at + 0.3 * rng.uniform(0.7, 1.3), ticket, status,
-                            _server_headers(limit, server_level, rate)))
-            calls_left -= 1 if status == 200 else 0
-            pending.sort(key=lambda p: p[0])
-            if ticket.wait:
-                break   # this worker waits; the others go on after their answers
-        done_at, ticket, status, headers = pending.pop(0)
-        clock.now = max(clock.now, done_at)
-        last_done = clock.now
-        budget.observe(ticket, status, headers)
-    bound = (200 - limit) / rate + 0.3
-    assert refused <= 0.02 * sent
-    assert last_done <= 1.15 * bound
+def _send(budget: Budget, clock: Clock, tokens: float = 10) -> ratelimit.Ticket:
+    """A try let through once the pace allows it (the clock moves to then), its request written."""
+    clock.now += budget.wait_s(tokens)
+    ticket = budget.grant(tokens)
+    budget.written(ticket)
+    return ticket
 
 
-def test_aimd_halves_on_a_429_and_adds_back_on_success() -> None:
+def test_a_refusal_where_nothing_is_published_lowers_the_rate_and_successes_bring_it_back() -> None:
     clock = Clock()
     budget = Budget(clock=clock, wall=lambda: NOW)
     tickets = []
     for i in range(10):                      # ten calls a second, unpaced: nothing is known yet
         clock.now = i * 0.1
-        tickets.append(budget.reserve(10))
-        assert tickets[-1].wait == 0
+        tickets.append(budget.grant(10))
+        budget.written(tickets[-1])
+        assert budget.wait_s(10) == 0
     budget.observe(tickets[-1], 429, CIMultiDict())
-    halved = budget.request_rate()
-    assert halved is not None and 4 <= halved <= 6
-    budget.observe(tickets[-2], 429, CIMultiDict())   # sent before the decrease: the same congestion, not halved again
-    assert budget.request_rate() == halved
-    for _ in range(20):
-        budget.observe(budget.reserve(10), 200, CIMultiDict())
-    grown = budget.request_rate()
-    assert grown is not None and grown > halved
+    lowered = budget.request_rate()
+    assert lowered is not None and lowered == pytest.approx(ratelimit.BACKOFF * 10, rel=0.15)
+    budget.observe(tickets[-2], 429, CIMultiDict())   # sent before the decrease: the same refusal, not lowered again
+    assert budget.request_rate() == lowered
+    rates = []
+    for _ in range(200):                     # successes at the pace: the rate climbs back, slowly at first
+        budget.observe(_send(budget, clock), 200, CIMultiDict())
+        rates.append(budget.request_rate() or math.inf)
+    assert rates == sorted(rates) and rates[0] < 10 and rates[-1] > 10
+
+
+def _headers(limit: float, remaining: float, reset_s: float) -> CIMultiDict[str]:
+    return CIMultiDict({"x-ratelimit-limit-requests": str(int(limit)),
+                        "x-ratelimit-remaining-requests": str(int(remaining)),
+                        "x-ratelimit-reset-requests": f"{reset_s:.3f}s"})
+
+
+def test_a_429_while_the_headers_claim_room_lowers_the_pace_under_the_published_ceiling() -> None:
+    """The headers publish 20 a second with room left, yet the server refuses: the 429 is the truth, the pace
+    drops under the published rate (multiplicatively), climbs back while calls succeed, never above it."""
+    clock = Clock()
+    budget = Budget(clock=clock, wall=lambda: NOW)
+    for i in range(5):                       # replies that spread (remaining, reset): the bucket is fitted
+        ticket = _send(budget, clock)
+        budget.observe(ticket, 200, _headers(1200, 1199 - i, (1 + i) / 20))
+    published = budget.request_rate()
+    assert published == pytest.approx(20 * ratelimit.RATE_MARGIN, rel=0.05)
+    for _ in range(8):
+        ticket = _send(budget, clock)
+        clock.now += 0.01
+    budget.observe(ticket, 429, _headers(1200, 1100, 5.0))   # refused with 1,100 said to be left
+    lowered = budget.request_rate()
+    assert lowered is not None and lowered <= ratelimit.BACKOFF * published * 1.2
+    rates = []
+    for _ in range(600):
+        budget.observe(_send(budget, clock), 200, CIMultiDict())
+        rates.append(budget.request_rate() or math.inf)
+    assert rates == sorted(rates) and rates[0] < published
+    assert rates[-1] == pytest.approx(published)   # back to the published rate: a ceiling, not passed
+
+
+def test_a_per_minute_limit_beside_a_one_second_bucket_paces_to_the_bucket() -> None:
+    """`limit` counts a minute while `remaining` and `reset` count the one-second bucket that binds: a single
+    reply's (limit - remaining) / reset is 23,620 a second, but the pace takes no more than the bucket holds."""
+    clock = Clock()
+    budget = Budget(clock=clock, wall=lambda: NOW)
+    assert budget.probe() is True
+    budget.observe(_send(budget, clock), 200, _headers(1200, 19, 0.05))
+    rate = budget.request_rate()
+    assert rate is not None and rate <= 20
+    sent_at_once = 0
+    while budget.wait_s(10) == 0:
+        _send(budget, clock)
+        sent_at_once += 1
+    assert sent_at_once <= 19
 
 
 def test_one_refused_call_tells_no_rate() -> None:
     budget = Budget(clock=Clock(), wall=lambda: NOW)
-    budget.observe(budget.reserve(10), 429, CIMultiDict())
+    budget.observe(budget.grant(10), 429, CIMultiDict())
     assert budget.request_rate() is None
 
 
@@ -228,18 +257,24 @@ def test_a_declared_limit_paces_from_the_start_and_the_lowest_wins() -> None:
     budget.declare(RateLimit(requests_per_minute=1200, tokens_per_minute=6000))
     assert budget.request_rate() == pytest.approx(10.0 * ratelimit.RATE_MARGIN)   # a little under the declared
     tokens = 100.0 * ratelimit.RATE_MARGIN     # a second's tokens at once, then a 50-token call each half second
-    waits = [budget.reserve(50).wait for _ in range(4)]
-    assert waits == [0] + [pytest.approx((50 * n - tokens) / tokens) for n in (2, 3, 4)]
+    waits = []
+    for _ in range(4):
+        waits.append(budget.wait_s(50))
+        _send(budget, clock, 50)
+    assert waits == [0, pytest.approx((100 - tokens) / tokens), pytest.approx(50 / tokens), pytest.approx(50 / tokens)]
 
 
-def test_a_cancelled_ticket_gives_its_place_back() -> None:
-    budget = Budget(clock=Clock(), wall=lambda: NOW)
+def test_a_try_never_sent_gives_its_cost_back() -> None:
+    clock = Clock()
+    budget = Budget(clock=clock, wall=lambda: NOW)
     budget.declare(RateLimit(requests_per_minute=60))
-    budget.reserve(1)
-    second = budget.reserve(1)
-    assert second.wait == pytest.approx(1.0 / ratelimit.RATE_MARGIN)
-    budget.cancel(second)
-    assert budget.reserve(1).wait == pytest.approx(1.0 / ratelimit.RATE_MARGIN)
+    budget.grant(1)
+    second = budget.grant(1)
+    rate = ratelimit.RATE_MARGIN
+    assert budget.wait_s(1) == pytest.approx(2 / rate)
+    budget.returned(second)
+    budget.returned(second)                    # once only
+    assert budget.wait_s(1) == pytest.approx(1 / rate)
 
 
 @pytest.mark.parametrize("status, rate_limited", [(429, True), (503, True), (529, True), (500, False), (408, False)])
@@ -270,7 +305,7 @@ def test_past_the_deadline_the_error_says_so() -> None:
 def test_the_first_call_goes_alone_until_a_reply_or_a_declared_limit_tells_the_limits() -> None:
     budget = Budget()
     assert [budget.probe(), budget.probe(), budget.probe()] == [True, None, None]   # one goes, the rest wait
-    budget.observe(budget.reserve(1), 200, {})   # its reply, whatever it says
+    budget.observe(budget.grant(1), 200, {})   # its reply, whatever it says
     assert budget.heard.is_set() and budget.probe() is False
     failed = Budget()
     assert failed.probe() is True
@@ -279,3 +314,97 @@ def test_the_first_call_goes_alone_until_a_reply_or_a_declared_limit_tells_the_l
     declared = Budget()
     declared.declare(RateLimit(requests_per_minute=60))
     assert declared.probe() is False              # a declared limit paces from the first call
+
+
+def _server_module() -> Any:
+    spec = importlib.util.spec_from_file_location("ratelimit_server", SERVER)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+SERVER = Path(__file__).resolve().parents[2] / "bench" / "ratelimit_server.py"
+LATENCY_S = 0.3
+
+
+class Simulated:
+    """A run over a simulated clock: `slots` calls in flight at most, each waiting its turn at the budget (first
+    come, first served) and retried after a 429 once the server's `retry-after` has passed; the server is
+    bench/ratelimit_server.py's limits (the same buckets and headers as the real one), answering after 0.3 s +-30%.
+    """
+
+    def __init__(self, server_args: list[str], *, slots: int = 64, cost: int = 22, seed: int = 3) -> None:
+        self.clock = Clock()
+        self.budget = Budget(clock=self.clock, wall=lambda: NOW)
+        module = _server_module()
+        self.limits = module.Limits(module.parse(server_args))
+        for bucket, _ in self.limits._buckets():
+            bucket.at = 0.0
+        self.slots, self.cost = slots, cost
+        self.rng = random.Random(seed)
+        self.sent = self.refused = 0
+        self.first_sent: float | None = None
+        self.last_answer = 0.0
+
+    def run(self, calls: int) -> None:
+        ready: list[float] = [0.0] * min(self.slots, calls)        # when each waiting call may go (retry-after)
+        left = calls - len(ready)
+        replies: list[tuple[float, int, ratelimit.Ticket, int, dict[str, str]]] = []   # a heap, by time
+        order = 0
+        while ready or replies:
+            send_at = math.inf
+            if ready and (self.budget.heard.is_set() or not replies):   # the first call goes alone
+                ready.sort()
+                send_at = max(ready[0], self.clock.now + self.budget.wait_s(self.cost))
+            if replies and replies[0][0] <= send_at:
+                at, _, ticket, status, headers = heapq.heappop(replies)
+                self.clock.now = max(self.clock.now, at)
+                self.budget.observe(ticket, status, headers)
+                if status == 200:
+                    self.last_answer = self.clock.now
+                    if left:
+                        left -= 1
+                        ready.append(self.clock.now)
+                continue
+            self.clock.now = max(self.clock.now, send_at)
+            if self.budget.wait_s(self.cost) > 1e-9:
+                continue   # the pace changed at this instant: look again
+            ready.pop(0)
+            ticket = self.budget.grant(self.cost)
+            self.budget.written(ticket)
+            self.first_sent = self.clock.now if self.first_sent is None else self.first_sent
+            self.sent += 1
+            wait = self.limits.wait_for(self.cost, self.clock.now)
+            if wait > 0:
+                self.refused += 1
+                headers = self.limits.headers()
+                heapq.heappush(replies, (self.clock.now + 0.01, order, ticket, 429, headers))
+                ready.append(self.clock.now + 0.01 + wait)
+            else:
+                self.limits.take(self.cost)
+                heapq.heappush(replies, (self.clock.now + LATENCY_S * self.rng.uniform(0.7, 1.3), order, ticket,
+                                         200, self.limits.headers()))
+            order += 1
+
+    def serving_s(self) -> float:
+        return self.last_answer - (self.first_sent or 0.0)
+
+
+def _bound(calls: int, rps: float, tps: float | None = None, cost: int = 22) -> float:
+    """The least time the limit allows: past the first second's burst, the rest at the rate, plus a reply."""
+    by_requests = (calls - rps) / rps
+    by_tokens = (calls * cost - tps) / tps if tps else 0.0
+    return max(by_requests, by_tokens) + LATENCY_S
+
+
+@pytest.mark.parametrize("headers", ["bucket", "minute-limit", "per-minute"])
+@pytest.mark.parametrize("tps", [None, 330.0])
+def test_a_budget_meets_the_limit_that_binds_whatever_the_headers_say(headers: str, tps: float | None) -> None:
+    """400 calls at 20 requests a second (or 15 by a token limit), 64 slots: headers that count the one-second bucket
+    against a per-minute limit, or a per-minute bucket over a per-second enforcement, are corrected by the 429s."""
+    server = ["--rps", "20", "--headers", headers] + (["--tps", str(tps)] if tps else [])
+    sim = Simulated(server)
+    sim.run(400)
+    assert sim.refused <= 0.02 * sim.sent, (sim.refused, sim.sent)
+    assert sim.serving_s() <= 1.15 * _bound(400, 20.0, tps), (sim.serving_s(), _bound(400, 20.0, tps))

@@ -27,7 +27,7 @@ def make_model(base_url: str, name: str = "m", **fields: Any) -> ModelConfig:
                        timeout_s=fields.pop("timeout_s", 5.0), **fields)
 
 
-async def run_jobs(run_dir: Path, models: list[ModelConfig], tests: list[Test], *, concurrency: int = 8,
+async def run_jobs(run_dir: Path, models: list[ModelConfig], tests: list[Test], *, concurrency: int | None = 8,
                    repeat: int | None = None, max_cost: float | None = None, rows_per_part: int = 5000,
                    replace_errors: bool = False, only_errors: bool = False) -> RunStats:
     run_dir.mkdir(parents=True, exist_ok=True)

@@ -81,7 +81,7 @@ def test_an_empty_or_tagged_models_file_is_named_as_a_models_file(tmp_path: Path
                            "(only plain YAML values are); remove it")
 
 
-def test_concurrency_is_a_high_ceiling_for_a_hosted_api_and_low_for_a_local_server(tmp_path: Path) -> None:
+def test_concurrency_is_left_to_the_engine_unless_an_entry_sets_it(tmp_path: Path) -> None:
     path = tmp_path / "models.yaml"
     path.write_text(
         "models:\n"
@@ -94,7 +94,7 @@ def test_concurrency_is_a_high_ceiling_for_a_hosted_api_and_low_for_a_local_serv
     models, problems = load_models(path)
     assert problems == []
     assert {name: m.concurrency for name, m in models.items()} == {
-        "hosted": 64, "local": 8, "named-local": 8, "ipv6-local": 8, "replicas": 8, "set": 3}
+        "hosted": None, "local": None, "named-local": None, "ipv6-local": None, "replicas": None, "set": 3}
 
 
 def test_an_embedded_entry_gets_a_floor_timeout_and_concurrency_fit_for_a_cpu(tmp_path: Path) -> None:
@@ -112,4 +112,4 @@ models:
     assert settings == {"plain": ({"max_tokens": 64}, 60.0, 1),
                         "tuned": ({"max_tokens": 64, "temperature": 0}, 5.0, 2),
                         "own-floor": ({"max_tokens": 16}, 60.0, 1),
-                        "served": ({}, 120.0, 8)}
+                        "served": ({}, 120.0, None)}
