@@ -20,6 +20,7 @@ from dataclasses import replace
 from typing import Any
 
 from engine.agent.loop import Offered, run_conversation
+from engine.agent.mcp.sandboxed import SandboxedStart
 from engine.agent.mcp.servers import McpServers
 from engine.client.openai import CallResult
 from engine.errors import ClientError, McpServerError
@@ -135,15 +136,19 @@ async def _replay_with_servers(test: Test, workspace: Workspace | None = None) -
     tools: dict[str, Offered] = dict(test.agent_tools)
     if workspace is not None and test.workspace is not None:
         tools.update(bind_tools(test.workspace.tools, workspace))
+    sandboxed = SandboxedStart(workspace) if workspace is not None else None
     try:
-        async with McpServers().tools_for(test.mcp, taken=tools,
-                                          cwd=workspace.root if workspace is not None else None) as offered:
+        async with McpServers().tools_for(test.mcp, taken=tools, cwd=workspace.root if workspace is not None else None,
+                                          sandbox_argv=sandboxed) as offered:
             tools.update(offered)
             test = replace(test, tools=test.tools + tuple(tool.definition for tool in offered.values()))
             return test, await replay_golden(test.golden_turns, test.messages, tools, test.agent,
                                              state=test.initial_state)
     except McpServerError as exc:
         return test, Transcript((), (), (), "error", dict(test.initial_state), str(exc))
+    finally:
+        if sandboxed is not None:
+            sandboxed.close()
 
 
 @contextlib.contextmanager

@@ -34,6 +34,7 @@ from typing import Any
 from engine.agent.context import budget_for, trim_counts
 from engine.agent.golden import GoldenCaller
 from engine.agent.loop import run_conversation
+from engine.agent.mcp.sandboxed import SandboxedStart
 from engine.agent.mcp.servers import McpServers
 from engine.agent.openai_caller import OpenAICaller
 from engine.client.openai import CallResult, OpenAIClient, PreparedRequest, RequestSettings, prepare
@@ -115,10 +116,13 @@ async def run_agent_job(*, client: OpenAIClient, model: ModelConfig, test: Test,
             tools.update(bind_tools(test.workspace.tools, workspace))
         servers = merge_servers(test.mcp, model.mcp)
         if servers:
+            sandboxed = SandboxedStart(workspace) if workspace is not None else None
+            if sandboxed is not None:
+                stack.callback(sandboxed.close)
             try:   # the servers' tools, listed when they start; one that does not start is an error row
                 offered = await stack.enter_async_context((mcp or McpServers()).tools_for(
                     servers, taken=tools, cwd=workspace.root if workspace is not None else None,
-                    sandbox_argv=None))
+                    sandbox_argv=sandboxed))
             except McpServerError as exc:
                 return _setup_failed(run_id, model, test, attempt, request, started_us,
                                      ClientError(str(exc), kind=McpServerError.kind))

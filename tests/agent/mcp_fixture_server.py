@@ -89,7 +89,8 @@ def _raw() -> None:
                 continue
             if name == "whoami":
                 text = json.dumps({"env": sorted(os.environ), "home": os.environ.get("HOME"), "cwd": os.getcwd(),
-                                   "greeting": os.environ.get("GREETING"), "pid": os.getpid()})
+                                   "greeting": os.environ.get("GREETING"), "pid": os.getpid(), "uid": os.getuid(),
+                                   "sees": os.path.exists(os.environ.get("PROBE") or "/nonexistent")})
             else:
                 status = ORDERS.get(str(args.get("order_id")))
                 text = json.dumps({"order_id": args.get("order_id"), "status": status})

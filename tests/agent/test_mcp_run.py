@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -276,3 +277,55 @@ def test_a_models_file_server_serves_every_conversation_of_that_model_by_its_sco
     assert df["passed"].all() and len(df) == 6
     pids = {json.loads(transcript[2]["content"])["pid"] for transcript in df["transcript"]}
     assert len(pids) == (1 if scope == "run" else 6)
+
+
+BOXED_SUITE = """\
+suite: boxed
+defaults:
+  agent: {{max_turns: 3}}
+  eval: {{contains: pid}}
+tests:
+  - id: boxed
+    prompt: "TASK whoami: who?"
+    workspace: {{files: {{server.py: {source}}}}}
+    mcp: {{name: fixture, command: [{system_python}, server.py, raw], env: {{PROBE: {probe}}}, sandbox: true,
+          timeout_s: 60}}
+  - id: private-install
+    prompt: "TASK whoami: who?"
+    workspace: {{files: {{server.py: {source}}}}}
+    mcp: {{name: fixture, command: [{python}, server.py, raw], sandbox: true, timeout_s: 60}}
+  - id: unboxed
+    prompt: "TASK whoami: who?"
+    workspace: {{files: {{server.py: {source}}}}}
+    mcp: {{name: fixture, command: [{python}, server.py, raw], env: {{PROBE: {probe}}}, timeout_s: 60}}
+"""
+
+
+def test_a_sandboxed_server_runs_as_the_workspaces_uid_and_sees_only_the_workspace(tmp_path: Path) -> None:
+    from engine.harness.isolation import isolation_report
+
+    level = isolation_report().level
+    if not level.startswith("bwrap") or not level.endswith("uid"):
+        pytest.skip(f"needs bubblewrap and a private uid (this machine: {level})")
+    source = json.dumps(FIXTURE.read_text(encoding="utf-8"))
+    probe = Path(__file__).resolve()   # a file of the engine's checkout: on this machine, not in the sandbox
+    system_python = shutil.which("python3", path="/usr/bin:/bin")
+    if system_python is None:
+        pytest.skip("needs the system's python3 (/usr/bin), which every sandbox shows")
+    suite = BOXED_SUITE.format(source=source, python=sys.executable, system_python=system_python, probe=probe)
+    with scripted_server_thread(model) as server:
+        df = _run(tmp_path, suite, server.base_url)
+    assert df.loc["boxed"]["outcome"] == "completed", df.loc["boxed"]["error_message"]
+    boxed = json.loads(df.loc["boxed"]["transcript"][2]["content"])
+    unboxed = json.loads(df.loc["unboxed"]["transcript"][2]["content"])
+    assert df.loc["boxed"]["passed"] and df.loc["unboxed"]["passed"]
+    assert unboxed["uid"] == os.getuid() and unboxed["sees"] is True
+    assert boxed["uid"] != os.getuid() and boxed["sees"] is False, boxed
+    assert boxed["cwd"].endswith("/work") and unboxed["cwd"].endswith("/work")   # each attempt's workspace
+    assert set(boxed["env"]) <= {"HOME", "PATH", "PROBE", "LC_CTYPE"}
+    private = df.loc["private-install"]
+    interpreter = Path(os.path.realpath(sys.executable))
+    if any(not folder.stat().st_mode & 0o001 for folder in interpreter.parents):   # e.g. a Python under /root
+        assert private["error_kind"] == "mcp" and "cannot be read by the sandbox's own user" in private["error_message"]
+    else:
+        assert private["passed"], private["error_message"]
