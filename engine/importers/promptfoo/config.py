@@ -19,6 +19,7 @@ from typing import Any
 from engine.errors import ConfigError
 from engine.importers.promptfoo.files import SCRIPTS, Files, Where, file_ref
 from engine.importers.promptfoo.js import js_json, js_string
+from engine.importers.promptfoo.mcp import mcp_servers
 
 __all__ = ["MODEL_NAME", "Config", "Note", "Prompt", "one_line", "slug"]
 
@@ -90,6 +91,7 @@ class Config:
         self.data: Mapping[str, Any] = _dereferenced(self.root.data, self.root.data, path)
         self.notes: list[Note] = []
         self._noted: set[tuple[Path, int | None, str]] = set()
+        self.mcp_models: list[str] = []   # the imported models whose provider carries MCP servers
 
     def note(self, where: Where, message: str) -> None:
         message = one_line(message)
@@ -256,8 +258,15 @@ class Config:
             params.setdefault("max_tokens", 1024)
         if params:
             model["params"] = params
+        if "mcp" in config:   # its MCP servers: the model's `mcp:` (the suites' tests then run as conversations)
+            servers = mcp_servers(config["mcp"], name, lambda message: self.note(where, message))
+            if servers:
+                model["mcp"] = servers
+                self.mcp_models.append(name)
+                self.note(where, f"provider {name}: its MCP servers are offered in conversations, so every imported "
+                                 "test runs as one (`defaults: {agent: {max_turns: 8}}`) until the model answers")
         left = sorted(str(k) for k in config if k not in (*_PARAMS, "apiBaseUrl", "apiHost", "apiKey",
-                                                           "apiKeyEnvar"))
+                                                           "apiKeyEnvar", "mcp"))
         if left:
             self.note(where, f"provider {name}: config {', '.join(left)} not imported; set the equivalent under "
                              "`params:` in models.yaml if the server takes it")

@@ -258,10 +258,15 @@ class _Builder:
             label = labels[number - 1]
             suite_name = name if len(prompts) == 1 else \
                 f"{name}-{label[:40].strip('-.') if label and labels.count(label) == 1 else number}"
-            suite = {"suite": suite_name,
-                     "description": f"Imported from {config.path.name} by `engine import promptfoo`"
-                                    + (f" (prompt {prompt.label[:60]})" if len(prompts) > 1 else "") + ".",
-                     "tests": suites[number - 1]}
+            suite: dict[str, Any] = {
+                "suite": suite_name,
+                "description": f"Imported from {config.path.name} by `engine import promptfoo`"
+                               + (f" (prompt {prompt.label[:60]})" if len(prompts) > 1 else "") + "."}
+            if config.mcp_models:
+                # A model with MCP servers calls their tools in a conversation (promptfoo's providers call them
+                # inside one answer): every test runs as one, to the model's answer.
+                suite["defaults"] = {"agent": {"max_turns": 8}}
+            suite["tests"] = suites[number - 1]
             if not suite["tests"]:
                 config.note(prompt.where, f"prompt {prompt.label!r}: no test could be imported for it; no suite "
                                           "written")
