@@ -250,15 +250,17 @@ def _call_key(call: ToolCall) -> str:
 
 async def _answer_turn(turn: int, calls: Sequence[ToolCall], tools: Mapping[str, Offered], state: dict[str, Any],
                        clock: Callable[[], float], origin: float) -> tuple[list[ToolEvent], Outcome | None]:
-    """Answer one turn's calls: resolved in call order (each sees the state the previous ones left),
-    then their delays waited out concurrently; the events come back in call order, with the outcome the
+    """Answer one turn's calls: resolved in call order (each sees the state the previous ones left; a built-in's
+    or an MCP server's answer is awaited there, one call after another), then the declared delays waited out
+    concurrently; the events come back in call order, with the outcome the
     first call that ends the conversation names (a workspace's `finish`, `ask_human`), or None."""
     resolved: list[tuple[ToolStatus, ToolAnswer | BuiltinAnswer]] = []
-    spans: list[tuple[float, float] | None] = []   # a built-in's own run time (it acts while resolved)
+    spans: list[tuple[float, float] | None] = []   # a built-in's or an MCP server's own time (it acts while resolved)
     for call in calls:
         begun = clock() - origin
         status, answer = await _resolve(call, tools, state)
-        spans.append((begun, clock() - origin) if isinstance(answer, BuiltinAnswer) else None)
+        acted = isinstance(answer, BuiltinAnswer) or isinstance(tools.get(call.name), McpTool)
+        spans.append((begun, clock() - origin) if acted and status not in ("invented", "bad_args") else None)
         state.update(answer.state_changes)
         resolved.append((status, answer))
     ended = next((cast(Outcome, answer.ends) for _, answer in resolved
