@@ -18,3 +18,11 @@ MAX_RETRIES = 100
 MAX_TIMEOUT_S = 86_400.0
 MAX_RESPONSE_MB = 4096.0
 DEFAULT_RESPONSE_MB = 32.0
+
+#: Suite files over this size are refused unless the setting below raises the limit: a suite's values, with the
+#: position of each, are held while the file is checked (from ~5x the file's size for long prompts to ~90x for
+#: short case rows written in the file).
+DEFAULT_SUITE_MB = 5.0
+#: The environment variable that sets the suite file limit, in MB (a suite's case rows in a `cases_from:` file
+#: are read a row at a time and need no limit).
+SUITE_MB_SETTING = "ENGINE_MAX_SUITE_MB"

@@ -10,8 +10,8 @@ where the positions are recorded and the safety rules live:
 - any other tag (`!!python/object`, `!!binary`, custom `!tags`) is refused;
 - duplicate mapping keys are errors, and so are merge keys (`<<`) except in files of a kind that reads them
   (another tool's config: `FileKind.merge_keys`); nesting deeper than `MAX_DEPTH` is refused;
-- the file size is capped (`MAX_BYTES`) and aliases are counted while building values, so a billion-laughs
-  file is refused long before it is expanded;
+- the file size is capped (`MAX_BYTES`; a suite file's cap is a setting, `ENGINE_MAX_SUITE_MB`) and aliases are
+  counted while building values, so a billion-laughs file is refused long before it is expanded;
 - every value's position is recorded in `Positions`, keyed by its path (`("tests", 3, "eval")`).
 
 The loader knows no file format: a `FileKind` passed in names the file in its messages ("not allowed in
@@ -20,6 +20,8 @@ harness files"), and the default keeps the suite's words.
 
 from __future__ import annotations
 
+import math
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,10 +38,11 @@ from ruamel.yaml.scanner import Scanner
 from ruamel.yaml.tag import Tag
 
 from engine.base.diagnostic import Diagnostic
+from engine.base.limits import DEFAULT_SUITE_MB, SUITE_MB_SETTING
 from engine.base.positions import START, Entry, Path_, Positions, at
 
 __all__ = ["MAX_BYTES", "SUITE_FILE", "FileKind", "LoadedYaml", "Positions", "load_yaml_file", "load_yaml_text",
-           "yaml_hint"]
+           "size_limit", "yaml_hint"]
 
 MAX_BYTES = 5 * 1024 * 1024
 MAX_DEPTH = 100   # nesting of lists and mappings: far past any suite, and safe for every recursive reader after
@@ -60,18 +63,43 @@ class FileKind:
     Args:
         noun: What the file is, as in "not allowed in {noun} files" (`suite`, `harness`, `models`).
         empty: What an empty file should hold: "a suite needs at least `suite:` and `tests:`".
-        too_big: The fix for a file over `MAX_BYTES`: "split it into several suites".
+        too_big: The fix for a file over its size limit: "split it into several suites".
         merge_keys: Read YAML merge keys (`<<: *base`, the keys of the mapping(s) it names, the mapping's own
             keys winning), as another tool's files may use them; off for the engine's own files.
+        setting: The environment variable that sets the size limit of this kind of file, in MB (None: `MAX_BYTES`).
+        default_mb: The limit when the setting is not set.
     """
 
     noun: str
     empty: str
     too_big: str
     merge_keys: bool = False
+    setting: str | None = None
+    default_mb: float = MAX_BYTES / (1024 * 1024)
 
 
-SUITE_FILE = FileKind("suite", "a suite needs at least `suite:` and `tests:`", "split it into several suites")
+SUITE_FILE = FileKind("suite", "a suite needs at least `suite:` and `tests:`",
+                      "split it into several suites, or move its case rows to a `cases_from:` file (read a row at a "
+                      "time)", setting=SUITE_MB_SETTING, default_mb=DEFAULT_SUITE_MB)
+
+
+def size_limit(kind: FileKind) -> tuple[int, str | None]:
+    """(the largest file of `kind` read, in bytes; what is wrong with its setting, or None).
+
+    A setting that is not a positive number of MB is a problem, and the default limit holds.
+    """
+    default = int(kind.default_mb * 1024 * 1024)
+    raw = os.environ.get(kind.setting, "").strip() if kind.setting else ""
+    if not raw:
+        return default, None
+    try:
+        megabytes = float(raw)
+    except ValueError:
+        megabytes = math.nan
+    if not (math.isfinite(megabytes) and megabytes > 0):
+        return default, (f"{kind.setting}={raw[:40]} is not a size in MB; set it to a positive number such as "
+                         f"{kind.setting}=50, or unset it for the default {kind.default_mb:g} MB")
+    return int(megabytes * 1024 * 1024), None
 
 
 class _Refused(Exception):
@@ -398,7 +426,7 @@ def _first_tab(source: str, line: int, col: int) -> tuple[int, int]:
 
 
 def load_yaml_file(path: Path, file: str | None = None, *, kind: FileKind = SUITE_FILE) -> LoadedYaml:
-    """Read and parse a YAML file, refusing files over `MAX_BYTES` and text that is not UTF-8.
+    """Read and parse a YAML file, refusing files over the size limit (`size_limit`) and text that is not UTF-8.
 
     Args:
         path: The file to read.
@@ -406,12 +434,17 @@ def load_yaml_file(path: Path, file: str | None = None, *, kind: FileKind = SUIT
         kind: How the messages name the file (default: a suite file).
     """
     name = file if file is not None else str(path)
+    limit, problem = size_limit(kind)
+    if problem is not None:
+        return LoadedYaml(None, Positions(), [Diagnostic(name, 0, 0, problem)])
     try:
         size = path.stat().st_size
-        if size > MAX_BYTES:
+        if size > limit:
+            setting = (f" ({kind.setting}); {kind.too_big}, or raise the limit: {kind.setting}="
+                       f"{math.ceil(size / (1024 * 1024))}" if kind.setting else f": {kind.too_big}")
             return LoadedYaml(None, Positions(), [Diagnostic(
-                name, 1, 1, f"the file is {size / 1e6:.1f} MB; {kind.noun} files are limited to "
-                            f"{MAX_BYTES // (1024 * 1024)} MB: {kind.too_big}")])
+                name, 1, 1, f"the file is {size / (1024 * 1024):.1f} MB; {kind.noun} files are limited to "
+                            f"{limit / (1024 * 1024):g} MB{setting}")])
         raw = path.read_bytes()
     except OSError as exc:
         return LoadedYaml(None, Positions(), [Diagnostic(name, 0, 0, f"cannot read the file: {exc.strerror}")])

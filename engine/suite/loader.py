@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from engine.base.yaml import MAX_BYTES, load_yaml_file
+from engine.base.yaml import SUITE_FILE, load_yaml_file, size_limit
 from engine.errors import Diagnostic
 from engine.evaluators import score
 from engine.model.test import Suite
@@ -59,7 +59,7 @@ def _looks_like_suite(path: Path) -> bool:
     A file over the size limit is not read here at all: it counts, so loading refuses it by its size.
     """
     try:
-        if path.stat().st_size > MAX_BYTES:
+        if path.stat().st_size > size_limit(SUITE_FILE)[0]:
             return True
         with path.open("r", encoding="utf-8", errors="replace") as handle:
             for line in handle:

@@ -1,4 +1,4 @@
-"""Input limits: templates on a size and time budget, big files refused by size."""
+"""Input limits: templates on a size and time budget, big files refused by size (a suite file's limit a setting)."""
 
 from __future__ import annotations
 
@@ -85,5 +85,39 @@ def test_a_huge_yaml_in_a_folder_is_refused_by_size_without_being_read(tmp_path:
     monkeypatch.setattr(Path, "open", spy)
     suites, diagnostics = load_suites([folder])
     assert [s.id for s in suites] == ["ok"]
-    assert any("big.yaml" in str(d) and "314.6 MB" in str(d) and "limited to 5 MB" in str(d) for d in diagnostics)
+    assert any("big.yaml" in str(d) and "300.0 MB" in str(d) and "limited to 5 MB" in str(d)
+               and "ENGINE_MAX_SUITE_MB" in str(d) for d in diagnostics)
     assert "big.yaml" not in opened
+
+
+def _big_suite(folder: Path, megabytes: float) -> Path:
+    """A suite file of about `megabytes` MB: 1,000 tests with long prompts."""
+    filler = "x" * int(megabytes * 1024 * 1024 / 1000)
+    path = folder / "big.yaml"
+    path.write_text("suite: big\ntests:\n" + "".join(f"  - id: t{i}\n    prompt: \"{i} {filler}\"\n"
+                                                         "    eval: {contains: ok}\n" for i in range(1000)))
+    return path
+
+
+def test_a_suite_file_over_the_limit_names_the_setting_that_raises_it(tmp_path: Path) -> None:
+    from tests.run.e2e import engine
+
+    path = _big_suite(tmp_path, 6)
+    refused = engine("validate", str(path))
+    assert refused.returncode == 1
+    assert "limited to 5 MB (ENGINE_MAX_SUITE_MB)" in refused.stderr + refused.stdout
+    assert "ENGINE_MAX_SUITE_MB=7" in refused.stderr + refused.stdout   # the size that would let it in
+    read = engine("validate", str(path), env={"ENGINE_MAX_SUITE_MB": "7"})
+    assert read.returncode == 0, read.stdout + read.stderr
+    assert "1000 tests" in read.stdout + read.stderr
+
+
+@pytest.mark.parametrize("value", ["lots", "0", "-3", "nan", "inf"])
+def test_a_suite_size_setting_that_is_no_size_is_an_error_naming_it(tmp_path: Path, value: str,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "s.yaml").write_text("suite: s\ntests:\n  - id: a\n    prompt: hi\n")
+    monkeypatch.setenv("ENGINE_MAX_SUITE_MB", value)
+    suites, diagnostics = load_suites([tmp_path / "s.yaml"])
+    assert suites == []
+    [problem] = diagnostics
+    assert f"ENGINE_MAX_SUITE_MB={value} is not a size in MB" in problem.message

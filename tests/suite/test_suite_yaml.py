@@ -88,7 +88,7 @@ def test_honest_anchor_reuse_is_fine() -> None:
 
 
 def test_file_size_limit(tmp_path: Path, monkeypatch) -> None:
-    monkeypatch.setattr(suite_yaml, "MAX_BYTES", 100)
+    monkeypatch.setenv("ENGINE_MAX_SUITE_MB", str(100 / 1024 / 1024))
     path = tmp_path / "big.yaml"
     path.write_text("a: " + "x" * 200 + "\n", encoding="utf-8")
     [diag] = load_yaml_file(path).diagnostics
