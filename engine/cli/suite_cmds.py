@@ -15,6 +15,8 @@ import typer
 from engine.cli.app import app, import_app  # noqa: F401
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from engine.model.test import Test
     from engine.model.verdict import Verdict
 
@@ -98,8 +100,9 @@ def validate(
     checked = len(files)
     from engine.suite.conversation import uncallable_choices
     from engine.suite.models_file import raised_max_tokens
+    from engine.suite.stored_tests import definition_samples, joined, keys_of
 
-    loaded = [t for s in suites for t in s.tests]
+    loaded = joined(s.tests for s in suites)   # read as each check needs: the tests are not held at once
     if models:
         configs, model_problems = load_models(models)
         diagnostics.extend(model_problems)
@@ -115,8 +118,8 @@ def validate(
     if not no_start:
         diagnostics.extend(_check_mcp_servers(loaded, [server for config in configs.values()
                                                        for server in config.mcp]))
-    diagnostics.extend(raised_max_tokens(loaded, configs.values(), which=which))
-    diagnostics.extend(uncallable_choices(loaded, configs.values(), which=which))
+    diagnostics.extend(raised_max_tokens(keys_of(loaded), configs.values(), which=which))
+    diagnostics.extend(uncallable_choices(definition_samples(loaded), configs.values(), which=which))
     tests = sum(len(s.tests) for s in suites)
     code = _print_diagnostics(diagnostics, checked, tests)
     if judges:
@@ -124,10 +127,12 @@ def validate(
     raise typer.Exit(code)
 
 
-def _check_mcp_servers(tests: list[Test], model_servers: list[Any]) -> list[Any]:
+def _check_mcp_servers(tests: Sequence[Test], model_servers: list[Any]) -> list[Any]:
     """Each MCP server started once, its tools listed, the checks' tool names looked up (engine.agent.mcp.check);
     nothing is imported when no test or model declares a server."""
-    if not model_servers and not any(test.mcp for test in tests):
+    from engine.suite.stored_tests import definition_samples
+
+    if not model_servers and not any(test.mcp for test in definition_samples(tests)):   # a definition's setting
         return []
     from engine.agent.mcp.check import check_servers
 
@@ -165,6 +170,7 @@ def list_tests(
     from engine._gc import tuned_gc
     from engine.suite import load_suites
     from engine.suite.loader import expand_paths
+    from engine.suite.stored_tests import keys_of
 
     missing = _missing_paths(list(paths))
     if missing:
@@ -182,9 +188,10 @@ def list_tests(
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
     for row in rows:
         print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=False)) + "  " + row[-1])
-    variants = {t.variant for s in suites for t in s.tests if t.variant}
+    keys = [key for s in suites for key in keys_of(s.tests)]   # without reading each test again
+    variants = {t.variant for t in keys if t.variant}
     if variants:   # the matrix size: each test runs once per variant (and per model and repeat)
-        distinct = len({(t.suite, t.id, t.case_index) for s in suites for t in s.tests})
+        distinct = len({(t.suite, t.id, t.case_index) for t in keys})
         print(f"{len(rows) - 1} tests to run: {distinct} tests x {len(variants)} variants")
     errors = [d for d in diagnostics if d.severity == "error"]
     if diagnostics:

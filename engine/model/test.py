@@ -7,9 +7,9 @@ Nothing here does I/O.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from engine.base.jsontext import dumps_unicode
 from engine.model.agent import AgentSettings, GoldenTurn
@@ -133,12 +133,41 @@ class Test:
         return out
 
 
+class TestKey(Protocol):
+    """What names a test, says how often it runs and where it is written, without its messages: what resuming,
+    sharding, filtering, the manifest and `engine validate`'s notes read of every test. A Test is one;
+    engine.suite.stored_tests reads one without rebuilding the Test."""
+
+    @property
+    def suite(self) -> str: ...
+    @property
+    def id(self) -> str: ...
+    @property
+    def hash(self) -> str: ...
+    @property
+    def case_index(self) -> int | None: ...
+    @property
+    def variant(self) -> str | None: ...
+    @property
+    def repeat(self) -> int: ...
+    @property
+    def agent(self) -> AgentSettings | None: ...
+    @property
+    def tags(self) -> tuple[str, ...]: ...
+    @property
+    def file(self) -> str: ...
+    @property
+    def line(self) -> int: ...
+    @property
+    def max_tokens(self) -> int | None: ...
+
+
 @dataclass(frozen=True)
 class Suite:
-    """A loaded, validated suite file."""
+    """A loaded, validated suite file; `tests` is an engine.suite.stored_tests.TestSet when the loader made it."""
 
     id: str
     file: str
     description: str = ""
     tags: tuple[str, ...] = ()
-    tests: tuple[Test, ...] = ()
+    tests: Sequence[Test] = ()

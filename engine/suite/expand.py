@@ -6,7 +6,7 @@ named evaluators exist) happen here, while expanding; each problem becomes a Dia
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -34,11 +34,16 @@ from engine.suite.suite_tools import SuiteTools
 from engine.suite.variable_checks import VariableChecks
 from engine.workspace.spec import builtin_definition, compile_workspace, hashed_block, split_tools
 
-__all__ = ["NO_EVALUATOR", "Expander"]
+__all__ = ["NO_EVALUATOR", "Expander", "RowEvaluator"]
 
 #: A test with neither `eval:` nor `defaults.eval` would be scored by nothing; it is refused with both fixes.
 NO_EVALUATOR = ("this test has no evaluator, so nothing would check its answers; add an `eval:` (docs/evaluators.md), "
                 "or write `eval: {none: true}` to record its answers unscored")
+
+#: The empty state and tools of every single-turn test: one object, so the rows of a definition share all their
+#: settings by identity (engine.suite.stored_tests keeps them once). Never written to; a plain dict, as a test
+#: is pickled into a scoring process.
+_NOTHING: Mapping[str, Any] = {}
 
 # An agent test's settings: limits, initial state, the merged `agent:` block (hashed), offered tools compiled,
 # its workspace (None: no workspace), its MCP servers.
@@ -70,6 +75,19 @@ class _Frame:
     api_names: dict[str, str]
 
 
+@dataclass(frozen=True, slots=True)
+class RowEvaluator:
+    """Compiles one case row's evaluator from its test's spec (a spec with templates) and the row's variables:
+    the loader's compile, run again when a test is read back from its `TestStore`."""
+
+    judge_prompt: JudgePrompt | None
+
+    def __call__(self, spec: Any, variables: Mapping[str, Any]) -> Node:
+        # What the evaluator's templates see: `golden` always there (None without one); only read.
+        seen = variables if "golden" in variables else {**variables, "golden": None}
+        return compile_spec(with_judge_prompt(spec, self.judge_prompt), seen)
+
+
 class Expander(SuiteTools):
     """Turns one schema-valid suite mapping into Tests, checking meaning on the way."""
 
@@ -86,12 +104,14 @@ class Expander(SuiteTools):
         self.agent_tools: dict[str, Tool] = {}
         self._api_names: dict[str, str] = {}   # tool key -> the name the API sees (tools with a `name:`)
         self.judge_prompt = self._judge_prompt(data.get("judge_prompt"))
+        self.row_evaluator = RowEvaluator(self.judge_prompt)
         self._suite_dir_text = str(suite_dir)
         self._offered_tools: dict[tuple[str, ...], tuple[tuple[dict[str, Any], ...], str]] = {}
         self._suite_tags: tuple[str, ...] | None = None   # the suite's and the defaults' tags, for tests without
         self._suite_mcp: tuple[McpServerSpec, ...] = ()
 
-    def expand(self, skip: set[int]) -> list[Test]:
+    def expand(self, skip: set[int]) -> Iterator[Test]:
+        """The suite's tests, one at a time as they are expanded (a million case rows are never held at once)."""
         self._check_tools()
         for problem in api_name_problems(self.tools):
             self.report.error(problem.path, problem.message, key=problem.key)
@@ -107,22 +127,13 @@ class Expander(SuiteTools):
         if default_eval is not None and not has_template(default_eval):
             self._default_node = self._compile(default_eval, ("defaults", "eval"), {})
         self._check_tool_names(self.defaults.get("tools", ()), ("defaults", "tools"))
-        tests: list[Test] = []
         first_line: dict[str, int] = {}
         for index, raw in enumerate(self.data.get("tests") or ()):
             if index in skip or not isinstance(raw, dict):
                 continue
-            expanded = list(self._expand_test(raw, ("tests", index), default_eval))
-            raw_id = raw.get("id")
-            if (not expanded and isinstance(raw_id, str) and "cases" not in raw and "cases_from" not in raw
-                    and "{" not in raw_id):
-                # A test with its own errors still claims its id, so a clash is reported in the same pass.
-                if raw_id in first_line:
-                    self.report.error(("tests", index, "id"), f"duplicate test id '{raw_id}' (first used on "
-                                      f"line {first_line[raw_id]}); test ids must be unique within a suite")
-                else:
-                    first_line[raw_id] = self.report.positions.of(("tests", index))[0]
-            for test in expanded:
+            expanded = False
+            for test in self._expand_test(raw, ("tests", index), default_eval):
+                expanded = True
                 if test.id in first_line:
                     where = ("tests", index, "id") if test.case_index is None else ("tests", index, "cases",
                                                                                      test.case_index)
@@ -137,14 +148,22 @@ class Expander(SuiteTools):
                                       f"{first_line[test.id]}); test ids must be unique within a suite")
                     continue
                 first_line[test.id] = test.line
-                tests.append(test)
-        return tests
+                yield test
+            raw_id = raw.get("id")
+            if (not expanded and isinstance(raw_id, str) and "cases" not in raw and "cases_from" not in raw
+                    and "{" not in raw_id):
+                # A test with its own errors still claims its id, so a clash is reported in the same pass.
+                if raw_id in first_line:
+                    self.report.error(("tests", index, "id"), f"duplicate test id '{raw_id}' (first used on "
+                                      f"line {first_line[raw_id]}); test ids must be unique within a suite")
+                else:
+                    first_line[raw_id] = self.report.positions.of(("tests", index))[0]
 
     # -- one test -----------------------------------------------------------------------------------------
     def _setting(self, raw: Mapping[str, Any], key: str, default: Any = None) -> Any:
         return raw[key] if key in raw else self.defaults.get(key, default)
 
-    def _expand_test(self, raw: dict[str, Any], path: tuple[Any, ...], default_eval: Any) -> list[Test]:
+    def _expand_test(self, raw: dict[str, Any], path: tuple[Any, ...], default_eval: Any) -> Iterator[Test]:
         report = self.report
         errors_before = len(report.diagnostics)
         tools_at = path + ("tools",) if "tools" in raw else ("defaults", "tools")
@@ -186,7 +205,7 @@ class Expander(SuiteTools):
         if agent is None or workspace is None:
             self._check_conversation_kinds(spec, eval_path, agent is not None)
         if not tools_ok or any(d.severity == "error" for d in report.diagnostics[errors_before:]):
-            return []
+            return
         tools, shared_json = self._offered(tuple(tool_names))
         tools_json: str | None = shared_json
         if workspace is not None:
@@ -198,14 +217,12 @@ class Expander(SuiteTools):
         if spec is not None and not has_template(spec):
             node = self._default_node if spec is default_eval else self._compile(spec, eval_path, {})
             if node is None:
-                return []   # its problems are reported (a broken default once, at `defaults:`)
-        out: list[Test] = []
+                return   # its problems are reported (a broken default once, at `defaults:`)
         frame = self._frame(raw, path, spec, node, eval_path, tools, tools_json, system, line, agent, choice)
         for row_index, row in enumerate(cases):
             test = self._one(frame, row, row_index if row is not None else None)
             if test is not None:
-                out.append(test)
-        return out
+                yield test
 
     def _check_conversation_kinds(self, spec: Any, eval_path: tuple[Any, ...], agent: bool) -> None:
         """A check that reads a conversation on a single-turn test, or `failed_commands` on a test without a
@@ -346,10 +363,13 @@ class Expander(SuiteTools):
             return []
         return open_cases(raw["cases_from"], path + ("cases_from",), self.report, self.suite_dir) or []
 
-    def _compile(self, spec: Any, eval_path: tuple[Any, ...], variables: Mapping[str, Any],
-                 where: str = "") -> Node | None:
-        """The compiled tree; each node's problem (a bad option, a failed template) becomes an error at it."""
-        node = compile_spec(with_judge_prompt(spec, self.judge_prompt), variables)
+    def _compile(self, spec: Any, eval_path: tuple[Any, ...], variables: Mapping[str, Any]) -> Node | None:
+        """The compiled tree of a spec shared by a test's rows; None when it has problems (reported)."""
+        return self._checked(compile_spec(with_judge_prompt(spec, self.judge_prompt), variables), eval_path)
+
+    def _checked(self, node: Node, eval_path: tuple[Any, ...], where: str = "") -> Node | None:
+        """`node`, or None when it has problems: each node's problem (a bad option, a failed template) becomes an
+        error at it."""
         if node.problem is None and not node.children:
             return node   # the usual leaf: nothing to walk
         problems = [(node_path, n.problem) for node_path, n in node.walk() if n.problem is not None]
@@ -412,9 +432,7 @@ class Expander(SuiteTools):
             return None   # an image part's problem (reported at the image)
         spec, node = frame.spec, frame.node
         if spec is not None and node is None:
-            # What the evaluator's templates see: `golden` always there (None without one); only read.
-            seen = variables if "golden" in variables else {**variables, "golden": None}
-            node = self._compile(spec, frame.eval_path, seen, where)
+            node = self._checked(self.row_evaluator(spec, variables), frame.eval_path, where)
             if node is None:
                 return None
         golden_turns: tuple[GoldenTurn, ...] = ()
@@ -429,7 +447,7 @@ class Expander(SuiteTools):
         del hashed_vars["test_id"], hashed_vars["suite"]
         digest = frame.hasher.digest(messages=messages, prompt=prompt, variables=hashed_vars,
                                      messages_json=messages_json)
-        agent_fields: dict[str, Any] = {}
+        agent_fields: dict[str, Any] = {"initial_state": _NOTHING, "agent_tools": _NOTHING}
         if agent is not None:
             agent_fields = {"agent": agent[0], "initial_state": agent[1], "golden_turns": golden_turns,
                             "agent_tools": agent[3], "workspace": agent[4], "mcp": agent[5]}

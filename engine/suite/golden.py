@@ -15,10 +15,10 @@ from engine.errors import Diagnostic
 from engine.evaluators.markers import UNSCORED
 from engine.evaluators.record import RUN_ONLY
 from engine.model.answer import Answer
-from engine.model.test import Suite, Test
+from engine.model.test import Test
 from engine.model.verdict import Verdict
 
-__all__ = ["check_goldens"]
+__all__ = ["ConversationCheck", "GoldenCheck"]
 
 _EPSILON = 1e-9
 
@@ -48,76 +48,90 @@ def _column(file: str, line: int) -> int:
 ConversationCheck = Callable[[Test], Verdict | None]   # None: this golden is not replayed (left unchecked)
 
 
-def check_goldens(suites: list[Suite], score: Callable[[Test, Answer], Verdict],
-                  conversation: ConversationCheck | None = None) -> list[Diagnostic]:
-    """Score `Answer.from_golden(test.golden)` for every test that has a golden and an evaluator.
+class GoldenCheck:
+    """The golden self-check of one suite, test by test as the loader expands them (no test is read twice).
+
+    `see(test)` scores `Answer.from_golden(test.golden)` for a test that has a golden and an evaluator;
+    `diagnostics()` is then the suite's warning about checks no golden can judge, and an error per test whose
+    golden does not pass (`Verdict.passed`: the root's own threshold, else the test's; `must` gates) or gets an
+    error verdict. Tests whose tree holds a model-graded evaluator (`judge`) are left out: grading calls a model.
 
     Args:
-        suites: Loaded suites.
         score: The run's scoring function (`engine.evaluators.score`), handed in by the loader.
         conversation: Scores an agent test's golden conversation; None leaves agent goldens unchecked.
-
-    Tests whose tree holds a model-graded evaluator (`judge`) are left out: grading calls a model.
-
-    Returns:
-        An error per test whose golden does not pass (`Verdict.passed`: the root's own threshold, else the
-        test's; `must` gates) or gets an error verdict.
     """
-    out: list[Diagnostic] = []
-    for suite in suites:
-        checked: set[tuple[str, int | None]] = set()   # a test's variants share its golden and evaluator
-        out.extend(_needs_a_run(suite))
-        for test in suite.tests:
-            if test.golden is None or test.eval is None or (test.evaluator is not None
-                                                            and test.evaluator.kind == UNSCORED):
-                continue   # no golden, or nothing to check it by (`none: true` records answers unscored)
-            if test.variant is not None:
-                if (test.id, test.case_index) in checked:
-                    continue
-                checked.add((test.id, test.case_index))
-            if test.agent is not None and conversation is None:
-                continue
-            if test.evaluator is not None and test.evaluator.is_async:
-                # A model-graded tree (`judge`) cannot grade the golden without calling a model; validate
-                # calls none (checking judges against labels is an opt-in command of its own).
-                continue
-            try:
-                if test.agent is not None and conversation is not None:
-                    # An agent test's golden is a conversation: replayed through the loop, not one answer.
-                    replayed = conversation(test)
-                    if replayed is None:
-                        continue
-                    verdict = replayed
-                else:
-                    verdict = score(test, Answer.from_golden(test.golden))
-            except Exception as exc:  # noqa: BLE001 - score() promises not to raise; a bug must not hide the others
-                out.append(_problem(test, f"the golden check crashed: {type(exc).__name__}: {exc}"))
-                continue
-            if verdict.error:
-                out.append(_problem(test, f"its evaluator could not judge the golden answer: {verdict.reason}"))
-            elif not verdict.passed:
-                out.append(_problem(test, _why(test, verdict)))
-    return out
+
+    def __init__(self, score: Callable[[Test, Answer], Verdict], conversation: ConversationCheck | None = None) -> None:
+        self._score = score
+        self._conversation = conversation
+        self._checked: set[tuple[str, int | None]] = set()   # a test's variants share its golden and evaluator
+        self._run_only = _RunOnly()
+        self._problems: list[Diagnostic] = []
+
+    def see(self, test: Test) -> None:
+        """Check `test`'s golden (a problem is kept for `diagnostics`)."""
+        self._run_only.see(test)
+        if test.golden is None or test.eval is None or (test.evaluator is not None
+                                                        and test.evaluator.kind == UNSCORED):
+            return   # no golden, or nothing to check it by (`none: true` records answers unscored)
+        if test.variant is not None:
+            if (test.id, test.case_index) in self._checked:
+                return
+            self._checked.add((test.id, test.case_index))
+        conversation = self._conversation
+        if test.agent is not None and conversation is None:
+            return
+        if test.evaluator is not None and test.evaluator.is_async:
+            # A model-graded tree (`judge`) cannot grade the golden without calling a model; validate
+            # calls none (checking judges against labels is an opt-in command of its own).
+            return
+        try:
+            if test.agent is not None and conversation is not None:
+                # An agent test's golden is a conversation: replayed through the loop, not one answer.
+                replayed = conversation(test)
+                if replayed is None:
+                    return   # this golden is not replayed (left unchecked)
+                verdict = replayed
+            else:
+                verdict = self._score(test, Answer.from_golden(test.golden))
+        except Exception as exc:  # noqa: BLE001 - score() promises not to raise; a bug must not hide the others
+            self._problems.append(_problem(test, f"the golden check crashed: {type(exc).__name__}: {exc}"))
+            return
+        if verdict.error:
+            self._problems.append(_problem(test, f"its evaluator could not judge the golden answer: {verdict.reason}"))
+        elif not verdict.passed:
+            self._problems.append(_problem(test, _why(test, verdict)))
+
+    def diagnostics(self) -> list[Diagnostic]:
+        """What the tests seen so far found: the run-only warning first, then each failing golden."""
+        return self._run_only.warning() + self._problems
 
 
-def _needs_a_run(suite: Suite) -> list[Diagnostic]:
-    """One warning per suite naming the checks no golden can judge (they read what a run records): the golden
-    check scores them as neutral, the run scores them."""
-    kinds: dict[str, None] = {}
-    first: Test | None = None
-    for test in suite.tests:
-        found = [node.kind for _, node in test.evaluator.walk()
-                 if node.kind in RUN_ONLY] if test.evaluator is not None and test.golden is not None else []
+class _RunOnly:
+    """The checks of a suite no golden can judge (they read what a run records), seen test by test: one warning
+    per suite names them; the golden check scores them as neutral, the run scores them."""
+
+    def __init__(self) -> None:
+        self.kinds: dict[str, None] = {}
+        self.first: Test | None = None
+
+    def see(self, test: Test) -> None:
+        if test.evaluator is None or test.golden is None:
+            return
+        found = [node.kind for _, node in test.evaluator.walk() if node.kind in RUN_ONLY]
         if found:
-            first = first or test
-            kinds.update(dict.fromkeys(found))
-    if first is None:
-        return []
-    names = ", ".join(f"`{kind}`" for kind in kinds)
-    return [Diagnostic(first.file, first.line, _column(first.file, first.line),
-                       f"{names} cannot be checked without a run (they read what the run records: served model, "
-                       "finish reason, usage, times, cost); the goldens are checked without them, the run "
-                       "scores them", severity="warning")]
+            self.first = self.first or test
+            self.kinds.update(dict.fromkeys(found))
+
+    def warning(self) -> list[Diagnostic]:
+        first = self.first
+        if first is None:
+            return []
+        names = ", ".join(f"`{kind}`" for kind in self.kinds)
+        return [Diagnostic(first.file, first.line, _column(first.file, first.line),
+                           f"{names} cannot be checked without a run (they read what the run records: served model, "
+                           "finish reason, usage, times, cost); the goldens are checked without them, the run "
+                           "scores them", severity="warning")]
 
 
 def _problem(test: Test, message: str) -> Diagnostic:

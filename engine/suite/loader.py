@@ -10,13 +10,14 @@ from pathlib import Path
 from typing import Any
 
 from engine.base.yaml import SUITE_FILE, load_yaml_file, size_limit
-from engine.errors import Diagnostic
+from engine.errors import Diagnostic, StorageError
 from engine.evaluators import score
 from engine.model.test import Suite
 from engine.suite.checks import Report
 from engine.suite.expand import Expander
-from engine.suite.golden import ConversationCheck, check_goldens
+from engine.suite.golden import ConversationCheck, GoldenCheck
 from engine.suite.schema import validate
+from engine.suite.stored_tests import TestSet, TestStore
 from engine.suite.variants import apply_variants
 
 __all__ = ["expand_paths", "load_suite_file", "load_suites"]
@@ -81,14 +82,16 @@ def load_suites(paths: list[str | Path], *, golden_check: bool = False,
             scored (`engine.agent.golden.score_golden_conversation`; the agent loop sits above this layer).
 
     Returns:
-        The suites without errors, and every diagnostic found in every file.
+        The suites without errors (their tests held compactly in one `TestStore`), and every diagnostic found in
+        every file (one whose tests could not be kept, their temporary file being full, has an error saying so).
     """
     files, diagnostics = expand_paths(paths)
     suites: list[Suite] = []
     first_file: dict[str, tuple[str, int]] = {}
+    store = TestStore()
     for path in files:
         suite, found, suite_line = load_suite_file(path, golden_check=golden_check,
-                                                   conversation_check=conversation_check)
+                                                   conversation_check=conversation_check, store=store)
         diagnostics.extend(found)
         if suite is None:
             continue
@@ -98,31 +101,26 @@ def load_suites(paths: list[str | Path], *, golden_check: bool = False,
                                           f"{other}:{other_line}; suite ids must be unique, rename one"))
             continue
         first_file[suite.id] = (suite.file, suite_line)
-        suites.append(suite)
-    if golden_check and suites:
-        # Suite by suite: a `cases_from` row's problem names its data file, not the suite's.
-        sound: list[Suite] = []
-        for suite in suites:
-            golden_problems = check_goldens([suite], score, conversation_check)
-            diagnostics.extend(golden_problems)
-            if not any(d.severity == "error" for d in golden_problems):
-                sound.append(suite)
-        suites = sound
+        if not any(d.severity == "error" for d in found):   # else a golden failed: the suite still claims its id
+            suites.append(suite)
     return suites, diagnostics
 
 
 def load_suite_file(path: Path, file: str | None = None, *, golden_check: bool = False,
-                    conversation_check: ConversationCheck | None = None) -> tuple[Suite | None, list[Diagnostic], int]:
+                    conversation_check: ConversationCheck | None = None,
+                    store: TestStore | None = None) -> tuple[Suite | None, list[Diagnostic], int]:
     """Load one suite file.
 
     Args:
         path: The file.
         file: The name used in diagnostics (default: the path as given).
-        golden_check: When the file has errors, still score the goldens of its sound tests, so every
-            problem in the file is reported in one pass (a sound file is checked by `load_suites`).
+        golden_check: Score each test's golden with its own evaluator as the test is expanded (the tests
+            without errors of a file with errors too, so every problem in the file is reported in one pass).
+        store: Where its tests are kept (default: a store of its own).
 
     Returns:
-        (the Suite or None when it has errors, its diagnostics, the line of its `suite:` key).
+        (the Suite or None when the file has errors, its diagnostics, the line of its `suite:` key). A suite
+        whose goldens fail is returned with their errors among its diagnostics (`load_suites` leaves it out).
     """
     name = file if file is not None else str(path)
     loaded = load_yaml_file(path, name)
@@ -141,22 +139,29 @@ def load_suite_file(path: Path, file: str | None = None, *, golden_check: bool =
         # Only tests with their own errors can be skipped; a broken shared section would mislead every test.
         return None, report.diagnostics, suite_line
     expander = Expander(data, report, path.parent)
+    store = store if store is not None else TestStore()
+    first = len(store)
+    golden = GoldenCheck(score, conversation_check) if golden_check else None
     try:
-        tests = expander.expand(skip={i for i in broken_sections if isinstance(i, int)})
-        tests = apply_variants(data, report, tests)
+        for test in apply_variants(data, report, expander.expand(skip={i for i in broken_sections
+                                                                        if isinstance(i, int)})):
+            if golden is not None:
+                golden.see(test)
+            store.add(test, expander.row_evaluator)
+    except StorageError as exc:   # the tests' temporary file: nothing is wrong with the suite
+        report.error((), str(exc))
+        return None, _dedupe(report.diagnostics), suite_line
     except Exception as exc:  # noqa: BLE001 - a bug here must still end in a message, never a traceback
         report.error((), f"internal error while checking this file ({type(exc).__name__}: {exc}); "
                          "please report it with this file attached")
         return None, _dedupe(report.diagnostics), suite_line
     _warn_number_traps(report, loaded.positions, data)
+    tests = TestSet(store, range(first, len(store)))
     suite = Suite(id=data.get("suite", ""), file=name, description=data.get("description", ""),
-                  tags=tuple(data.get("tags", ())), tests=tuple(tests))
-    if report.failed:
-        if golden_check and tests:
-            report.diagnostics.extend(check_goldens([suite], score, conversation_check))
-        return None, _dedupe(report.diagnostics), suite_line
-    report.diagnostics = _dedupe(report.diagnostics)
-    return suite, report.diagnostics, suite_line
+                  tags=tuple(data.get("tags", ())), tests=tests)
+    # After the file's own problems, in file order; a `cases_from` row's golden problem names its data file.
+    found = _dedupe(report.diagnostics) + (golden.diagnostics() if golden is not None else [])
+    return (None if report.failed else suite), found, suite_line
 
 
 def _dedupe(diagnostics: list[Diagnostic]) -> list[Diagnostic]:

@@ -17,7 +17,7 @@ from engine.errors import Diagnostic
 from engine.local.registry import entry_defaults, is_scripted
 from engine.model.mcp_server import McpServerSpec
 from engine.model.model_config import DEFAULT_MAX_TOKENS, ModelConfig, RateLimit, max_tokens_floor
-from engine.model.test import Test
+from engine.model.test import TestKey
 from engine.redact import looks_like_key, secret_query_names
 from engine.suite.mcp import compile_mcp
 from engine.suite.schema import validate
@@ -217,7 +217,7 @@ def _int_or_none(value: Any) -> int | None:
     return None if value is None else int(value)
 
 
-def raised_max_tokens(tests: Iterable[Test], models: Iterable[ModelConfig], *, which: str = "") -> list[Diagnostic]:
+def raised_max_tokens(tests: Iterable[TestKey], models: Iterable[ModelConfig], *, which: str = "") -> list[Diagnostic]:
     """A note for each suite file whose tests ask for fewer max_tokens than a model's floor sends them.
 
     The floor (`engine.model.model_config.max_tokens_floor`) only raises a test's value, so a reasoning model is never
@@ -225,7 +225,7 @@ def raised_max_tokens(tests: Iterable[Test], models: Iterable[ModelConfig], *, w
     and floor, at its first such test.
 
     Args:
-        tests: The loaded tests.
+        tests: The loaded tests, or their keys (`engine.suite.stored_tests.keys_of`).
         models: The models the tests would run on (scripted ones make no request and are left out).
         which: Words after the model names saying where they come from (" (the default embedded models)").
     """
@@ -235,7 +235,7 @@ def raised_max_tokens(tests: Iterable[Test], models: Iterable[ModelConfig], *, w
             by_floor.setdefault(max_tokens_floor(model), []).append(model.name)
     if not by_floor:
         return []
-    found: dict[tuple[str, int], tuple[int, int, int, Test]] = {}   # (file, floor) -> count, least, most, first
+    found: dict[tuple[str, int], tuple[int, int, int, TestKey]] = {}   # (file, floor) -> count, least, most, first
     for test in tests:
         asked = test.max_tokens
         if asked is None:

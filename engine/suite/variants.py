@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from engine.base.render import render
@@ -34,8 +34,8 @@ from engine.suite.hashing import canonical_json
 __all__ = ["apply_variants"]
 
 
-def apply_variants(data: Mapping[str, Any], report: Report, tests: list[Test]) -> list[Test]:
-    """Every test once per variant of the suite (the tests as they are when it has none).
+def apply_variants(data: Mapping[str, Any], report: Report, tests: Iterable[Test]) -> Iterator[Test]:
+    """Every test once per variant of the suite (the tests as they are when it has none), one at a time.
 
     Args:
         data: The suite mapping (schema-valid).
@@ -44,18 +44,17 @@ def apply_variants(data: Mapping[str, Any], report: Report, tests: list[Test]) -
     """
     variants: Mapping[str, Mapping[str, str]] = data.get("variants") or {}
     if not variants or not _check(variants, report):
-        return tests
-    out: list[Test] = []
+        yield from tests
+        return
     failed: set[tuple[str, str]] = set()
     for test in tests:
         for name, spec in variants.items():
             made = _one(test, name, spec)
             if isinstance(made, Test):
-                out.append(made)
+                yield made
             elif (name, made[0]) not in failed:   # the first test it fails for is enough to find it
                 failed.add((name, made[0]))
                 report.error(("variants", name, made[0]), made[1])
-    return out
 
 
 def _check(variants: Mapping[str, Mapping[str, str]], report: Report) -> bool:

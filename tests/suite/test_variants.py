@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from engine.evaluators import score
+from engine.model.answer import Answer
 from engine.results.rows import key_of_row, row_key
 from engine.suite import load_suites
 
@@ -47,7 +49,8 @@ def test_every_test_runs_under_each_variant_side_by_side(tmp_path: Path) -> None
     assert both.messages == ({"role": "system", "content": "You answer q-Ada."},
                              {"role": "user", "content": "Who is Ada? (be brief)"})
     assert cot.prompt == "Original system.\n\nThink step by step. Who is Ada?"
-    assert terse.case_index == 0 and terse.evaluator is cot.evaluator   # the test's own evaluator, shared
+    assert terse.case_index == 0 and terse.eval is cot.eval   # the test's own evaluator, shared
+    assert [score(t, Answer(text="Ada")).passed for t in (terse, cot)] == [True, True]
     # a conversation: the system message is added first, the last user turn is rewritten
     chat_terse, chat_cot = tests[3], tests[4]
     assert chat_terse.messages[0] == {"role": "system", "content": "Answer in one word."}
