@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from engine.evaluators.markers import is_unscored
 from engine.model.model_config import ModelConfig, cost_of
 from engine.model.scoring import Record
-from engine.model.test import Test
+from engine.model.test import Test, TestKey
 from engine.model.transcript import Transcript
 from engine.model.verdict import Verdict
 from engine.results.version import SCHEMA_VERSION
@@ -52,7 +52,7 @@ _VERSION_SUFFIX = re.compile(r"-(\d{4}-\d{2}-\d{2}|\d{8}|\d{4}|\d{3})$")
 _ALIAS_SUFFIX = re.compile(r"-(latest|0)$")
 
 
-def row_key(model: str, test: Test, attempt: int) -> str:
+def row_key(model: str, test: TestKey, attempt: int) -> str:
     """The identity of a row: (model, suite, test id, test hash, case, attempt[, variant]).
 
     Resume skips a key already in the journal; an edited test gets a new hash, so it runs again. The

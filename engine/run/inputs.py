@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import sys
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -26,9 +27,11 @@ def _err(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-def load_tests(invocation: Invocation) -> list[Test] | None:
+def load_tests(invocation: Invocation) -> Sequence[Test] | None:
+    """The selected tests of the suites (held compactly: engine.suite.stored_tests), or None when a suite has errors."""
     from engine.run.jobs import select_listed, select_tests
     from engine.suite import load_suites
+    from engine.suite.stored_tests import joined
 
     suites: list[Suite]
     suites, diagnostics = load_suites([Path(p) for p in invocation.paths])
@@ -38,7 +41,7 @@ def load_tests(invocation: Invocation) -> list[Test] | None:
     if errors:
         _err(f"{len(errors)} error(s) in the suites: nothing was run; fix them (see `engine validate`)")
         return None
-    tests = [test for suite in suites for test in suite.tests]
+    tests = joined(suite.tests for suite in suites)
     if not tests:
         raise EngineError(f"no tests found in {', '.join(invocation.paths)}")
     if invocation.filter_file:   # exactly the tests the file lists; --filter narrows them further
@@ -86,18 +89,23 @@ def load_models(invocation: Invocation) -> tuple[list[ModelConfig], dict[str, Mo
     return chosen, configs, defaults
 
 
-def judges(invocation: Invocation, tests: list[Test], configs: dict[str, ModelConfig],
+def judges(invocation: Invocation, tests: Sequence[Test], configs: dict[str, ModelConfig],
             defaults: dict[str, Any]) -> Any:
     """The judge models of the selected tests, resolved now: before any call is paid (UsageError, exit 2)."""
     from engine.client.judge import resolve_judges
+    from engine.suite.stored_tests import definition_samples
 
-    judges = resolve_judges(tests, configs, defaults.get("judge"),
+    judges = resolve_judges(definition_samples(tests, every_row_of=_MODEL_GRADED), configs, defaults.get("judge"),
                             invocation.models_file or "the default models (no --models file)",
                             embedding_default=defaults.get("embedding"))
     if judges is not None and invocation.max_retries is not None:
         judges = dataclasses.replace(judges, models={
             name: dataclasses.replace(m, max_retries=invocation.max_retries) for name, m in judges.models.items()})
     return judges
+
+
+#: The evaluators that name a model of their own (a judge, an embedding model), which `judges` resolves.
+_MODEL_GRADED = frozenset({"judge", "similar"})
 
 
 def api_keys(models: list[ModelConfig]) -> dict[str, str | None]:
@@ -122,7 +130,7 @@ def api_keys(models: list[ModelConfig]) -> dict[str, str | None]:
     return keys
 
 
-def isolation_notice(tests: list[Test]) -> None:
+def isolation_notice(tests: Iterable[Test]) -> None:
     """Say once, before any call, when the tests' programs (workspace commands, exec harnesses, python scorers:
     the evaluators that block because they run programs) get less than the sandbox's strongest level, and why.
 

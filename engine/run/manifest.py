@@ -7,18 +7,20 @@ import hashlib
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from engine.model.model_config import ModelConfig
 from engine.model.test import Test
 from engine.redact import mask_url, public_params
+from engine.suite.stored_tests import keys_of
 
 if TYPE_CHECKING:
     from engine.run.run_config import Invocation
 
 
-def build_manifest(invocation: Invocation, run_id: str, journal: Any, models: list[ModelConfig], tests: list[Test],
+def build_manifest(invocation: Invocation, run_id: str, journal: Any, models: list[ModelConfig], tests: Sequence[Test],
                    rows: int, errors: int, stopped: str | None, seconds: float,
                    until_decided: dict[str, Any] | None = None) -> dict[str, Any]:
     """The run's `_manifest.json`: what ran, from which suites (hashes, git), on which models (no credentials).
@@ -29,7 +31,7 @@ def build_manifest(invocation: Invocation, run_id: str, journal: Any, models: li
     from engine import __version__
 
     suites: dict[str, dict[str, Any]] = {}
-    for test in tests:
+    for test in keys_of(tests):
         entry = suites.setdefault(test.suite, {"file": test.file, "tests": 0, "hashes": []})
         entry["tests"] += 1
         entry["hashes"].append(test.hash)

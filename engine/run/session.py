@@ -18,6 +18,7 @@ import secrets
 import signal
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -155,7 +156,9 @@ def _run(invocation: Invocation, *, dry_run: bool, resume: Path | None, retry_er
         if until_decided is not None:
             _err("dry run: with --until-decided these are the most calls the run makes (it stops once decided)")
         return 0
-    inputs.isolation_notice(tests)
+    from engine.suite.stored_tests import definition_samples
+
+    inputs.isolation_notice(definition_samples(tests))   # a program-running check is one of a definition's kinds
 
     if journal is None:
         from engine.results import folder
@@ -248,7 +251,7 @@ def _settings(invocation: Invocation) -> Any:
                            stream=invocation.stream is not False)
 
 
-def _dry_run(models: list[ModelConfig], tests: list[Test], invocation: Invocation, shard: Shard | None) -> None:
+def _dry_run(models: list[ModelConfig], tests: Sequence[Test], invocation: Invocation, shard: Shard | None) -> None:
     from engine.client.openai import prepare
     from engine.results.rows import row_key
     from engine.run.jobs import attempts, runs_on
@@ -274,16 +277,18 @@ def _dry_run(models: list[ModelConfig], tests: list[Test], invocation: Invocatio
          "nothing was sent")
 
 
-def _matrix(tests: list[Test]) -> str:
+def _matrix(tests: Sequence[Test]) -> str:
     """" (N tests x V variants)" when the suites have variants, else ""."""
-    variants = {t.variant for t in tests if t.variant}
+    from engine.suite.stored_tests import keys_of
+
+    variants = {t.variant for t in keys_of(tests) if t.variant}
     if not variants:
         return ""
-    distinct = len({(t.suite, t.id, t.case_index) for t in tests})
+    distinct = len({(t.suite, t.id, t.case_index) for t in keys_of(tests)})
     return f" ({distinct} tests x {len(variants)} variants)"
 
 
-def _image_conflicts(tests: list[Test], models: list[ModelConfig]) -> bool:
+def _image_conflicts(tests: Sequence[Test], models: list[ModelConfig]) -> bool:
     """Print an error at each image a completions-API model would be sent; True when there is one."""
     from engine.suite.content_parts import completions_conflicts
 
@@ -335,13 +340,14 @@ def _point_latest(run_dir: Path) -> None:
 
 
 def _execute(invocation: Invocation, run_id: str, run_dir: Path, journal: Any, models: list[ModelConfig],
-             tests: list[Test], api_keys: dict[str, str | None], *, retry_errors: bool, quiet: bool,
+             tests: Sequence[Test], api_keys: dict[str, str | None], *, retry_errors: bool, quiet: bool,
              judges: Any = None, model_slots: Any = None, until_decided: UntilDecided | None = None) -> int:
     from engine.results.writer import ResultsWriter
     from engine.run.jobs import count_jobs, iter_jobs, runs_on
     from engine.run.progress import Progress, print_summary
     from engine.run.runner import SPARE_WORKERS, RunConfig, Runner
     from engine.run.shards import Shard, combine
+    from engine.suite.stored_tests import keys_of
 
     shard = Shard.parse(invocation.shard) if invocation.shard is not None else None
     writer = ResultsWriter(run_dir, journal)
@@ -365,7 +371,7 @@ def _execute(invocation: Invocation, run_id: str, run_dir: Path, journal: Any, m
             else:
                 models = _start_builtins(models, run_dir, servers)
             total = count_jobs(models, tests, invocation.repeat, skip=skip, only=only, shard=shard)
-            left_out = [(m.name, t.id) for m in models for t in tests if not runs_on(m, t)]
+            left_out = [(m.name, t.id) for m in models for t in keys_of(tests) if not runs_on(m, t)]
             if left_out:
                 names = sorted({name for name, _ in left_out})
                 agent_tests = len({test_id for _, test_id in left_out})

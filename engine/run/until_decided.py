@@ -30,16 +30,17 @@ from __future__ import annotations
 import asyncio
 import math
 import random
-from collections.abc import Collection, Iterable, Iterator
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from engine.base.sequential import DEFAULT_ALPHA, Decision, PairedBettingTest
 from engine.errors import UsageError
 from engine.model.model_config import ModelConfig
-from engine.model.test import Test
+from engine.model.test import Test, TestKey
 from engine.results.rows import key_of_row, row_key
 from engine.run.jobs import Job, attempts, runs_on
+from engine.suite.stored_tests import keys_of
 
 NAMES_KEPT = 1000   # "tests not run" listed by name in the manifest up to this many (the count is always there)
 #: The journal key of the option and its seed, so `--resume` rebuilds the same gate.
@@ -104,10 +105,10 @@ class UntilDecided:
 
 @dataclass
 class _Cluster:
-    """One test cluster: its tests, and what A and B still owe and have scored."""
+    """One test cluster: its tests (indexes into the gate's tests), and what A and B still owe and have scored."""
 
     key: tuple[str, str]
-    tests: list[Test]
+    tests: list[int]
     pending: dict[str, int] = field(default_factory=dict)          # model -> jobs not yet recorded
     scores: dict[str, dict[tuple[Any, ...], list[float]]] = field(default_factory=dict)   # model -> case -> scores
 
@@ -118,7 +119,7 @@ class _Cluster:
         return sum(paired) / len(paired) if paired else None
 
 
-def _case(test: Test) -> tuple[Any, ...]:
+def _case(test: TestKey) -> tuple[Any, ...]:
     return (test.id, test.case_index, test.variant, test.hash)
 
 
@@ -143,25 +144,27 @@ class DecisionGate:
             as the models' windows grow).
     """
 
-    def __init__(self, spec: UntilDecided, models: list[ModelConfig], tests: list[Test], repeat: int | None, *,
+    def __init__(self, spec: UntilDecided, models: list[ModelConfig], tests: Sequence[Test], repeat: int | None, *,
                  seed: int, concurrency: int) -> None:
         spec.check_models(models)
         self.spec = spec
         self.seed = seed
         self.models = models
         self.repeat = repeat
+        self._tests = tests
+        self._keys = keys = keys_of(tests)
         by_key: dict[tuple[str, str], _Cluster] = {}
-        for test in tests:
-            by_key.setdefault((test.suite, test.id), _Cluster((test.suite, test.id), [])).tests.append(test)
+        for index, test in enumerate(keys):
+            by_key.setdefault((test.suite, test.id), _Cluster((test.suite, test.id), [])).tests.append(index)
         self.order = list(by_key.values())
         random.Random(seed).shuffle(self.order)
         self._position = {cluster.key: i for i, cluster in enumerate(self.order)}
         for cluster in self.order:
             for name in (spec.model_a, spec.model_b):
                 model = next(m for m in models if m.name == name)
-                cluster.pending[name] = sum(attempts(t, repeat) for t in cluster.tests if runs_on(model, t))
-        self.full_jobs = sum(attempts(t, repeat) for m in models for t in tests if runs_on(m, t))
-        smallest = min((sum(attempts(t, repeat) for t in c.tests) for c in self.order), default=1)
+                cluster.pending[name] = sum(attempts(keys[i], repeat) for i in cluster.tests if runs_on(model, keys[i]))
+        self.full_jobs = sum(attempts(t, repeat) for m in models for t in keys if runs_on(m, t))
+        smallest = min((sum(attempts(keys[i], repeat) for i in c.tests) for c in self.order), default=1)
         workers = max((min(concurrency if m.concurrency is None else m.concurrency, concurrency) for m in models),
                       default=1)
         self._smallest = smallest
@@ -179,29 +182,36 @@ class DecisionGate:
         self._changed = asyncio.Event()
         self._advance()   # clusters A and B have no job for (agent tests on completions models) are passed over
 
-    def jobs(self, model: ModelConfig, skip: Collection[str] = ()) -> Iterator[Job]:
-        """The model's jobs, cluster by cluster in the gate's order (every attempt of a cluster together),
-        except those whose row key is in `skip` (rows a resumed run has)."""
+    def _job_keys(self, model: ModelConfig) -> Iterator[tuple[int, int, str]]:
+        """(test index, attempt, row key) of the model's jobs, cluster by cluster in the gate's order."""
         for cluster in self.order:
-            for test in cluster.tests:
+            for index in cluster.tests:
+                test = self._keys[index]
                 if not runs_on(model, test):
                     continue
                 for attempt in range(attempts(test, self.repeat)):
-                    key = row_key(model.name, test, attempt)
-                    if key not in skip:
-                        yield Job(model, test, attempt, key)
+                    yield index, attempt, row_key(model.name, test, attempt)
+
+    def jobs(self, model: ModelConfig, skip: Collection[str] = ()) -> Iterator[Job]:
+        """The model's jobs, cluster by cluster in the gate's order (every attempt of a cluster together),
+        except those whose row key is in `skip` (rows a resumed run has); a job's test is read as it is handed out."""
+        for index, attempt, key in self._job_keys(model):
+            if key not in skip:
+                yield Job(model, self._tests[index], attempt, key)
 
     def replay(self, rows: Iterable[dict[str, Any]]) -> int:
         """Rows the run committed before it stopped, recorded as if just finished: the test then stands where
         it stood. Their clusters count as dispatched. Returns how many rows were jobs of this gate."""
-        by_key = {job.key: job for model in self.models for job in self.jobs(model)}
+        by_key = {key: (model.name, index) for model in self.models for index, _, key in self._job_keys(model)}
         replayed = 0
         for row in rows:
-            job = by_key.get(key_of_row(row))
-            if job is None:
+            found = by_key.get(key_of_row(row))
+            if found is None:
                 continue   # a test since edited (a new hash) or left out: its row is not this order's
-            self.dispatched.add(self._position[(job.test.suite, job.test.id)])
-            self.record(job, row)
+            name, index = found
+            test = self._keys[index]
+            self.dispatched.add(self._position[(test.suite, test.id)])
+            self._count(name, test, row)
             replayed += 1
         return replayed
 
@@ -243,15 +253,18 @@ class DecisionGate:
 
     def record(self, job: Job, row: dict[str, Any]) -> None:
         """A finished row: counted, and read by the test once its cluster and all before it are done."""
+        self._count(job.model.name, job.test, row)
+
+    def _count(self, name: str, test: TestKey, row: dict[str, Any]) -> None:
+        """`record` of model `name`'s row of `test`."""
         self.jobs_recorded += 1
-        name = job.model.name
-        cluster = self.order[self._position[(job.test.suite, job.test.id)]]
+        cluster = self.order[self._position[(test.suite, test.id)]]
         if name not in cluster.pending:
             return
         cluster.pending[name] -= 1
         score = _score(row)
         if score is not None:
-            cluster.scores.setdefault(name, {}).setdefault(_case(job.test), []).append(score)
+            cluster.scores.setdefault(name, {}).setdefault(_case(test), []).append(score)
         self._advance()
 
     def _advance(self) -> None:
