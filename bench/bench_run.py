@@ -232,7 +232,7 @@ def _bare_process(base_url: str, calls: int) -> None:
         raise SystemExit(f"bare loop: {passed} of {calls} answers passed")
 
 
-def _whole_process(argv: list[str], env: dict[str, str] | None = None, cwd: Path = ROOT) -> dict:
+def whole_process(argv: list[str], env: dict[str, str] | None = None, cwd: Path = ROOT) -> dict:
     """Run one whole process; its wall seconds, CPU seconds (user + system) and peak RSS in MB."""
     start = time.perf_counter()
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, cwd=cwd)
@@ -265,7 +265,7 @@ def _whole_cli(base_url: str, calls: int, tree: Path = ROOT, python: str = sys.e
         folder = Path(tmp)
         _write_cli_suite(folder, base_url, calls)
         env = dict(os.environ, PYTHONPATH=str(tree), ENGINE_RESPONSE_CACHE=str(folder / "cache.sqlite"))
-        return _whole_process([python, "-m", "engine", "run", str(folder / "bench.yaml"), "--models",
+        return whole_process([python, "-m", "engine", "run", str(folder / "bench.yaml"), "--models",
                                str(folder / "models.yaml"), "--out", str(folder / "results"), "--quiet",
                                "--concurrency", "64"], env=env, cwd=tree)
 
@@ -303,7 +303,7 @@ def whole_rounds(base_url: str, count: int, against: Path | None, against_python
 
 
 def _whole_bare(base_url: str, calls: int) -> dict:
-    return _whole_process([sys.executable, __file__, "--bare-process", base_url, str(calls)])
+    return whole_process([sys.executable, __file__, "--bare-process", base_url, str(calls)])
 
 
 def _spread(values: list[float], fmt: str = "{:.2f}") -> str:
