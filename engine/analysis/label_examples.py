@@ -32,8 +32,8 @@ from engine.analysis.labels import (
     latest_labels,
     read_labels,
 )
-from engine.evaluators.judge import JudgeSpec
-from engine.evaluators.judge_calibration import Example
+from engine.evaluators.judge import JudgeScorer, JudgeSpec
+from engine.evaluators.judge_examples import Example
 from engine.model.test import Test
 
 __all__ = ["NOT_DECIDED", "NO_REPLAY", "LabelExamples", "NodeKey", "expected_grade", "label_examples", "node_key"]
@@ -129,9 +129,8 @@ def _judges(test: Test) -> list[tuple[str, JudgeSpec]]:
         return []
     found = []
     for path, node in verdict_paths(test.evaluator):
-        spec = getattr(node.scorer, "spec", None)
-        if isinstance(spec, JudgeSpec):
-            found.append((path, spec))
+        if isinstance(node.scorer, JudgeScorer):
+            found.append((path, node.scorer.spec))
     return found
 
 

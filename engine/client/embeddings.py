@@ -26,14 +26,13 @@ from engine.client.providers.openai_chat import EMBEDDINGS as OPENAI_EMBEDDINGS
 from engine.client.response import CallResult, apply_usage
 from engine.client.tool_calls import loads
 from engine.errors import UsageError
+from engine.evaluators.similar import SimilarScorer
 from engine.model.model_config import ModelConfig
 from engine.model.test import Test
 from engine.redact import Redactor
 
 __all__ = ["VectorReader", "embedding_model_names", "embeddings_path", "embeddings_url", "request_body",
            "resolve_embedders", "text_key"]
-
-KIND = "similar"
 
 
 def embedding_model_names(tests: Iterable[Test]) -> dict[str | None, str]:
@@ -43,8 +42,8 @@ def embedding_model_names(tests: Iterable[Test]) -> dict[str | None, str]:
         if test.evaluator is None:
             continue
         for _, node in test.evaluator.walk():
-            if node.kind == KIND and node.scorer is not None:
-                named.setdefault(getattr(node.scorer, "embedding_model", None), f"{test.file}:{test.line} ({test.id})")
+            if isinstance(node.scorer, SimilarScorer):
+                named.setdefault(node.scorer.model, f"{test.file}:{test.line} ({test.id})")
     return named
 
 

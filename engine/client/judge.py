@@ -26,6 +26,7 @@ from engine.client.providers import WireRequest, provider
 from engine.client.response import CallResult
 from engine.client.window import Dispatch, Window
 from engine.errors import CallStopped, UsageError
+from engine.evaluators.judge import JudgeScorer
 from engine.model.model_config import ModelConfig, ceiling_of, cost_of
 from engine.model.scoring import EmbeddingReply, JudgeReply
 from engine.model.test import Test
@@ -68,8 +69,8 @@ def judge_model_names(tests: Iterable[Test]) -> dict[str | None, str]:
         if test.evaluator is None:
             continue
         for _, node in test.evaluator.walk():
-            if node.kind == "judge" and node.scorer is not None:
-                named.setdefault(getattr(node.scorer, "judge_model", None), f"{test.file}:{test.line} ({test.id})")
+            if isinstance(node.scorer, JudgeScorer):
+                named.setdefault(node.scorer.spec.model, f"{test.file}:{test.line} ({test.id})")
     return named
 
 

@@ -21,8 +21,8 @@ from engine.client.judge import JudgeModels, ModelJudgeCaller
 from engine.client.judge_cache import JudgeCache
 from engine.client.openai import OpenAIClient
 from engine.client.session import Sessions
-from engine.evaluators.judge import JudgeSpec, final_grade, question_of
-from engine.evaluators.judge_calibration import Example, read_calibration
+from engine.evaluators.judge import JudgeScorer, JudgeSpec, final_grade, question_of
+from engine.evaluators.judge_examples import Example, read_calibration
 from engine.model.test import Test
 from engine.model.tree import Node
 
@@ -106,8 +106,10 @@ def calibration_targets(tests: Iterable[Test], *, every_judge: bool = False) -> 
         if test.evaluator is None:
             continue
         for path, node in verdict_paths(test.evaluator):
-            spec = getattr(node.scorer, "spec", None) if node.kind == "judge" else None
-            if not isinstance(spec, JudgeSpec) or (spec.calibration is None and not every_judge):
+            if not isinstance(node.scorer, JudgeScorer):
+                continue
+            spec = node.scorer.spec
+            if spec.calibration is None and not every_judge:
                 continue
             key = (test.suite, test.file, test.line, path)
             if key not in found:

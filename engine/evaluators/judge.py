@@ -19,8 +19,8 @@ verdict. With `samples: n` the judge is asked n times: the majority grade wins f
 (a tie goes to the lowest-scoring grade among the tied: a judge that cannot decide does not pass the
 answer), the mean score for numeric scales; the spread is in the verdict's details.
 
-`calibration:` (labelled answers, engine.evaluators.judge_calibration) and `min_agreement:` are checked when
-the suite loads and kept on the scorer (`scorer.spec`, a `JudgeSpec`) for `engine validate --judges`, which
+`calibration:` (labelled answers, engine.evaluators.judge_examples) and `min_agreement:` are checked when
+the suite loads and kept on the scorer (`JudgeScorer.spec`, a `JudgeSpec`) for `engine validate --judges`, which
 grades them through `JudgeSpec.grade` - the scorer's own path. A suite's `judge_prompt:`
 (engine.evaluators.judge_prompt) replaces `JUDGE_PROMPT` for its judges.
 """
@@ -31,20 +31,20 @@ import json
 import re
 import statistics
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from engine.base.render import is_template, render
 from engine.errors import EvaluatorConfigError
 from engine.evaluators.base import CheckSite, Kind
-from engine.evaluators.judge_calibration import read_calibration
+from engine.evaluators.judge_examples import read_calibration
 from engine.evaluators.judge_prompt import PROMPT_KEY, JudgePrompt
 from engine.model.answer import Answer
-from engine.model.scoring import JudgeReply, ScoringContext
+from engine.model.scoring import JudgeCaller, JudgeReply, ScoringContext
 from engine.model.verdict import Verdict
 
-__all__ = ["JUDGE", "JUDGE_PROMPT", "JudgeSpec", "Scale", "final_grade", "parse_grade", "parse_scale",
+__all__ = ["JUDGE", "JUDGE_PROMPT", "JudgeScorer", "JudgeSpec", "Scale", "final_grade", "parse_grade", "parse_scale",
            "question_of"]
 
 KIND = "judge"
@@ -170,7 +170,7 @@ def parse_grade(text: str, scale: Scale) -> tuple[Any, str] | str:
 
 @dataclass(frozen=True)
 class JudgeSpec:
-    """What `engine validate --judges` and analysis read from a built judge scorer (`scorer.spec`).
+    """What `engine validate --judges` and analysis read from a built judge scorer (`JudgeScorer.spec`).
 
     Args:
         model: The judge model entry, or None for the default judge.
@@ -185,7 +185,21 @@ class JudgeSpec:
     scale: Scale
     calibration: Any
     min_agreement: float | None
-    grade: Any
+    grade: Callable[[str, str, str | None, JudgeCaller], Awaitable[Verdict]]
+
+
+@dataclass(frozen=True, slots=True)
+class JudgeScorer:
+    """A built judge scorer, awaited with (answer, ctx) like any async scorer; its `spec` is what the run layer
+    (the judge model, resolved before any call is paid) and `engine validate --judges` read."""
+
+    spec: JudgeSpec
+
+    async def __call__(self, answer: Answer, ctx: ScoringContext) -> Verdict:
+        if ctx.caller is None:
+            return _error("judge: no model caller here (this context calls no model: validate's golden check "
+                          "does not run judges)", self.spec.model, {"scale": self.spec.scale.name})
+        return await self.spec.grade(answer.text, question_of(ctx.test), None, ctx.caller)
 
 
 def final_grade(verdict: Verdict) -> Any:
@@ -193,10 +207,6 @@ def final_grade(verdict: Verdict) -> Any:
     or None for an error verdict."""
     details = verdict.details or {}
     return None if verdict.error else details.get("grade")
-
-
-def _prompt_text(ctx: ScoringContext) -> str:
-    return question_of(ctx.test)
 
 
 def question_of(test: Any) -> str:
@@ -208,7 +218,7 @@ def question_of(test: Any) -> str:
     return str(test.prompt)
 
 
-def _build(value: Any, options: Mapping[str, Any]) -> Any:
+def _build(value: Any, options: Mapping[str, Any]) -> JudgeScorer:
     if isinstance(value, str):
         value = {"rubric": value}
     if not isinstance(value, Mapping) or not isinstance(value.get("rubric"), str) or not value["rubric"].strip():
@@ -238,7 +248,7 @@ def _build(value: Any, options: Mapping[str, Any]) -> Any:
     override = value.get(PROMPT_KEY)
     template = override if isinstance(override, JudgePrompt) else JudgePrompt(user=JUDGE_PROMPT)
 
-    async def grade(answer_text: str, question: str, reference: str | None, caller: Any) -> Verdict:
+    async def grade(answer_text: str, question: str, reference: str | None, caller: JudgeCaller) -> Verdict:
         variables = {"rubric": rubric, "prompt": question, "answer": answer_text,
                      "reference": reference_text if reference is None else reference, "scale_text": scale_text}
         prompt: list[dict[str, Any]] = [{"role": "user", "content": render(template.user, variables)}]
@@ -256,16 +266,8 @@ def _build(value: Any, options: Mapping[str, Any]) -> Any:
             reasons.append(outcome[1])
         return _verdict(scale, grades, reasons, model, tally)
 
-    async def judge(answer: Answer, ctx: ScoringContext) -> Verdict:
-        if ctx.caller is None:
-            return _error("judge: no model caller here (this context calls no model: validate's golden check "
-                          "does not run judges)", model, {"scale": scale.name})
-        return await grade(answer.text, _prompt_text(ctx), None, ctx.caller)
-
-    judge.judge_model = model  # type: ignore[attr-defined]  # read by the run layer to resolve the model early
-    judge.spec = JudgeSpec(model, scale, value.get("calibration"),  # type: ignore[attr-defined]
-                           None if min_agreement is None else float(min_agreement), grade)
-    return judge
+    return JudgeScorer(JudgeSpec(model, scale, value.get("calibration"),
+                                 None if min_agreement is None else float(min_agreement), grade))
 
 
 async def _ask(caller: Any, model: str | None, prompt: list[dict[str, Any]], schema: dict[str, Any], scale: Scale,

@@ -147,7 +147,7 @@ def _leaf(kind: str, entry: Kind, spec: Mapping[str, Any], variables: Mapping[st
     except Exception as exc:  # noqa: BLE001 - a builder bug is this node's problem, never a crashed load
         return Node(kind=kind, problem=f"{kind} evaluator could not be built: {type(exc).__name__}: {exc}",
                     **common)
-    is_async = inspect.iscoroutinefunction(scorer)
+    is_async = _awaits(scorer)
     if "timeout_s" in spec and (is_async or entry.blocking):
         own = ("a judge waits for a model call, which the judge model's `timeout_s` in the models file limits"
                if is_async else f"{kind} runs a program under its own limit: write it inside, "
@@ -157,3 +157,7 @@ def _leaf(kind: str, entry: Kind, spec: Mapping[str, Any], variables: Mapping[st
                 bounded=entry.bounded and not entry.child, **common)
 
 
+def _awaits(scorer: Any) -> bool:
+    """An `async def` scorer, or a scorer object whose `__call__` is one (a judge's `JudgeScorer`)."""
+    return (inspect.iscoroutinefunction(scorer)
+            or inspect.iscoroutinefunction(inspect.getattr_static(type(scorer), "__call__", None)))

@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from engine.errors import EvaluatorConfigError
@@ -35,9 +36,46 @@ from engine.model.answer import Answer
 from engine.model.scoring import EmbeddingReply, ScoringContext
 from engine.model.verdict import Verdict
 
-__all__ = ["SIMILAR", "cosine"]
+__all__ = ["SIMILAR", "SimilarScorer", "cosine"]
 
 KIND = "similar"
+
+
+@dataclass(frozen=True, slots=True)
+class SimilarScorer:
+    """A built `similar` scorer, awaited with (answer, ctx) like any async scorer.
+
+    Args:
+        model: The embedding model entry, or None for the models file's `defaults.embedding` (the run layer
+            resolves it before any call is paid).
+        reference_text: The rendered reference the answer is compared with.
+    """
+
+    model: str | None
+    reference_text: str
+
+    async def __call__(self, answer: Answer, ctx: ScoringContext) -> Verdict:
+        model = self.model
+        details: dict[str, Any] = {"embedding_model": model}
+        if not answer.text.strip():
+            return Verdict(score=0.0, passed=False, reason="similar: the answer is empty (nothing to embed)",
+                           kind=KIND, details=details)
+        if ctx.caller is None:
+            return _error("similar: no model caller here (this context calls no model: validate's golden check "
+                          "does not embed)", details)
+        reply: EmbeddingReply = await ctx.caller.embed(model, [answer.text, self.reference_text])
+        details.update(judge_calls=reply.calls, judge_cached=reply.cached, judge_prompt_tokens=reply.prompt_tokens,
+                       judge_completion_tokens=None, judge_cost=reply.cost)
+        if reply.error is not None:
+            return _error(f"similar: embedding call failed: {reply.error}", details)
+        value = cosine(*reply.vectors) if len(reply.vectors) == 2 else None
+        if value is None:
+            return _error("similar: the embeddings cannot be compared (different lengths, or a zero vector)",
+                          details)
+        details["cosine"] = value
+        score = min(1.0, max(0.0, round(value, 9)))
+        return Verdict(score=score, passed=score >= 1.0, kind=KIND, details=details,
+                       reason=f"cosine similarity {value:.3f} to the reference")
 
 
 def cosine(a: Sequence[float], b: Sequence[float]) -> float | None:
@@ -50,7 +88,7 @@ def cosine(a: Sequence[float], b: Sequence[float]) -> float | None:
     return max(-1.0, min(1.0, math.fsum(x * y for x, y in zip(a, b, strict=True)) / norm))
 
 
-def _build(value: Any, options: Mapping[str, Any]) -> Any:
+def _build(value: Any, options: Mapping[str, Any]) -> SimilarScorer:
     if isinstance(value, str):
         value = {"reference": value}
     if not isinstance(value, Mapping) or value.get("reference") in (None, ""):
@@ -67,30 +105,7 @@ def _build(value: Any, options: Mapping[str, Any]) -> Any:
         raise EvaluatorConfigError("similar: model must be the name of a models.yaml entry", kind=KIND,
                                    option="model")
 
-    async def similar(answer: Answer, ctx: ScoringContext) -> Verdict:
-        details: dict[str, Any] = {"embedding_model": model}
-        if not answer.text.strip():
-            return Verdict(score=0.0, passed=False, reason="similar: the answer is empty (nothing to embed)",
-                           kind=KIND, details=details)
-        if ctx.caller is None:
-            return _error("similar: no model caller here (this context calls no model: validate's golden check "
-                          "does not embed)", details)
-        reply: EmbeddingReply = await ctx.caller.embed(model, [answer.text, reference_text])
-        details.update(judge_calls=reply.calls, judge_cached=reply.cached, judge_prompt_tokens=reply.prompt_tokens,
-                       judge_completion_tokens=None, judge_cost=reply.cost)
-        if reply.error is not None:
-            return _error(f"similar: embedding call failed: {reply.error}", details)
-        value = cosine(*reply.vectors) if len(reply.vectors) == 2 else None
-        if value is None:
-            return _error("similar: the embeddings cannot be compared (different lengths, or a zero vector)",
-                          details)
-        details["cosine"] = value
-        score = min(1.0, max(0.0, round(value, 9)))
-        return Verdict(score=score, passed=score >= 1.0, kind=KIND, details=details,
-                       reason=f"cosine similarity {value:.3f} to the reference")
-
-    similar.embedding_model = model  # type: ignore[attr-defined]  # read by the run layer to resolve the model early
-    return similar
+    return SimilarScorer(model, reference_text)
 
 
 def _error(reason: str, details: dict[str, Any]) -> Verdict:

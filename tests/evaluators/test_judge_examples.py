@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from engine.evaluators.judge import parse_scale
-from engine.evaluators.judge_calibration import Example, read_calibration
+from engine.evaluators.judge_examples import Example, read_calibration
 from engine.suite import load_suites
 
 
