@@ -3,7 +3,7 @@ calibration file `engine analyze` reads, and say whether each judge meets its `m
 `--labels RUN`, reviewers' labels of a run's attempts are examples too (engine.analysis.label_examples).
 
 The only part of `engine validate` that calls a model, hence opt-in. Judge calls go through the run's
-judge caller and cache (engine.client.judge_calibrate), so a judgement paid here is not paid by a run.
+judge caller and cache (engine.judge.calibrate), so a judgement paid here is not paid by a run.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from engine.analysis.judges import calibration_summary, write_calibration
 from engine.base.heartbeat import HEARTBEAT_S, Heartbeat
 from engine.errors import UsageError
+from engine.judge.trust import calibration_summary, write_calibration
 from engine.model.model_config import ModelConfig
 from engine.model.test import Test
 
@@ -64,9 +64,9 @@ def validate_judges(tests: Sequence[Test], models_file: Path | None, calibration
         ResultsError: a labels folder holds no labels file, or its results cannot be read.
     """
     from engine.analysis.label_examples import label_examples, node_key
-    from engine.client.judge import resolve_judges
-    from engine.client.judge_cache import JudgeCache, default_path
-    from engine.client.judge_calibrate import Tally, calibration_targets, grade_calibrations
+    from engine.judge.cache import JudgeCache, default_path
+    from engine.judge.calibrate import Tally, calibration_targets, grade_calibrations
+    from engine.judge.caller import resolve_judges
     from engine.suite.models_file import load_models_file
 
     labelled = label_examples(labels, tests) if labels else None

@@ -123,7 +123,7 @@ def label_examples(paths: Sequence[Path], tests: Sequence[Test]) -> LabelExample
 
 def _judges(test: Test) -> list[tuple[str, JudgeSpec]]:
     """(path, spec) of each judge node of the test's tree."""
-    from engine.client.judge_calibrate import verdict_paths
+    from engine.judge.calibrate import verdict_paths
 
     if test.evaluator is None:
         return []

@@ -22,9 +22,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from engine.analysis.judges import MIN_N, _figures, _judge_name, _pair_stats
 from engine.errors import ResultsError
 from engine.evaluators.compose import combine, finish
+from engine.judge.trust import MIN_N, _figures, _judge_name, _pair_stats
 from engine.model.test import Test
 from engine.model.verdict import Verdict
 

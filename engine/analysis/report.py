@@ -23,9 +23,9 @@ import numpy as np
 from engine.analysis.cells import DEFAULT_CLUSTER, build_cells
 from engine.analysis.fold import fold_passk
 from engine.analysis.items import DEFAULT_ALPHA, DEFAULT_CORRECTION
-from engine.analysis.judges import judge_report
 from engine.analysis.report_assets import CSS, JS
 from engine.analysis.summary import analyze, json_safe, summary_lines
+from engine.judge.trust import judge_report
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -186,7 +186,7 @@ def _model_timing(df: pd.DataFrame) -> dict[str, dict[str, Any]]:
 
 
 def _judges(df: pd.DataFrame, calibration: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
-    """The judges section of `engine analyze` (engine.analysis.judges), or None when nothing was judged."""
+    """The judges section of `engine analyze` (engine.judge.trust), or None when nothing was judged."""
     if "evaluators" not in df.columns or "judge_calls" not in df.columns or df["judge_calls"].isna().all():
         return None
     report = judge_report(df, calibration)

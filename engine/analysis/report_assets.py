@@ -153,7 +153,7 @@ JS = r"""
     }
   }
 
-  // Judges: the section `engine analyze` prints (engine.analysis.judges.judge_report)
+  // Judges: the section `engine analyze` prints (engine.judge.trust.judge_report)
   function figures(st) {
     if (!st) { return "-"; }
     var parts = ["n=" + st.n, "agreement " + fmt(st.agreement)];

@@ -13,7 +13,7 @@ gets the run's time-limit error verdict, and rescore goes on. The new folder is 
 schema (part file via temporary file + rename, `_manifest.json` last, as `engine.results.writer` does),
 without a journal: nothing in it can be resumed. `results/latest` is left alone.
 
-`judge` evaluators are graded from the judge cache (engine.client.judge_cache), never by a new call: the
+`judge` evaluators are graded from the judge cache (engine.judge.cache), never by a new call: the
 judge models' entries key the cache, so suites with judges need `--models FILE`. A judgement not in the
 cache (a changed rubric, another judge model) is an error verdict saying so; `engine run` pays for it.
 """
@@ -120,9 +120,9 @@ def _judge_caller(tests: list[Test], models_file: Path | None, judge_cache: Path
     Raises:
         EngineError: judges without `--models`, or a models file with errors or without a judge's model.
     """
-    from engine.client.embeddings import embedding_model_names
-    from engine.client.judge import ModelJudgeCaller, judge_model_names, resolve_judges
-    from engine.client.judge_cache import JudgeCache, default_path
+    from engine.judge.cache import JudgeCache, default_path
+    from engine.judge.caller import ModelJudgeCaller, judge_model_names, resolve_judges
+    from engine.judge.embeddings import embedding_model_names
     from engine.suite.models_file import load_models_file
 
     if not judge_model_names(tests) and not embedding_model_names(tests):
@@ -150,7 +150,7 @@ def rescore_run(results: Path, suites: Sequence[Path], *, out_parent: Path | Non
         suites: Suite files or folders holding the current tests and evaluators.
         out_parent: Where the new run folder goes; default the parent of `results`.
         models_file: The models file naming the judge models (needed when the suites have `judge`).
-        judge_cache: The judge cache file; default `engine.client.judge_cache.default_path()`.
+        judge_cache: The judge cache file; default `engine.judge.cache.default_path()`.
 
     Raises:
         EngineError: No results, or suites with errors (their diagnostics in the message).

@@ -269,9 +269,9 @@ def _with_irt(text: str, fmt: str, cells: Cells) -> str:
 
 
 def _with_judges(text: str, fmt: str, files: list[Path], include_fallback: bool, calibration: Path | None) -> str:
-    """Append the judges section (engine.analysis.judges) when the Parquet files hold `judge` verdicts."""
-    from engine.analysis.judges import default_calibration_path, judge_report, read_calibration_records, render_judges
+    """Append the judges section (engine.judge.trust) when the Parquet files hold `judge` verdicts."""
     from engine.analysis.load import has_values
+    from engine.judge.trust import default_calibration_path, judge_report, read_calibration_records, render_judges
 
     if not has_values(files, "judge_calls"):   # nothing judged: no second, wide load
         return text
@@ -327,8 +327,8 @@ def report(
 ) -> None:
     """Write one self-contained HTML report (opens offline): every section of `engine analyze`, a heatmap, a
     scatter and a per-test drill-down."""
-    from engine.analysis.judges import default_calibration_path, read_calibration_records
     from engine.analysis.report import write_report
+    from engine.judge.trust import default_calibration_path, read_calibration_records
 
     _check_options(alpha, cluster_by, correction)
     df = _load(results, include_fallback, columns=None)

@@ -144,8 +144,8 @@ def _validate_judges(suites: list, models: Path | None, calibration_out: Path | 
     """`validate --judges` (engine.analysis.judge_validate): only for suites without errors, nothing is paid
     for a suite that would not load."""
     from engine.analysis.judge_validate import validate_judges
-    from engine.analysis.judges import default_calibration_path
     from engine.errors import EngineError
+    from engine.judge.trust import default_calibration_path
 
     if code != EXIT_OK:
         print("judges: not graded: fix the errors above first", file=sys.stderr)

@@ -1,6 +1,6 @@
 """One home for "an SQLite cache file under the user cache folder": where it lives and how it is opened.
 
-The judge cache (`judge_cache.py`) and the response cache (`response_cache.py`) both keep paid replies in
+The judge cache (engine/judge/cache.py) and the response cache (`response_cache.py`) both keep paid replies in
 one user-wide SQLite file, so a re-run (which writes a new run folder) finds what an earlier run paid for.
 What they share is here:
 

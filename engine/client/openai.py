@@ -90,7 +90,7 @@ class PreparedRequest:
     seed: int | None
     extra: dict[str, Any] = field(default_factory=dict)
     # Reads a whole (non-streamed) reply into the result; None: the provider's reader of its API's reply.
-    # Another endpoint (embeddings, engine.client.embeddings) brings its own reader.
+    # Another endpoint (embeddings, engine.judge.embeddings) brings its own reader.
     reader: Callable[[bytes, CallResult, Redactor], None] | None = None
     api: str = "chat"   # the provider whose wire the body is (`engine.client.providers`)
     # The method's path after the base URL (`/chat/completions`, `/models/m:generateContent`): a replica's URL is

@@ -92,7 +92,7 @@ def load_models(invocation: Invocation) -> tuple[list[ModelConfig], dict[str, Mo
 def judges(invocation: Invocation, tests: Sequence[Test], configs: dict[str, ModelConfig],
             defaults: dict[str, Any]) -> Any:
     """The judge models of the selected tests, resolved now: before any call is paid (UsageError, exit 2)."""
-    from engine.client.judge import resolve_judges
+    from engine.judge.caller import resolve_judges
     from engine.suite.stored_tests import definition_samples
 
     judges = resolve_judges(definition_samples(tests, every_row_of=_MODEL_GRADED), configs, defaults.get("judge"),

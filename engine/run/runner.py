@@ -37,8 +37,6 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from engine.agent.mcp.servers import McpServers
 from engine.base.hosts import is_loopback_url
-from engine.client.judge import ModelJudgeCaller
-from engine.client.judge_cache import JudgeCache, default_path
 from engine.client.openai import CallResult, OpenAIClient, PreparedRequest, prepare, temperature_of
 from engine.client.response_cache import use_cache
 from engine.client.session import Sessions
@@ -46,6 +44,8 @@ from engine.client.window import Dispatch, Held, Window, unless_stopped
 from engine.errors import CallStopped, ClientError, StorageError
 from engine.evaluators.scoring import context
 from engine.evaluators.scoring_pool import STOPPED, ScoringPool
+from engine.judge.cache import JudgeCache, default_path
+from engine.judge.caller import ModelJudgeCaller
 from engine.local.registry import GOLDEN
 from engine.model.answer import Answer
 from engine.model.model_config import ModelConfig, ceiling_of

@@ -11,8 +11,8 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from engine.analysis.judge_stats import agreement, cohen_kappa, krippendorff_alpha, weighted_kappa, within_one
-from engine.analysis.judges import calibration_summary, judge_report
+from engine.judge.agreement import agreement, cohen_kappa, krippendorff_alpha, weighted_kappa, within_one
+from engine.judge.trust import calibration_summary, judge_report
 from tests.fake_openai import FakeOpenAI, Reply
 from tests.run.e2e import engine
 

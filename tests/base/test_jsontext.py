@@ -63,7 +63,8 @@ def test_utf8_safe_replaces_each_unpaired_surrogate(text: str, safe: str) -> Non
 
 
 def test_the_cache_keys_of_text_with_a_surrogate_exist_and_other_keys_are_unchanged() -> None:
-    from engine.client import judge_cache, response_cache
+    from engine.client import response_cache
+    from engine.judge import cache as judge_cache
     from engine.model.model_config import ModelConfig
 
     model = ModelConfig(name="m", model="m-1", base_url="http://127.0.0.1:1/v1")

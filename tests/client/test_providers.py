@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 
-from engine.client import embeddings
 from engine.client.openai import CallResult, OpenAIClient, PreparedRequest, RequestSettings, prepare
 from engine.client.providers import PROVIDERS, WireRequest
 from engine.client.providers.gemini import gemini_schema
 from engine.client.session import Sessions
 from engine.errors import UsageError
+from engine.judge import embeddings
 from engine.model.model_config import ModelConfig
 from engine.model.test import Test
 from engine.suite import schema_source

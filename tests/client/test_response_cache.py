@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
-from engine.client.judge_cache import JudgeCache
 from engine.client.openai import CallResult, OpenAIClient, RequestSettings, prepare
 from engine.client.response_cache import ResponseCache, cache_key, default_path, storable, use_cache
 from engine.client.session import Sessions
 from engine.errors import ClientError
+from engine.judge.cache import JudgeCache
 from engine.model.model_config import ModelConfig
 from tests.factories import make_test
 from tests.fake_openai import FakeOpenAI, Reply
@@ -155,5 +155,5 @@ async def test_an_embedded_model_is_answered_from_the_cache_on_another_port(fake
     assert len(fake_openai.requests) == 1
     assert third.error is not None and not third.cached            # a new identity is a new key: asked again
     # the judge cache keys the same way
-    from engine.client.judge_cache import cache_key as judge_key
+    from engine.judge.cache import cache_key as judge_key
     assert judge_key(run1, {"x": 1}, 0) == judge_key(run2, {"x": 1}, 0) != judge_key(changed, {"x": 1}, 0)

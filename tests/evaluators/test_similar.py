@@ -17,11 +17,11 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from engine.client.embeddings import VectorReader
 from engine.client.response import CallResult
 from engine.evaluators import compile_spec
 from engine.evaluators.scoring import context, score_node_async
 from engine.evaluators.similar import cosine
+from engine.judge.embeddings import VectorReader
 from engine.model.answer import Answer
 from engine.redact import Redactor
 from tests.factories import make_test

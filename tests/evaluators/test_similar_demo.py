@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from engine.client.judge import request_body, resolve_judges
+from engine.judge.caller import request_body, resolve_judges
 from engine.local import default_models, helper_models
 from engine.suite import load_suites
 from tests.fake_openai import FakeOpenAI

@@ -5,7 +5,7 @@ cap, the run's global cap, the `--max-cost` budget and the judge cache.
                                                    └──► judge slot ─► global slot ─► OpenAIClient.call
 
 `similar` evaluators' embedding calls (`embed`) take the same path to `{base_url}/embeddings`, their vectors
-cached in the judge cache's `embedding` table (engine.client.embeddings holds what differs).
+cached in the judge cache's `embedding` table (engine.judge.embeddings holds what differs).
 
 Without a client (`engine rescore`) it answers from the cache only; a miss is a failed call that says how
 to pay for it. The evaluators package only knows the `GradingCaller` protocol (engine.model.scoring).
@@ -18,15 +18,15 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from engine.client import embeddings
-from engine.client.embeddings import resolve_embedders
-from engine.client.judge_cache import JudgeCache, cache_key
 from engine.client.openai import OpenAIClient, PreparedRequest, endpoint_url, method_path
 from engine.client.providers import WireRequest, provider
 from engine.client.response import CallResult
 from engine.client.window import Dispatch, Window
 from engine.errors import CallStopped, UsageError
 from engine.evaluators.judge import JudgeScorer
+from engine.judge import embeddings
+from engine.judge.cache import JudgeCache, cache_key
+from engine.judge.embeddings import resolve_embedders
 from engine.model.model_config import ModelConfig, ceiling_of, cost_of
 from engine.model.scoring import EmbeddingReply, JudgeReply
 from engine.model.test import Test
@@ -42,7 +42,7 @@ class JudgeModels:
 
     Args:
         models: name -> config of every judge model the suites name (the default included), and of every
-            embedding model their `similar` evaluators name (engine.client.embeddings).
+            embedding model their `similar` evaluators name (engine.judge.embeddings).
         default: The models file's `defaults.judge`, or None.
         embedding_default: The models file's `defaults.embedding`, or None.
     """

@@ -22,7 +22,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from engine.analysis.judge_stats import agreement, cohen_kappa, krippendorff_alpha, weighted_kappa, within_one
+from engine.judge.agreement import agreement, cohen_kappa, krippendorff_alpha, weighted_kappa, within_one
 
 __all__ = ["CALIBRATION_FILE", "MIN_N", "calibration_summary", "default_calibration_path", "judge_report",
            "read_calibration_records", "render_judges", "write_calibration"]
@@ -37,7 +37,7 @@ _NUMERIC_ORDER = {"1-5": list(range(1, 6)), "0-10": list(range(11))}
 
 def default_calibration_path() -> Path:
     """The calibration file: beside the judge cache (`$ENGINE_JUDGE_CACHE`'s folder, else the user cache)."""
-    from engine.client.judge_cache import default_path
+    from engine.judge.cache import default_path
 
     return default_path().parent / CALIBRATION_FILE
 

@@ -7,7 +7,7 @@ judge.sqlite` (default `~/.cache/...`). One user-wide file rather than one per r
 a new run folder, and rescore writes a new folder too, so a per-run cache would be found by neither.
 
 A sibling table holds `similar` evaluators' embedding vectors, one row per text, keyed the same way (the
-embedding model's identity and a one-text /embeddings request body: engine.client.embeddings).
+embedding model's identity and a one-text /embeddings request body: engine.judge.embeddings).
 
 Only successful replies are stored (a failed call is retried next time). Writes commit at once (WAL), so a
 killed run keeps what it paid for. A cache that cannot be opened or written is not a reason to lose the run:
@@ -61,7 +61,7 @@ class JudgeCache:
         self._file = CacheFile(path, [
             "CREATE TABLE IF NOT EXISTS judge (key TEXT PRIMARY KEY, text TEXT NOT NULL, "
             "prompt_tokens INTEGER, completion_tokens INTEGER)",
-            # `similar` evaluators' vectors (engine.client.embeddings): one row per embedded text, float64 bytes
+            # `similar` evaluators' vectors (engine.judge.embeddings): one row per embedded text, float64 bytes
             "CREATE TABLE IF NOT EXISTS embedding (key TEXT PRIMARY KEY, vector BLOB NOT NULL)",
         ], "the judge cache")
 

@@ -7,7 +7,7 @@
                                                           and OpenAIClient.call
 
 An embedding call is a judge call in everything but its endpoint: the same client, retries, the model's own
-cap, the global cap, `--max-cost` and cache file (engine.client.judge owns that plumbing; this module owns
+cap, the global cap, `--max-cost` and cache file (engine.judge.caller owns that plumbing; this module owns
 what differs). Each text is cached on its own, keyed by the model's identity and the one-text request body,
 so a reference embedded for one answering model is not paid again for the next.
 """
@@ -19,7 +19,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from engine.client import retry
-from engine.client.judge_cache import cache_key
 from engine.client.providers import method_url, provider
 from engine.client.providers.base import Embeddings
 from engine.client.providers.openai_chat import EMBEDDINGS as OPENAI_EMBEDDINGS
@@ -27,6 +26,7 @@ from engine.client.response import CallResult, apply_usage
 from engine.client.tool_calls import loads
 from engine.errors import UsageError
 from engine.evaluators.similar import SimilarScorer
+from engine.judge.cache import cache_key
 from engine.model.model_config import ModelConfig
 from engine.model.test import Test
 from engine.redact import Redactor

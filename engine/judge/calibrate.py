@@ -6,7 +6,7 @@
 
 Each example is graded exactly as a run grades an answer (the same prompt, samples, re-ask and judge cache),
 so a judgement made here is never paid again by a run, and the reverse. The statistics over the grades live
-in engine.analysis.judges; this module only collects (expected, given) pairs.
+in engine.judge.trust; this module only collects (expected, given) pairs.
 """
 
 from __future__ import annotations
@@ -17,12 +17,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from engine.client.judge import JudgeModels, ModelJudgeCaller
-from engine.client.judge_cache import JudgeCache
 from engine.client.openai import OpenAIClient
 from engine.client.session import Sessions
 from engine.evaluators.judge import JudgeScorer, JudgeSpec, final_grade, question_of
 from engine.evaluators.judge_examples import Example, read_calibration
+from engine.judge.cache import JudgeCache
+from engine.judge.caller import JudgeModels, ModelJudgeCaller
 from engine.model.test import Test
 from engine.model.tree import Node
 
