@@ -121,7 +121,7 @@ def test_definition_samples_read_one_test_a_definition_or_every_row_the_kinds_as
     assert [t.id for t in definition_samples(suite.tests)] == ["j-1", "c-1"]
     every_judge = list(definition_samples(suite.tests, every_row_of=frozenset({"judge"})))
     assert [t.id for t in every_judge] == ["j-1", "j-2", "j-3", "c-1"]
-    assert [t.evaluator.scorer.judge_model for t in every_judge[:3]] == ["big", "small", "big"]
+    assert [t.evaluator.scorer.spec.model for t in every_judge[:3]] == ["big", "small", "big"]
 
 
 def test_a_temporary_folder_that_cannot_take_the_tests_is_an_error_naming_it(
