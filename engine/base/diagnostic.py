@@ -8,9 +8,11 @@ turns into a Diagnostic once it knows the path's FILE:LINE:COL.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
-__all__ = ["Diagnostic", "Path", "Problem"]
+__all__ = ["Diagnostic", "Path", "Problem", "unknown_keys"]
 
 # Keys and indices from a value's root to a place in it, e.g. ("tools", "get_weather", "returns", 1).
 Path = tuple[str | int, ...]
@@ -54,3 +56,9 @@ class Problem:
     path: Path
     message: str
     key: bool = False
+
+
+def unknown_keys(value: Mapping[Any, Any], keys: Sequence[str], path: Path, where: str) -> list[Problem]:
+    """A problem at each key of `value` outside `keys`, naming `where` it was found and the keys there are."""
+    return [Problem(path + (str(key),), f"unknown key '{key}' in {where}; the keys are {', '.join(keys)}", key=True)
+            for key in value if key not in keys]

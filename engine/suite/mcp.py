@@ -25,7 +25,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from engine.base.diagnostic import Path, Problem
+from engine.base.diagnostic import Path, Problem, unknown_keys
 from engine.model.mcp_server import DEFAULT_TIMEOUT_S, McpServerSpec
 
 __all__ = ["MAX_TIMEOUT_S", "MCP_KEYS", "compile_mcp", "merge_servers"]
@@ -75,10 +75,7 @@ def _server(raw: Any, path: Path, base_dir: str, problems: list[Problem]) -> Mcp
                                 "(stdio) or `{name: NAME, url: http://...}` (streamable HTTP)"))
         return None
     before = len(problems)
-    for key in raw:
-        if key not in MCP_KEYS:
-            problems.append(Problem(path + (str(key),), f"unknown key '{key}' in an MCP server; the keys are "
-                                    f"{', '.join(MCP_KEYS)}", key=True))
+    problems.extend(unknown_keys(raw, MCP_KEYS, path, "an MCP server"))
     name = raw.get("name")
     if not isinstance(name, str) or not re.match(NAME_PATTERN, name):
         problems.append(Problem(path + ("name",) if "name" in raw else path,

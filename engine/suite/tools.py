@@ -39,7 +39,7 @@ from typing import Any
 from jinja2 import meta
 
 from engine.base.compiled_schema import schema_error
-from engine.base.diagnostic import Path, Problem
+from engine.base.diagnostic import Path, Problem, unknown_keys
 from engine.base.render import ENV, TemplateSyntaxError, is_template
 from engine.model.tools import Rule, Tool, plain
 
@@ -90,9 +90,7 @@ def compile_tool(name: str, spec: Any, path: Path = ()) -> tuple[Tool | None, li
     """
     if not isinstance(spec, Mapping):
         return None, [Problem(path, f"tool '{name}' must be a mapping with `parameters` (and `returns`)")]
-    problems = [Problem(path + (str(key),), f"unknown key '{key}' in tool '{name}'; "
-                        f"the keys are {', '.join(TOOL_KEYS)}", key=True)
-                for key in spec if key not in TOOL_KEYS]
+    problems = unknown_keys(spec, TOOL_KEYS, path, f"tool '{name}'")
     parameters = plain(spec.get("parameters") or {})
     if not isinstance(parameters, dict):
         problems.append(Problem(path + ("parameters",), f"the parameters of tool '{name}' must be a JSON Schema "
@@ -141,10 +139,7 @@ def _compile_rule(name: str, index: int, raw: Any, path: Path, known: set[str] |
                                 "(and optional `when`, `delay_s`, `set`)"))
         return None
     before = len(problems)
-    for key in raw:
-        if key not in RULE_KEYS:
-            problems.append(Problem(path + (str(key),), f"unknown key '{key}' in a rule of tool '{name}'; the keys "
-                                    f"are {', '.join(RULE_KEYS)}", key=True))
+    problems.extend(unknown_keys(raw, RULE_KEYS, path, f"a rule of tool '{name}'"))
     if ("result" in raw) == ("error" in raw):
         problems.append(Problem(path, f"rule {index} of tool '{name}' needs exactly one of `result` (the tool "
                                 "succeeds) and `error` (the tool fails)"))

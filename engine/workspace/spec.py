@@ -29,7 +29,7 @@ from types import MappingProxyType
 from typing import Any
 
 from engine.base.diagnostic import Path as Path_
-from engine.base.diagnostic import Problem
+from engine.base.diagnostic import Problem, unknown_keys
 from engine.model.workspace import WorkspaceSpec
 from engine.paths import data_dir
 
@@ -94,10 +94,7 @@ def compile_workspace(value: Any, suite_dir: Path, path: Path_ = ("workspace",))
     if not isinstance(value, Mapping):
         return None, [Problem(path, "`workspace` is a folder next to the suite (`workspace: workspaces/greet`) or "
                               "a mapping with folder, files, setup, network, timeout_s, memory_mb")]
-    for key in value:
-        if key not in WORKSPACE_KEYS:
-            problems.append(Problem(path + (str(key),), f"unknown key '{key}' in `workspace`; the keys are "
-                                    f"{', '.join(WORKSPACE_KEYS)}", key=True))
+    problems.extend(unknown_keys(value, WORKSPACE_KEYS, path, "`workspace`"))
     if "folder" not in value and "files" not in value:
         problems.append(Problem(path, "a workspace needs a `folder` to copy or inline `files` (or both)"))
     folder = _folder(value.get("folder"), suite_dir, folder_path, problems) if "folder" in value else None
