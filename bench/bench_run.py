@@ -116,7 +116,7 @@ def _bench_tests(calls: int, repeat: int) -> list:
 
 async def _engine(base_url: str, calls: int, stream: bool, concurrency: int, out: Path, tests: list,
                   repeat: int = 1) -> int:
-    from engine.client.openai import RequestSettings
+    from engine.client.request import RequestSettings
     from engine.model.model_config import ModelConfig
     from engine.results.journal import Journal
     from engine.results.writer import ResultsWriter
@@ -167,7 +167,7 @@ def child(kind: str, base_url: str, calls: int, stream: bool, concurrency: int, 
         # Imported and built before `cpu0`, as aiohttp is for the raw loop: the modules a run imports and the
         # suite's Test objects are not per-call cost (before 2026-12-03's fourth pass they were inside the
         # measured window, so figures from before it are not comparable with later ones: bench/README.md).
-        import engine.client.openai
+        import engine.client.client
         import engine.results.journal
         import engine.run.jobs
         import engine.run.runner  # noqa: F401  (imported before `cpu0`, as the lines above)

@@ -22,7 +22,7 @@ from typing import Any
 from engine.agent.loop import Offered, run_conversation
 from engine.agent.mcp.sandboxed import SandboxedStart
 from engine.agent.mcp.servers import McpServers
-from engine.client.openai import CallResult
+from engine.client.response import CallResult
 from engine.errors import ClientError, McpServerError
 from engine.evaluators import score
 from engine.evaluators.base import error

@@ -56,7 +56,7 @@ __all__ = ["ModelCaller", "ModelReply", "run_conversation"]
 
 
 class ModelReply(Protocol):
-    """What the loop reads of one model call: the fields of `engine.client.openai.CallResult`."""
+    """What the loop reads of one model call: the fields of `engine.client.response.CallResult`."""
 
     @property
     def text(self) -> str: ...

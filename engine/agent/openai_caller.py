@@ -1,8 +1,8 @@
-"""The loop's model on a real endpoint of any chat API (OpenAI chat, Anthropic, Gemini), through `engine.client.openai`.
+"""The loop's model on a real endpoint of any chat API (OpenAI chat, Anthropic, Gemini), through `engine.client.client`.
 
 Each turn is prepared with the client's own `prepare` (so temperature, max_tokens, seed, params and
 streaming follow exactly the single-turn precedence) from the test with its messages replaced by the
-conversation so far; `OpenAIClient.call` then brings its retries, per-try timeouts and key handling.
+conversation so far; `ModelClient.call` then brings its retries, per-try timeouts and key handling.
 No change to `openai.py` was needed: a `Test` with other messages is all `prepare` has to see.
 """
 
@@ -12,8 +12,10 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from engine.client.openai import CallResult, OpenAIClient, PreparedRequest, RequestSettings, prepare
+from engine.client.client import ModelClient
 from engine.client.providers import provider
+from engine.client.request import PreparedRequest, RequestSettings, prepare
+from engine.client.response import CallResult
 from engine.client.window import Dispatch
 from engine.errors import ConfigError
 from engine.model.model_config import ModelConfig
@@ -34,14 +36,14 @@ class OpenAICaller:
         tools: The tools to offer instead of `test.tools` (their OpenAI definitions), or None.
         dispatch: The slots each model call's tries wait for (the run's, `engine.client.window`), held per
             call only, never across the tool delays between calls; None for none.
-        cache_as: Each turn's sample index in the response cache (`OpenAIClient.call`), or None for none.
+        cache_as: Each turn's sample index in the response cache (`ModelClient.call`), or None for none.
         attempt: The attempt index (each attempt's requests carry their own seed, `prepare`).
 
     Raises:
         ConfigError: The model uses the completions API, which has no tool calls.
     """
 
-    def __init__(self, client: OpenAIClient, model: ModelConfig, test: Test, settings: RequestSettings, *,
+    def __init__(self, client: ModelClient, model: ModelConfig, test: Test, settings: RequestSettings, *,
                  tools: Sequence[Tool] | None = None, dispatch: Dispatch | None = None,
                  cache_as: int | None = None, attempt: int = 0) -> None:
         if not provider(model.api).chat:

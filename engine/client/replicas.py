@@ -1,6 +1,6 @@
 """Several endpoints serving one model (`base_urls:` in models.yaml): which replica takes the next try.
 
-`OpenAIClient.call` asks `ReplicaSet.acquire()` before each try and hands the replica back with
+`ModelClient.call` asks `ReplicaSet.acquire()` before each try and hands the replica back with
 `release(replica, failed=...)` after it::
 
     acquire:  replicas not cooling down ──► fewest tries in flight ──► ties: round-robin from a cursor

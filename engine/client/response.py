@@ -12,7 +12,7 @@ Limits on every decode:
   levels (`tool_calls.py`, where streamed tool-call deltas are joined).
 - numbers: token counts must be whole numbers in [0, `MAX_TOKEN_COUNT`]; anything else is stored as
   null and the row gets a note, so one absurd number can never fail a Parquet write.
-- size: the caller (`openai.py`) caps the bytes read per reply.
+- size: the caller (`engine.client.transport`) caps the bytes read per reply.
 """
 
 from __future__ import annotations

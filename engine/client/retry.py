@@ -67,7 +67,7 @@ def status_error(status: int, headers: Mapping[str, str], body: str) -> HTTPStat
     detail = server_text(body)
     message = f"HTTP {status} from the server" + (f": {detail}" if detail else "")
     location = headers.get("location") if 300 <= status < 400 else None
-    if location:   # redirects are not followed (engine/client/openai.py): say where to point base_url instead
+    if location:   # redirects are not followed (engine/client/transport.py): say where to point base_url instead
         # Any userinfo in it is masked by the client, with the rest of the error text (`mask_urls`).
         message += f" (the endpoint moved to {location[:300]}: point base_url there)"
     return HTTPStatusError(message, kind=f"http_{status}", retryable=should_retry_status(status, headers),
@@ -84,7 +84,7 @@ def transport_error(exc: BaseException, *, during: str) -> TransportError:
     """A failed connection (refused, reset, closed early), which is always retryable.
 
     Args:
-        exc: aiohttp's exception (`engine.client.openai._failure` maps them).
+        exc: aiohttp's exception (`engine.client.transport._failure` maps them).
         during: What the client was doing ("connecting", "reading the stream").
     """
     name = type(exc).__name__

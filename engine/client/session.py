@@ -45,7 +45,7 @@ class Sessions:
     def __init__(self, limit: int | None) -> None:
         connector = aiohttp.TCPConnector(limit=0 if limit is None else max(1, limit), limit_per_host=0,
                                          ttl_dns_cache=300)
-        no_limit = aiohttp.ClientTimeout(total=None)   # each call sets its own (`engine.client.openai`)
+        no_limit = aiohttp.ClientTimeout(total=None)   # each try sets its own (`engine.client.transport`)
         sent = aiohttp.TraceConfig()
         sent.on_request_headers_sent.append(_headers_sent)
         self._proxied = aiohttp.ClientSession(connector=connector, timeout=no_limit, trust_env=True,

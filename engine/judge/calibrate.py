@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from engine.client.openai import OpenAIClient
+from engine.client.client import ModelClient
 from engine.client.session import Sessions
 from engine.evaluators.judge import JudgeScorer, JudgeSpec, final_grade, question_of
 from engine.evaluators.judge_examples import Example, read_calibration
@@ -137,7 +137,7 @@ async def grade_calibrations(targets: list[Target], judges: JudgeModels, cache: 
         (one run per target, judge calls paid).
     """
     async with Sessions(concurrency) as sessions:
-        caller = ModelJudgeCaller(judges, cache, OpenAIClient(sessions, api_keys))
+        caller = ModelJudgeCaller(judges, cache, ModelClient(sessions, api_keys))
         more = list(extra) + [()] * (len(targets) - len(extra))
         runs = await asyncio.gather(*(_grade(test, path, spec, members, judges, caller, added, tally or Tally())
                                       for (test, path, spec, members), added in zip(targets, more, strict=True)))

@@ -2,7 +2,7 @@
 cap, the run's global cap, the `--max-cost` budget and the judge cache.
 
     judge scorer ──awaits──► ModelJudgeCaller.judge ──► JudgeCache (hit: no call)
-                                                   └──► judge slot ─► global slot ─► OpenAIClient.call
+                                                   └──► judge slot ─► global slot ─► ModelClient.call
 
 `similar` evaluators' embedding calls (`embed`) take the same path to `{base_url}/embeddings`, their vectors
 cached in the judge cache's `embedding` table (engine.judge.embeddings holds what differs).
@@ -18,8 +18,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from engine.client.openai import OpenAIClient, PreparedRequest, endpoint_url, method_path
+from engine.client.client import ModelClient
 from engine.client.providers import WireRequest, provider
+from engine.client.request import PreparedRequest, endpoint_url, method_path
 from engine.client.response import CallResult
 from engine.client.window import Dispatch, Window
 from engine.errors import CallStopped, UsageError
@@ -147,7 +148,7 @@ class ModelJudgeCaller:
         miss_hint: What a cache miss says when there is no client.
     """
 
-    def __init__(self, judges: JudgeModels, cache: JudgeCache, client: OpenAIClient | None = None, *,
+    def __init__(self, judges: JudgeModels, cache: JudgeCache, client: ModelClient | None = None, *,
                  dispatch: Callable[[ModelConfig], Dispatch] | None = None,
                  on_cost: Callable[[float], None] | None = None,
                  miss_hint: str = "run `engine run` again to pay for it") -> None:

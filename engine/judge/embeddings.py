@@ -4,7 +4,7 @@
                                                      └──► the misses in one POST to the model's embeddings
                                                           method (its provider's: `{base_url}/embeddings`, Gemini's
                                                           `:batchEmbedContents`) through the judge calls' slots
-                                                          and OpenAIClient.call
+                                                          and ModelClient.call
 
 An embedding call is a judge call in everything but its endpoint: the same client, retries, the model's own
 cap, the global cap, `--max-cost` and cache file (engine.judge.caller owns that plumbing; this module owns

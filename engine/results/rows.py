@@ -23,7 +23,8 @@ from engine.model.verdict import Verdict
 from engine.results.version import SCHEMA_VERSION
 
 if TYPE_CHECKING:
-    from engine.client.openai import CallResult, PreparedRequest
+    from engine.client.request import PreparedRequest
+    from engine.client.response import CallResult
 
 #: The agent columns: null on a single-turn row.
 AGENT_COLUMNS = ("transcript", "ledger", "tool_events", "turns", "prose_turns", "tool_calls_made", "invented_tools",

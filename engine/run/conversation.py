@@ -37,7 +37,9 @@ from engine.agent.loop import run_conversation
 from engine.agent.mcp.sandboxed import SandboxedStart
 from engine.agent.mcp.servers import McpServers
 from engine.agent.openai_caller import OpenAICaller
-from engine.client.openai import CallResult, OpenAIClient, PreparedRequest, RequestSettings, prepare
+from engine.client.client import ModelClient
+from engine.client.request import PreparedRequest, RequestSettings, prepare
+from engine.client.response import CallResult
 from engine.client.window import Dispatch
 from engine.errors import ClientError, ConfigError, McpServerError
 from engine.evaluators.scoring import context
@@ -78,7 +80,7 @@ class _Recorder:
         return reply
 
 
-async def run_agent_job(*, client: OpenAIClient, model: ModelConfig, test: Test, attempt: int, run_id: str,
+async def run_agent_job(*, client: ModelClient, model: ModelConfig, test: Test, attempt: int, run_id: str,
                         settings: RequestSettings, dispatch: Dispatch, on_cost: Callable[[float], None],
                         score: Callable[[Test, Answer, ScoringContext], Awaitable[tuple[Verdict | None, str | None]]],
                         caller: Any = None, cache_as: int | None = None,
@@ -98,7 +100,7 @@ async def run_agent_job(*, client: OpenAIClient, model: ModelConfig, test: Test,
             (verdict, evaluator error).
         caller: The run's judge caller (`judge` evaluators await it), or None.
         cache_as: The sample index each turn's request is looked up under in the response cache, or None
-            for no cache (`OpenAIClient.call`): every turn is a request of its own.
+            for no cache (`ModelClient.call`): every turn is a request of its own.
         mcp: The run's MCP servers (`scope: run` ones are shared through it), or None: a set of its own.
     """
     started_us = time.time_ns() // 1000
@@ -154,7 +156,7 @@ async def run_agent_job(*, client: OpenAIClient, model: ModelConfig, test: Test,
         return row
 
 
-def _caller(client: OpenAIClient, model: ModelConfig, test: Test, settings: RequestSettings,
+def _caller(client: ModelClient, model: ModelConfig, test: Test, settings: RequestSettings,
             dispatch: Dispatch, cache_as: int | None, attempt: int) -> _Caller:
     """The conversation's model: the test's golden turns for `builtin: golden`, else the endpoint."""
     if model.builtin == GOLDEN:

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from engine.client.openai import RequestSettings
+from engine.client.request import RequestSettings
 from engine.client.response_cache import ResponseCache
 from engine.judge.caller import JudgeModels
 

@@ -37,7 +37,9 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from engine.agent.mcp.servers import McpServers
 from engine.base.hosts import is_loopback_url
-from engine.client.openai import CallResult, OpenAIClient, PreparedRequest, prepare, temperature_of
+from engine.client.client import ModelClient
+from engine.client.request import PreparedRequest, prepare, temperature_of
+from engine.client.response import CallResult
 from engine.client.response_cache import use_cache
 from engine.client.session import Sessions
 from engine.client.window import Dispatch, Held, Window, unless_stopped
@@ -169,7 +171,7 @@ class Runner:
         self._workers: list[asyncio.Task[None]] = []
         self._committer: Committer | None = None
         self._pool = ScoringPool()
-        self._client: OpenAIClient | None = None
+        self._client: ModelClient | None = None
         self._storage_error: StorageError | None = None
         self._judge: ModelJudgeCaller | None = None
         self._gate = gate
@@ -218,7 +220,7 @@ class Runner:
             interval_s=self.config.commit_interval_s, rows=self.config.commit_rows)
         try:
             async with Sessions(self.config.concurrency) as sessions:
-                client = self._client = OpenAIClient(sessions, api_keys, self.config.response_cache,
+                client = self._client = ModelClient(sessions, api_keys, self.config.response_cache,
                                                      stopping=self._stopping_event)
                 cache = None
                 if self.config.judges is not None:
@@ -263,7 +265,7 @@ class Runner:
                                                                 self._stopping_event, self._count_in_flight)
         return found
 
-    def _start(self, client: OpenAIClient, model: ModelConfig, jobs: Iterator[Job]) -> None:
+    def _start(self, client: ModelClient, model: ModelConfig, jobs: Iterator[Job]) -> None:
         """Start the model's first workers: one per conversation for agent jobs, else enough to fill its
         window (more join as it grows)."""
         dispatch = self._dispatch(model)
@@ -300,11 +302,11 @@ class Runner:
             self._window_peak = size
             self._gate.widen(self._workers_for(size))
 
-    def _add_worker(self, client: OpenAIClient, lane: _Lane) -> None:
+    def _add_worker(self, client: ModelClient, lane: _Lane) -> None:
         lane.workers += 1
         self._workers.append(asyncio.create_task(self._worker(client, lane)))
 
-    async def _worker(self, client: OpenAIClient, lane: _Lane) -> None:
+    async def _worker(self, client: ModelClient, lane: _Lane) -> None:
         settings = self.config.settings
         model, dispatch = lane.model, lane.dispatch
         try:
@@ -344,7 +346,7 @@ class Runner:
             self._stopping = True   # a bug (a row that cannot be built): no more calls lost the same way
             raise
 
-    async def _call(self, client: OpenAIClient, model: ModelConfig, job: Job, dispatch: Dispatch) -> _Call | None:
+    async def _call(self, client: ModelClient, model: ModelConfig, job: Job, dispatch: Dispatch) -> _Call | None:
         """Make the job's call through its slots; None when the run stopped before it was sent."""
         settings = self.config.settings
         try:

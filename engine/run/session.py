@@ -245,14 +245,14 @@ def _storage_failed(exc: StorageError, run_dir: Path, journal: Any) -> int:
 
 
 def _settings(invocation: Invocation) -> Any:
-    from engine.client.openai import RequestSettings
+    from engine.client.request import RequestSettings
 
     return RequestSettings(temperature=invocation.temperature, max_tokens=invocation.max_tokens,
                            stream=invocation.stream is not False)
 
 
 def _dry_run(models: list[ModelConfig], tests: Sequence[Test], invocation: Invocation, shard: Shard | None) -> None:
-    from engine.client.openai import prepare
+    from engine.client.request import prepare
     from engine.results.rows import row_key
     from engine.run.jobs import attempts, runs_on
 

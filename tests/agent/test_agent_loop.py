@@ -1,4 +1,4 @@
-"""The agent loop against a scripted multi-turn model on loopback, through the real OpenAIClient."""
+"""The agent loop against a scripted multi-turn model on loopback, through the real ModelClient."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ import pytest
 from engine.agent.loop import run_conversation
 from engine.agent.openai_caller import OpenAICaller
 from engine.base.yaml import load_yaml_text
-from engine.client.openai import OpenAIClient, RequestSettings
+from engine.client.client import ModelClient
+from engine.client.request import RequestSettings
 from engine.client.session import Sessions
 from engine.client.window import Window
 from engine.errors import ConfigError
@@ -72,7 +73,7 @@ async def converse(server: ScriptedServer, tools: dict[str, Tool], *, prompt: st
     test = Test(suite="s", id="t", file="s.yaml", line=1, messages=({"role": "user", "content": prompt},),
                 prompt=prompt, eval=None)
     async with Sessions(64) as sessions:
-        client = OpenAIClient(sessions, {"m": "sk-test"})
+        client = ModelClient(sessions, {"m": "sk-test"})
         caller = OpenAICaller(client, model, test, RequestSettings(stream=stream), tools=list(tools.values()))
         return await run_conversation(caller, test.messages, tools, AgentSettings(max_turns, max_repeats),
                                       state=state, asked_model=model.model)
@@ -291,7 +292,7 @@ async def test_a_completions_model_is_refused_for_agent_tests() -> None:
     test = Test(suite="s", id="t", file="s.yaml", line=1, messages=(), prompt="", eval=None)
     async with Sessions(64) as sessions:
         with pytest.raises(ConfigError, match="api: chat"):
-            OpenAICaller(OpenAIClient(sessions, {}), model, test, RequestSettings())
+            OpenAICaller(ModelClient(sessions, {}), model, test, RequestSettings())
 
 
 async def test_a_429_wait_is_in_the_ledger_of_the_call_that_waited() -> None:
@@ -333,7 +334,7 @@ async def test_the_concurrency_slot_is_held_per_model_call_not_across_tool_delay
     async with ScriptedServer(planner) as server:
         model = ModelConfig(name="m", model="agent-1", base_url=server.base_url, timeout_s=10.0)
         async with Sessions(64) as sessions:
-            client = OpenAIClient(sessions, {})
+            client = ModelClient(sessions, {})
 
             async def one(city: str) -> Transcript:
                 test = Test(suite="s", id=city, file="s.yaml", line=1, messages=({"role": "user", "content": city},),

@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 from engine.agent.golden import GoldenCaller
 from engine.agent.loop import run_conversation
 from engine.agent.stored import transcript_of_row
-from engine.client.openai import RequestSettings, prepare
+from engine.client.request import RequestSettings, prepare
 from engine.model.agent import AgentSettings
 from engine.model.model_config import ModelConfig
 from engine.results.rows import build_agent_row, build_row
@@ -54,7 +54,7 @@ async def test_a_stored_agent_row_gives_back_its_transcript(tmp_path: Path) -> N
 
 
 def test_a_single_turn_row_has_no_transcript() -> None:
-    from engine.client.openai import CallResult
+    from engine.client.response import CallResult
 
     model = ModelConfig(name="m", model="m", base_url="http://127.0.0.1:1/v1")
     test = make_test(eval={"contains": "x"})

@@ -8,7 +8,9 @@ from typing import Any
 
 import pytest
 
-from engine.client.openai import CallResult, OpenAIClient, RequestSettings, prepare
+from engine.client.client import ModelClient
+from engine.client.request import RequestSettings, prepare
+from engine.client.response import CallResult
 from engine.client.session import Sessions
 from engine.model.model_config import ModelConfig
 from engine.model.test import Test
@@ -25,7 +27,7 @@ def model_for(server: FakeOpenAI, **overrides: Any) -> ModelConfig:
 
 async def call(model: ModelConfig, test: Test = TEST, attempt: int = 0) -> CallResult:
     async with Sessions(8) as sessions:
-        return await OpenAIClient(sessions, {"m": None}).call(model, prepare(model, test, RequestSettings(),
+        return await ModelClient(sessions, {"m": None}).call(model, prepare(model, test, RequestSettings(),
                                                                              attempt=attempt))
 
 

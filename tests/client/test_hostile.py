@@ -13,7 +13,9 @@ from typing import Any
 
 import pytest
 
-from engine.client.openai import CallResult, OpenAIClient, RequestSettings, prepare
+from engine.client.client import ModelClient
+from engine.client.request import RequestSettings, prepare
+from engine.client.response import CallResult
 from engine.client.session import Sessions
 from engine.client.tool_calls import MAX_ARGUMENT_DEPTH
 from engine.model.model_config import ModelConfig
@@ -101,7 +103,7 @@ def model_for(server: FakeOpenAI, **overrides: Any) -> ModelConfig:
 async def call(server: FakeOpenAI, *, stream: bool, **model_fields: Any) -> CallResult:
     model = model_for(server, **model_fields)
     async with Sessions(64) as sessions:
-        client = OpenAIClient(sessions, {"m": "sk-test"})
+        client = ModelClient(sessions, {"m": "sk-test"})
         return await client.call(model, prepare(model, TEST, RequestSettings(stream=stream)))
 
 

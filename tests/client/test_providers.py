@@ -10,9 +10,11 @@ from typing import Any
 
 import pytest
 
-from engine.client.openai import CallResult, OpenAIClient, PreparedRequest, RequestSettings, prepare
+from engine.client.client import ModelClient
 from engine.client.providers import PROVIDERS, WireRequest
 from engine.client.providers.gemini import gemini_schema
+from engine.client.request import PreparedRequest, RequestSettings, prepare
+from engine.client.response import CallResult
 from engine.client.session import Sessions
 from engine.errors import UsageError
 from engine.judge import embeddings
@@ -51,7 +53,7 @@ def model_of(server: Any, api: str, **fields: Any) -> ModelConfig:
 
 async def call(model: ModelConfig, *, stream: bool = True, test: Test = TEST) -> CallResult:
     async with Sessions(8) as sessions:
-        client = OpenAIClient(sessions, {"m": KEY})
+        client = ModelClient(sessions, {"m": KEY})
         return await client.call(model, prepare(model, test, RequestSettings(stream=stream)))
 
 
@@ -154,7 +156,7 @@ async def test_gemini_embeddings_through_batch_embed_contents(gemini: FakeGemini
     request = PreparedRequest(embeddings.embeddings_url(model), embeddings.request_body(model, texts), False, None,
                               0, None, reader=reader.read, api="gemini")
     async with Sessions(8) as sessions:
-        result = await OpenAIClient(sessions, {"m": KEY}).call(model, request)
+        result = await ModelClient(sessions, {"m": KEY}).call(model, request)
     assert result.error is None
     assert reader.vectors == [tuple(bag_of_words(text)) for text in texts]
     assert gemini.paths == ["/v1beta/models/text-embedding-004:batchEmbedContents"]

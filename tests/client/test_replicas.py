@@ -13,8 +13,10 @@ from typing import Any
 
 import pytest
 
-from engine.client.openai import CallResult, OpenAIClient, RequestSettings, prepare
+from engine.client.client import ModelClient
 from engine.client.replicas import COOL_DOWN_S, ReplicaSet
+from engine.client.request import RequestSettings, prepare
+from engine.client.response import CallResult
 from engine.client.session import Sessions
 from engine.model.model_config import ModelConfig
 from tests.factories import make_test
@@ -120,9 +122,9 @@ def replica_model(servers: list[FakeOpenAI], **overrides: Any) -> ModelConfig:
 
 
 async def calls(model: ModelConfig, n: int, clock: Clock, *, concurrent: bool = False,
-                between: Any = None) -> tuple[list[CallResult], OpenAIClient]:
+                between: Any = None) -> tuple[list[CallResult], ModelClient]:
     async with Sessions(64) as sessions:
-        client = OpenAIClient(sessions, {"m": None}, clock=clock)
+        client = ModelClient(sessions, {"m": None}, clock=clock)
         request = prepare(model, TEST, RequestSettings())
         if concurrent:
             return list(await asyncio.gather(*(client.call(model, request) for _ in range(n)))), client
@@ -159,7 +161,7 @@ async def test_a_stopped_replica_costs_one_retry_then_is_skipped_until_its_cool_
     dead = servers[1]
     dead.stop()
 
-    def later(i: int, client: OpenAIClient) -> None:
+    def later(i: int, client: ModelClient) -> None:
         if i == 10:
             clock.now += COOL_DOWN_S                 # the cool-down is over: the dead replica is tried again
 

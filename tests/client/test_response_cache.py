@@ -10,7 +10,9 @@ from typing import Any
 
 import pytest
 
-from engine.client.openai import CallResult, OpenAIClient, RequestSettings, prepare
+from engine.client.client import ModelClient
+from engine.client.request import RequestSettings, prepare
+from engine.client.response import CallResult
 from engine.client.response_cache import ResponseCache, cache_key, default_path, storable, use_cache
 from engine.client.session import Sessions
 from engine.errors import ClientError
@@ -120,7 +122,7 @@ async def test_the_client_answers_a_repeated_request_from_the_cache(fake_openai:
     request = prepare(model, TEST, RequestSettings(stream=stream))
     cache = ResponseCache(tmp_path / "r.sqlite")
     async with Sessions(64) as sessions:
-        client = OpenAIClient(sessions, {"m": "sk-secret-value"}, cache)
+        client = ModelClient(sessions, {"m": "sk-secret-value"}, cache)
         first = await client.call(model, request, cache_as=0)
         second = await client.call(model, request, cache_as=0)
         other_sample = await client.call(model, request, cache_as=1)
@@ -145,7 +147,7 @@ async def test_an_embedded_model_is_answered_from_the_cache_on_another_port(fake
     run2 = replace(run1, base_url="http://127.0.0.1:9/v1")
     cache = ResponseCache(tmp_path / "r.sqlite")
     async with Sessions(64) as sessions:
-        client = OpenAIClient(sessions, {"m": None}, cache)
+        client = ModelClient(sessions, {"m": None}, cache)
         first = await client.call(run1, prepare(run1, TEST, RequestSettings()), cache_as=0)
         second = await client.call(run2, prepare(run2, TEST, RequestSettings()), cache_as=0)
         changed = replace(run2, cache_identity=identity.replace("engine=abc", "engine=def"))

@@ -6,7 +6,7 @@ import pytest
 
 from engine.evaluators import score
 from engine.model.answer import Answer
-from tests.client.test_openai import call
+from tests.client.test_model_client import call
 from tests.factories import make_test
 from tests.fake_openai import FakeOpenAI, Reply
 

@@ -14,7 +14,7 @@ from urllib.parse import quote
 
 import pandas as pd
 
-from engine.client.openai import endpoint_url
+from engine.client.request import endpoint_url
 from engine.judge.embeddings import embeddings_url
 from engine.model.model_config import ModelConfig
 from tests.engine_proc import run_engine

@@ -9,7 +9,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from engine.client.openai import CallResult, PreparedRequest
+from engine.client.request import PreparedRequest
+from engine.client.response import CallResult
 from engine.errors import HTTPStatusError
 from engine.model.answer import ToolCall
 from engine.model.model_config import ModelConfig

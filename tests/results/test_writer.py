@@ -8,7 +8,8 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
-from engine.client.openai import CallResult, PreparedRequest
+from engine.client.request import PreparedRequest
+from engine.client.response import CallResult
 from engine.errors import HTTPStatusError
 from engine.model.answer import ToolCall
 from engine.model.model_config import ModelConfig

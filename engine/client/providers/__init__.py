@@ -19,7 +19,7 @@ A new provider is one entry here, its module and its tests, nothing else:
    and run the providers' end-to-end suite on it (tests/run/test_providers_run.py).
 
 Sending, retries, rate-limit pacing, size caps, key masking and "a reply that started is paid once" are the
-client's (`engine.client.openai`), the same for every provider.
+client's (`engine.client.client`, its tries sent by `engine.client.transport`), the same for every provider.
 """
 
 from __future__ import annotations

@@ -3,7 +3,8 @@
 The engine speaks OpenAI chat messages inside (a test's `messages`, an agent loop's assistant `tool_calls` and
 `tool` answers, `image_url` parts with data URLs); a provider turns them into its wire body and its replies,
 whole or streamed, into a `CallResult`. Everything else (sending, retries, pacing, size caps, masking, the reply
-paid once) is the client's (`engine.client.openai`), the same for every provider.
+paid once) is the client's (`engine.client.client`, its tries sent by `engine.client.transport`), the same for
+every provider.
 """
 
 from __future__ import annotations

@@ -8,7 +8,9 @@ from typing import Any
 
 import pytest
 
-from engine.client.openai import CallResult, OpenAIClient, RequestSettings, prepare
+from engine.client.client import ModelClient
+from engine.client.request import RequestSettings, prepare
+from engine.client.response import CallResult
 from engine.client.session import Sessions
 from engine.model.model_config import ModelConfig
 from engine.model.test import Test
@@ -25,7 +27,7 @@ def model_for(server: FakeOpenAI, **overrides: Any) -> ModelConfig:
 async def call(server: FakeOpenAI, *, stream: bool = True, test: Test = TEST, **model_fields: Any) -> CallResult:
     model = model_for(server, **model_fields)
     async with Sessions(64) as sessions:
-        client = OpenAIClient(sessions, {"m": "sk-test"})
+        client = ModelClient(sessions, {"m": "sk-test"})
         return await client.call(model, prepare(model, test, RequestSettings(stream=stream)))
 
 
@@ -147,7 +149,7 @@ async def test_the_servers_own_error_text_reaches_the_error_capped_and_masked(fa
     fake_openai.script(Reply(fault="http_500", error_message=f"for key {key}: {VALIDATION}{long_tail}"))
     model = model_for(fake_openai, max_retries=0)
     async with Sessions(4) as sessions:
-        result = await OpenAIClient(sessions, {"m": key}).call(model, prepare(model, TEST, RequestSettings(
+        result = await ModelClient(sessions, {"m": key}).call(model, prepare(model, TEST, RequestSettings(
             stream=stream)))
     message = str(result.error)
     assert message.startswith("HTTP 500 from the server: for key ***: 7 validation errors: {'type': 'literal_")
@@ -239,7 +241,7 @@ async def test_length_finish_is_truncated(fake_openai: FakeOpenAI) -> None:
 async def test_connection_refused(unused_tcp_port: int) -> None:
     model = ModelConfig(name="m", model="x", base_url=f"http://127.0.0.1:{unused_tcp_port}/v1", max_retries=1)
     async with Sessions(64) as sessions:
-        result = await OpenAIClient(sessions, {}).call(model, prepare(model, TEST, RequestSettings()))
+        result = await ModelClient(sessions, {}).call(model, prepare(model, TEST, RequestSettings()))
     assert result.error is not None and result.error.kind == "connection" and result.retries == 1
 
 
@@ -264,7 +266,7 @@ async def test_a_connect_that_never_completes_is_a_timeout_of_connect_timeout_s(
         model = ModelConfig(name="m", model="x", base_url=f"http://127.0.0.1:{port}/v1", max_retries=0,
                             timeout_s=600, connect_timeout_s=0.3)
         async with Sessions(4) as sessions:
-            result = await OpenAIClient(sessions, {}).call(model, prepare(model, TEST, RequestSettings()))
+            result = await ModelClient(sessions, {}).call(model, prepare(model, TEST, RequestSettings()))
     finally:
         for sock in (*held, listener):
             sock.close()
@@ -294,7 +296,7 @@ async def test_calls_waiting_to_retry_are_counted(fake_openai: FakeOpenAI) -> No
     fake_openai.script(Reply(fault="http_429", retry_after="0.5"), Reply(content="Paris"))
     model = model_for(fake_openai)
     async with Sessions(64) as sessions:
-        client = OpenAIClient(sessions, {})
+        client = ModelClient(sessions, {})
         task = asyncio.create_task(client.call(model, prepare(model, TEST, RequestSettings())))
         seen = 0
         while not task.done():
