@@ -15,6 +15,8 @@ from multidict import CIMultiDict
 
 from engine.client import ratelimit, retry
 from engine.client.ratelimit import Bucket, Budget, Limit
+from engine.client.ratelimit.cost import IMAGE_TOKENS
+from engine.client.ratelimit.pace import BACKOFF, RATE_MARGIN
 from engine.errors import HTTPStatusError
 from engine.model.model_config import ModelConfig, RateLimit
 
@@ -125,7 +127,7 @@ def test_bucket_refund_and_lowering() -> None:
     ({"messages": [{"role": "user", "content": "x" * 400}], "max_tokens": 64}, (400 + 16) // 4 + 64),
     ({"messages": [{"role": "user", "content": [{"type": "text", "text": "abcd" * 10},
                                                 {"type": "image_url", "image_url": {"url": "data:..."}}]}]},
-     (16 + 40 + 4 * ratelimit.IMAGE_TOKENS) // 4),
+     (16 + 40 + 4 * IMAGE_TOKENS) // 4),
     ({"prompt": "é" * 10, "max_tokens": 5}, 20 // 4 + 5),      # bytes, not characters
     ({"input": ["abcd", "efgh"]}, 2),
     ({"messages": "not a list", "max_tokens": "ten"}, 0),
@@ -136,7 +138,7 @@ def test_bucket_refund_and_lowering() -> None:
     # Gemini: contents of parts, systemInstruction, and the reply's room in generationConfig
     ({"systemInstruction": {"parts": [{"text": "s" * 8}]}, "generationConfig": {"maxOutputTokens": 32},
       "contents": [{"role": "user", "parts": [{"text": "x" * 400}, {"inlineData": {"mimeType": "image/png"}}]}]},
-     (8 + 16 + 400 + 4 * ratelimit.IMAGE_TOKENS) // 4 + 32),
+     (8 + 16 + 400 + 4 * IMAGE_TOKENS) // 4 + 32),
 ])
 def test_request_token_estimate(body: dict[str, object], tokens: int) -> None:
     assert ratelimit.request_tokens(body) == tokens
@@ -188,7 +190,7 @@ def test_a_refusal_where_nothing_is_published_lowers_the_rate_and_successes_brin
         assert budget.wait_s(10) == 0
     budget.observe(tickets[-1], 429, CIMultiDict())
     lowered = budget.request_rate()
-    assert lowered is not None and lowered == pytest.approx(ratelimit.BACKOFF * 10, rel=0.15)
+    assert lowered is not None and lowered == pytest.approx(BACKOFF * 10, rel=0.15)
     budget.observe(tickets[-2], 429, CIMultiDict())   # sent before the decrease: the same refusal, not lowered again
     assert budget.request_rate() == lowered
     rates = []
@@ -213,13 +215,13 @@ def test_a_429_while_the_headers_claim_room_lowers_the_pace_under_the_published_
         ticket = _send(budget, clock)
         budget.observe(ticket, 200, _headers(1200, 1199 - i, (1 + i) / 20))
     published = budget.request_rate()
-    assert published == pytest.approx(20 * ratelimit.RATE_MARGIN, rel=0.05)
+    assert published is not None and published == pytest.approx(20 * RATE_MARGIN, rel=0.05)
     for _ in range(8):
         ticket = _send(budget, clock)
         clock.now += 0.01
     budget.observe(ticket, 429, _headers(1200, 1100, 5.0))   # refused with 1,100 said to be left
     lowered = budget.request_rate()
-    assert lowered is not None and lowered <= ratelimit.BACKOFF * published * 1.2
+    assert lowered is not None and lowered <= BACKOFF * published * 1.2
     rates = []
     for _ in range(600):
         budget.observe(_send(budget, clock), 200, CIMultiDict())
@@ -255,8 +257,8 @@ def test_a_declared_limit_paces_from_the_start_and_the_lowest_wins() -> None:
     budget = Budget(clock=clock, wall=lambda: NOW)
     budget.declare(RateLimit(requests_per_minute=600))
     budget.declare(RateLimit(requests_per_minute=1200, tokens_per_minute=6000))
-    assert budget.request_rate() == pytest.approx(10.0 * ratelimit.RATE_MARGIN)   # a little under the declared
-    tokens = 100.0 * ratelimit.RATE_MARGIN     # a second's tokens at once, then a 50-token call each half second
+    assert budget.request_rate() == pytest.approx(10.0 * RATE_MARGIN)   # a little under the declared
+    tokens = 100.0 * RATE_MARGIN     # a second's tokens at once, then a 50-token call each half second
     waits = []
     for _ in range(4):
         waits.append(budget.wait_s(50))
@@ -270,7 +272,7 @@ def test_a_try_never_sent_gives_its_cost_back() -> None:
     budget.declare(RateLimit(requests_per_minute=60))
     budget.grant(1)
     second = budget.grant(1)
-    rate = ratelimit.RATE_MARGIN
+    rate = RATE_MARGIN
     assert budget.wait_s(1) == pytest.approx(2 / rate)
     budget.returned(second)
     budget.returned(second)                    # once only
