@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from engine.client import retry
+from engine.client.providers.batch import Batch
 from engine.client.response import CallResult
 from engine.client.tool_calls import loads
 from engine.errors import ClientError
@@ -106,6 +107,7 @@ class Provider:
         classify: (status, headers, body text) -> the error of a non-2xx reply, and the retry delay its body
             asks for (None: the headers' `retry-after`, else the backoff).
         embeddings: The embeddings method, or None when the API has none.
+        batch: The batch method (`engine.client.providers.batch`), or None when the API has none.
     """
 
     name: str
@@ -117,6 +119,7 @@ class Provider:
     stream: Callable[[CallResult, Redactor], StreamReader]
     classify: Callable[[int, Mapping[str, str], str], tuple[ClientError, float | None]]
     embeddings: Embeddings | None = None
+    batch: Batch | None = None
 
 
 def method_url(base_url: str, method: str) -> str:
