@@ -34,13 +34,13 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
-from engine.errors import ClientError
+from engine.errors import ClientError, TransportError
 from engine.model.model_config import ModelConfig
 from engine.redact import Redactor
 
 __all__ = ["CUSTOM_ID", "DISCOUNT", "Batch", "BatchAPI", "BatchCounts", "BatchFailure", "BatchHTTP", "BatchLimits",
            "BatchOutcome", "BatchReply", "BatchState", "BatchStatus", "BatchTarget", "Download", "FailureKind",
-           "FormFile", "HTTPReply", "LongLine", "SubmitError"]
+           "FormFile", "HTTPReply", "LongLine", "NotSent", "SubmitError"]
 
 #: What a custom id may be: the strictest provider's rule (Anthropic's), so one id works everywhere.
 CUSTOM_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
@@ -151,6 +151,10 @@ class SubmitError(ClientError):
         self.sent = sent
 
 
+class NotSent(TransportError):
+    """`BatchHTTP` could not send the request at all (no connection): the server saw nothing of it."""
+
+
 # -- where a batch goes, and the HTTP it goes over ----------------------------------------------------------------
 
 
@@ -218,7 +222,8 @@ class BatchHTTP(Protocol):
     """The HTTP a batch wire speaks: `engine.client.transport` implements it over the run's aiohttp sessions.
 
     Every method raises a `ClientError` (masked, classified as the live client's: refused, reset, timed out)
-    when the exchange fails; a reply of any status is returned, for the wire to read as its provider documents.
+    when the exchange fails, `NotSent` when no connection was made; a reply of any status is returned, for the
+    wire to read as its provider documents.
     """
 
     async def send(self, method: str, url: str, headers: Mapping[str, str], *, json: Any = None,
