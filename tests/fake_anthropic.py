@@ -95,6 +95,7 @@ class ThreadServer:
         self.requests: list[dict[str, Any]] = []
         self.paths: list[str] = []
         self.keys: set[str] = set()
+        self.mounts: list[Callable[[web.Application], None]] = []   # more routes (the batch servers')
         self._script: deque[Any] = deque()
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -104,6 +105,14 @@ class ThreadServer:
     def routes(self, app: web.Application) -> None:
         raise NotImplementedError
 
+    def take_reply(self, body: dict[str, Any]) -> Any:
+        """The reply to a request body: the next scripted one, else the responder's (the body is recorded)."""
+        with self._lock:
+            self.requests.append(body)
+            if self._script:
+                return self._script.popleft()
+        return self.responder(body)
+
     def script(self, *replies: Any) -> None:
         """Queue replies; each request takes the next one, then `responder` answers."""
         with self._lock:
@@ -111,12 +120,9 @@ class ThreadServer:
 
     def next_reply(self, request: web.Request, body: dict[str, Any], key_header: str) -> Any:
         with self._lock:
-            self.requests.append(body)
             self.paths.append(request.path_qs)
             self.keys.add(request.headers.get(key_header, ""))
-            if self._script:
-                return self._script.popleft()
-        return self.responder(body)
+        return self.take_reply(body)
 
     def start(self) -> Self:
         ready = threading.Event()
@@ -126,6 +132,8 @@ class ThreadServer:
             self._loop = loop
             app = web.Application(client_max_size=64 * 1024 * 1024)
             self.routes(app)
+            for mount in self.mounts:
+                mount(app)
             runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.1)
             loop.run_until_complete(runner.setup())
             site = web.TCPSite(runner, "127.0.0.1", 0)
@@ -187,14 +195,7 @@ class FakeAnthropic(ThreadServer):
         if thinking:
             self.signed.append(thinking)
         if not body.get("stream"):
-            content: list[dict[str, Any]] = list(thinking)
-            if reply.text:
-                content.append({"type": "text", "text": reply.text})
-            content += [{"type": "tool_use", "id": f"toolu_{i}", "name": c["name"], "input": c["arguments"]}
-                        for i, c in enumerate(reply.tool_calls)]
-            return web.json_response({"id": "msg_1", "type": "message", "role": "assistant", "model": model,
-                                      "content": content, "stop_reason": stop, "stop_sequence": None,
-                                      "usage": reply.usage})
+            return web.json_response(whole_message(reply, model, stop, thinking))
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
         await resp.prepare(request)
 
@@ -270,7 +271,22 @@ class FakeAnthropic(ThreadServer):
         return ""
 
 
+def whole_message(reply: Reply, model: str, stop: str, thinking: list[dict[str, Any]]) -> dict[str, Any]:
+    """A whole (not streamed) `message` object: the thinking blocks, the text, the tool_use blocks."""
+    content: list[dict[str, Any]] = list(thinking)
+    if reply.text:
+        content.append({"type": "text", "text": reply.text})
+    content += [{"type": "tool_use", "id": f"toolu_{i}", "name": c["name"], "input": c["arguments"]}
+                for i, c in enumerate(reply.tool_calls)]
+    return {"id": "msg_1", "type": "message", "role": "assistant", "model": model, "content": content,
+            "stop_reason": stop, "stop_sequence": None, "usage": reply.usage}
+
+
+def error_body(status: int, message: str) -> dict[str, Any]:
+    """Anthropic's error body."""
+    return {"type": "error", "error": {"type": ERROR_TYPES.get(status, "api_error"), "message": message}}
+
+
 def _error(status: int, message: str, retry_after: str | None = None) -> web.Response:
     headers = {"retry-after": retry_after} if retry_after else {}
-    return web.json_response({"type": "error", "error": {"type": ERROR_TYPES.get(status, "api_error"),
-                                                         "message": message}}, status=status, headers=headers)
+    return web.json_response(error_body(status, message), status=status, headers=headers)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -74,6 +75,8 @@ class FakeGemini(ThreadServer):
     def __init__(self) -> None:
         super().__init__()
         self.signed: set[str] = set()   # the thoughtSignatures this server sent
+        # `:batchGenerateContent` (model, request) -> its answer, when a batch server is mounted
+        self.batch_create: Callable[[str, web.Request], Awaitable[web.StreamResponse]] | None = None
 
     @property
     def base_url(self) -> str:
@@ -84,6 +87,8 @@ class FakeGemini(ThreadServer):
 
     async def _call(self, request: web.Request) -> web.StreamResponse:
         model, _, method = request.match_info["call"].partition(":")
+        if method == "batchGenerateContent" and self.batch_create is not None:
+            return await self.batch_create(model, request)
         body = await request.json()
         reply: Reply = self.next_reply(request, body, "x-goog-api-key")
         calls = [[p for p in c.get("parts") or () if "functionCall" in p] for c in body.get("contents") or ()
@@ -113,6 +118,17 @@ class FakeGemini(ThreadServer):
             await resp.write(b"data: " + json.dumps(chunk).encode() + b"\r\n\r\n")
             await asyncio.sleep(0)
         return resp
+
+
+def whole_reply(reply: Reply, version: str) -> dict[str, Any]:
+    """A whole generateContent reply (the stream's chunks merged)."""
+    return _merge(_chunks(reply, version))
+
+
+def error_body(reply: Reply) -> dict[str, Any]:
+    """Google's error object of a reply with a `status`."""
+    status = reply.status or 500
+    return {"code": status, "message": reply.message, "status": STATUSES.get(status, "UNKNOWN")}
 
 
 def _chunks(reply: Reply, version: str) -> list[dict[str, Any]]:
@@ -156,7 +172,7 @@ def _merge(chunks: list[dict[str, Any]]) -> dict[str, Any]:
 
 def _error(reply: Reply) -> web.Response:
     status = reply.status or 500
-    error: dict[str, Any] = {"code": status, "message": reply.message, "status": STATUSES.get(status, "UNKNOWN")}
+    error = error_body(reply)
     if reply.retry_delay:
         error["details"] = [{"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": reply.retry_delay}]
     return web.json_response({"error": error}, status=status)

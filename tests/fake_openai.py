@@ -128,6 +128,7 @@ class FakeOpenAI:
         self.max_in_flight = 0
         self.in_flight_by_model: dict[str, int] = {}
         self.max_in_flight_by_model: dict[str, int] = {}
+        self.mounts: list[Callable[[web.Application], None]] = []   # more routes (the batch server's)
         self._script: deque[Reply] = deque()
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -167,6 +168,8 @@ class FakeOpenAI:
             app.router.add_post("/v1/completions", self._completions)
             app.router.add_get("/v1/models", self._models)
             app.router.add_post("/v1/embeddings", self._embeddings)
+            for mount in self.mounts:
+                mount(app)
             self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.1)
             loop.run_until_complete(self._runner.setup())
             site = web.TCPSite(self._runner, "127.0.0.1", 0, ssl_context=ssl_context)

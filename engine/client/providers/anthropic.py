@@ -27,6 +27,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from engine.client import retry
+from engine.client.providers.anthropic_batch import BATCH
 from engine.client.providers.base import (
     ECHO,
     Provider,
@@ -338,4 +339,4 @@ def classify(status: int, headers: Any, body: str) -> tuple[ClientError, float |
 
 
 PROVIDER = Provider(name="anthropic", chat=True, path=lambda model, stream: "/messages", headers=headers,
-                    build=build, parse=parse, stream=AnthropicStream, classify=classify)
+                    build=build, parse=parse, stream=AnthropicStream, classify=classify, batch=BATCH)

@@ -48,6 +48,7 @@ from engine.client.providers.base import (
     stream_event,
     system_text,
 )
+from engine.client.providers.gemini_batch import BATCH
 from engine.client.response import CallResult, count
 from engine.client.retry import wrong_type
 from engine.client.tool_calls import arguments_text, optional_str, tool_call
@@ -400,4 +401,4 @@ def _embed_read(data: Any) -> tuple[list[Any], Any]:
 PROVIDER = Provider(name="gemini", chat=True, path=path, headers=headers, build=build, parse=parse,
                     stream=GeminiStream, classify=classify,
                     embeddings=Embeddings(path=lambda model: _model_path(model) + ":batchEmbedContents",
-                                          body=_embed_body, read=_embed_read))
+                                          body=_embed_body, read=_embed_read), batch=BATCH)

@@ -15,6 +15,7 @@ from typing import Any
 
 from engine.client import retry
 from engine.client.providers.base import ECHO, Embeddings, Provider, WireRequest, check_stream_end, error_message
+from engine.client.providers.openai_batch import CHAT_BATCH
 from engine.client.response import CallResult, ToolCallAccumulator, apply_event, decode_events, parse_whole
 from engine.errors import ClientError
 from engine.model.model_config import ModelConfig
@@ -135,4 +136,5 @@ def _embeddings_read(data: Any) -> tuple[list[Any], Any]:
 EMBEDDINGS = Embeddings(path=lambda model: "/embeddings", body=_embeddings_body, read=_embeddings_read)
 
 PROVIDER = Provider(name="chat", chat=True, path=lambda model, stream: "/chat/completions", headers=bearer_headers,
-                    build=build, parse=parse_whole, stream=OpenAIStream, classify=classify, embeddings=EMBEDDINGS)
+                    build=build, parse=parse_whole, stream=OpenAIStream, classify=classify, embeddings=EMBEDDINGS,
+                    batch=CHAT_BATCH)

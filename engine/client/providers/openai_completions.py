@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from engine.client.providers.base import Provider, WireRequest
+from engine.client.providers.openai_batch import COMPLETIONS_BATCH
 from engine.client.providers.openai_chat import EMBEDDINGS, OpenAIStream, bearer_headers, classify, with_sampling
 from engine.client.response import CallResult, parse_whole
 from engine.redact import Redactor
@@ -26,4 +27,4 @@ def _stream(result: CallResult, redact: Redactor) -> OpenAIStream:
 
 PROVIDER = Provider(name="completions", chat=False, path=lambda model, stream: "/completions",
                     headers=bearer_headers, build=build, parse=parse_whole, stream=_stream, classify=classify,
-                    embeddings=EMBEDDINGS)
+                    embeddings=EMBEDDINGS, batch=COMPLETIONS_BATCH)

@@ -1,0 +1,174 @@
+"""Anthropic's Message Batches (`api: anthropic`): the requests in one create call, the results as JSONL.
+
+Submit: `POST {base_url}/messages/batches` `{requests: [{custom_id, params}]}`, each `params` a Messages API body
+(never streamed) -> the batch, whose `id` (`msgbatch_...`) is the batch's. Poll: `GET .../{id}`:
+`processing_status` in_progress / canceling / ended, `request_counts` {processing, succeeded, errored, canceled,
+expired}, `cancel_initiated_at`, `results_url` once ended. Results: `GET results_url` (followed only on the
+base_url's host, where the key may go; else `.../{id}/results`), a line `{custom_id, result}` per request whose
+`result.type` is succeeded (`message`: the reply `parse` reads), errored (`error`: an error body), canceled or
+expired. Cancel: `POST .../{id}/cancel`. Limits: 100,000 requests or 256 MB per batch; the price is half the
+live one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping, Sequence
+from typing import Any, Literal
+from urllib.parse import quote
+
+from engine.client import retry
+from engine.client.providers.base import error_message, method_url
+from engine.client.providers.batch import (
+    Batch,
+    BatchAPI,
+    BatchCounts,
+    BatchHTTP,
+    BatchLimits,
+    BatchOutcome,
+    BatchReply,
+    BatchState,
+    BatchStatus,
+    BatchTarget,
+)
+from engine.client.providers.batch_wire import (
+    Classify,
+    Outcomes,
+    check_requests,
+    compact,
+    integer,
+    read_json,
+    result_lines,
+    same_origin,
+    status_failure,
+    submit_error,
+    text,
+)
+from engine.errors import ClientError
+from engine.redact import Redactor
+
+__all__ = ["BATCH", "LIMITS"]
+
+LIMITS = BatchLimits(max_requests=100_000, max_bytes=256_000_000)
+_STATES: dict[str, BatchState] = {"in_progress": "running", "canceling": "ending", "ended": "ended"}
+_LEFT: dict[str, Literal["expired", "cancelled"]] = {"expired": "expired", "canceled": "cancelled"}
+
+
+def _size(custom_id: str, body: Mapping[str, Any]) -> int:
+    return len(compact({"custom_id": custom_id, "params": body})) + 1
+
+
+class AnthropicBatches:
+    """Message Batches at one endpoint."""
+
+    def __init__(self, http: BatchHTTP, target: BatchTarget, classify: Classify) -> None:
+        self._http = http
+        self._target = target
+        self._classify = classify
+
+    def _url(self, batch_id: str = "", tail: str = "") -> str:
+        path = "/messages/batches" + ("/" + quote(batch_id, safe="") if batch_id else "") + tail
+        return method_url(self._target.base_url, path)
+
+    async def submit(self, requests: Sequence[tuple[str, Mapping[str, Any]]]) -> str:
+        check_requests(requests, LIMITS, _size)
+        body = b'{"requests":[' + b",".join(compact({"custom_id": custom_id, "params": params})
+                                              for custom_id, params in requests) + b"]}"
+        try:
+            created, _ = await read_json(self._http, self._target, self._classify, "POST", self._url(), "the batch",
+                                         body=body)
+            batch_id = text(created, "id", "batch")
+            if not batch_id:
+                raise retry.bad_response("the created batch has no `id`")
+        except ClientError as error:
+            raise submit_error(error, created=True) from None
+        return batch_id
+
+    async def poll(self, batch_id: str) -> BatchStatus:
+        data, _ = await read_json(self._http, self._target, self._classify, "GET", self._url(batch_id), "the batch")
+        return self._status(batch_id, data)
+
+    async def cancel(self, batch_id: str) -> BatchStatus:
+        data, _ = await read_json(self._http, self._target, self._classify, "POST", self._url(batch_id, "/cancel"),
+                                  "the batch")
+        return self._status(batch_id, data)
+
+    async def results(self, status: BatchStatus,
+                      custom_ids: Sequence[str]) -> AsyncIterator[tuple[str, BatchOutcome]]:
+        outcomes = Outcomes(custom_ids, self._target.redact)
+        for url in status.results:
+            async for line in result_lines(self._http, self._target, self._classify, url, "custom_id",
+                                           "the batch's results"):
+                if line.data is None:
+                    taken = outcomes.fail(line.custom_id, "errored", line.problem or "unreadable")
+                else:
+                    taken = outcomes.take(line.custom_id, _outcome(line.data, self._target.redact))
+                if taken is not None:
+                    yield taken
+        reason = "the batch's results do not mention this request" if status.results else \
+            f"the batch ended without results ({status.provider_state})"
+        for taken in outcomes.rest("failed", reason):
+            yield taken
+
+    def _status(self, batch_id: str, data: dict[str, Any]) -> BatchStatus:
+        """A batch object read into its status; its results URL kept only on the base_url's host."""
+        state = text(data, "processing_status", "batch") or ""
+        if state not in _STATES:
+            raise retry.bad_response(f"the batch's `processing_status` is {state[:40]!r}, not one Message Batches "
+                                     "documents")
+        counts = data.get("request_counts") or {}
+        if type(counts) is not dict:
+            raise retry.wrong_type("batch.request_counts", counts, "an object")
+        numbers = {key: integer(counts, key, "request_counts")
+                   for key in ("processing", "succeeded", "errored", "canceled", "expired")}
+        ended = state == "ended"
+        ended_as: Literal["completed", "expired", "cancelled"] | None = None
+        results: tuple[str, ...] = ()
+        if ended:
+            ended_as = "cancelled" if data.get("cancel_initiated_at") else \
+                "expired" if numbers["expired"] else "completed"
+            url = text(data, "results_url", "batch")
+            fallback = self._url(batch_id, "/results")
+            results = (url if url and same_origin(url, self._target.base_url) else fallback,)
+        return BatchStatus(batch_id=batch_id, state=_STATES[state], provider_state=state,
+                           counts=BatchCounts(total=sum(numbers.values()), succeeded=numbers["succeeded"],
+                                              failed=numbers["errored"] + numbers["canceled"] + numbers["expired"]),
+                           ended_as=ended_as, results=results)
+
+
+def _outcome(data: dict[str, Any], redact: Redactor) -> BatchOutcome:
+    """One results line read: the message, or why there is none."""
+    try:
+        result = data.get("result")
+        if type(result) is not dict:
+            raise retry.wrong_type("result", result, "an object")
+        kind = text(result, "type", "result")
+        if kind == "succeeded":
+            message = result.get("message")
+            if type(message) is not dict:
+                raise retry.wrong_type("result.message", message, "an object")
+            return BatchReply(compact(message))
+        if kind == "errored":
+            error = result.get("error")
+            shown = error_message(compact(error).decode()) if error is not None else "no error given"
+            return status_failure("errored", shown, None, redact)
+        if kind in _LEFT:
+            return status_failure(_LEFT[kind], f"the batch {_LEFT[kind]} before this request was answered", None,
+                                  redact)
+        raise retry.bad_response(f"`result.type` is {str(kind)[:40]!r}, not one Message Batches documents")
+    except ClientError as bad:
+        return status_failure("errored", f"its results line is unreadable: {bad}", None, redact)
+
+
+def _batch() -> Batch:
+    def open_batches(http: BatchHTTP, target: BatchTarget) -> BatchAPI:
+        return AnthropicBatches(http, target, _classify)
+
+    return Batch(limits=LIMITS, size=_size, open=open_batches)
+
+
+def _classify(status: int, headers: Mapping[str, str], body: str) -> tuple[ClientError, float | None]:
+    """A non-2xx reply as `api: anthropic` classifies it."""
+    return retry.status_error(status, headers, error_message(body)), None
+
+
+BATCH = _batch()

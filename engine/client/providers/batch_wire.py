@@ -1,0 +1,252 @@
+"""What the three batch wires share: a JSON reply checked and read, results read line by line under caps, and
+exactly one outcome for each request asked for.
+
+Every read of a provider's reply here is capped (`BatchHTTP`'s limits) and type-checked; every message is
+masked (`Redactor.clean` and `mask_urls`) before it leaves.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from typing import Any
+from urllib.parse import urlsplit
+
+from engine.client import retry
+from engine.client.providers.batch import (
+    CUSTOM_ID,
+    BatchFailure,
+    BatchHTTP,
+    BatchLimits,
+    BatchOutcome,
+    BatchTarget,
+    FailureKind,
+    HTTPReply,
+    LongLine,
+    NotSent,
+    SubmitError,
+)
+from engine.client.tool_calls import loads
+from engine.errors import ClientError, HTTPStatusError
+from engine.redact import Redactor, mask_urls
+
+__all__ = ["JSON_LIMIT", "Classify", "Outcomes", "ResultLine", "check_requests", "compact", "integer",
+           "json_object", "line_limit", "masked", "read_json", "result_lines", "same_origin", "status_failure",
+           "submit_error", "text"]
+
+#: The most bytes a batch or file object may take: they are a few hundred bytes; more is a hostile server.
+JSON_LIMIT = 1 << 20
+#: Characters of an error body read for its message, as the live client reads them.
+_ERROR_CHARS = 16_000
+#: The overhead a results line adds around one reply body (ids, status, a request id), within its cap.
+_LINE_OVERHEAD = 64 << 10
+
+Classify = Callable[[int, Mapping[str, str], str], tuple[ClientError, float | None]]
+
+
+def compact(value: Any) -> bytes:
+    """JSON as the wire takes it: compact, ASCII-escaped (any string survives, lone surrogates included)."""
+    return json.dumps(value, separators=(",", ":")).encode()
+
+
+def check_requests(requests: Sequence[tuple[str, Mapping[str, Any]]], limits: BatchLimits,
+                   size: Callable[[str, Mapping[str, Any]], int]) -> None:
+    """Refuse a batch the provider would refuse, before anything is sent: ids not `CUSTOM_ID` or repeated,
+    none at all, or more requests or bytes than `limits` allow."""
+    if not requests:
+        raise ValueError("a batch needs at least one request")
+    if len(requests) > limits.max_requests:
+        raise ValueError(f"a batch takes at most {limits.max_requests} requests, not {len(requests)}")
+    seen: set[str] = set()
+    total = 0
+    for custom_id, body in requests:
+        if not CUSTOM_ID.match(custom_id):
+            raise ValueError(f"custom id {custom_id[:80]!r} is not 1-64 letters, digits, `_` or `-`")
+        if custom_id in seen:
+            raise ValueError(f"custom id {custom_id!r} appears twice in one batch")
+        seen.add(custom_id)
+        total += size(custom_id, body)
+    if total > limits.max_bytes:
+        raise ValueError(f"a batch takes at most {limits.max_bytes} bytes of requests, not {total}")
+
+
+def masked(error: ClientError, redact: Redactor) -> ClientError:
+    """`error` with keys, URL credentials and query secrets masked in its message (its class and kind kept)."""
+    message = str(error)
+    clean = mask_urls(redact.clean(message))
+    if clean == message:
+        return error
+    out = type(error)(clean, kind=error.kind, retryable=error.retryable, status=error.status)
+    if isinstance(error, SubmitError) and isinstance(out, SubmitError):
+        out.sent = error.sent
+    return out
+
+
+def status_error(status: int, headers: Mapping[str, str], body: bytes, classify: Classify,
+                 redact: Redactor) -> ClientError:
+    """A non-2xx reply as its provider classifies it (the live calls' rule), its message masked."""
+    shown = redact.clean(body[:_ERROR_CHARS + redact.longest].decode("utf-8", "replace"))[:_ERROR_CHARS]
+    error, _ = classify(status, headers, shown)
+    return masked(error, redact)
+
+
+def json_object(raw: bytes, what: str, redact: Redactor) -> dict[str, Any]:
+    """A reply body that must be one JSON object; a bad response quoting its start, masked, otherwise."""
+    try:
+        data = loads(raw, what)
+    except ValueError:
+        shown = raw[:160].decode("utf-8", "replace")
+        raise retry.bad_response(f"{what} is not JSON: {redact.excerpt(shown, 80)}") from None
+    if type(data) is not dict:
+        raise retry.wrong_type(what, data, "an object")
+    return data
+
+
+async def read_json(http: BatchHTTP, target: BatchTarget, classify: Classify, method: str, url: str, what: str, *,
+                    headers: Mapping[str, str] | None = None, body: bytes | None = None,
+                    limit: int = JSON_LIMIT, **extra: Any) -> tuple[dict[str, Any], HTTPReply]:
+    """One request whose 2xx reply is a JSON object (`what` names it in messages); a non-2xx one raises as its
+    provider classifies it. Every error is masked."""
+    try:
+        reply = await http.send(method, url, headers if headers is not None else target.headers, data=body,
+                                limit=limit, **extra)
+        if not 200 <= reply.status < 300:
+            raise status_error(reply.status, reply.headers, reply.body, classify, target.redact)
+        return json_object(reply.body, what, target.redact), reply
+    except ClientError as error:
+        raise masked(error, target.redact) from None
+
+
+def submit_error(error: ClientError, *, created: bool) -> SubmitError:
+    """A failed submit step as `SubmitError`. `created`: the step creates the batch, so unless the server answered
+    (a non-2xx status) or nothing was sent (`NotSent`), a batch may exist."""
+    if isinstance(error, SubmitError):
+        return error
+    sent = created and not isinstance(error, (HTTPStatusError, NotSent))
+    return SubmitError(error, sent=sent)
+
+
+def text(data: Mapping[str, Any], key: str, where: str) -> str | None:
+    """`data[key]` when it is a string, None when absent or null; a bad response naming the place otherwise."""
+    value = data.get(key)
+    if value is None or type(value) is str:
+        return value
+    raise retry.wrong_type(f"{where}.{key}", value, "a string")
+
+
+def integer(data: Mapping[str, Any], key: str, where: str) -> int:
+    """`data[key]` as a count: a whole number (or proto3 JSON's decimal string), 0 when absent."""
+    value = data.get(key)
+    if value is None:
+        return 0
+    if type(value) is str and value.isdigit() and len(value) < 19:
+        return int(value)
+    if type(value) is int and value >= 0:
+        return value
+    raise retry.wrong_type(f"{where}.{key}", value, "a whole number")
+
+
+def same_origin(url: str, base_url: str) -> bool:
+    """`url` is on the scheme, host and port of `base_url`: where the key may be sent (a URL a reply names is
+    followed only there)."""
+    try:
+        a, b = urlsplit(url), urlsplit(base_url)
+        return (a.scheme, a.hostname, a.port) == (b.scheme, b.hostname, b.port) and bool(a.hostname)
+    except ValueError:
+        return False
+
+
+def line_limit(target: BatchTarget) -> int:
+    """The most bytes one results line may take: the model's reply cap (`max_response_mb`) and the line's ids."""
+    return max(1, int(target.model.max_response_mb * 2**20)) + _LINE_OVERHEAD
+
+
+class ResultLine:
+    """One results line: its custom id (None when it cannot be told) and its object, or why it is unreadable."""
+
+    __slots__ = ("custom_id", "data", "problem")
+
+    def __init__(self, custom_id: str | None, data: dict[str, Any] | None, problem: str | None) -> None:
+        self.custom_id = custom_id
+        self.data = data
+        self.problem = problem
+
+
+async def result_lines(http: BatchHTTP, target: BatchTarget, classify: Classify, url: str, id_field: str,
+                       what: str, *, headers: Mapping[str, str] | None = None) -> AsyncIterator[ResultLine]:
+    """A results file, line by line: each line an object naming its request in `id_field`. A line that is not
+    JSON, not an object, or over the line cap is a `ResultLine` with its problem (and its id when its start
+    names one); the download itself failing raises, masked."""
+    seek = re.compile(rb'"' + re.escape(id_field.encode()) + rb'"\s*:\s*"([A-Za-z0-9_-]{1,64})"')
+    redact = target.redact
+    try:
+        async with http.download(url, headers if headers is not None else target.headers,
+                                 line_limit=line_limit(target)) as download:
+            if not 200 <= download.status < 300:
+                body = (await download.text(_ERROR_CHARS + redact.longest)).encode()
+                raise status_error(download.status, download.headers, body, classify, redact)
+            number = 0
+            async for line in download.lines():
+                number += 1
+                place = f"{what} line {number}"
+                if isinstance(line, LongLine):
+                    found = seek.search(line.head)
+                    yield ResultLine(found.group(1).decode() if found else None, None,
+                                     f"{place} is {line.size} bytes, over the {line_limit(target)}-byte limit "
+                                     "of one answer (max_response_mb)")
+                    continue
+                try:
+                    data = loads(line, place)
+                except (ValueError, ClientError):
+                    found = seek.search(line[:4096])
+                    yield ResultLine(found.group(1).decode() if found else None, None, f"{place} is not JSON")
+                    continue
+                if type(data) is not dict:
+                    yield ResultLine(None, None, f"{place} is {retry.type_name(data)}, expected an object")
+                    continue
+                custom_id = data.get(id_field)
+                if type(custom_id) is not str:
+                    yield ResultLine(None, None, f"{place} has no string `{id_field}`")
+                    continue
+                yield ResultLine(custom_id, data, None)
+    except ClientError as error:
+        raise masked(error, redact) from None
+
+
+def status_failure(kind: FailureKind, message: str, status: int | None, redact: Redactor) -> BatchFailure:
+    """A request's failure, its message masked and cut to one line as the live errors are."""
+    return BatchFailure(kind, retry.server_text(mask_urls(redact.clean(message))), status)
+
+
+class Outcomes:
+    """Hands out exactly one outcome for each custom id asked for: the first one the results give, then a
+    failure for each the results left out. A custom id not asked for, or given twice, is passed over."""
+
+    def __init__(self, custom_ids: Sequence[str], redact: Redactor) -> None:
+        self._waiting = dict.fromkeys(custom_ids)
+        self._redact = redact
+        self.passed_over = 0   # lines naming a custom id not asked for, or one already answered
+
+    def take(self, custom_id: str | None, outcome: BatchOutcome) -> tuple[str, BatchOutcome] | None:
+        """(custom id, outcome) when that id was waiting; None otherwise."""
+        if custom_id is None or custom_id not in self._waiting:
+            self.passed_over += 1
+            return None
+        del self._waiting[custom_id]
+        return custom_id, outcome
+
+    def fail(self, custom_id: str | None, kind: FailureKind, message: str,
+             status: int | None = None) -> tuple[str, BatchOutcome] | None:
+        """`take` of a failure, its message masked."""
+        return self.take(custom_id, status_failure(kind, message, status, self._redact))
+
+    def rest(self, kind: FailureKind, message: str) -> Iterator[tuple[str, BatchOutcome]]:
+        """A failure of `kind` for each id still waiting."""
+        failure = status_failure(kind, message, None, self._redact)
+        for custom_id in list(self._waiting):
+            del self._waiting[custom_id]
+            yield custom_id, failure
+
+    def __len__(self) -> int:
+        return len(self._waiting)

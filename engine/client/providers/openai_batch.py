@@ -1,0 +1,216 @@
+"""OpenAI's Batch API (`api: chat` and `api: completions`): a JSONL file of requests, uploaded, then run as a batch.
+
+Submit: `POST {base_url}/files` (multipart: `purpose=batch`, the file) with one line per request,
+`{custom_id, method: "POST", url: "/v1/chat/completions", body}`; then `POST {base_url}/batches`
+`{input_file_id, endpoint, completion_window: "24h"}` -> the batch object, whose `id` is the batch's.
+Poll: `GET {base_url}/batches/{id}`: `status` validating / in_progress / finalizing / completed / failed / expired /
+cancelling / cancelled, `request_counts` {total, completed, failed}, `output_file_id` and `error_file_id` once it
+ends, `errors.data[].message` when validation failed it. Results: `GET {base_url}/files/{id}/content` of each file,
+a line `{id, custom_id, response: {status_code, request_id, body} | null, error: {code, message} | null}` per
+request: a 2xx `body` is the chat (or completions) reply `parse` reads; an `error` with code `batch_expired` or
+`batch_cancelled` is that request left unanswered. Cancel: `POST {base_url}/batches/{id}/cancel`.
+Limits: 50,000 requests and 200 MB per input file; the price is half the live one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping, Sequence
+from typing import Any, Literal
+from urllib.parse import quote
+
+from engine.client import retry
+from engine.client.providers.base import error_message, method_url
+from engine.client.providers.batch import (
+    Batch,
+    BatchAPI,
+    BatchCounts,
+    BatchHTTP,
+    BatchLimits,
+    BatchOutcome,
+    BatchReply,
+    BatchState,
+    BatchStatus,
+    BatchTarget,
+    FormFile,
+)
+from engine.client.providers.batch_wire import (
+    Classify,
+    Outcomes,
+    check_requests,
+    compact,
+    integer,
+    read_json,
+    result_lines,
+    status_failure,
+    submit_error,
+    text,
+)
+from engine.errors import ClientError
+from engine.redact import Redactor
+
+__all__ = ["CHAT_BATCH", "COMPLETIONS_BATCH", "LIMITS"]
+
+LIMITS = BatchLimits(max_requests=50_000, max_bytes=200_000_000)
+_STATES: dict[str, BatchState] = {"validating": "pending", "in_progress": "running", "finalizing": "ending",
+                                  "cancelling": "ending", "completed": "ended", "failed": "ended",
+                                  "expired": "ended", "cancelled": "ended"}
+_ENDED: dict[str, Literal["completed", "expired", "cancelled", "failed"]] = {
+    "completed": "completed", "failed": "failed", "expired": "expired", "cancelled": "cancelled"}
+_LEFT: dict[str, Literal["expired", "cancelled"]] = {"batch_expired": "expired", "batch_cancelled": "cancelled"}
+
+
+def _line(endpoint: str, custom_id: str, body: Mapping[str, Any]) -> bytes:
+    return compact({"custom_id": custom_id, "method": "POST", "url": endpoint, "body": body}) + b"\n"
+
+
+class OpenAIBatches:
+    """The Batch API at one endpoint, for one method (`endpoint`: `/v1/chat/completions` or `/v1/completions`)."""
+
+    def __init__(self, http: BatchHTTP, target: BatchTarget, endpoint: str, classify: Classify) -> None:
+        self._http = http
+        self._target = target
+        self._endpoint = endpoint
+        self._classify = classify
+
+    def _url(self, path: str) -> str:
+        return method_url(self._target.base_url, path)
+
+    async def submit(self, requests: Sequence[tuple[str, Mapping[str, Any]]]) -> str:
+        check_requests(requests, LIMITS, lambda custom_id, body: len(_line(self._endpoint, custom_id, body)))
+        content = b"".join(_line(self._endpoint, custom_id, body) for custom_id, body in requests)
+        headers = {k: v for k, v in self._target.headers.items() if k.lower() != "content-type"}
+        try:
+            uploaded, _ = await read_json(self._http, self._target, self._classify, "POST", self._url("/files"),
+                                          "the file upload's reply", headers=headers, form={"purpose": "batch"},
+                                          file=FormFile("file", "batch.jsonl", content, "application/jsonl"))
+            file_id = text(uploaded, "id", "file")
+            if not file_id:
+                raise retry.bad_response("the file upload's reply has no `id`")
+        except ClientError as error:
+            raise submit_error(error, created=False) from None
+        del content
+        try:
+            created, _ = await read_json(
+                self._http, self._target, self._classify, "POST", self._url("/batches"), "the batch",
+                json={"input_file_id": file_id, "endpoint": self._endpoint, "completion_window": "24h"})
+            batch_id = text(created, "id", "batch")
+            if not batch_id:
+                raise retry.bad_response("the created batch has no `id`")
+        except ClientError as error:
+            raise submit_error(error, created=True) from None
+        return batch_id
+
+    async def poll(self, batch_id: str) -> BatchStatus:
+        data, _ = await read_json(self._http, self._target, self._classify, "GET",
+                                  self._url("/batches/" + quote(batch_id, safe="")), "the batch")
+        return _status(batch_id, data)
+
+    async def cancel(self, batch_id: str) -> BatchStatus:
+        data, _ = await read_json(self._http, self._target, self._classify, "POST",
+                                  self._url("/batches/" + quote(batch_id, safe="") + "/cancel"), "the batch")
+        return _status(batch_id, data)
+
+    async def results(self, status: BatchStatus,
+                      custom_ids: Sequence[str]) -> AsyncIterator[tuple[str, BatchOutcome]]:
+        outcomes = Outcomes(custom_ids, self._target.redact)
+        for file_id in status.results:
+            url = self._url("/files/" + quote(file_id, safe="") + "/content")
+            async for line in result_lines(self._http, self._target, self._classify, url, "custom_id",
+                                           "the results file"):
+                if line.data is None:
+                    taken = outcomes.fail(line.custom_id, "errored", line.problem or "unreadable")
+                else:
+                    taken = outcomes.take(line.custom_id, _outcome(line.data, self._target.redact))
+                if taken is not None:
+                    yield taken
+            if not outcomes:
+                return
+        for taken in outcomes.rest(*_unanswered(status)):
+            yield taken
+
+
+def _unanswered(status: BatchStatus) -> tuple[Literal["expired", "cancelled", "failed"], str]:
+    """Why a request the results do not mention has no answer."""
+    if status.ended_as in ("expired", "cancelled"):
+        return status.ended_as, f"the batch {status.ended_as} before it was answered"
+    if status.ended_as == "failed":
+        return "failed", f"the batch failed: {status.error or 'no reason given'}"
+    return "failed", "the batch's results do not mention this request"
+
+
+def _outcome(data: dict[str, Any], redact: Redactor) -> BatchOutcome:
+    """One results line read: the reply body, or why there is none."""
+    try:
+        response = data.get("response")
+        error = data.get("error")
+        if response is not None:
+            if type(response) is not dict:
+                raise retry.wrong_type("response", response, "an object")
+            code = response.get("status_code")
+            if type(code) is not int:
+                raise retry.wrong_type("response.status_code", code, "a whole number")
+            body = response.get("body")
+            if 200 <= code < 300:
+                if type(body) is not dict:
+                    raise retry.wrong_type("response.body", body, "an object")
+                return BatchReply(compact(body))
+            message = _message(body) or f"HTTP {code}"
+            return status_failure("errored", f"HTTP {code}: {message}", code, redact)
+        if error is not None:
+            if type(error) is not dict:
+                raise retry.wrong_type("error", error, "an object")
+            code_name = text(error, "code", "error") or ""
+            message = text(error, "message", "error") or code_name or "no message"
+            return status_failure(_LEFT.get(code_name, "errored"), f"{code_name}: {message}".lstrip(": "), None,
+                                  redact)
+        raise retry.bad_response("the line has neither `response` nor `error`")
+    except ClientError as bad:
+        return status_failure("errored", f"its results line is unreadable: {bad}", None, redact)
+
+
+def _message(body: Any) -> str | None:
+    """The `error.message` of an error reply body, or None."""
+    if type(body) is dict and type(body.get("error")) is dict and type(body["error"].get("message")) is str:
+        return str(body["error"]["message"])
+    return None
+
+
+def _status(batch_id: str, data: dict[str, Any]) -> BatchStatus:
+    """A batch object read into its status."""
+    state = text(data, "status", "batch") or ""
+    if state not in _STATES:
+        raise retry.bad_response(f"the batch's `status` is {state[:40]!r}, not one the Batch API documents")
+    counts = data.get("request_counts") or {}
+    if type(counts) is not dict:
+        raise retry.wrong_type("batch.request_counts", counts, "an object")
+    files = tuple(f for f in (text(data, "output_file_id", "batch"), text(data, "error_file_id", "batch")) if f)
+    error = None
+    errors = data.get("errors")
+    if type(errors) is dict and type(errors.get("data")) is list:
+        messages = [str(e.get("message"))[:300] for e in errors["data"][:5] if type(e) is dict]
+        error = "; ".join(messages) or None
+    ended = _STATES[state] == "ended"
+    return BatchStatus(batch_id=batch_id, state=_STATES[state], provider_state=state,
+                       counts=BatchCounts(total=integer(counts, "total", "request_counts"),
+                                          succeeded=integer(counts, "completed", "request_counts"),
+                                          failed=integer(counts, "failed", "request_counts")),
+                       ended_as=_ENDED[state] if ended else None, results=files if ended else (), error=error)
+
+
+def _batch(endpoint: str, classify: Classify) -> Batch:
+    def open_batches(http: BatchHTTP, target: BatchTarget) -> BatchAPI:
+        return OpenAIBatches(http, target, endpoint, classify)
+
+    def size(custom_id: str, body: Mapping[str, Any]) -> int:
+        return len(_line(endpoint, custom_id, body))
+
+    return Batch(limits=LIMITS, size=size, open=open_batches)
+
+
+def _classify(status: int, headers: Mapping[str, str], body: str) -> tuple[ClientError, float | None]:
+    """A non-2xx reply as `api: chat` classifies it."""
+    return retry.status_error(status, headers, error_message(body)), None
+
+
+CHAT_BATCH = _batch("/v1/chat/completions", _classify)
+COMPLETIONS_BATCH = _batch("/v1/completions", _classify)

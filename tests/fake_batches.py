@@ -1,0 +1,499 @@
+"""Loopback batch servers: OpenAI's Batch API, Anthropic's Message Batches and Gemini's batch mode, as documented.
+
+Each mounts on its provider's live fake (tests/fake_openai.py, fake_anthropic.py, fake_gemini.py) and answers every
+batched request, when its batch ends, through that fake's script and responder: the same test gives the same
+answers live and batched, and the live fake's `requests` records the batched bodies too.
+
+    server = FakeOpenAI(); batches = OpenAIBatchServer(server); server.start()
+    batches.plan = Plan(polls=3)       # each batch ends at its third poll (or Plan(delay_s=2.0): two seconds in)
+    batches.submitted                  # every custom id of every batch created, in order: the request log
+    batches.log                        # every batch call, "POST /v1/files", "GET /v1/batches/batch_1", ...
+
+A batch is pending when created, running from its first poll, and ends at the poll that is both the plan's
+`polls`-th and `delay_s` after its creation (a cancelled one ends at the poll after the cancel). `Plan` also makes
+it expire with only its first requests answered (the rest left unanswered), fail as a whole, or send a results
+file verbatim (a hostile one).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+from tests import fake_anthropic, fake_gemini
+from tests.fake_anthropic import FakeAnthropic
+from tests.fake_gemini import FakeGemini
+from tests.fake_openai import FakeOpenAI
+
+
+@dataclass
+class Plan:
+    """How the server's batches go.
+
+    Args:
+        polls: The poll at which a batch ends (1: its first).
+        delay_s: A batch ends no sooner than this long after its creation.
+        answer_first: Answer only this many requests, then end as expired (None: answer all).
+        fail: End as failed (validation), answering nothing, with this message.
+        results_raw: Send these bytes as the results (OpenAI's output file, Anthropic's results, Gemini's
+            responses file) instead of the answers.
+    """
+
+    polls: int = 1
+    delay_s: float = 0.0
+    answer_first: int | None = None
+    fail: str | None = None
+    results_raw: bytes | None = None
+
+
+@dataclass
+class Job:
+    """One batch: its requests, where it is, and once ended its answers ((custom id, status, body) each)."""
+
+    id: str
+    requests: list[tuple[str, dict[str, Any]]]
+    plan: Plan
+    extra: dict[str, Any] = field(default_factory=dict)   # the provider's own (endpoint, model, input form)
+    created: float = field(default_factory=time.monotonic)
+    state: str = "pending"   # pending, running, cancelling, ended
+    ended_as: str | None = None   # completed, expired, cancelled, failed
+    polls: int = 0
+    answers: list[tuple[str, int, dict[str, Any]]] = field(default_factory=list)
+    left: list[str] = field(default_factory=list)   # custom ids left unanswered (expired or cancelled)
+
+
+class BatchJobs:
+    """The batches of one server: created, advanced by polls, cancelled, answered through `answer`."""
+
+    def __init__(self, answer: Callable[[Job, dict[str, Any]], tuple[int, dict[str, Any]]], prefix: str) -> None:
+        self.plan = Plan()
+        self.jobs: dict[str, Job] = {}
+        self.submitted: list[str] = []
+        self.log: list[str] = []
+        self._answer = answer
+        self._prefix = prefix
+        self._lock = threading.Lock()
+
+    def note(self, request: web.Request) -> None:
+        with self._lock:
+            self.log.append(f"{request.method} {request.path}")
+
+    def create(self, requests: list[tuple[str, dict[str, Any]]], **extra: Any) -> Job:
+        with self._lock:
+            job = Job(f"{self._prefix}{len(self.jobs) + 1}", requests, self.plan, dict(extra))
+            self.jobs[job.id] = job
+            self.submitted.extend(custom_id for custom_id, _ in requests)
+        return job
+
+    def poll(self, job: Job) -> Job:
+        """One poll: a pending batch starts; one due ends (answered by then)."""
+        job.polls += 1
+        if job.state == "pending":
+            job.state = "running"
+        if job.state == "cancelling":
+            self._end(job, "cancelled", answered=0)
+        elif job.state == "running" and job.polls >= job.plan.polls and \
+                time.monotonic() - job.created >= job.plan.delay_s:
+            if job.plan.fail is not None:
+                self._end(job, "failed", answered=0)
+            elif job.plan.answer_first is not None:
+                self._end(job, "expired", answered=job.plan.answer_first)
+            else:
+                self._end(job, "completed", answered=len(job.requests))
+        return job
+
+    def cancel(self, job: Job) -> Job:
+        if job.state != "ended":
+            job.state = "cancelling"
+        return job
+
+    def _end(self, job: Job, how: str, answered: int) -> None:
+        job.state, job.ended_as = "ended", how
+        if how != "failed":
+            job.answers = [(custom_id, *self._answer(job, body)) for custom_id, body in job.requests[:answered]]
+            job.left = [custom_id for custom_id, _ in job.requests[answered:]]
+
+    def job(self, job_id: str) -> Job:
+        found = self.jobs.get(job_id)
+        if found is None:
+            raise web.HTTPNotFound(text=json.dumps({"error": {"message": f"no batch {job_id}"}}),
+                                   content_type="application/json")
+        return found
+
+
+def _jsonl(rows: list[dict[str, Any]]) -> bytes:
+    return b"".join(json.dumps(row).encode() + b"\n" for row in rows)
+
+
+def _stamp() -> int:
+    return int(time.time())
+
+
+class BatchServer:
+    """What the three batch servers share: their batches (`jobs`), its plan and logs."""
+
+    jobs: BatchJobs
+
+    @property
+    def plan(self) -> Plan:
+        """How the next batches go (a batch keeps the plan it was created under)."""
+        return self.jobs.plan
+
+    @plan.setter
+    def plan(self, plan: Plan) -> None:
+        self.jobs.plan = plan
+
+    @property
+    def submitted(self) -> list[str]:
+        """Every custom id of every batch created, in order."""
+        return self.jobs.submitted
+
+    @property
+    def log(self) -> list[str]:
+        """Every batch call, `METHOD /path`, in order."""
+        return self.jobs.log
+
+
+# -- OpenAI --------------------------------------------------------------------------------------------------------
+
+
+class OpenAIBatchServer(BatchServer):
+    """`/v1/files` and `/v1/batches` on a `FakeOpenAI`; the answers are the fake's whole chat or completions
+    replies (an `http_*` fault: that status and error body on the request's line)."""
+
+    def __init__(self, server: FakeOpenAI) -> None:
+        self.server = server
+        self.jobs = BatchJobs(self._answer, "batch_")
+        self.files: dict[str, bytes] = {}
+        server.mounts.append(self._mount)
+
+    def _mount(self, app: web.Application) -> None:
+        app.router.add_post("/v1/files", self._upload)
+        app.router.add_get("/v1/files/{id}/content", self._content)
+        app.router.add_post("/v1/batches", self._create)
+        app.router.add_get("/v1/batches/{id}", self._get)
+        app.router.add_post("/v1/batches/{id}/cancel", self._cancel)
+
+    def _answer(self, job: Job, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        reply = self.server._next_reply(body)
+        if reply.fault and reply.fault.startswith("http_"):
+            status = int(reply.fault.removeprefix("http_"))
+            return status, {"error": {"message": reply.error_message or f"fake error {status}", "code": status}}
+        return 200, self.server._whole(body, reply, job.extra["endpoint"] == "/v1/completions")
+
+    async def _upload(self, request: web.Request) -> web.Response:
+        self.jobs.note(request)
+        form = await request.post()
+        upload = form.get("file")
+        if form.get("purpose") != "batch" or not isinstance(upload, web.FileField):
+            return _openai_error(400, "purpose must be batch, with a file")
+        content = upload.file.read()
+        file_id = f"file-{len(self.files) + 1}"
+        self.files[file_id] = content
+        return web.json_response({"id": file_id, "object": "file", "bytes": len(content), "created_at": _stamp(),
+                                  "filename": upload.filename, "purpose": "batch", "status": "processed"})
+
+    async def _create(self, request: web.Request) -> web.Response:
+        self.jobs.note(request)
+        body = await request.json()
+        endpoint = body.get("endpoint")
+        content = self.files.get(str(body.get("input_file_id")))
+        if content is None or body.get("completion_window") != "24h" or \
+                endpoint not in ("/v1/chat/completions", "/v1/completions"):
+            return _openai_error(400, "input_file_id, endpoint and completion_window 24h are required")
+        requests = []
+        for line in content.splitlines():
+            row = json.loads(line)
+            if row.get("method") != "POST" or row.get("url") != endpoint:
+                return _openai_error(400, f"line for {row.get('custom_id')} does not POST to {endpoint}")
+            requests.append((row["custom_id"], row["body"]))
+        job = self.jobs.create(requests, endpoint=endpoint, input_file_id=body["input_file_id"])
+        return web.json_response(self._batch(job))
+
+    async def _get(self, request: web.Request) -> web.Response:
+        self.jobs.note(request)
+        return web.json_response(self._batch(self.jobs.poll(self.jobs.job(request.match_info["id"]))))
+
+    async def _cancel(self, request: web.Request) -> web.Response:
+        self.jobs.note(request)
+        return web.json_response(self._batch(self.jobs.cancel(self.jobs.job(request.match_info["id"]))))
+
+    async def _content(self, request: web.Request) -> web.Response:
+        self.jobs.note(request)
+        file_id = request.match_info["id"]
+        if file_id not in self.files:
+            return _openai_error(404, f"no file {file_id}")
+        return web.Response(body=self.files[file_id], content_type="application/octet-stream")
+
+    def _batch(self, job: Job) -> dict[str, Any]:
+        status = {"pending": "validating", "running": "in_progress", "cancelling": "cancelling"}.get(
+            job.state, job.ended_as or "")
+        out: dict[str, Any] = {
+            "id": job.id, "object": "batch", "endpoint": job.extra["endpoint"], "errors": None,
+            "input_file_id": job.extra["input_file_id"], "completion_window": "24h", "status": status,
+            "output_file_id": None, "error_file_id": None, "created_at": _stamp(), "expires_at": _stamp() + 86400,
+            "request_counts": {"total": len(job.requests), "completed": 0, "failed": 0}, "metadata": None}
+        if job.ended_as == "failed":
+            out["errors"] = {"object": "list", "data": [{"code": "invalid_request", "message": job.plan.fail,
+                                                         "param": None, "line": 1}]}
+            out["request_counts"] = {"total": 0, "completed": 0, "failed": 0}
+        elif job.state == "ended":
+            self._write_files(job, out)
+        return out
+
+    def _write_files(self, job: Job, out: dict[str, Any]) -> None:
+        if "output_file_id" not in job.extra:
+            ok = [(c, s, b) for c, s, b in job.answers if s == 200]
+            output = [{"id": f"batch_req_{i}", "custom_id": c, "response": {"status_code": s, "request_id": f"r{i}",
+                                                                           "body": b}, "error": None}
+                      for i, (c, s, b) in enumerate(job.answers) if s == 200]
+            errors = [{"id": f"batch_req_e{i}", "custom_id": c, "response": {"status_code": s, "request_id": f"e{i}",
+                                                                            "body": b}, "error": None}
+                      for i, (c, s, b) in enumerate(job.answers) if s != 200]
+            code = "batch_cancelled" if job.ended_as == "cancelled" else "batch_expired"
+            errors += [{"id": f"batch_req_l{i}", "custom_id": c, "response": None,
+                        "error": {"code": code, "message": f"This request could not be executed before the batch "
+                                                           f"was {job.ended_as}."}}
+                       for i, c in enumerate(job.left)]
+            job.extra["counts"] = (len(ok), len(job.requests) - len(ok))
+            for name, rows, raw in (("output_file_id", output, job.plan.results_raw), ("error_file_id", errors, None)):
+                if rows or raw is not None:
+                    file_id = f"file-{len(self.files) + 1}"
+                    self.files[file_id] = raw if raw is not None else _jsonl(rows)
+                    job.extra[name] = file_id
+        out["output_file_id"] = job.extra.get("output_file_id")
+        out["error_file_id"] = job.extra.get("error_file_id")
+        completed, failed = job.extra["counts"]
+        out["request_counts"] = {"total": len(job.requests), "completed": completed, "failed": failed}
+
+
+def _openai_error(status: int, message: str) -> web.Response:
+    return web.json_response({"error": {"message": message, "type": "invalid_request_error", "code": None}},
+                             status=status)
+
+
+# -- Anthropic -----------------------------------------------------------------------------------------------------
+
+
+class AnthropicBatchServer(BatchServer):
+    """`/v1/messages/batches` on a `FakeAnthropic`; the answers are its whole `message` replies (a reply with a
+    `status`: an `errored` result with Anthropic's error body)."""
+
+    def __init__(self, server: FakeAnthropic) -> None:
+        self.server = server
+        self.jobs = BatchJobs(self._answer, "msgbatch_")
+        server.mounts.append(self._mount)
+
+    def _mount(self, app: web.Application) -> None:
+        app.router.add_post("/v1/messages/batches", self._create)
+        app.router.add_get("/v1/messages/batches/{id}", self._get)
+        app.router.add_post("/v1/messages/batches/{id}/cancel", self._cancel)
+        app.router.add_get("/v1/messages/batches/{id}/results", self._results)
+
+    def _answer(self, job: Job, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        reply: fake_anthropic.Reply = self.server.take_reply(body)
+        if reply.status is not None:
+            return reply.status, fake_anthropic.error_body(reply.status, reply.message)
+        stop = reply.stop or ("tool_use" if reply.tool_calls else "end_turn")
+        return 200, fake_anthropic.whole_message(reply, reply.model or body["model"], stop, [])
+
+    def _refused(self, request: web.Request) -> web.Response | None:
+        self.jobs.note(request)
+        if request.headers.get("anthropic-version") != "2023-06-01":
+            return fake_anthropic._error(400, "anthropic-version: header is required")
+        self.server.keys.add(request.headers.get("x-api-key", ""))
+        return None
+
+    async def _create(self, request: web.Request) -> web.Response:
+        refused = self._refused(request)
+        if refused is not None:
+            return refused
+        body = await request.json()
+        rows = body.get("requests")
+        if not isinstance(rows, list) or not rows:
+            return fake_anthropic._error(400, "requests: field required")
+        ids = [row.get("custom_id") for row in rows]
+        if len(set(ids)) != len(ids) or not all(isinstance(i, str) and 0 < len(i) <= 64 for i in ids):
+            return fake_anthropic._error(400, "requests: custom_id must be unique, 1-64 characters")
+        if any((row.get("params") or {}).get("stream") for row in rows):
+            return fake_anthropic._error(400, "requests: streaming is not supported in batches")
+        return web.json_response(self._batch(self.jobs.create([(row["custom_id"], row["params"]) for row in rows]),
+                                             request))
+
+    async def _get(self, request: web.Request) -> web.Response:
+        refused = self._refused(request)
+        if refused is not None:
+            return refused
+        return web.json_response(self._batch(self.jobs.poll(self.jobs.job(request.match_info["id"])), request))
+
+    async def _cancel(self, request: web.Request) -> web.Response:
+        refused = self._refused(request)
+        if refused is not None:
+            return refused
+        job = self.jobs.cancel(self.jobs.job(request.match_info["id"]))
+        job.extra["cancel_initiated_at"] = "2026-01-01T00:00:00Z"
+        return web.json_response(self._batch(job, request))
+
+    async def _results(self, request: web.Request) -> web.Response:
+        refused = self._refused(request)
+        if refused is not None:
+            return refused
+        job = self.jobs.job(request.match_info["id"])
+        if job.state != "ended":
+            return fake_anthropic._error(400, f"batch {job.id} has not ended")
+        if job.plan.results_raw is not None:
+            return web.Response(body=job.plan.results_raw, content_type="application/binary")
+        kind = "canceled" if job.ended_as == "cancelled" else "expired"
+        rows = [{"custom_id": c, "result": {"type": "succeeded", "message": b} if s == 200 else
+                 {"type": "errored", "error": b}} for c, s, b in job.answers]
+        rows += [{"custom_id": c, "result": {"type": kind}} for c in job.left]
+        return web.Response(body=_jsonl(rows), content_type="application/binary")
+
+    def _batch(self, job: Job, request: web.Request) -> dict[str, Any]:
+        ended = job.state == "ended"
+        succeeded = sum(1 for _, s, _ in job.answers if s == 200)
+        kind = "canceled" if job.ended_as == "cancelled" else "expired"
+        counts = {"processing": 0 if ended else len(job.requests), "succeeded": succeeded,
+                  "errored": len(job.answers) - succeeded, "canceled": len(job.left) if kind == "canceled" else 0,
+                  "expired": len(job.left) if kind == "expired" else 0}
+        base = f"http://{request.host}/v1/messages/batches/{job.id}"
+        return {"id": job.id, "type": "message_batch",
+                "processing_status": "ended" if ended else "canceling" if job.state == "cancelling" else "in_progress",
+                "request_counts": counts, "ended_at": "2026-01-01T00:00:00Z" if ended else None,
+                "created_at": "2026-01-01T00:00:00Z", "expires_at": "2026-01-02T00:00:00Z", "archived_at": None,
+                "cancel_initiated_at": job.extra.get("cancel_initiated_at"),
+                "results_url": job.extra.get("results_url", base + "/results") if ended else None}
+
+
+# -- Gemini --------------------------------------------------------------------------------------------------------
+
+
+class GeminiBatchServer(BatchServer):
+    """`models/{model}:batchGenerateContent`, `batches/{id}` and the Files API (resumable upload, download) on a
+    `FakeGemini`; the answers are its whole generateContent replies (a reply with a `status`: that error)."""
+
+    def __init__(self, server: FakeGemini) -> None:
+        self.server = server
+        self.jobs = BatchJobs(self._answer, "batches/")
+        self.files: dict[str, bytes] = {}
+        self._uploads: dict[str, int] = {}
+        server.mounts.append(self._mount)
+        server.batch_create = self._create
+
+    def _mount(self, app: web.Application) -> None:
+        app.router.add_route("*", "/v1beta/batches/{name}", self._batch_call)
+        app.router.add_post("/upload/v1beta/files", self._upload)
+        app.router.add_get("/download/v1beta/files/{name}", self._download)
+
+    def _answer(self, job: Job, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        reply: fake_gemini.Reply = self.server.take_reply(body)
+        if reply.status is not None:
+            return reply.status, fake_gemini.error_body(reply)
+        return 200, fake_gemini.whole_reply(reply, reply.model or f"{job.extra['model']}-001")
+
+    async def _create(self, model: str, request: web.Request) -> web.StreamResponse:
+        self.jobs.note(request)
+        self.server.keys.add(request.headers.get("x-goog-api-key", ""))
+        body = (await request.json()).get("batch") or {}
+        config = body.get("inputConfig") or body.get("input_config") or {}
+        if "fileName" in config or "file_name" in config:
+            name = config.get("fileName") or config.get("file_name")
+            content = self.files.get(str(name).removeprefix("files/"))
+            if content is None:
+                return _gemini_error(400, f"no file {name}")
+            rows = [json.loads(line) for line in content.splitlines() if line.strip()]
+            requests = [(row["key"], row["request"]) for row in rows]
+            form = "file"
+        else:
+            inline = (config.get("requests") or {}).get("requests")
+            if not isinstance(inline, list) or not inline:
+                return _gemini_error(400, "batch.inputConfig needs requests or a fileName")
+            requests = [(row["metadata"]["key"], row["request"]) for row in inline]
+            form = "inline"
+        job = self.jobs.create(requests, model=model, form=form, display=body.get("displayName"))
+        return web.json_response(self._operation(job))
+
+    async def _batch_call(self, request: web.Request) -> web.Response:
+        self.jobs.note(request)
+        name, _, method = request.match_info["name"].partition(":")
+        job = self.jobs.job("batches/" + name)
+        if request.method == "POST" and method == "cancel":
+            self.jobs.cancel(job)
+            return web.json_response({})
+        if request.method != "GET" or method:
+            return _gemini_error(404, f"unknown method {request.method} {method}")
+        return web.json_response(self._operation(self.jobs.poll(job)))
+
+    async def _upload(self, request: web.Request) -> web.Response:
+        self.jobs.note(request)
+        command = request.headers.get("X-Goog-Upload-Command", "")
+        if "upload_id" not in request.query:
+            if request.headers.get("X-Goog-Upload-Protocol") != "resumable" or command != "start":
+                return _gemini_error(400, "a resumable upload starts with X-Goog-Upload-Command: start")
+            upload_id = str(len(self._uploads) + 1)
+            self._uploads[upload_id] = int(request.headers.get("X-Goog-Upload-Header-Content-Length", "0"))
+            url = f"http://{request.host}/upload/v1beta/files?upload_id={upload_id}&upload_protocol=resumable"
+            return web.json_response({}, headers={"X-Goog-Upload-URL": url, "X-Goog-Upload-Status": "active"})
+        size = self._uploads.get(request.query["upload_id"])
+        content = await request.read()
+        if size is None or command != "upload, finalize" or request.headers.get("X-Goog-Upload-Offset") != "0" \
+                or len(content) != size:
+            return _gemini_error(400, "the upload does not match its start")
+        name = f"upload-{len(self.files) + 1}"
+        self.files[name] = content
+        return web.json_response({"file": {"name": f"files/{name}", "mimeType": "application/jsonl",
+                                           "sizeBytes": str(len(content)), "state": "ACTIVE"}},
+                                 headers={"X-Goog-Upload-Status": "final"})
+
+    async def _download(self, request: web.Request) -> web.Response:
+        self.jobs.note(request)
+        name, _, method = request.match_info["name"].partition(":")
+        if method != "download" or request.query.get("alt") != "media" or name not in self.files:
+            return _gemini_error(404, f"no file {name}")
+        return web.Response(body=self.files[name], content_type="application/octet-stream")
+
+    def _operation(self, job: Job) -> dict[str, Any]:
+        state = {"pending": "BATCH_STATE_PENDING", "running": "BATCH_STATE_RUNNING",
+                 "cancelling": "BATCH_STATE_RUNNING"}.get(job.state) or \
+            f"BATCH_STATE_{'SUCCEEDED' if job.ended_as == 'completed' else str(job.ended_as).upper()}"
+        ok = sum(1 for _, s, _ in job.answers if s == 200)
+        ended = job.state == "ended"
+        metadata: dict[str, Any] = {
+            "@type": "type.googleapis.com/google.ai.generativelanguage.v1beta.GenerateContentBatch",
+            "model": f"models/{job.extra['model']}", "displayName": job.extra.get("display") or "",
+            "createTime": "2026-01-01T00:00:00Z", "state": state, "name": job.id,
+            "batchStats": {"requestCount": str(len(job.requests)), "successfulRequestCount": str(ok),
+                           "failedRequestCount": str(len(job.answers) - ok + len(job.left)),
+                           "pendingRequestCount": str(0 if ended else len(job.requests))}}
+        if ended and job.ended_as != "failed":
+            metadata["output"] = self._output(job)
+        out: dict[str, Any] = {"name": job.id, "metadata": metadata}
+        if ended:
+            out["done"] = True
+            if job.ended_as == "failed":
+                out["error"] = {"code": 400, "message": job.plan.fail}
+        return out
+
+    def _output(self, job: Job) -> dict[str, Any]:
+        if job.extra["form"] == "inline":
+            rows = [{"response": b, "metadata": {"key": c}} if s == 200 else {"error": b, "metadata": {"key": c}}
+                    for c, s, b in job.answers]
+            return {"inlinedResponses": {"inlinedResponses": rows}}
+        if "responses" not in job.extra:
+            name = f"batch-{job.id.removeprefix('batches/')}-responses"
+            lines: list[dict[str, Any]] = [{"key": c, "response": b} if s == 200 else {"key": c, "error": b}
+                                           for c, s, b in job.answers]
+            self.files[name] = job.plan.results_raw if job.plan.results_raw is not None else _jsonl(lines)
+            job.extra["responses"] = f"files/{name}"
+        return {"responsesFile": job.extra["responses"]}
+
+
+def _gemini_error(status: int, message: str) -> web.Response:
+    return web.json_response({"error": fake_gemini.error_body(fake_gemini.Reply(status=status, message=message))},
+                             status=status)
