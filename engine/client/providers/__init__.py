@@ -17,6 +17,9 @@ A new provider is one entry here, its module and its tests, nothing else:
    `python -m engine.suite.schema_source`).
 3. Test it against a loopback server that speaks its wire format as documented (tests/fake_anthropic.py is one),
    and run the providers' end-to-end suite on it (tests/run/test_providers_run.py).
+4. When the API has a batch method, give it a `batch` entry: `<api>_batch.py` ending in a `Batch(...)`
+   (`batch.py` says what it gives, `batch_wire.py` holds the shared reading), tested against a loopback batch
+   server mounted on its live fake (tests/fake_batches.py) in tests/client/test_batch_wire.py.
 
 Sending, retries, rate-limit pacing, size caps, key masking and "a reply that started is paid once" are the
 client's (`engine.client.client`, its tries sent by `engine.client.transport`), the same for every provider.

@@ -37,6 +37,7 @@ from engine.client.providers.batch_wire import (
     compact,
     integer,
     read_json,
+    resource_id,
     result_lines,
     same_origin,
     status_failure,
@@ -76,9 +77,7 @@ class AnthropicBatches:
         try:
             created, _ = await read_json(self._http, self._target, self._classify, "POST", self._url(), "the batch",
                                          body=body)
-            batch_id = text(created, "id", "batch")
-            if not batch_id:
-                raise retry.bad_response("the created batch has no `id`")
+            batch_id = resource_id(created, "id", "batch")
         except ClientError as error:
             raise submit_error(error, created=True) from None
         return batch_id

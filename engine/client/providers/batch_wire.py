@@ -32,8 +32,8 @@ from engine.errors import ClientError, HTTPStatusError
 from engine.redact import Redactor, mask_urls
 
 __all__ = ["JSON_LIMIT", "Classify", "Outcomes", "ResultLine", "check_requests", "compact", "integer",
-           "json_object", "line_limit", "masked", "read_json", "result_lines", "same_origin", "status_failure",
-           "submit_error", "text"]
+           "json_object", "line_limit", "masked", "read_json", "resource_id", "result_lines", "same_origin",
+           "status_failure", "submit_error", "text"]
 
 #: The most bytes a batch or file object may take: they are a few hundred bytes; more is a hostile server.
 JSON_LIMIT = 1 << 20
@@ -41,6 +41,8 @@ JSON_LIMIT = 1 << 20
 _ERROR_CHARS = 16_000
 #: The overhead a results line adds around one reply body (ids, status, a request id), within its cap.
 _LINE_OVERHEAD = 64 << 10
+
+_RESOURCE_ID = re.compile(r"^[A-Za-z0-9_.:/-]{1,200}$")
 
 Classify = Callable[[int, Mapping[str, str], str], tuple[ClientError, float | None]]
 
@@ -133,6 +135,15 @@ def text(data: Mapping[str, Any], key: str, where: str) -> str | None:
     if value is None or type(value) is str:
         return value
     raise retry.wrong_type(f"{where}.{key}", value, "a string")
+
+
+def resource_id(data: Mapping[str, Any], key: str, where: str) -> str:
+    """An id a reply gives (a batch's, a file's): a short plain string, as every provider's are, before it goes
+    into a URL or the journal; a bad response otherwise."""
+    value = text(data, key, where)
+    if not value or not _RESOURCE_ID.match(value):
+        raise retry.bad_response(f"`{where}.{key}` is {str(value)[:60]!r}, not an id")
+    return value
 
 
 def integer(data: Mapping[str, Any], key: str, where: str) -> int:

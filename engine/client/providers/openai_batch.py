@@ -40,6 +40,7 @@ from engine.client.providers.batch_wire import (
     compact,
     integer,
     read_json,
+    resource_id,
     result_lines,
     status_failure,
     submit_error,
@@ -83,9 +84,7 @@ class OpenAIBatches:
             uploaded, _ = await read_json(self._http, self._target, self._classify, "POST", self._url("/files"),
                                           "the file upload's reply", headers=headers, form={"purpose": "batch"},
                                           file=FormFile("file", "batch.jsonl", content, "application/jsonl"))
-            file_id = text(uploaded, "id", "file")
-            if not file_id:
-                raise retry.bad_response("the file upload's reply has no `id`")
+            file_id = resource_id(uploaded, "id", "file")
         except ClientError as error:
             raise submit_error(error, created=False) from None
         del content
@@ -93,9 +92,7 @@ class OpenAIBatches:
             created, _ = await read_json(
                 self._http, self._target, self._classify, "POST", self._url("/batches"), "the batch",
                 json={"input_file_id": file_id, "endpoint": self._endpoint, "completion_window": "24h"})
-            batch_id = text(created, "id", "batch")
-            if not batch_id:
-                raise retry.bad_response("the created batch has no `id`")
+            batch_id = resource_id(created, "id", "batch")
         except ClientError as error:
             raise submit_error(error, created=True) from None
         return batch_id
@@ -103,12 +100,12 @@ class OpenAIBatches:
     async def poll(self, batch_id: str) -> BatchStatus:
         data, _ = await read_json(self._http, self._target, self._classify, "GET",
                                   self._url("/batches/" + quote(batch_id, safe="")), "the batch")
-        return _status(batch_id, data)
+        return _status(batch_id, data, self._target.redact)
 
     async def cancel(self, batch_id: str) -> BatchStatus:
         data, _ = await read_json(self._http, self._target, self._classify, "POST",
                                   self._url("/batches/" + quote(batch_id, safe="") + "/cancel"), "the batch")
-        return _status(batch_id, data)
+        return _status(batch_id, data, self._target.redact)
 
     async def results(self, status: BatchStatus,
                       custom_ids: Sequence[str]) -> AsyncIterator[tuple[str, BatchOutcome]]:
@@ -175,20 +172,20 @@ def _message(body: Any) -> str | None:
     return None
 
 
-def _status(batch_id: str, data: dict[str, Any]) -> BatchStatus:
-    """A batch object read into its status."""
+def _status(batch_id: str, data: dict[str, Any], redact: Redactor) -> BatchStatus:
+    """A batch object read into its status (its failure's messages masked)."""
     state = text(data, "status", "batch") or ""
     if state not in _STATES:
         raise retry.bad_response(f"the batch's `status` is {state[:40]!r}, not one the Batch API documents")
     counts = data.get("request_counts") or {}
     if type(counts) is not dict:
         raise retry.wrong_type("batch.request_counts", counts, "an object")
-    files = tuple(f for f in (text(data, "output_file_id", "batch"), text(data, "error_file_id", "batch")) if f)
+    files = tuple(resource_id(data, key, "batch") for key in ("output_file_id", "error_file_id") if data.get(key))
     error = None
     errors = data.get("errors")
     if type(errors) is dict and type(errors.get("data")) is list:
         messages = [str(e.get("message"))[:300] for e in errors["data"][:5] if type(e) is dict]
-        error = "; ".join(messages) or None
+        error = status_failure("failed", "; ".join(messages), None, redact).message if messages else None
     ended = _STATES[state] == "ended"
     return BatchStatus(batch_id=batch_id, state=_STATES[state], provider_state=state,
                        counts=BatchCounts(total=integer(counts, "total", "request_counts"),
