@@ -9,7 +9,8 @@ kept (`engine.redact`). The caller puts the key into the URL or headers before t
 
 Another kind of request (a plain JSON call, an upload, a download read line by line) goes beside `send` with the
 same parts: a `Limits`, `_read_at_most` / `_read_body` under its cap, `_refused` for a reply of 3xx and above,
-`_failure` for aiohttp's exceptions.
+`_failure` for aiohttp's exceptions. `BatchTransport` is that for the batch wires (`BatchHTTP`): a JSON or
+multipart request read whole under a cap, a download read line by line, `_batch_failure` mapping its exceptions.
 """
 
 from __future__ import annotations
@@ -17,20 +18,25 @@ from __future__ import annotations
 import asyncio
 import functools
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from typing import Any
 
 import aiohttp
 from multidict import CIMultiDict
 
 from engine.client import retry
 from engine.client.providers import Provider
+from engine.client.providers.batch import FormFile, HTTPReply, LongLine, NotSent
 from engine.client.response import CallResult, split_think
+from engine.client.session import Sessions
 from engine.client.sse import SSEDecoder
 from engine.errors import ClientError
+from engine.model.model_config import ModelConfig
 from engine.redact import Redactor
 
-__all__ = ["Failed", "Limits", "send"]
+__all__ = ["BatchTransport", "Failed", "Limits", "send"]
 
 _ERROR_BODY_CHARS = 16_000   # an error body is read this far: whole, so its JSON gives its `error.message`
 
@@ -239,3 +245,131 @@ async def _read_stream(resp: aiohttp.ClientResponse, result: CallResult, started
         # keeps the partial answer and its tool calls so far (marked truncated).
         reader.keep()
     reader.end()
+
+
+# -- the batch wires' HTTP ----------------------------------------------------------------------------------------
+
+#: Bytes kept of an over-long line: enough to tell whose it was.
+_HEAD = 4096
+
+
+class BatchTransport:
+    """`BatchHTTP` (`engine.client.providers.batch`) over the run's sessions: the HTTP of one model's batches.
+
+    The same sessions as the model's calls (proxies from the environment, never for loopback), redirects refused,
+    every body read under a cap: a whole reply up to its limit, a download line by line with each line capped (a
+    longer one read past, never held). Unlike a try of a call, an exchange has no overall time limit (an upload or
+    a results file may take minutes): each wait for bytes has one instead, `timeout_s`.
+
+    Args:
+        sessions: The run's sessions.
+        model: The model: its `connect_timeout_s` bounds each connection, its `timeout_s` each wait for bytes.
+    """
+
+    def __init__(self, sessions: Sessions, model: ModelConfig) -> None:
+        self._sessions = sessions
+        self._timeout = aiohttp.ClientTimeout(total=None, sock_connect=model.connect_timeout_s,
+                                              sock_read=model.timeout_s)
+        self._model = model
+
+    async def send(self, method: str, url: str, headers: Mapping[str, str], *, json: Any = None,
+                   data: bytes | None = None, form: Mapping[str, str] | None = None, file: FormFile | None = None,
+                   limit: int) -> HTTPReply:
+        """One request; the reply's body read up to `limit` bytes."""
+        body: Any = data
+        if file is not None or form is not None:
+            body = aiohttp.FormData()
+            for name, value in (form or {}).items():
+                body.add_field(name, value)
+            if file is not None:
+                body.add_field(file.field, file.content, filename=file.filename, content_type=file.content_type)
+        try:
+            async with self._sessions.for_url(url).request(
+                    method, url, headers=dict(headers), json=json, data=body, timeout=self._timeout,
+                    allow_redirects=False) as resp:
+                if resp.content_length is not None and resp.content_length > limit:
+                    raise retry.too_large(limit)
+                parts: list[bytes] = []
+                size = 0
+                async for chunk in resp.content.iter_any():
+                    size += len(chunk)
+                    if size > limit:
+                        raise retry.too_large(limit)
+                    parts.append(chunk)
+                return HTTPReply(resp.status, resp.headers, b"".join(parts))
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise _batch_failure(exc, self._model) from None
+
+    @asynccontextmanager
+    async def download(self, url: str, headers: Mapping[str, str], *,
+                       line_limit: int) -> AsyncIterator[_Download]:
+        """A `GET` whose body is read line by line."""
+        try:
+            async with self._sessions.for_url(url).get(url, headers=dict(headers), timeout=self._timeout,
+                                                       allow_redirects=False) as resp:
+                yield _Download(resp, line_limit, self._model)
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise _batch_failure(exc, self._model) from None
+
+
+def _batch_failure(exc: BaseException, model: ModelConfig) -> ClientError:
+    """A batch exchange's exception as `_failure` maps a try's (no reply to mark started: a batch call is read
+    whole before anything is kept); `NotSent` when no connection was made."""
+    if isinstance(exc, aiohttp.ConnectionTimeoutError | aiohttp.ClientConnectorError):
+        error = retry.connect_timeout_error(model.connect_timeout_s) \
+            if isinstance(exc, aiohttp.ConnectionTimeoutError) else retry.transport_error(exc, during="connecting")
+        return NotSent(str(error), kind=error.kind, retryable=True)
+    if isinstance(exc, TimeoutError) and not isinstance(exc, aiohttp.ClientError):
+        return retry.timeout_error(model.timeout_s)
+    return retry.transport_error(exc, during="sending the request or reading its reply")
+
+
+class _Download:
+    """An answered download (`engine.client.providers.batch.Download`)."""
+
+    def __init__(self, resp: aiohttp.ClientResponse, line_limit: int, model: ModelConfig) -> None:
+        self._resp = resp
+        self._limit = line_limit
+        self._model = model
+        self.status = resp.status
+        self.headers: Mapping[str, str] = resp.headers
+
+    async def text(self, limit: int) -> str:
+        """The body's start, at most `limit` bytes."""
+        return (await _read_at_most(self._resp, limit)).decode("utf-8", "replace")
+
+    async def lines(self) -> AsyncIterator[bytes | LongLine]:
+        """Each non-blank line, capped: a longer one is read past (never held) and given as a `LongLine`."""
+        pending = bytearray()
+        long_head: bytes | None = None   # set while reading past an over-long line
+        long_size = 0
+        try:
+            async for chunk in self._resp.content.iter_any():
+                start = 0
+                while start < len(chunk):
+                    end = chunk.find(b"\n", start)
+                    piece = chunk[start:] if end < 0 else chunk[start:end]
+                    start = len(chunk) if end < 0 else end + 1
+                    if long_head is not None:
+                        long_size += len(piece)
+                    else:
+                        pending += piece
+                        if len(pending) > self._limit:
+                            long_head, long_size = bytes(pending[:_HEAD]), len(pending)
+                            pending.clear()
+                    if end < 0:
+                        continue
+                    if long_head is not None:
+                        yield LongLine(long_head, long_size)
+                        long_head = None
+                        continue
+                    line = bytes(pending).rstrip(b"\r")
+                    pending.clear()
+                    if line.strip():
+                        yield line
+            if long_head is not None:
+                yield LongLine(long_head, long_size)
+            elif bytes(pending).strip():
+                yield bytes(pending).rstrip(b"\r")
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise _batch_failure(exc, self._model) from None

@@ -11,8 +11,7 @@ from typing import Any
 
 import pytest
 
-from engine.client.batch_transport import BatchTransport
-from engine.client.openai import CallResult, OpenAIClient, RequestSettings, prepare
+from engine.client.client import ModelClient
 from engine.client.providers import PROVIDERS, Provider
 from engine.client.providers.batch import (
     BatchAPI,
@@ -24,7 +23,10 @@ from engine.client.providers.batch import (
     SubmitError,
 )
 from engine.client.providers.gemini_batch import INLINE_MAX_REQUESTS
+from engine.client.request import RequestSettings, prepare
+from engine.client.response import CallResult
 from engine.client.session import Sessions
+from engine.client.transport import BatchTransport
 from engine.model.model_config import ModelConfig
 from engine.redact import Redactor
 from tests import fake_anthropic, fake_gemini, fake_openai
@@ -145,7 +147,7 @@ def parsed(rig: Rig, outcome: BatchOutcome) -> CallResult:
 
 async def live_call(rig: Rig, question: str) -> CallResult:
     async with Sessions(4) as sessions:
-        client = OpenAIClient(sessions, {"m": KEY})
+        client = ModelClient(sessions, {"m": KEY})
         return await client.call(rig.model, prepare(rig.model, asking(question),
                                                      RequestSettings(stream=False)))
 
