@@ -5,7 +5,7 @@ each agent job through `run_conversation`, engine/results/rows.py stores the tra
 
     loop.py           run_conversation(call_model, messages, tools, AgentSettings) -> Transcript
     context.py        ContextBudget: what of a long conversation is sent back to the model
-    openai_caller.py  OpenAICaller: the loop's model on a real endpoint via engine.client.client
+    model_caller.py   EndpointCaller: the loop's model on a real endpoint via engine.client.client
     golden.py         GoldenCaller / replay_golden: a reference conversation played back
     stored.py         transcript_of_row: a stored results row back into a Transcript (`engine rescore`)
 

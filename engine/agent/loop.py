@@ -20,7 +20,7 @@ commands stopped, each call answered with an error) and the conversation ends as
 Every tool call the model makes is answered before the loop decides to stop, so a transcript never
 ends with an unanswered call (and a `set:` on the last allowed turn still changes the state).
 
-The model is an injected async callable (messages -> a `CallResult`-like reply): `OpenAICaller` for
+The model is an injected async callable (messages -> a `CallResult`-like reply): `EndpointCaller` for
 a real endpoint (its retries, caps and deadlines included), `GoldenCaller` to replay a reference
 conversation, anything else in tests.
 """

@@ -4,7 +4,7 @@ The runner's worker calls `run_agent_job` instead of one `client.call` when the 
 What the run's machinery sees of it::
 
     slots         the model's window and the run's slots, held for each model call only
-                  (`OpenAICaller(dispatch=...)`), never across tool delays; counted in flight as they are sent
+                  (`EndpointCaller(dispatch=...)`), never across tool delays; counted in flight as they are sent
     stop          a first call still waiting to be sent when the run stops raises `CallStopped`: the
                   conversation leaves no row, and `--resume` runs it; one under way is never cut
     --max-cost    each reply's cost is added to the spend as it comes (`on_cost`); passing the budget
@@ -17,7 +17,7 @@ What the run's machinery sees of it::
                   listed definitions and every earlier tool result: a cached turn is replayed only while the
                   server answers as it did (its tools are always called), and a different result is a new request
 
-The model of the row is either a real endpoint (`OpenAICaller`: the client's streaming, retries,
+The model of the row is either a real endpoint (`EndpointCaller`: the client's streaming, retries,
 per-try timeouts) or, for `builtin: golden`, the test's golden conversation (`GoldenCaller`), played
 in-process: no server, no HTTP, no port (`golden_reply` does the same for a single-turn test).
 """
@@ -36,7 +36,7 @@ from engine.agent.golden import GoldenCaller
 from engine.agent.loop import run_conversation
 from engine.agent.mcp.sandboxed import SandboxedStart
 from engine.agent.mcp.servers import McpServers
-from engine.agent.openai_caller import OpenAICaller
+from engine.agent.model_caller import EndpointCaller
 from engine.client.client import ModelClient
 from engine.client.request import PreparedRequest, RequestSettings, prepare
 from engine.client.response import CallResult
@@ -57,7 +57,7 @@ from engine.workspace.workspace import Workspace, WorkspaceError
 
 __all__ = ["golden_reply", "run_agent_job"]
 
-_Caller = Callable[[list[dict[str, Any]]], Awaitable[CallResult]]   # OpenAICaller, GoldenCaller
+_Caller = Callable[[list[dict[str, Any]]], Awaitable[CallResult]]   # EndpointCaller, GoldenCaller
 
 
 
@@ -137,7 +137,7 @@ async def run_agent_job(*, client: ModelClient, model: ModelConfig, test: Test, 
         budget = budget_for(model.context_tokens, request.max_tokens, test.tools)
         transcript = await run_conversation(recorder, test.messages, tools, test.agent,
                                             state=test.initial_state, asked_model=model.model, budget=budget)
-        if isinstance(inner, OpenAICaller) and inner.last_request is not None:
+        if isinstance(inner, EndpointCaller) and inner.last_request is not None:
             request = inner.last_request
         failure = (ClientError(transcript.error, kind=McpServerError.kind)
                    if transcript.outcome == "error" and transcript.error and not any(
@@ -165,7 +165,7 @@ def _caller(client: ModelClient, model: ModelConfig, test: Test, settings: Reque
     try:
         # test.tools are the offered definitions, in the test's order: the first request of a test without MCP
         # servers is byte for byte the one a single-turn run of this test would send
-        return OpenAICaller(client, model, test, settings, dispatch=dispatch, cache_as=cache_as, attempt=attempt)
+        return EndpointCaller(client, model, test, settings, dispatch=dispatch, cache_as=cache_as, attempt=attempt)
     except ConfigError as exc:
         return _failing(ClientError(str(exc), kind="config"))
 

@@ -10,7 +10,7 @@ import pyarrow as pa
 import pytest
 
 from engine.agent.loop import run_conversation
-from engine.agent.openai_caller import OpenAICaller
+from engine.agent.model_caller import EndpointCaller
 from engine.base.yaml import load_yaml_text
 from engine.client.client import ModelClient
 from engine.client.request import RequestSettings
@@ -74,7 +74,7 @@ async def converse(server: ScriptedServer, tools: dict[str, Tool], *, prompt: st
                 prompt=prompt, eval=None)
     async with Sessions(64) as sessions:
         client = ModelClient(sessions, {"m": "sk-test"})
-        caller = OpenAICaller(client, model, test, RequestSettings(stream=stream), tools=list(tools.values()))
+        caller = EndpointCaller(client, model, test, RequestSettings(stream=stream), tools=list(tools.values()))
         return await run_conversation(caller, test.messages, tools, AgentSettings(max_turns, max_repeats),
                                       state=state, asked_model=model.model)
 
@@ -292,7 +292,7 @@ async def test_a_completions_model_is_refused_for_agent_tests() -> None:
     test = Test(suite="s", id="t", file="s.yaml", line=1, messages=(), prompt="", eval=None)
     async with Sessions(64) as sessions:
         with pytest.raises(ConfigError, match="api: chat"):
-            OpenAICaller(ModelClient(sessions, {}), model, test, RequestSettings())
+            EndpointCaller(ModelClient(sessions, {}), model, test, RequestSettings())
 
 
 async def test_a_429_wait_is_in_the_ledger_of_the_call_that_waited() -> None:
@@ -339,7 +339,7 @@ async def test_the_concurrency_slot_is_held_per_model_call_not_across_tool_delay
             async def one(city: str) -> Transcript:
                 test = Test(suite="s", id=city, file="s.yaml", line=1, messages=({"role": "user", "content": city},),
                             prompt=city, eval=None)
-                caller = OpenAICaller(client, model, test, RequestSettings(), tools=[TOOLS["get_time"]],
+                caller = EndpointCaller(client, model, test, RequestSettings(), tools=[TOOLS["get_time"]],
                                       dispatch=slot)
                 return await run_conversation(caller, test.messages, offered("get_time"))
 

@@ -37,8 +37,8 @@ from engine.client.providers.base import (
     check_stream_end,
     data_url_parts,
     error_message,
+    fold_events,
     reply_body,
-    stream_event,
     system_text,
 )
 from engine.client.response import CallResult, count
@@ -237,18 +237,11 @@ class AnthropicStream:
 
     def feed(self, datas: list[str]) -> bool:
         """Fold in the events of one chunk; True when text or a tool call arrived."""
-        visible = False
-        for data in datas:
-            event = stream_event(data, self._redact)
-            if type(event) is not dict:
-                raise retry.bad_response(f"a server-sent event is {retry.type_name(event)}, expected an object")
-            if self._event(event):
-                visible = True
-            if self.done:
-                break
-        return visible
+        return fold_events(self, datas, self._redact, self._event)
 
-    def _event(self, event: dict[str, Any]) -> bool:
+    def _event(self, event: Any) -> bool:
+        if type(event) is not dict:
+            raise retry.bad_response(f"a server-sent event is {retry.type_name(event)}, expected an object")
         kind = event.get("type")
         result = self._result
         if kind == "content_block_delta":

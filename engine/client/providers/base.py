@@ -195,6 +195,18 @@ def stream_event(data: str, redact: Redactor) -> Any:
         raise retry.stream_error(f"malformed server-sent event: not JSON: {redact.excerpt(data, 80)}") from None
 
 
+def fold_events(reader: StreamReader, datas: list[str], redact: Redactor, fold: Callable[[Any], bool]) -> bool:
+    """A stream reader's `feed`: each event's data read as JSON (`stream_event`) and folded in by `fold` (True when
+    it brought visible content), up to the API's end mark (`reader.done`); True when any event did."""
+    visible = False
+    for data in datas:
+        if fold(stream_event(data, redact)):
+            visible = True
+        if reader.done:
+            break
+    return visible
+
+
 def call_arguments(raw: str) -> dict[str, Any]:
     """A tool call's argument text as the object APIs with structured calls want back ({} when it was not one)."""
     try:

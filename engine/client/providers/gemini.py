@@ -44,8 +44,8 @@ from engine.client.providers.base import (
     data_url_parts,
     error_message,
     error_object,
+    fold_events,
     reply_body,
-    stream_event,
     system_text,
 )
 from engine.client.providers.gemini_batch import BATCH
@@ -351,12 +351,10 @@ class GeminiStream:
 
     def feed(self, datas: list[str]) -> bool:
         """Fold in the chunks one read completed."""
-        visible = False
-        for data in datas:
-            chunk = stream_event(data, self._redact)
-            if self._reply.chunk(chunk, self._redact):
-                visible = True
-        return visible
+        return fold_events(self, datas, self._redact, self._chunk)
+
+    def _chunk(self, data: Any) -> bool:
+        return self._reply.chunk(data, self._redact)
 
     def keep(self) -> None:
         """The text, thoughts and calls so far."""

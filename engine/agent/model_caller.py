@@ -1,9 +1,8 @@
-"""The loop's model on a real endpoint of any chat API (OpenAI chat, Anthropic, Gemini), through `engine.client.client`.
+"""The loop's model on a real endpoint of any chat API (OpenAI chat, Anthropic, Gemini), through the model client.
 
 Each turn is prepared with the client's own `prepare` (so temperature, max_tokens, seed, params and
 streaming follow exactly the single-turn precedence) from the test with its messages replaced by the
 conversation so far; `ModelClient.call` then brings its retries, per-try timeouts and key handling.
-No change to `openai.py` was needed: a `Test` with other messages is all `prepare` has to see.
 """
 
 from __future__ import annotations
@@ -22,10 +21,10 @@ from engine.model.model_config import ModelConfig
 from engine.model.test import Test
 from engine.model.tools import Tool
 
-__all__ = ["OpenAICaller"]
+__all__ = ["EndpointCaller"]
 
 
-class OpenAICaller:
+class EndpointCaller:
     """Calls one model for one conversation; pass it as `run_conversation`'s `call_model`.
 
     Args:
