@@ -52,3 +52,20 @@ def test_a_tests_row_texts_are_computed_once_and_never_compared_copied_or_shown(
     assert "_messages_json" not in repr(tests[1]) and tests[1] == dataclasses.replace(tests[1]) == make(1)
     again = pickle.loads(pickle.dumps(tests[1]))
     assert again == tests[1] and again.golden_json == '{"n": 1}'
+
+
+def test_a_batched_call_costs_the_batch_price() -> None:
+    from engine.model.model_config import ModelConfig, cost_of
+
+    live = ModelConfig("m", "m", price_in=2.0, price_out=8.0)
+    assert cost_of(live, 1_000_000, 1_000_000) == 10.0
+    assert cost_of(live, 1_000_000, 1_000_000, batch=True) == 5.0   # the providers' published half
+    given = ModelConfig("m", "m", price_in=2.0, price_out=8.0, price_batch_in=1.5, price_batch_out=3.0)
+    assert cost_of(given, 1_000_000, 1_000_000, batch=True) == 4.5
+    quarter = ModelConfig("m", "m", price_in=2.0, price_out=8.0, batch_discount=0.25)
+    assert cost_of(quarter, 1_000_000, 1_000_000, batch=True) == 7.5
+    # cached prompt tokens: the cache price less the discount too (Anthropic's batch discount stacks with caching)
+    cached = ModelConfig("m", "m", price_in=3.0, price_out=15.0, price_cache_read=0.3)
+    assert cost_of(cached, 1_000_000, 0, 400_000, batch=True) == (600_000 * 1.5 + 400_000 * 0.15) / 1e6
+    batch_only = ModelConfig("m", "m", price_batch_in=1.0, price_batch_out=2.0)
+    assert (cost_of(batch_only, 10**6, 10**6), cost_of(batch_only, 10**6, 10**6, batch=True)) == (None, 3.0)

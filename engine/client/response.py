@@ -69,6 +69,7 @@ class CallResult:
     notes: list[str] = field(default_factory=list)
     served_by: str | None = None   # the replica that took the last try (userinfo masked); None: one endpoint
     cached: bool = False     # answered from the response cache (engine.client.response_cache): nothing timed or paid
+    batch_id: str | None = None   # the provider's batch that answered it (priced at the batch price); None: live
     # The reply began (a 2xx status and its first body bytes): the call was served, so it is never sent again
     # automatically, whatever breaks after (engine.client.retry). Not stored: it describes one try.
     reply_started: bool = False

@@ -22,6 +22,11 @@ class RateLimit:
     tokens_per_minute: float | None = None
 
 
+#: The batch APIs' discount on both token prices when a model's `price:` names no batch price: what OpenAI's Batch
+#: API, Anthropic's Message Batches and Gemini's batch mode each publish (half the price).
+DEFAULT_BATCH_DISCOUNT = 0.5
+
+
 @dataclass(frozen=True)
 class ModelConfig:
     """One named model from models.yaml.
@@ -66,6 +71,10 @@ class ModelConfig:
             code instead, engine.local.cache_identity). None: the URL.
         mcp: MCP servers whose tools this model's agent tests are offered besides the suite's (`mcp:` in its
             entry of models.yaml), or ().
+        price_batch_in: Price per 1M input tokens of a batched call, or None: `price_in` less `batch_discount`.
+        price_batch_out: Price per 1M output tokens of a batched call, or None: `price_out` less `batch_discount`.
+        batch_discount: The share of every price a batched call saves when no batch price is given (0.5: half);
+            None: `DEFAULT_BATCH_DISCOUNT`, the providers' published one.
     """
 
     name: str
@@ -94,6 +103,9 @@ class ModelConfig:
     rate_limit_deadline_s: float = 600.0
     cache_identity: str | None = None
     mcp: tuple[McpServerSpec, ...] = field(default=(), compare=False, repr=False)
+    price_batch_in: float | None = None
+    price_batch_out: float | None = None
+    batch_discount: float | None = None
 
 
 # The max_tokens floor of a model whose `params` set none: room for a reasoning model's thinking and its answer.
@@ -121,21 +133,31 @@ def ceiling_of(model: ModelConfig) -> int:
 
 
 def cost_of(model: ModelConfig, prompt_tokens: int | None, completion_tokens: int | None,
-            cached_tokens: int | None = None, cache_write_tokens: int | None = None) -> float | None:
+            cached_tokens: int | None = None, cache_write_tokens: int | None = None, *,
+            batch: bool = False) -> float | None:
     """Priced spend of one call in the price's currency; None when unpriced or tokens unknown.
 
     The prompt tokens count the cached ones: those read from the cache (`cached_tokens`) are priced at
     `price_cache_read` and those written to it at `price_cache_write` when the model has them, the rest at
-    `price_in`.
+    `price_in`. A `batch` call (answered through the provider's batch API) is priced at `price_batch_in` and
+    `price_batch_out` where given; every other price is less `batch_discount`.
     """
-    if model.price_in is None and model.price_out is None:
+    if model.price_in is None and model.price_out is None and not (
+            batch and (model.price_batch_in is not None or model.price_batch_out is not None)):
         return None
     if prompt_tokens is None or completion_tokens is None:
         return None
-    price_in = model.price_in or 0.0
-    cost = prompt_tokens * price_in + completion_tokens * (model.price_out or 0.0)
+    discount = DEFAULT_BATCH_DISCOUNT if model.batch_discount is None else model.batch_discount
+    keep = 1.0 - discount if batch else 1.0   # the share of a live price a batched call pays
+    price_in = (model.price_in or 0.0) * keep
+    price_out = (model.price_out or 0.0) * keep
+    if batch and model.price_batch_in is not None:
+        price_in = model.price_batch_in
+    if batch and model.price_batch_out is not None:
+        price_out = model.price_batch_out
+    cost = prompt_tokens * price_in + completion_tokens * price_out
     if cached_tokens and model.price_cache_read is not None:
-        cost += cached_tokens * (model.price_cache_read - price_in)
+        cost += cached_tokens * (model.price_cache_read * keep - price_in)
     if cache_write_tokens and model.price_cache_write is not None:
-        cost += cache_write_tokens * (model.price_cache_write - price_in)
+        cost += cache_write_tokens * (model.price_cache_write * keep - price_in)
     return cost / 1e6

@@ -12,6 +12,9 @@ Tables:
                                                   written later), NULL until assigned
     stale_parts(part)                             parts to rewrite (a row in them was replaced)
     meta(k, v)                                    run settings, for --resume
+    batches(local, model, batch_id, keys, at)     each batch handed to a provider's batch API: recorded with its
+                                                  row keys before it is sent (batch_id NULL), then with the
+                                                  provider's id before it is waited for (`engine run --batch`)
 
 A failed write (disk full, I/O error) raises `StorageError` and marks the journal failed: what was
 committed before stays, nothing more is written (`close` does not try again).
@@ -23,6 +26,7 @@ import errno
 import json
 import sqlite3
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -68,7 +72,28 @@ CREATE TABLE IF NOT EXISTS rows(key TEXT PRIMARY KEY, is_error INTEGER NOT NULL,
 CREATE INDEX IF NOT EXISTS rows_part ON rows(part);
 CREATE TABLE IF NOT EXISTS stale_parts(part TEXT PRIMARY KEY);
 CREATE TABLE IF NOT EXISTS meta(k TEXT PRIMARY KEY, v TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS batches(local TEXT PRIMARY KEY, model TEXT NOT NULL, batch_id TEXT, keys TEXT NOT NULL,
+                                   at TEXT NOT NULL);
 """
+
+
+@dataclass(frozen=True)
+class BatchRecord:
+    """A batch of one model's calls as the journal holds it.
+
+    Args:
+        local: The run's own name for it (unique in the run), given before the provider knows it.
+        model: The model name its rows are reported under.
+        batch_id: The provider's id, or None while it was being sent (a run killed then left it unknown).
+        keys: The row keys it holds, in the order of its requests.
+        at: When it was recorded (ISO 8601, UTC).
+    """
+
+    local: str
+    model: str
+    batch_id: str | None
+    keys: tuple[str, ...]
+    at: str
 
 
 class Journal:
@@ -199,6 +224,13 @@ class Journal:
         """Store a JSON value under `key`."""
         self._write("INSERT OR REPLACE INTO meta(k, v) VALUES (?, ?)", (key, json.dumps(value)))
 
+    def put_batch(self, record: BatchRecord) -> None:
+        """Record a batch (again, once its provider's id is known); durable when this returns."""
+        self._write("INSERT INTO batches(local, model, batch_id, keys, at) VALUES (?, ?, ?, ?, ?) ON CONFLICT(local) "
+                    "DO UPDATE SET model = excluded.model, batch_id = excluded.batch_id, keys = excluded.keys, "
+                    "at = excluded.at",
+                    (record.local, record.model, record.batch_id, json.dumps(list(record.keys)), record.at))
+
     def restore(self, part: str, rows: Iterable[tuple[str, dict[str, Any]]]) -> int:
         """Put rows read back from a Parquet part into the journal (a lost or emptied journal, rebuilt).
 
@@ -235,6 +267,12 @@ class Journal:
         """The JSON value stored under `key`, or `default`."""
         found = self._db.execute("SELECT v FROM meta WHERE k = ?", (key,)).fetchone()
         return default if found is None else json.loads(found[0])
+
+    def batches(self) -> list[BatchRecord]:
+        """Every batch recorded, in the order they were first recorded."""
+        found = self._db.execute("SELECT local, model, batch_id, keys, at FROM batches ORDER BY rowid")
+        return [BatchRecord(local, model, batch_id, tuple(json.loads(keys)), at)
+                for local, model, batch_id, keys, at in found]
 
     def keys(self, *, errors_only: bool = False) -> set[str]:
         """Keys of committed rows (all, or only error rows)."""

@@ -233,6 +233,7 @@ def build_row(*, run_id: str, model: ModelConfig, test: Test, attempt: int, requ
         "cached": result.cached,
         "usage_source": USAGE_SERVER if result.prompt_tokens is not None or result.completion_tokens is not None
         else None,
+        "batch_id": result.batch_id,
     }
     if verdict is not None or evaluator_error is not None:
         set_verdict(row, verdict, evaluator_error)
@@ -277,9 +278,10 @@ def record_of(row: Mapping[str, Any]) -> Record:
 
 
 def row_cost(model: ModelConfig, result: CallResult) -> float | None:
-    """The row's `cost`: 0 when the response cache answered (nothing was paid), null when unpriced."""
+    """The row's `cost`: 0 when the response cache answered (nothing was paid), null when unpriced; a call answered
+    through a batch (`batch_id`) at the batch price."""
     cost = cost_of(model, result.prompt_tokens, result.completion_tokens, result.cached_tokens,
-                   result.cache_write_tokens)
+                   result.cache_write_tokens, batch=result.batch_id is not None)
     return 0.0 if cost is not None and result.cached else cost
 
 
@@ -361,6 +363,7 @@ class _Summary:
         self.truncated = any(r.truncated for r in replies)
         self.notes = [f"turn {i}: {note}" for i, r in enumerate(replies, 1) for note in r.notes]
         self.cached = bool(replies) and all(r.cached for r in replies)   # every turn from the response cache
+        self.batch_id = None   # a conversation's turns go live (docs/running.md, Batch runs)
 
 
 def _total(values: Iterable[int | None]) -> int | None:

@@ -186,6 +186,7 @@ COLUMNS: list[tuple[str, pa.DataType]] = [
     ("cached", pa.bool_()),             # answered from the response cache: no latency, cost 0 (null in older runs)
     ("cache_write_tokens", pa.int64()),  # of prompt_tokens: written to the provider's prompt cache (Anthropic)
     ("usage_source", pa.string()),      # where the token counts come from: `server` (its usage); null: none sent
+    ("batch_id", pa.string()),          # the provider's batch that answered the call (batch price); null: live
 ]
 
 SCHEMA = pa.schema(COLUMNS, metadata={b"schema_version": str(SCHEMA_VERSION).encode()})
