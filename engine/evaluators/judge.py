@@ -28,7 +28,6 @@ grades them through `JudgeSpec.grade` - the scorer's own path. A suite's `judge_
 from __future__ import annotations
 
 import json
-import re
 import statistics
 from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -84,7 +83,7 @@ Reply with one JSON object and nothing else:
 REASK = ("Your reply could not be read: {problem}. Reply again with one JSON object and nothing else: "
          '{{"reasoning": "<one to three sentences>", "grade": <your grade>}}; {scale_text}')
 
-_FENCE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.DOTALL)
+_FENCE = "```"   # a reply wrapped in a code fence (```json ... ```) is read inside it
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,15 +144,22 @@ def parse_scale(value: Any) -> Scale:
                                f"{value!r}", kind=KIND, option="scale")
 
 
+def _unfenced(raw: str) -> str:
+    """The text inside a code fence that wraps the whole reply (its `json` tag dropped), else the reply: string
+    slicing, linear in the reply (a regex with two `\\s*` around a lazy group backtracks cubically on a reply of
+    spaces, and the judge's reply is read on the run's event loop)."""
+    if len(raw) < 2 * len(_FENCE) or not (raw.startswith(_FENCE) and raw.endswith(_FENCE)):
+        return raw
+    inner = raw[len(_FENCE):-len(_FENCE)]
+    return inner.removeprefix("json").strip()
+
+
 def parse_grade(text: str, scale: Scale) -> tuple[Any, str] | str:
     """(grade, reasoning) from a judge reply, or the problem with it (a string) when it does not fit."""
-    raw = text.strip()
-    fenced = _FENCE.match(raw)
-    if fenced:
-        raw = fenced.group(1)
+    raw = _unfenced(text.strip())
     try:
         data = json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):
         return "it is not a JSON object"
     if not isinstance(data, dict) or "grade" not in data:
         return 'it has no "grade"'

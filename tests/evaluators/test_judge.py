@@ -52,6 +52,15 @@ def test_parse_grade(scale: str, reply: str, want: Any) -> None:
     assert parse_grade(reply, parse_scale(scale)) == want
 
 
+@pytest.mark.parametrize(("reply", "want"), [
+    ("```json" + " " * 200_000 + "x", "it is not a JSON object"),   # spaces a fence regex backtracks on
+    ("```" + "\n" * 200_000 + '{"grade": "pass"}' + " " * 200_000 + "```", ("pass", "")),
+    ('{"grade": ' + "[" * 200_000 + "]" * 200_000 + "}", "it is not a JSON object"),   # nested past the stack
+])
+def test_a_hostile_judge_reply_is_read_in_one_pass(reply: str, want: Any) -> None:
+    assert parse_grade(reply, parse_scale("pass_fail")) == want
+
+
 def test_numeric_samples_average_and_record_the_spread() -> None:
     caller = Scripted(*(f'{{"reasoning": "r{g}", "grade": {g}}}' for g in (2, 5, 4)))
     verdict = grade({"judge": {"rubric": "r", "scale": "1-5", "samples": 3}}, caller)
