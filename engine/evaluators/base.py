@@ -63,6 +63,10 @@ COMMON_OPTIONS: dict[str, Any] = {
                   "the limit. Not for exec, python and workspace_check (their own `timeout_s` limits their "
                   "program) nor judge and similar (the judge model's `timeout_s` limits its call).",
                   "examples": [30]},
+    "memory_mb": {"type": "integer", "minimum": 16, "maximum": 1024 * 1024, "description": "The most memory this "
+                  "check may take on one answer, MiB (default 1024); past it the verdict is an error naming the "
+                  "limit. Not for exec and python (their own `memory_mb` limits their program), workspace_check "
+                  "(the `workspace:` block's) nor judge and similar.", "examples": [4096]},
 }
 #: The longest answer (characters, tool call arguments included) a `bounded` scorer scores inline.
 INLINE_CHARS = 64 * 1024

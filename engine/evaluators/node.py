@@ -21,9 +21,15 @@ from engine.base.words import did_you_mean, short
 from engine.errors import EvaluatorConfigError
 from engine.evaluators.base import COMMON_KEYS, Kind
 from engine.evaluators.registry import COMPOSITIONS, KINDS
-from engine.model.tree import DEFAULT_TIMEOUT_S, Node
+from engine.model.tree import DEFAULT_MEMORY_MB, DEFAULT_TIMEOUT_S, Node
 
-__all__ = ["common_options", "compile_spec", "has_template", "node_kind"]
+__all__ = ["LIMIT_KEYS", "MAX_MEMORY_MB", "MIN_MEMORY_MB", "common_options", "compile_spec", "has_template",
+           "node_kind"]
+
+#: The common options that are a check's own limits on one answer: on a leaf only.
+LIMIT_KEYS = ("timeout_s", "memory_mb")
+MIN_MEMORY_MB = 16           # below this a check's own start (its tree compiled again) may not fit
+MAX_MEMORY_MB = 1024 * 1024  # 1 TiB: a number past it is a typo
 
 
 def has_template(value: Any) -> bool:
@@ -62,8 +68,8 @@ def node_kind(spec: Mapping[str, Any]) -> str:
 
 
 def common_options(spec: Mapping[str, Any],
-                   variables: Mapping[str, Any]) -> tuple[float, float | None, str | None, bool, float]:
-    """Weight, threshold, name, must and timeout_s, checked (they may be templates too)."""
+                   variables: Mapping[str, Any]) -> tuple[float, float | None, str | None, bool, float, int]:
+    """Weight, threshold, name, must, timeout_s and memory_mb, checked (they may be templates too)."""
     # An option not written is not rendered: float(render_value(1)) is 1.0 and bool(render_value(False)) False.
     weight = float(render_value(spec["weight"], variables)) if "weight" in spec else 1.0
     raw_threshold = spec.get("threshold")
@@ -79,7 +85,11 @@ def common_options(spec: Mapping[str, Any],
     if not 0 < timeout <= 3600:
         raise EvaluatorConfigError(f"timeout_s must be more than 0 and at most 3600 seconds, got {timeout:g}",
                                    option="timeout_s")
-    return weight, threshold, None if name is None else str(name), must, timeout
+    memory = render_value(spec["memory_mb"], variables) if "memory_mb" in spec else DEFAULT_MEMORY_MB
+    if isinstance(memory, bool) or not isinstance(memory, int) or not MIN_MEMORY_MB <= memory <= MAX_MEMORY_MB:
+        raise EvaluatorConfigError(f"memory_mb must be a whole number of MiB from {MIN_MEMORY_MB} to {MAX_MEMORY_MB}, "
+                                   f"got {short(memory)}", option="memory_mb")
+    return weight, threshold, None if name is None else str(name), must, timeout, memory
 
 
 def compile_spec(spec: Any, variables: Mapping[str, Any] | None = None) -> Node:
@@ -101,7 +111,7 @@ def compile_spec(spec: Any, variables: Mapping[str, Any] | None = None) -> Node:
     except EvaluatorConfigError as exc:
         return Node(kind="", problem=str(exc))
     try:
-        weight, threshold, name, must, timeout = common_options(spec, values)
+        weight, threshold, name, must, timeout, memory = common_options(spec, values)
     except EvaluatorConfigError as exc:
         return Node(kind=kind, problem=str(exc))
     except (UndefinedError, TemplateSyntaxError) as exc:
@@ -111,11 +121,14 @@ def compile_spec(spec: Any, variables: Mapping[str, Any] | None = None) -> Node:
     common: dict[str, Any] = {"weight": weight, "threshold": threshold, "name": name, "must": must}
     entry = KINDS[kind]
     if kind in COMPOSITIONS:
-        if "timeout_s" in spec:
-            return Node(kind=kind, problem=f"`timeout_s` goes on a check, not on `{kind}`: write it beside each "
-                                           "check that needs more time", **common)
+        for key in LIMIT_KEYS:
+            if key in spec:
+                more = "more time" if key == "timeout_s" else "more memory"
+                return Node(kind=kind, problem=f"`{key}` goes on a check, not on `{kind}`: write it beside each "
+                                               f"check that needs {more}", **common)
         return _composite(kind, spec, values, common)
     common["timeout_s"] = timeout
+    common["memory_mb"] = memory
     return _leaf(kind, entry, spec, values, common)
 
 
@@ -148,11 +161,18 @@ def _leaf(kind: str, entry: Kind, spec: Mapping[str, Any], variables: Mapping[st
         return Node(kind=kind, problem=f"{kind} evaluator could not be built: {type(exc).__name__}: {exc}",
                     **common)
     is_async = _awaits(scorer)
-    if "timeout_s" in spec and (is_async or entry.blocking):
-        own = ("a judge waits for a model call, which the judge model's `timeout_s` in the models file limits"
-               if is_async else f"{kind} runs a program under its own limit: write it inside, "
-               f"{{{kind}: {{..., timeout_s: 30}}}}")
-        return Node(kind=kind, problem=f"`timeout_s` beside {kind} does not apply: {own}", **common)
+    for key, example in (("timeout_s", 30), ("memory_mb", 2048)):
+        if key in spec and (is_async or entry.blocking):
+            if not is_async and key in entry.value.get("properties", {}):
+                own = (f"{kind} runs a program under its own limit: write it inside, "
+                       f"{{{kind}: {{..., {key}: {example}}}}}")
+            elif not is_async:
+                own = f"{kind} runs a program under the limits of the test's `workspace:` block: write `{key}` there"
+            elif key == "timeout_s":
+                own = "a judge waits for a model call, which the judge model's `timeout_s` in the models file limits"
+            else:
+                own = f"{kind} waits for a model call, and its reply is read under the model's `max_response_mb`"
+            return Node(kind=kind, problem=f"`{key}` beside {kind} does not apply: {own}", **common)
     return Node(kind=kind, scorer=scorer, is_async=is_async, blocking=entry.blocking,
                 bounded=entry.bounded and not entry.child, **common)
 

@@ -13,8 +13,11 @@ there, nor anywhere the interpreter lock lets it stop the loop, and its time lim
   do not travel, so the process compiles the tree again from the test's spec and variables. There every
   leaf runs under its `timeout_s` (default 10 s): a timer signal ends it (Python code and `re` stop at
   once); a check that ignores the signal inside C code is ended with its process once the subtree's whole
-  budget is spent, and another process takes its place. Either way the verdict is an error that names the
-  check, the limit and the answer's size, and the run goes on.
+  budget is spent, and another process takes its place. Each leaf also runs under its `memory_mb` (default
+  1024 MiB): the process's address space (RLIMIT_AS) is held to what it was when the leaf started plus that
+  much, so an answer written to make a check allocate many GiB gets a MemoryError, and the process is replaced
+  after it answers (a check that dies of it instead is replaced too). Either way the verdict is an error that
+  names the check, the limit and the answer's size, and the run goes on.
 
 `close()` kills the processes at once: SIGTERM or a second Ctrl-C ends a run whatever a check is doing. A
 process dies with the run too (the kernel's parent-death signal), and reads nothing but its socket.
@@ -28,6 +31,7 @@ import ctypes
 import dataclasses
 import os
 import pickle
+import resource
 import signal
 import socket
 import struct
@@ -51,7 +55,7 @@ from engine.model.test import Test
 from engine.model.tree import Node
 from engine.model.verdict import Verdict
 
-__all__ = ["STOPPED", "ScoringPool", "too_long"]
+__all__ = ["STOPPED", "ScoringPool", "too_big", "too_long"]
 
 #: The error of an answer whose scoring the run's end cut short (the row keeps the paid answer).
 STOPPED = ("not scored: the run was stopped before this answer was scored (its answer is kept; engine rescore "
@@ -59,14 +63,25 @@ STOPPED = ("not scored: the run was stopped before this answer was scored (its a
 _GRACE_S = 2.0   # a job's budget beyond its checks' own limits: unpickling the test, compiling its tree
 _HEADER = struct.Struct("!Q")
 _PR_SET_PDEATHSIG = 1
+_REAP_S = 2.0        # a process whose socket closed mid-job has this long to end by itself
+_REAP_POLL_S = 0.01
+
+
+def _shown(answer: Answer) -> str:
+    size = answer_size(answer)
+    return (f"{size} character{'s' * (size != 1)}" if size < 1000 else f"{size / 1000:.0f} KB" if size < 1_000_000
+            else f"{size / 1_000_000:.1f} MB")
 
 
 def too_long(kinds: str, limit: float, answer: Answer) -> str:
     """The reason of a check stopped at its time limit."""
-    size = answer_size(answer)
-    shown = (f"{size} characters" if size < 1000 else f"{size / 1000:.0f} KB" if size < 1_000_000
-             else f"{size / 1_000_000:.1f} MB")
-    return f"{kinds} took longer than {limit:g} s on an answer of {shown} (its `timeout_s` sets the limit)"
+    return f"{kinds} took longer than {limit:g} s on an answer of {_shown(answer)} (its `timeout_s` sets the limit)"
+
+
+def too_big(kinds: str, limit_mb: int, answer: Answer) -> str:
+    """The reason of a check stopped at its memory limit."""
+    return (f"{kinds} used more than {limit_mb} MiB of memory on an answer of {_shown(answer)} (its `memory_mb` "
+            "sets the limit)")
 
 
 class _Job(NamedTuple):
@@ -103,6 +118,17 @@ class _Deadline(BaseException):
 
 
 _deadlines: list[float] = []   # the leaves being scored (a final_answer's child inside it): each one's deadline
+_ceilings: list[int] = []      # and each one's address-space limit, bytes
+_MIB = 1024 * 1024
+_PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+class _Memory:
+    """The process's own address-space limit (restored between leaves), and whether a check ran out of memory
+    (the process is then replaced: what the check left behind may be fragments of the heap)."""
+
+    own: tuple[int, int] = (resource.RLIM_INFINITY, resource.RLIM_INFINITY)
+    exhausted = False
 
 
 def _on_alarm(signum: int, frame: Any) -> None:
@@ -114,21 +140,55 @@ def _arm() -> None:
     signal.setitimer(signal.ITIMER_REAL, max(_deadlines[-1] - time.monotonic(), 0.001) if _deadlines else 0)
 
 
+def _address_space() -> int | None:
+    """This process's address space now, bytes (/proc/self/statm), or None where there is no /proc."""
+    try:
+        with open("/proc/self/statm", "rb") as handle:
+            return int(handle.read().split()[0]) * _PAGE
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _limit_memory() -> None:
+    """Hold the address space to the innermost leaf's ceiling, or give the process its own limit back."""
+    soft, hard = _Memory.own
+    if _ceilings:
+        soft = _ceilings[-1] if hard == resource.RLIM_INFINITY else min(_ceilings[-1], hard)
+    resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+
+
 def _under_limit(node: Node, answer: Answer, ctx: ScoringContext) -> Any:
-    """A leaf's scorer, stopped at its time limit (or at an enclosing leaf's, when that comes first)."""
+    """A leaf's scorer, stopped at its time and memory limits (or at an enclosing leaf's, when that binds
+    first)."""
     assert node.scorer is not None
     own = time.monotonic() + node.timeout_s
     _deadlines.append(min(own, _deadlines[-1]) if _deadlines else own)
+    now = _address_space()
+    ceiling = None if now is None else now + node.memory_mb * _MIB
+    if ceiling is not None:
+        _ceilings.append(min(ceiling, _ceilings[-1]) if _ceilings else ceiling)
     try:
         _arm()
+        _limit_memory()
         return node.scorer(answer, ctx)
     except _Deadline:
         if _deadlines[-1] < own:
             raise   # an enclosing leaf's limit
         return error(too_long(node.kind, node.timeout_s, answer), kind=node.kind)
+    except MemoryError:
+        _Memory.exhausted = True
+        if ceiling is None or _ceilings[-1] < ceiling:
+            raise   # an enclosing leaf's limit (or none of ours: the machine's)
+        _ceilings.pop()   # the limit off before anything more is allocated
+        ceiling = None
+        _limit_memory()
+        return error(too_big(node.kind, node.memory_mb, answer), kind=node.kind)
     finally:
         _deadlines.pop()
+        if ceiling is not None:
+            _ceilings.pop()
         _arm()
+        _limit_memory()
 
 
 def _answer(data: bytes) -> Verdict:
@@ -144,6 +204,8 @@ def _answer(data: bytes) -> Verdict:
         return score_node(node, job.answer, ctx, job.root_threshold)
     except _Deadline:
         return error("the checks took longer than their time limits")
+    except MemoryError:
+        return error("the checks used more memory than their limits (`memory_mb`)")
     except Exception as exc:  # noqa: BLE001 - a job that cannot be read is its row's error, never a dead process
         return error(f"the scoring process could not score this answer: {type(exc).__name__}: {exc}")
 
@@ -162,8 +224,9 @@ def _read(sock: socket.socket, size: int) -> bytes | None:
 def _serve(sock: socket.socket) -> None:
     """A scoring process's life: a job in, its verdict out, until the run closes its end."""
     signal.signal(signal.SIGALRM, _on_alarm)
+    _Memory.own = resource.getrlimit(resource.RLIMIT_AS)
     run_leaves_through(_under_limit)
-    while True:
+    while not _Memory.exhausted:   # a process a check ran out of memory in has answered its last job
         head = _read(sock, _HEADER.size)
         if head is None:
             return
@@ -172,9 +235,10 @@ def _serve(sock: socket.socket) -> None:
             return
         verdict = _answer(data)
         try:
-            out = pickle.dumps(verdict, protocol=pickle.HIGHEST_PROTOCOL)
+            out = pickle.dumps((verdict, _Memory.exhausted), protocol=pickle.HIGHEST_PROTOCOL)
         except Exception as exc:  # noqa: BLE001 - a scorer's details that do not pickle
-            out = pickle.dumps(error(f"the verdict could not be sent back: {type(exc).__name__}: {exc}"))
+            out = pickle.dumps((error(f"the verdict could not be sent back: {type(exc).__name__}: {exc}"),
+                                _Memory.exhausted))
         sock.sendall(_HEADER.pack(len(out)) + out)
 
 
@@ -206,6 +270,7 @@ class _Process:
         self.pid = pid
         self.reader = reader
         self.writer = writer
+        self.reaped = False
 
     async def ask(self, payload: bytes) -> bytes:
         self.writer.write(_HEADER.pack(len(payload)) + payload)
@@ -213,7 +278,24 @@ class _Process:
         (size,) = _HEADER.unpack(await self.reader.readexactly(_HEADER.size))
         return await self.reader.readexactly(size)
 
+    async def ending(self) -> int | None:
+        """The signal that ended the process, if one did: after its socket closed mid-job it is ending, and is
+        reaped here (waited for `_REAP_S` at most; `kill` then ends it)."""
+        for _ in range(int(_REAP_S / _REAP_POLL_S)):
+            try:
+                pid, status = os.waitpid(self.pid, os.WNOHANG)
+            except ChildProcessError:
+                pid, status = self.pid, 0
+            if pid:
+                self.reaped = True
+                return os.WTERMSIG(status) if os.WIFSIGNALED(status) else None
+            await asyncio.sleep(_REAP_POLL_S)
+        return None
+
     def kill(self) -> None:
+        if self.reaped:   # its pid may be another process's by now
+            self.writer.transport.abort()
+            return
         with contextlib.suppress(ProcessLookupError):
             os.kill(self.pid, signal.SIGKILL)
         self.writer.transport.abort()
@@ -242,6 +324,21 @@ def _fork() -> tuple[int, socket.socket]:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, masked)
     theirs.close()
     return pid, ours
+
+
+def _ended(node: Node, ended: int | None, exc: BaseException, answer: Answer) -> str:
+    """Why a scoring process ended mid-job: a signal (a check's C code that could not allocate may abort, or
+    crash), else the socket's error."""
+    if ended is None:
+        return f"the scoring process ended while it scored this answer ({exc})"
+    try:
+        name = signal.Signals(ended).name
+    except ValueError:
+        name = f"signal {ended}"
+    limit = max((leaf.memory_mb for leaf in _leaves(node)), default=0)
+    return (f"the scoring process was ended by {name} while {', '.join(node.kinds())} scored an answer of "
+            f"{_shown(answer)}; a check that runs past its memory limit ({limit} MiB; its `memory_mb` sets it) "
+            "can end so")
 
 
 class ScoringPool:
@@ -301,14 +398,20 @@ class ScoringPool:
                 return self._error(node, too_long(kinds if node.children else node.kind, limits, answer)
                                    + ("" if not node.children else " (all its checks together)"), root_threshold)
             except (OSError, EOFError, asyncio.IncompleteReadError) as exc:
-                self._end(process)
-                reason = STOPPED if self._closed else f"the scoring process ended while it scored this answer ({exc})"
+                try:
+                    reason = STOPPED if self._closed else _ended(node, await process.ending(), exc, answer)
+                finally:
+                    self._end(process)
                 return self._error(node, reason, root_threshold)
             except BaseException:
                 self._end(process)   # cancelled mid-job: the process may still be at it
                 raise
-            self._idle.append(process)
-        verdict = pickle.loads(data)
+            answered = pickle.loads(data)
+            if isinstance(answered, tuple) and len(answered) == 2 and answered[1] is True:
+                self._end(process)   # a check ran out of memory there: a fresh process takes its place
+            else:
+                self._idle.append(process)
+        verdict = answered[0] if isinstance(answered, tuple) and len(answered) == 2 else None
         return verdict if isinstance(verdict, Verdict) else self._error(node, "a scoring process answered "
                                                                              "something else", root_threshold)
 

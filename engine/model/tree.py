@@ -15,10 +15,13 @@ from typing import Any
 from engine.model.answer import Answer
 from engine.model.verdict import Verdict
 
-__all__ = ["DEFAULT_TIMEOUT_S", "LeafScorer", "Node"]
+__all__ = ["DEFAULT_MEMORY_MB", "DEFAULT_TIMEOUT_S", "LeafScorer", "Node"]
 
 #: A check's time limit on one answer when its `timeout_s` does not say (engine.evaluators.scoring_pool).
 DEFAULT_TIMEOUT_S = 10.0
+#: The memory a check may take on one answer, MiB, when its `memory_mb` does not say: the sandbox's default too
+#: (engine.harness.isolation.Limits); parsing the largest reply a model may send (32 MiB) takes a few hundred.
+DEFAULT_MEMORY_MB = 1024
 
 #: A leaf's scorer as the tree holds it: `scorer(answer, ctx)`, `ctx` being an engine.model.scoring
 #: ScoringContext (typed as `Scorer` there, where the builders are checked). The context names this module's
@@ -42,6 +45,8 @@ class Node:
         is_async: This node or a descendant has an `async` scorer (a model-graded judge).
         blocking: This node or a descendant blocks while it scores (exec): score the tree off the event loop.
         timeout_s: The leaf's time limit on one answer (its `timeout_s`, else the default).
+        memory_mb: The memory the leaf may take on one answer, MiB, in a scoring process (its `memory_mb`, else
+            the default).
         bounded: This node and every descendant score in time a small constant per character of the answer
             (`Kind.bounded`): on a short answer the tree scores inline.
     """
@@ -57,6 +62,7 @@ class Node:
     is_async: bool = False
     blocking: bool = False
     timeout_s: float = DEFAULT_TIMEOUT_S
+    memory_mb: int = DEFAULT_MEMORY_MB
     bounded: bool = False
 
     def walk(self, path: tuple[Any, ...] = ()) -> Iterator[tuple[tuple[Any, ...], Node]]:

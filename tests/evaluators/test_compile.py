@@ -134,3 +134,21 @@ def test_an_async_scorer_is_first_class_and_siblings_are_awaited_concurrently(
     assert log == ["start Paris", "start France", "end Paris", "end France"]
     log.clear()
     assert score(test, Answer(text="Lyon")).children[0].reason == "judged Paris"   # the sync entry runs it too
+
+
+@pytest.mark.parametrize(("spec", "memory_mb", "problem"), [
+    ({"is_json": True}, 1024, None),
+    ({"is_json": True, "memory_mb": "{{ mb }}"}, 4096, None),
+    ({"is_json": True, "memory_mb": "{{ mb // 1000 }}"}, 1024, "memory_mb must be a whole number of MiB from 16 "
+                                                              "to 1048576, got 4"),
+    ({"is_json": True, "memory_mb": True}, 1024, "memory_mb must be a whole number of MiB from 16 to 1048576, "
+                                                 "got True"),
+    ({"workspace_check": {"command": "true"}, "memory_mb": 2048}, 2048,
+     "`memory_mb` beside workspace_check does not apply: workspace_check runs a program under the limits of the "
+     "test's `workspace:` block: write `memory_mb` there"),
+])
+def test_a_checks_memory_limit_is_read_once_and_checked(spec: dict[str, Any], memory_mb: int,
+                                                       problem: str | None) -> None:
+    node = compile_spec(spec, {"mb": 4096})
+    assert node.problem == problem
+    assert node.memory_mb == memory_mb

@@ -4,6 +4,7 @@ scoring process under each check's time limit."""
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 import threading
 from pathlib import Path
@@ -82,6 +83,48 @@ async def test_a_check_past_its_time_limit_is_an_error_naming_it_and_every_other
     children = df.loc["t2", "evaluators"]
     assert [(c["kind"], c["passed"]) for c in children[1:]] == [("spin", False), ("contains", True)]
     assert df.loc[[f"t{i}" for i in range(3, 7)], "passed"].tolist() == [True] * 4   # the processes went on
+
+
+def _hog(value: Any, options: Any) -> Any:
+    """A check that allocates 4 GiB at once (as a parser handed a hostile answer may), or ("abort") one whose C
+    code ends its process when an allocation fails."""
+    def hog(answer: Answer, ctx: ScoringContext) -> Verdict:
+        if value == "abort":
+            os.abort()
+        held = bytearray(4 << 30)
+        return verdict(1.0, f"held {len(held)} bytes", "hog")
+    return hog
+
+
+async def test_a_check_past_its_memory_limit_is_an_error_naming_it_and_every_other_row_is_scored(
+        tmp_path: Path, fake_openai: FakeOpenAI, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(KINDS, "hog", Kind("a check that allocates 4 GiB", {"type": "string"}, build=_hog))
+    big = "[" + "0.5," * 3_000_000 + "0.5]"   # 12 MB of JSON: 3 million floats, some 100 MiB once parsed
+    fake_openai.responder = lambda body: (Reply(content=big, chunk_chars=1 << 20)
+                                          if body["messages"][0]["content"] == "big" else Reply(content="ok"))
+    tests = [make_test(0, eval={"hog": "gib"}),
+             make_test(1, eval={"all": [{"hog": "gib"}, {"contains": "ok"}]}),
+             make_test(2, eval={"hog": "abort"}),
+             *(make_test(i, eval={"is_json": True, "timeout_s": 3600, **limit}, prompt="big",
+                         messages=({"role": "user", "content": "big"},))
+               for i, limit in ((3, {"memory_mb": 16}), (4, {}))),   # no time limit to reach on a loaded machine
+             *(make_test(i, eval={"ifeval": {"id": "punctuation:no_comma"}}) for i in range(5, 9))]
+    stats = await run_jobs(tmp_path, [make_model(fake_openai.base_url)], tests, concurrency=9)
+    df = _read(tmp_path).set_index("test_id")
+    assert stats.done == 9
+    assert df.loc["t0", "error_message"] == ("hog used more than 1024 MiB of memory on an answer of 2 characters "
+                                             "(its `memory_mb` sets the limit)")
+    children = df.loc["t1", "evaluators"]
+    assert [(c["kind"], c["passed"], c["error"]) for c in children[1:]] == [("hog", False, True),
+                                                                             ("contains", True, False)]
+    assert df.loc["t2", "error_message"] == (
+        "the scoring process was ended by SIGABRT while hog scored an answer of 2 characters; a check that runs "
+        "past its memory limit (1024 MiB; its `memory_mb` sets it) can end so")
+    # a real check, its limit set by the suite: the same answer fails at 16 MiB and passes at the default
+    assert df.loc["t3", "error_message"] == ("is_json used more than 16 MiB of memory on an answer of 12.0 MB "
+                                             "(its `memory_mb` sets the limit)")
+    assert df.loc["t4", "passed"] and pd.isna(df.loc["t4", "error_message"])
+    assert df.loc[[f"t{i}" for i in range(5, 9)], "passed"].tolist() == [True] * 4   # fresh processes went on
 
 
 async def test_a_cancelled_run_keeps_an_answer_whose_scoring_it_cut(
