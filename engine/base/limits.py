@@ -1,7 +1,7 @@
 """Bounds on the numbers a suite, a models file or the command line may give.
 
 Each value must fit its results column (max_tokens int32, seed int64) and stay a sane amount of work.
-The schemas (engine.suite.schema_source) and the `engine run` options (engine.cli.run_cmd) use these same
+The schemas (engine.suite.schema_source, models_schema) and the `engine run` options (engine.cli.run_cmd) use these same
 constants, so `engine validate` and the command line refuse the same values.
 
 Their own module, importing nothing, so the CLI can build its options without importing the suite package

@@ -40,7 +40,7 @@ from typing import Any
 from engine.errors import EngineError, UsageError
 from engine.model.model_config import ceiling_of
 from engine.run.run_config import Invocation
-from engine.run.session import DEFAULT_OUT
+from engine.run.run_folder import DEFAULT_OUT
 
 INSTALL_HINT = "pip install '.[ray]'"
 _SEVERITY = {3: 4, 2: 3, 1: 2, 0: 0}   # exit code -> how bad, for the driver's own code
@@ -148,7 +148,6 @@ def _drive(invocation: Invocation, address: str | None, shards: int | None, *, r
            quiet: bool) -> int:
     from engine.results import remote
     from engine.run.inputs import load_models
-    from engine.run.session import _absolute
     from engine.run.shards import check_run_id, combine, shard_folders
 
     if invocation.shard is not None:
@@ -170,7 +169,7 @@ def _drive(invocation: Invocation, address: str | None, shards: int | None, *, r
             where += "?" + resume_url.partition("?")[2]
         invocation = dataclasses.replace(invocation, out=where, run_id=name)
     ray = import_ray()
-    invocation = _absolute(invocation)
+    invocation = invocation.absolute()
     out = invocation.out or DEFAULT_OUT
     out = remote.normalize(out) if remote.is_url(out) else os.path.abspath(out)
     run_id = check_run_id(invocation.run_id or time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())

@@ -4,6 +4,7 @@ reports back."""
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
@@ -50,6 +51,16 @@ class Invocation:
                 merged[name] = value
         known = {f.name for f in dataclasses.fields(Invocation)}
         return Invocation(**{k: v for k, v in merged.items() if k in known})
+
+    def absolute(self) -> Invocation:
+        """These settings with the suite and models paths made absolute, so `--resume` works from any directory."""
+        return dataclasses.replace(self, paths=[os.path.abspath(p) for p in self.paths],
+                                   models_file=self.models_file and os.path.abspath(self.models_file))
+
+    def request_settings(self) -> RequestSettings:
+        """What every request of the run is sent with, from `--temperature`, `--max-tokens` and `--no-stream`."""
+        return RequestSettings(temperature=self.temperature, max_tokens=self.max_tokens,
+                               stream=self.stream is not False)
 
 
 class RowSummary(NamedTuple):

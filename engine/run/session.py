@@ -11,9 +11,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import errno
-import json
-import os
 import secrets
 import signal
 import sys
@@ -25,19 +22,14 @@ from typing import TYPE_CHECKING, Any
 from engine.errors import EngineError, StorageError, UsageError
 from engine.model.model_config import ModelConfig
 from engine.model.test import Test
-from engine.redact import mask_url, public_params
-from engine.run import inputs, remote_run
+from engine.run import inputs, remote_run, run_folder
 from engine.run.manifest import build_manifest, now_iso
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     from engine.run.run_config import Invocation
-    from engine.run.shards import Shard
     from engine.run.until_decided import UntilDecided
-
-DEFAULT_OUT = "results"
-
 
 def _err(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
@@ -79,11 +71,11 @@ def run_session(invocation: Invocation, *, dry_run: bool = False, resume: Path |
 def _run(invocation: Invocation, *, dry_run: bool, resume: Path | None, retry_errors: bool, quiet: bool,
          model_slots: Any = None, until_decided: UntilDecided | None = None, complete: bool = False,
          finished: Callable[[Path], None] | None = None) -> int:
-    from engine.run.shards import Shard, check_run_id, new_shard_folder, resume_folder
+    from engine.run.shards import Shard, check_run_id, resume_folder
 
     journal = None
     held = None   # the run folder's lock, released when this process ends
-    invocation = _absolute(invocation)
+    invocation = invocation.absolute()
     shard = Shard.parse(invocation.shard) if invocation.shard is not None else None
     if invocation.run_id is not None:
         check_run_id(invocation.run_id)
@@ -107,7 +99,7 @@ def _run(invocation: Invocation, *, dry_run: bool, resume: Path | None, retry_er
     if resume is not None:
         from engine.results import folder
 
-        resume = resume_folder(_named_run(resume), shard)
+        resume = resume_folder(run_folder.named_run(resume), shard)
         if not folder.is_run_folder(resume):
             raise UsageError(f"--resume {resume}: not a run folder (no _journal.sqlite, _manifest.json or "
                              f"part-*.parquet there); give a run folder such as results/<run-id>")
@@ -152,7 +144,9 @@ def _run(invocation: Invocation, *, dry_run: bool, resume: Path | None, retry_er
     api_keys = inputs.api_keys(models + [m for m in judges.models.values() if m not in models] if judges else models)
 
     if dry_run:
-        _dry_run(models, tests, invocation, shard)
+        from engine.run.dry_run import print_requests
+
+        print_requests(models, tests, invocation, shard)
         if until_decided is not None:
             _err("dry run: with --until-decided these are the most calls the run makes (it stops once decided)")
         return 0
@@ -165,20 +159,10 @@ def _run(invocation: Invocation, *, dry_run: bool, resume: Path | None, retry_er
         from engine.results.journal import Journal
 
         run_id = invocation.run_id or time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-" + secrets.token_hex(3)
-        run_dir = Path(invocation.out or DEFAULT_OUT) / run_id
+        run_dir = Path(invocation.out or run_folder.DEFAULT_OUT) / run_id
         if remote_out is not None:
             run_dir = remote_run.new_staged_run(remote_out, run_id, shard)
-        try:
-            if shard is not None:
-                run_dir = new_shard_folder(run_dir, shard)
-            else:
-                run_dir.mkdir(parents=True, exist_ok=False)
-        except FileExistsError:
-            raise UsageError(f"--run-id {run_id}: {run_dir} already exists; continue it with "
-                             f"engine run --resume {run_dir}, or give another --run-id") from None
-        except OSError as exc:
-            raise StorageError(f"could not create the run folder {run_dir}: {exc}",
-                               disk_full=exc.errno == errno.ENOSPC) from exc
+        run_dir = run_folder.create(run_dir, run_id, shard)
         held = folder.lock(run_dir)
         journal = Journal(run_dir / "_journal.sqlite")
         journal.set_meta("run_id", run_id)
@@ -188,7 +172,7 @@ def _run(invocation: Invocation, *, dry_run: bool, resume: Path | None, retry_er
         assert resume is not None
         run_dir = resume
         run_id = journal.get_meta("run_id") or run_dir.name
-    _point_latest(run_dir.parent if shard is not None else run_dir)
+    run_folder.point_latest(run_dir.parent if shard is not None else run_dir)
     try:
         code = _execute(invocation, run_id, run_dir, journal, models, tests, api_keys,
                         retry_errors=retry_errors, quiet=quiet, judges=judges, model_slots=model_slots,
@@ -224,12 +208,6 @@ def _resumed_decision(journal: Any, resume: Path, *, complete: bool, retry_error
     return None if found is None or complete or retry_errors else found[0]
 
 
-def _absolute(invocation: Invocation) -> Invocation:
-    """Suite and models paths made absolute, so `--resume` works from any directory."""
-    return dataclasses.replace(invocation, paths=[os.path.abspath(p) for p in invocation.paths],
-                               models_file=invocation.models_file and os.path.abspath(invocation.models_file))
-
-
 def _storage_failed(exc: StorageError, run_dir: Path, journal: Any) -> int:
     """One message for a run stopped by a failed write: what is kept and what to do (exit 3)."""
     try:
@@ -244,50 +222,6 @@ def _storage_failed(exc: StorageError, run_dir: Path, journal: Any) -> int:
     return 3
 
 
-def _settings(invocation: Invocation) -> Any:
-    from engine.client.request import RequestSettings
-
-    return RequestSettings(temperature=invocation.temperature, max_tokens=invocation.max_tokens,
-                           stream=invocation.stream is not False)
-
-
-def _dry_run(models: list[ModelConfig], tests: Sequence[Test], invocation: Invocation, shard: Shard | None) -> None:
-    from engine.client.request import prepare
-    from engine.results.rows import row_key
-    from engine.run.jobs import attempts, runs_on
-
-    settings = _settings(invocation)
-    calls = 0
-    for model in models:
-        if model.base_url is None:
-            model = dataclasses.replace(model, base_url=f"http://127.0.0.1:<{model.builtin}>/v1")
-        for test in tests:
-            if not runs_on(model, test):
-                continue   # an agent test on a completions-API model: the run leaves it out too
-            request = prepare(model, test, settings, inline_images=False)   # a placeholder for image bytes
-            n = sum(1 for a in range(attempts(test, invocation.repeat))
-                    if shard is None or shard.owns(row_key(model.name, test, a)))
-            if not n:
-                continue
-            calls += n
-            body = public_params(request.body, keep_keys=True)   # what is sent, minus credentials
-            print(json.dumps({"model": model.name, "suite": test.suite, "test": test.id, "attempts": n,
-                              "url": mask_url(request.url), "body": body}, ensure_ascii=False))
-    _err(f"dry run: {calls} call(s) for {len(models)} model(s) x {len(tests)} test(s){_matrix(tests)}; "
-         "nothing was sent")
-
-
-def _matrix(tests: Sequence[Test]) -> str:
-    """" (N tests x V variants)" when the suites have variants, else ""."""
-    from engine.suite.stored_tests import keys_of
-
-    variants = {t.variant for t in keys_of(tests) if t.variant}
-    if not variants:
-        return ""
-    distinct = len({(t.suite, t.id, t.case_index) for t in keys_of(tests)})
-    return f" ({distinct} tests x {len(variants)} variants)"
-
-
 def _image_conflicts(tests: Sequence[Test], models: list[ModelConfig]) -> bool:
     """Print an error at each image a completions-API model would be sent; True when there is one."""
     from engine.suite.content_parts import completions_conflicts
@@ -298,45 +232,6 @@ def _image_conflicts(tests: Sequence[Test], models: list[ModelConfig]) -> bool:
     if problems:
         _err(f"{len(problems)} image(s) cannot go to a completions-API model: nothing was run")
     return bool(problems)
-
-
-def _named_run(path: Path) -> Path:
-    """The run folder `--resume PATH` names: PATH itself, the folder a symlink leads to (`OUT/latest`), or the run
-    a `latest` text file names (written where symlinks cannot be made)."""
-    if path.is_symlink():
-        return Path(os.path.realpath(path))
-    try:
-        if path.is_file() and path.stat().st_size <= _LATEST_TEXT_BYTES:
-            name = path.read_text(encoding="utf-8", errors="replace").strip()
-            if name and name == Path(name).name and (path.parent / name).is_dir():
-                return path.parent / name
-    except OSError:
-        pass   # not readable: refused below as not a run folder
-    return path
-
-
-_LATEST_TEXT_BYTES = 4096   # a `latest` text file holds one run id
-
-
-def _point_latest(run_dir: Path) -> None:
-    """Make `<out>/latest` name this run: a relative symlink, or a text file holding the run id.
-
-    Left as it is when it already names the run (a resumed run, `--resume OUT/latest`)."""
-    latest = run_dir.parent / "latest"
-    if os.path.realpath(_named_run(latest)) == os.path.realpath(run_dir):
-        return
-    tmp = run_dir.parent / f".latest-{os.getpid()}"
-    try:
-        tmp.unlink(missing_ok=True)
-        os.symlink(run_dir.name, tmp)
-        os.replace(tmp, latest)
-    except OSError:
-        with contextlib.suppress(OSError):   # a convenience: never what stops a run (a full disk does that)
-            tmp.unlink(missing_ok=True)
-            if latest.is_symlink() or latest.is_file():
-                latest.unlink()
-            if not latest.exists():
-                latest.write_text(run_dir.name + "\n")
 
 
 def _execute(invocation: Invocation, run_id: str, run_dir: Path, journal: Any, models: list[ModelConfig],
@@ -380,7 +275,7 @@ def _execute(invocation: Invocation, run_id: str, run_dir: Path, journal: Any, m
             progress = Progress(quiet=quiet)
             responses = servers.enter_context(_response_cache(invocation.cache))
             config = RunConfig(run_id=run_id, concurrency=invocation.concurrency,
-                               settings=_settings(invocation), max_cost=invocation.max_cost, judges=judges,
+                               settings=invocation.request_settings(), max_cost=invocation.max_cost, judges=judges,
                                response_cache=responses, cache=invocation.cache, repeat=invocation.repeat,
                                model_slots=model_slots)
             if until_decided is not None:

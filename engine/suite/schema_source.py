@@ -1,4 +1,5 @@
-"""The source of schemas/suite.schema.json and schemas/models.schema.json, written as Python.
+"""The source of schemas/suite.schema.json and schemas/models.schema.json, written as Python: the suite schema
+here, the models file's in engine.suite.models_schema, the `mcp:` block both declare in engine.suite.mcp_schema.
 
 Why Python: the evaluator catalogue repeats one pattern (a kind key, its options, the common options)
 for every kind; each kind's fragment lives in its registry entry (engine.evaluators.registry.KINDS) and is
@@ -16,31 +17,15 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from engine.base.limits import (  # the bounds, shared with the `engine run` options (engine/base/limits.py)
-    DEFAULT_RESPONSE_MB,
-    INT32_MAX,
-    INT64_MAX,
-    INT64_MIN,
-    MAX_CONCURRENCY,
-    MAX_REPEAT,
-    MAX_RESPONSE_MB,
-    MAX_RETRIES,
-    MAX_TIMEOUT_S,
-)
+from engine.base.limits import INT64_MAX, MAX_REPEAT
 from engine.evaluators import KINDS
 from engine.evaluators.base import COMMON_OPTIONS
-from engine.paths import data_dir
 from engine.suite.conversation import API_NAME_PATTERN
+from engine.suite.mcp_schema import MCP, MCP_SERVER
+from engine.suite.models_schema import DIALECT, MAX_TOKENS, MODELS_SCHEMA, NAME_PATTERN, TEMPERATURE
+from engine.suite.schema import SCHEMA_DIR
 from engine.workspace.spec import BUILTIN_NAMES
 
-SCHEMA_DIR = data_dir("schemas")
-DIALECT = "https://json-schema.org/draft/2020-12/schema"
-
-MAX_TOKENS = {"type": "integer", "minimum": 1, "maximum": INT32_MAX, "description": "Most tokens the model may "
-              "write.", "examples": [32]}
-SEED = {"type": "integer", "minimum": INT64_MIN, "maximum": INT64_MAX,
-        "description": "Sent as `seed` (a 64-bit integer), plus the attempt index: each attempt its own sample."}
-TEMPERATURE = {"type": "number", "minimum": 0, "maximum": 2, "description": "Sampling temperature (0..2)."}
 
 def _evaluator_defs() -> dict[str, Any]:
     defs: dict[str, Any] = {}
@@ -187,53 +172,6 @@ _WORKSPACE = {
     "examples": ["workspaces/greet", {"folder": "workspaces/greet", "setup": "python3 -m pip --version"}],
 }
 
-_MCP_SERVER = {
-    "title": "MCP server", "type": "object", "additionalProperties": False, "required": ["name"],
-    "description": "A Model Context Protocol server whose tools agent tests are offered: a command this machine "
-                   "starts (stdio) or a streamable HTTP endpoint. docs/agents.md, section 10.",
-    "properties": {
-        "name": {"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$",
-                 "description": "The server's name in messages and rows.", "examples": ["clock"]},
-        "command": {"type": "array", "minItems": 1, "items": {"type": "string", "minLength": 1},
-                    "description": "A stdio server: the program and its arguments (instead of `url`).",
-                    "examples": [["mcp-server-time", "--local-timezone", "UTC"]]},
-        "env": {"type": "object", "additionalProperties": {"type": ["string", "number"]},
-                "description": "The stdio server's environment besides PATH and a private HOME; nothing else of "
-                               "the engine's (no API keys) reaches it.", "examples": [{"TZ": "UTC"}]},
-        "url": {"type": "string", "pattern": "^https?://", "description": "A streamable HTTP server's endpoint "
-                "(instead of `command`).", "examples": ["http://127.0.0.1:8931/mcp"]},
-        "headers_env": {"type": "object", "additionalProperties": {"type": "string"},
-                        "description": "HTTP header -> the name of the environment variable holding its value "
-                                       "(read when the server starts, never written anywhere).",
-                        "examples": [{"Authorization": "CRM_TOKEN"}]},
-        "tools": {"type": "array", "minItems": 1, "items": {"type": "string", "minLength": 1},
-                  "description": "Offer only these of its tools (default: every tool it lists).",
-                  "examples": [["get_current_time"]]},
-        "prefix": {"type": "string", "pattern": "^[A-Za-z0-9_.-]{1,32}$", "description": "Put before each of its "
-                   "tools' names (two servers offering one name).", "examples": ["clock_"]},
-        "timeout_s": {"type": "number", "exclusiveMinimum": 0, "maximum": 3600,
-                      "description": "The limit of starting it and of each call (default 30); past it the row "
-                                     "is an error row."},
-        "scope": {"enum": ["attempt", "run"], "description": "`attempt` (default): a server per conversation; "
-                  "`run`: one for the whole run, shared."},
-        "sandbox": {"type": "boolean", "description": "Run the stdio server inside the test's workspace sandbox "
-                    "(default false: on this machine, the workspace as its working folder)."},
-    },
-    "examples": [{"name": "clock", "command": ["mcp-server-time"], "tools": ["get_current_time"]},
-                 {"name": "crm", "url": "http://127.0.0.1:8931/mcp", "headers_env": {"Authorization": "CRM_TOKEN"},
-                  "scope": "run"}],
-}
-# One mapping or a list of them: a closed mapping whose type is also `array` (object keywords apply to the mapping,
-# `items` to the list), not a oneOf, so a misspelt key is named as such.
-_MCP_OBJECT = {key: _MCP_SERVER[key] for key in ("additionalProperties", "required", "properties")}
-_MCP = {"type": ["object", "array"], "title": "server under mcp", **_MCP_OBJECT, "minItems": 1,
-        "items": {"$ref": "#/$defs/mcp_server"},
-        "description": "MCP servers whose tools the agent tests are offered beside the suite's own: one server or "
-                       "a list. A test with `mcp:` (its own or the suite's) runs as an agent conversation.",
-        "examples": _MCP_SERVER["examples"]}
-_MCP_MODEL = {**_MCP, "description": "MCP servers whose tools this model's agent tests are offered besides the "
-                                     "suite's: one server or a list."}
-
 # One closed mapping (not a oneOf per form), so a misspelt key is named as such; cases_from.py checks that
 # exactly one of `file` and `dataset` is given.
 _CASES_FROM = {
@@ -286,7 +224,7 @@ _TEST = {
         "messages": _MESSAGES,
         "tools": _TOOL_NAMES,
         "workspace": _WORKSPACE,
-        "mcp": _MCP,
+        "mcp": MCP,
         "golden": {"description": "The reference answer as the model would give it: text, a JSON value, or "
                    "{tool_calls: [{name, arguments}], content} for tool tests; for an `agent:` test, the model's "
                    "turns (a list of {tool_calls: [...]} ending with the answer text). Checked against `eval` by "
@@ -337,7 +275,6 @@ _TOOL_RULE = {
     "examples": [{"when": {"city": ["Paris"]}, "result": {"temp_c": 18}}, {"error": "unknown city"}],
 }
 
-NAME_PATTERN = "^[A-Za-z_][A-Za-z0-9_.-]*$"
 _CONTENT_PARTS = {
     "type": "array", "minItems": 1, "title": "content parts",
     "description": "Text and images in one message (images in user messages; not in `agent:` tests).",
@@ -391,7 +328,7 @@ SUITE_SCHEMA: dict[str, Any] = {
                                     "properties": {"system": {"type": "string", "description": "The system message."},
                                                    "user": {"type": "string", "description": "The user "
                                                             "message (must show {{ answer }})."}}}]},
-        "mcp": _MCP,
+        "mcp": MCP,
         "variants": {"type": "object", "minProperties": 1, "propertyNames": {"pattern": NAME_PATTERN},
                      "additionalProperties": {"$ref": "#/$defs/variant"},
                      "description": "Named prompt variants: every test runs under each (a matrix with the models); "
@@ -399,128 +336,10 @@ SUITE_SCHEMA: dict[str, Any] = {
                      "examples": [{"terse": {"system": "Answer in one word."},
                                    "cot": {"prompt": "Think step by step. {{ prompt }}"}}]},
     },
-    "$defs": {"test": _TEST, "tool": _TOOL, "tool_rule": _TOOL_RULE, "agent": _AGENT, "mcp_server": _MCP_SERVER,
+    "$defs": {"test": _TEST, "tool": _TOOL, "tool_rule": _TOOL_RULE, "agent": _AGENT, "mcp_server": MCP_SERVER,
               **_evaluator_defs(),
               "message_tool_call": _MESSAGE_TOOL_CALL, "tool_choice": _TOOL_CHOICE,
               "content_parts": _CONTENT_PARTS, "variant": _VARIANT},
-}
-
-_MODEL = {
-    "title": "model", "type": "object", "additionalProperties": False,
-    "description": "How to reach one model.",
-    "oneOf": [{"required": ["base_url"]}, {"required": ["base_urls"]}, {"required": ["builtin"]}],
-    "properties": {
-        "base_url": {"type": "string", "pattern": "^https?://", "description": "The API's base URL, usually "
-                     "ending in /v1 (the engine adds the method's path).",
-                     "examples": ["http://127.0.0.1:8000/v1"]},
-        "builtin": {"type": "string", "description": "An embedded model the engine starts itself (instead of "
-                    "base_url), with a max_tokens floor, timeout and concurrency that fit a CPU for the keys left "
-                    "out; `golden` answers every test with its golden, with no model at all.",
-                    "examples": ["gemma-3-270m", "golden"]},
-        "model": {"type": "string", "description": "The model id sent to the server (default: the builtin name).",
-                  "examples": ["gpt-4o-mini"]},
-        "api_key_env": {"type": "string", "pattern": "^[A-Za-z_][A-Za-z0-9_]*$", "description": "Name of the "
-                        "environment variable that holds the API key (never the key itself).",
-                        "examples": ["OPENAI_API_KEY"]},
-        "api_key_header": {"type": "string", "pattern": "^[A-Za-z0-9!#$%&'*+.^_`|~-]+$",
-                           "description": "Send the key from api_key_env in this header (e.g. `api-key`, Azure "
-                                          "OpenAI) instead of `Authorization: Bearer`.", "examples": ["api-key"]},
-        "api_key_query": {"type": "string", "pattern": "^[A-Za-z0-9._~-]+$",
-                          "description": "Send the key from api_key_env as this query parameter of every request "
-                                         "(e.g. `key`) instead of a header; never write the key into base_url.",
-                          "examples": ["key"]},
-        "concurrency": {"type": "integer", "minimum": 1, "maximum": MAX_CONCURRENCY,
-                        "description": "Calls in flight at most: a hard ceiling under which the engine finds "
-                                       "the number itself (it grows while the throughput does and shrinks on "
-                                       "overloads); the rate limit paces the calls. Default: no ceiling but the "
-                                       "engine's own; 1 for an embedded builtin model."},
-        "timeout_s": {"type": "number", "exclusiveMinimum": 0, "maximum": MAX_TIMEOUT_S,
-                      "description": "Time limit of each try, in seconds (default 120; 60 for an embedded builtin "
-                                     "model); a try that runs out "
-                                     "before its reply started is retried (at most max_retries times), one "
-                                     "whose reply was still arriving is an error row keeping the partial answer."},
-        "connect_timeout_s": {"type": "number", "exclusiveMinimum": 0, "maximum": MAX_TIMEOUT_S,
-                              "description": "Time limit of opening a connection (TCP connect and TLS), in seconds "
-                                             "(default 10), within timeout_s: an unreachable host fails fast and "
-                                             "the try is retried."},
-        "max_retries": {"type": "integer", "minimum": 0, "maximum": MAX_RETRIES,
-                        "description": "Retries after the first try (default 2)."},
-        "max_response_mb": {"type": "number", "exclusiveMinimum": 0, "maximum": MAX_RESPONSE_MB,
-                            "description": f"The most one reply may take, in MiB (default {DEFAULT_RESPONSE_MB:g}); "
-                                           "a larger reply is an error row (`response_too_large`).",
-                            "examples": [64]},
-        "api": {"enum": ["chat", "completions", "anthropic", "gemini"],
-                "description": "Which API the endpoint speaks (default chat): OpenAI's chat completions or "
-                               "completions, Anthropic's Messages API, or Google's Gemini API; base_url is the API "
-                               "root each documents (https://api.anthropic.com/v1, "
-                               "https://generativelanguage.googleapis.com/v1beta)."},
-        "stream": {"type": "boolean", "description": "Stream the answer with server-sent events (default true)."},
-        "structured_output": {"type": "boolean", "description": "The server accepts `response_format` with a "
-                              "`json_schema`: judge calls to this model send their reply schema that way "
-                              "(default false: a strict parse and one re-ask)."},
-        "params": {"type": "object", "description": "Extra request fields passed through (seed, top_p, ...); "
-                   "`max_tokens` is the floor of every request's max_tokens (default 1024; 64 for an embedded "
-                   "builtin model): a test's larger value wins, a smaller one is raised to it.",
-                   # Open on purpose (anything else passes through to the server); the fields the
-                   # engine itself reads and stores are bounded.
-                   "properties": {"max_tokens": MAX_TOKENS, "seed": SEED, "temperature": TEMPERATURE},
-                   "additionalProperties": True,
-                   "examples": [{"seed": 1, "top_p": 0.9}]},
-        "price": {"type": "object", "title": "price", "additionalProperties": False,
-                  "description": "Price per 1M tokens, for cost reports.", "properties": {
-                      "input": {"type": "number", "minimum": 0, "description": "Per 1M input tokens."},
-                      "output": {"type": "number", "minimum": 0, "description": "Per 1M output tokens."},
-                      "cache_read": {"type": "number", "minimum": 0, "description": "Per 1M prompt tokens read "
-                                     "from the provider's prompt cache (default: the input price)."},
-                      "cache_write": {"type": "number", "minimum": 0, "description": "Per 1M prompt tokens "
-                                      "written to the provider's prompt cache (default: the input price)."}},
-                  "examples": [{"input": 0.15, "output": 0.6}, {"input": 3, "output": 15, "cache_read": 0.3,
-                                                                 "cache_write": 3.75}]},
-        "description": {"type": "string", "description": "Notes for people."},
-        "base_urls": {"type": "array", "minItems": 1, "maxItems": 256, "uniqueItems": True,
-                      "items": {"type": "string", "pattern": "^https?://"},
-                      "description": "Replicas serving the same model (instead of base_url): calls go to the one "
-                                     "with the fewest in flight, a failing one is skipped for a cool-down.",
-                      "examples": [["http://10.0.0.1:8000/v1", "http://10.0.0.2:8000/v1"]]},
-        "rate_limit": {"type": "object", "title": "rate limit", "additionalProperties": False, "minProperties": 1,
-                       "description": "The provider's limits on this endpoint and key, for providers that publish "
-                                      "no rate-limit headers: calls are paced to them, shared by every entry with "
-                                      "the same base_url and key (see docs/running.md, Rate limits).",
-                       "properties": {
-                           "requests_per_minute": {"type": "number", "exclusiveMinimum": 0, "maximum": 10**9,
-                                                   "description": "Requests a minute."},
-                           "tokens_per_minute": {"type": "number", "exclusiveMinimum": 0, "maximum": 10**12,
-                                                 "description": "Tokens a minute (prompt and max_tokens)."}},
-                       "examples": [{"requests_per_minute": 500, "tokens_per_minute": 200000}]},
-        "rate_limit_deadline_s": {"type": "number", "exclusiveMinimum": 0, "maximum": 7 * 86400,
-                                  "description": "How long one call may wait for the rate limit, in seconds "
-                                                 "(default 600): paced, or retrying 429, 529 and 503 answers; "
-                                                 "past it the row is an error."},
-        "context_tokens": {"type": "integer", "minimum": 1, "maximum": 2**31 - 1,
-                           "description": "The model's context in tokens, prompt and reply together: agent "
-                                          "conversations that outgrow it are trimmed, oldest tool outputs first.",
-                           "examples": [32768]},
-        "mcp": _MCP_MODEL,
-    },
-}
-MODELS_SCHEMA: dict[str, Any] = {
-    "$schema": DIALECT,
-    "$id": "https://llm-eval-engine.local/schemas/models.schema.json",
-    "title": "models file", "description": "Named models the engine can call.",
-    "type": "object", "additionalProperties": False, "required": ["models"],
-    "properties": {"models": {"type": "object", "minProperties": 1, "description": "Model name -> settings.",
-                              "propertyNames": {"pattern": NAME_PATTERN},
-                              "additionalProperties": {"$ref": "#/$defs/model"}},
-                   "defaults": {"type": "object", "title": "models defaults", "additionalProperties": False,
-                                "description": "Defaults for the suites run with this file.",
-                                "properties": {"judge": {"type": "string", "pattern": NAME_PATTERN,
-                                                         "description": "The model `judge` evaluators use when "
-                                                                        "they name none."},
-                                               "embedding": {"type": "string", "pattern": NAME_PATTERN,
-                                                             "description": "The model (an /embeddings "
-                                                             "endpoint) `similar` evaluators use when they "
-                                                             "name none."}}}},
-    "$defs": {"model": _MODEL, "mcp_server": _MCP_SERVER},
 }
 
 

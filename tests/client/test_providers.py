@@ -20,7 +20,7 @@ from engine.errors import UsageError
 from engine.judge import embeddings
 from engine.model.model_config import ModelConfig
 from engine.model.test import Test
-from engine.suite import schema_source
+from engine.suite import models_schema
 from tests import fake_anthropic, fake_gemini
 from tests.factories import make_test
 from tests.fake_anthropic import FakeAnthropic
@@ -233,4 +233,4 @@ def test_a_turn_that_only_calls_tools_goes_out_in_the_form_each_api_takes(called
 
 
 def test_the_models_schema_names_every_provider() -> None:
-    assert schema_source.MODELS_SCHEMA["$defs"]["model"]["properties"]["api"]["enum"] == list(PROVIDERS)
+    assert models_schema.MODELS_SCHEMA["$defs"]["model"]["properties"]["api"]["enum"] == list(PROVIDERS)
