@@ -13,7 +13,7 @@ A new provider is one entry here, its module and its tests, nothing else:
    there a `retry.bad_response` naming the place; finish reasons go onto the engine's scale (`stop`, `length`
    for a reply cut by its token limit, `tool_calls`), other stops keep their own name; prompt tokens count
    cached ones (`cached_tokens`, `cache_write_tokens` say how many), completion tokens count reasoning ones.
-2. Add it to `PROVIDERS` below, and its name to the `api` enum of engine/suite/schema_source.py (then
+2. Add it to `PROVIDERS` below, and its name to the `api` enum of engine/suite/models_schema.py (then
    `python -m engine.suite.schema_source`).
 3. Test it against a loopback server that speaks its wire format as documented (tests/fake_anthropic.py is one),
    and run the providers' end-to-end suite on it (tests/run/test_providers_run.py).
