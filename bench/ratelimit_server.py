@@ -20,7 +20,9 @@ What the `x-ratelimit-*` headers on every answer say (`--headers`):
 `--per-model` gives each model (the body's `model`) buckets of its own; `--limited-model NAME` limits that
 model only (repeatable), the others are answered at once whatever they send and publish nothing.
 `GET /stats` answers the counters as JSON: requests, answered (2xx), limited (429), the largest number in
-flight, the monotonic times of the first request and the last answer, and the same counts per model.
+flight, the monotonic times of the first request and the last answer, the same counts per model, and when each
+request arrived, was answered or was refused (`arrived_s`, `answered_s`, `refused_s`: seconds from the first
+request, up to `TIMELINE` of each), to see where a run's time went.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from aiohttp import web
 
 MODEL = "bench-model"
 HEADER_MODES = ("bucket", "minute-limit", "per-minute", "none")
+TIMELINE = 100_000   # the most arrival and answer times /stats lists
 
 
 class Bucket:
@@ -153,7 +156,8 @@ class Server:
         self.latency = args.latency
         self.random = random.Random(args.seed)
         self.stats: dict[str, Any] = {"requests": 0, "answered": 0, "limited": 0, "max_in_flight": 0,
-                                      "first_s": None, "last_s": None, "tokens": 0, "models": {}}
+                                      "first_s": None, "last_s": None, "tokens": 0, "models": {},
+                                      "arrived_s": [], "answered_s": [], "refused_s": []}
         self.in_flight = 0
 
     def limits(self, model: str) -> Limits | None:
@@ -176,6 +180,8 @@ class Server:
         counts["requests"] += 1
         if self.stats["first_s"] is None:
             self.stats["first_s"] = now
+        if len(self.stats["arrived_s"]) < TIMELINE:
+            self.stats["arrived_s"].append(round(now - self.stats["first_s"], 4))
         cost = prompt_tokens(body)
         limits = self.limits(model)
         headers: dict[str, str] = {}
@@ -184,6 +190,8 @@ class Server:
             if wait > 0:
                 self.stats["limited"] += 1
                 counts["limited"] += 1
+                if len(self.stats["refused_s"]) < TIMELINE:
+                    self.stats["refused_s"].append(round(now - self.stats["first_s"], 4))
                 headers = limits.headers()
                 if limits.mode != "none":
                     headers["retry-after-ms"] = str(max(1, math.ceil(wait * 1000)))
@@ -204,6 +212,8 @@ class Server:
         self.stats["answered"] += 1
         counts["answered"] += 1
         self.stats["last_s"] = time.monotonic()
+        if len(self.stats["answered_s"]) < TIMELINE:
+            self.stats["answered_s"].append(round(self.stats["last_s"] - self.stats["first_s"], 4))
         return reply
 
     async def _reply(self, request: web.Request, body: dict[str, Any], headers: dict[str, str]

@@ -217,6 +217,7 @@ class ModelClient:
                     replicas.release(replica, failed=failed is not None and retry.replica_at_fault(failed.error))
                 held.outcome = "ok" if failed is None else _outcome(failed.error)
                 held.work = float(result.completion_tokens or 1)
+                held.published_rate = paced_by.active().published_rate(tries.cost)   # the window may open to it
         return failed
 
     def _wire(self, model: ModelConfig) -> _Wire:

@@ -15,7 +15,11 @@ window settles: at the calls a server needs to reach the best throughput with no
 times the least seconds a unit of work took, x `KNEE_GAIN`: a server with a few slots and a queue behind
 them), checked for one round, else at the size that first reached it (a server whose latency grows with its
 batch while its throughput does too). It holds there, and every `HOLD_ROUNDS` full rounds probes a quarter
-more, kept while the throughput grows by half as much at least. An overload (503, 529, a timeout, a failed
+more, kept while the throughput grows by half as much at least. Where the provider publishes its rate limit
+(the try's `Held.published_rate`), the slow start need not find by doubling what the provider has said: it
+grows at once to the calls in flight that pace needs (Little's law: its rate times the tries' mean latency, x
+`PACED_HEADROOM`), and the pace, not the window, then sets the speed. A server that publishes no limit (a
+local CPU server, an embedded model) starts from one call as before. An overload (503, 529, a timeout, a failed
 connection) or a refusal while every slot was in flight (some providers cap the calls in flight with 429)
 shrinks it (x `SHRINK`, once a round). A round whose slots were not kept in flight (tries paced by the rate
 limit wait inside the window without being in flight; or the jobs ran out) decides nothing: the pace, not the
@@ -51,6 +55,8 @@ HOLD_ROUNDS = 8       # full rounds held at one size before probing more
 PROBE_STEP = 0.25     # a probe adds this share of the window (one slot at least)
 PROBE_GAIN = 0.5      # ...kept when the throughput grew by this share of what it added at least
 SHRINK = 0.7          # an overload multiplies the window by this
+PACED_HEADROOM = 2.0  # a published pace's calls in flight (rate x latency) times this: room for the latency's spread
+LATENCY_WEIGHT = 0.1  # each answer's weight in the mean latency a published pace's calls in flight are reckoned by
 
 
 async def unless_stopped(waiting: Awaitable[_T], stopping: asyncio.Event | None) -> _T:
@@ -79,7 +85,7 @@ async def unless_stopped(waiting: Awaitable[_T], stopping: asyncio.Event | None)
 class Held:
     """One try's hold on its model's slot: when it was sent and answered, and how it went."""
 
-    __slots__ = ("answered_at", "crowded", "outcome", "round", "sent_at", "stoppable", "work")
+    __slots__ = ("answered_at", "crowded", "outcome", "published_rate", "round", "sent_at", "stoppable", "work")
 
     def __init__(self, stoppable: bool = True) -> None:
         self.stoppable = stoppable          # a stop of the run ends its waits for slots
@@ -89,6 +95,7 @@ class Held:
         self.crowded = False                # every slot of its window was in flight when it was sent
         self.outcome: Outcome | None = None
         self.work = 1.0                     # what the server did for it (its completion tokens, at least 1)
+        self.published_rate: float | None = None   # calls a second its pace allows, where the provider publishes it
 
 
 class Dispatch(Protocol):
@@ -169,6 +176,7 @@ class Window:
         self._reference = 0.0            # the throughput a probe must beat
         self._held_rounds = 0
         self._shrunk_at = 0              # the round the last shrink started: earlier tries do not shrink it again
+        self._latency_s: float | None = None   # the answered tries' mean latency, lately (for a published pace)
 
     def slots(self) -> int:
         """Tries that may be held now."""
@@ -238,6 +246,7 @@ class Window:
         self.held -= 1
         if held.round and held.sent_at is not None and held.answered_at is not None:
             self._answered(held, held.answered_at - held.sent_at)
+            self._paced(held, held.answered_at - held.sent_at)
         self._wake()
 
     def _answered(self, held: Held, latency: float) -> None:
@@ -255,6 +264,18 @@ class Window:
             current.latency += max(0.0, latency)
         if current.answered >= current.ends:
             self._ended(current)
+
+    def _paced(self, held: Held, latency: float) -> None:
+        """In its slow start, grow at once to the calls in flight the provider's published pace needs (by the
+        tries' mean latency lately; a need that grew by less than `GROWTH` waits for the slow start)."""
+        if self._phase != "start" or held.outcome != "ok" or held.published_rate is None:
+            return
+        latency = max(0.0, latency)
+        self._latency_s = latency if self._latency_s is None else \
+            self._latency_s + LATENCY_WEIGHT * (latency - self._latency_s)
+        need = min(self.ceiling, math.ceil(PACED_HEADROOM * held.published_rate * self._latency_s))
+        if need >= GROWTH * self.size:
+            self._resize(need, "start")
 
     def _ended(self, done: _Round) -> None:
         """A round's last answer: what its throughput says of the size."""

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import heapq
 import importlib.util
+import itertools
 import math
 import random
 from datetime import UTC, datetime
@@ -17,8 +19,9 @@ from engine.client import ratelimit, retry
 from engine.client.ratelimit import Bucket, Budget, Limit
 from engine.client.ratelimit.cost import IMAGE_TOKENS
 from engine.client.ratelimit.pace import BACKOFF, RATE_MARGIN
+from engine.client.window import Window
 from engine.errors import HTTPStatusError
-from engine.model.model_config import ModelConfig, RateLimit
+from engine.model.model_config import DEFAULT_CEILING, ModelConfig, RateLimit
 
 NOW = 1_800_000_000.0   # a fixed wall clock (seconds since the epoch)
 
@@ -246,6 +249,23 @@ def test_a_per_minute_limit_beside_a_one_second_bucket_paces_to_the_bucket() -> 
     assert sent_at_once <= 19
 
 
+def test_the_published_rate_is_the_pace_where_the_provider_publishes_one() -> None:
+    """What a window may open to at once: the calls a second the pace lets go, by requests or by tokens, whichever
+    binds; nothing where the provider publishes nothing, even under a declared limit."""
+    clock = Clock()
+    silent = Budget(clock=clock, wall=lambda: NOW)
+    silent.declare(RateLimit(requests_per_minute=600))
+    silent.observe(_send(silent, clock), 200, CIMultiDict())
+    assert silent.published_rate(10) is None
+    budget = Budget(clock=clock, wall=lambda: NOW)
+    budget.observe(_send(budget, clock), 200, CIMultiDict({
+        "x-ratelimit-limit-requests": "100", "x-ratelimit-remaining-requests": "99",
+        "x-ratelimit-reset-requests": "10ms", "x-ratelimit-limit-tokens": "10000",
+        "x-ratelimit-remaining-tokens": "9990", "x-ratelimit-reset-tokens": "1ms"}))
+    assert budget.published_rate(10) == pytest.approx(100 * RATE_MARGIN)      # requests bind
+    assert budget.published_rate(1000) == pytest.approx(10 * RATE_MARGIN)     # 10,000 tokens a second bind
+
+
 def test_one_refused_call_tells_no_rate() -> None:
     budget = Budget(clock=Clock(), wall=lambda: NOW)
     budget.observe(budget.grant(10), 429, CIMultiDict())
@@ -330,64 +350,92 @@ SERVER = Path(__file__).resolve().parents[2] / "bench" / "ratelimit_server.py"
 LATENCY_S = 0.3
 
 
-class Simulated:
-    """A run over a simulated clock: `slots` calls in flight at most, each waiting its turn at the budget (first
-    come, first served) and retried after a 429 once the server's `retry-after` has passed; the server is
-    bench/ratelimit_server.py's limits (the same buckets and headers as the real one), answering after 0.3 s +-30%.
-    """
+class PacedRun:
+    """A run over a simulated clock through the engine's own slots and pace, as the client drives them: each call
+    holds a slot of a `Window` (from one, as a run starts it), the first call alone until its reply (`probe`), the
+    others waiting their turn at the budget, then is answered by bench/ratelimit_server.py's limits after 0.3 s
+    +-30% (a 429 tried again after its `retry-after`); the window is told the pace the provider publishes
+    (`published_rate`), as the client tells it."""
 
-    def __init__(self, server_args: list[str], *, slots: int = 64, cost: int = 22, seed: int = 3) -> None:
+    def __init__(self, server_args: list[str], *, cost: int = 22, seed: int = 3) -> None:
         self.clock = Clock()
         self.budget = Budget(clock=self.clock, wall=lambda: NOW)
+        self.window = Window(DEFAULT_CEILING, clock=self.clock)
         module = _server_module()
         self.limits = module.Limits(module.parse(server_args))
         for bucket, _ in self.limits._buckets():
             bucket.at = 0.0
-        self.slots, self.cost = slots, cost
+        self.cost = cost
         self.rng = random.Random(seed)
-        self.sent = self.refused = 0
+        self.timers: list[tuple[float, int, asyncio.Future[None]]] = []
+        self.turns = asyncio.Lock()
+        self.order = itertools.count()
+        self.steps = 0
+        self.sent = self.refused = self.answered = 0
         self.first_sent: float | None = None
         self.last_answer = 0.0
 
-    def run(self, calls: int) -> None:
-        ready: list[float] = [0.0] * min(self.slots, calls)        # when each waiting call may go (retry-after)
-        left = calls - len(ready)
-        replies: list[tuple[float, int, ratelimit.Ticket, int, dict[str, str]]] = []   # a heap, by time
-        order = 0
-        while ready or replies:
-            send_at = math.inf
-            if ready and (self.budget.heard.is_set() or not replies):   # the first call goes alone
-                ready.sort()
-                send_at = max(ready[0], self.clock.now + self.budget.wait_s(self.cost))
-            if replies and replies[0][0] <= send_at:
-                at, _, ticket, status, headers = heapq.heappop(replies)
-                self.clock.now = max(self.clock.now, at)
-                self.budget.observe(ticket, status, headers)
-                if status == 200:
-                    self.last_answer = self.clock.now
-                    if left:
-                        left -= 1
-                        ready.append(self.clock.now)
-                continue
-            self.clock.now = max(self.clock.now, send_at)
-            if self.budget.wait_s(self.cost) > 1e-9:
-                continue   # the pace changed at this instant: look again
-            ready.pop(0)
-            ticket = self.budget.grant(self.cost)
-            self.budget.written(ticket)
-            self.first_sent = self.clock.now if self.first_sent is None else self.first_sent
-            self.sent += 1
-            wait = self.limits.wait_for(self.cost, self.clock.now)
-            if wait > 0:
-                self.refused += 1
-                headers = self.limits.headers()
-                heapq.heappush(replies, (self.clock.now + 0.01, order, ticket, 429, headers))
-                ready.append(self.clock.now + 0.01 + wait)
-            else:
-                self.limits.take(self.cost)
-                heapq.heappush(replies, (self.clock.now + LATENCY_S * self.rng.uniform(0.7, 1.3), order, ticket,
-                                         200, self.limits.headers()))
-            order += 1
+    async def _at(self, when: float) -> None:
+        """Wait until the simulated clock reads `when`."""
+        turn = asyncio.get_running_loop().create_future()
+        heapq.heappush(self.timers, (when, next(self.order), turn))
+        await turn
+        self.steps += 1
+
+    async def _call(self) -> None:
+        probe = self.budget.probe()
+        if probe is None:
+            await self.budget.heard.wait()
+        while True:
+            async with self.window.hold() as held:
+                self.steps += 1
+                async with self.turns:   # first come, first served
+                    self.steps += 1
+                    while (wait := self.budget.wait_s(self.cost)) > 0:
+                        await self._at(self.clock.now + max(wait, 1e-6))
+                    ticket = self.budget.grant(self.cost)
+                async with self.window.send(held):
+                    self.budget.written(ticket)
+                    self.sent += 1
+                    self.first_sent = self.clock.now if self.first_sent is None else self.first_sent
+                    retry_at = self.limits.wait_for(self.cost, self.clock.now)
+                    if retry_at > 0:
+                        self.refused += 1
+                        headers, status = self.limits.headers(), 429
+                        retry_at += self.clock.now + 0.01
+                        await self._at(self.clock.now + 0.01)
+                    else:
+                        self.limits.take(self.cost)
+                        headers, status = self.limits.headers(), 200
+                        await self._at(self.clock.now + LATENCY_S * self.rng.uniform(0.7, 1.3))
+                    self.budget.observe(ticket, status, CIMultiDict(headers))
+                    if probe:
+                        self.budget.hear()
+                        probe = False
+                held.outcome = "ok" if status == 200 else "refused"
+                held.published_rate = self.budget.published_rate(self.cost)
+            if status == 200:
+                self.last_answer = self.clock.now
+                self.answered += 1
+                return
+            await self._at(retry_at)
+
+    async def run(self, calls: int) -> None:
+        tasks = [asyncio.create_task(self._call()) for _ in range(calls)]
+        while True:
+            seen, idle = self.steps, 0
+            while idle < 8:   # every call that can act at this instant has acted (each resumption is a step)
+                await asyncio.sleep(0)
+                idle = idle + 1 if self.steps == seen else 0
+                seen = self.steps
+            if self.answered == calls:
+                break
+            assert self.timers, "every call waits for a slot or a turn that nothing will give"
+            when, _, turn = heapq.heappop(self.timers)
+            self.clock.now = max(self.clock.now, when)
+            turn.set_result(None)
+        for task in tasks:
+            task.result()
 
     def serving_s(self) -> float:
         return self.last_answer - (self.first_sent or 0.0)
@@ -402,11 +450,21 @@ def _bound(calls: int, rps: float, tps: float | None = None, cost: int = 22) -> 
 
 @pytest.mark.parametrize("headers", ["bucket", "minute-limit", "per-minute"])
 @pytest.mark.parametrize("tps", [None, 330.0])
-def test_a_budget_meets_the_limit_that_binds_whatever_the_headers_say(headers: str, tps: float | None) -> None:
-    """400 calls at 20 requests a second (or 15 by a token limit), 64 slots: headers that count the one-second bucket
-    against a per-minute limit, or a per-minute bucket over a per-second enforcement, are corrected by the 429s."""
+async def test_a_budget_meets_the_limit_that_binds_whatever_the_headers_say(headers: str, tps: float | None) -> None:
+    """400 calls at 20 requests a second (or 15 by a token limit), from one slot: headers that count the one-second
+    bucket against a per-minute limit, or a per-minute bucket over a per-second enforcement, are corrected by the
+    429s."""
     server = ["--rps", "20", "--headers", headers] + (["--tps", str(tps)] if tps else [])
-    sim = Simulated(server)
-    sim.run(400)
+    sim = PacedRun(server)
+    await sim.run(400)
     assert sim.refused <= 0.02 * sim.sent, (sim.refused, sim.sent)
     assert sim.serving_s() <= 1.15 * _bound(400, 20.0, tps), (sim.serving_s(), _bound(400, 20.0, tps))
+
+
+async def test_2000_calls_at_200_a_second_on_loopback_from_one_slot() -> None:
+    """The provider publishes 200 a second: after the first reply the window opens to what that pace needs, so
+    the run is not held back by a slow start doubling its way up from one call."""
+    sim = PacedRun(["--rps", "200"])
+    await sim.run(2000)
+    assert sim.refused <= 0.02 * sim.sent
+    assert sim.serving_s() <= 1.15 * _bound(2000, 200.0), (sim.serving_s(), _bound(2000, 200.0))

@@ -65,8 +65,10 @@ class Server:
             self.in_flight -= 1
 
 
-async def _run(window: Window, server: Server, calls: int, workers: int) -> list[int]:
-    """`calls` calls by `workers` workers, each holding a slot of the window; the window's sizes over time."""
+async def _run(window: Window, server: Server, calls: int, workers: int,
+               published_rate: float | None = None) -> list[int]:
+    """`calls` calls by `workers` workers, each holding a slot of the window (and telling it the calls a second
+    the provider publishes, if any); the window's sizes over time."""
     left = iter(range(calls))
     sizes = [window.size]
 
@@ -76,6 +78,7 @@ async def _run(window: Window, server: Server, calls: int, workers: int) -> list
                 async with window.send(held):
                     outcome = await server.call()
                 held.outcome = outcome
+                held.published_rate = published_rate
             sizes.append(window.size)
 
     tasks = [asyncio.create_task(worker()) for _ in range(workers)]
@@ -114,6 +117,26 @@ async def test_a_server_that_takes_many_at_once_gets_them() -> None:
     window = Window(1024, clock=clock)
     await _run(window, server, 5000, workers=1024)
     assert server.max_in_flight >= 256
+
+
+@pytest.mark.parametrize("published_rate, after_first", [(None, 8), (50.0, 100)])
+async def test_a_published_pace_opens_the_slow_start_at_once(published_rate: float | None, after_first: int) -> None:
+    """A provider that publishes 50 calls a second and answers in 1 s: after the first answer the window holds the
+    calls in flight that pace needs (50, with room for the latency's spread) rather than the eight a slow start
+    tries next; a server that publishes no limit (a local one) goes from one call to eight."""
+    clock = Clock()
+    server = Server(clock, slots=None)
+    window = Window(1024, clock=clock)
+    sizes = await _run(window, server, 40, workers=40, published_rate=published_rate)
+    assert sizes[:2] == [1, after_first]
+
+
+async def test_a_published_pace_never_passes_the_ceiling() -> None:
+    clock = Clock()
+    server = Server(clock, slots=None)
+    window = Window(12, clock=clock)
+    sizes = await _run(window, server, 100, workers=64, published_rate=50.0)
+    assert max(sizes) == 12 and server.max_in_flight <= 12
 
 
 async def test_an_explicit_concurrency_is_a_hard_ceiling() -> None:

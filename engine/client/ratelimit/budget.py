@@ -147,6 +147,16 @@ class Budget:
         """Requests a second the budget paces to now, or None when it does not pace requests."""
         return self.requests.bucket.rate if self.requests.bucket is not None else None
 
+    def published_rate(self, tokens: float) -> float | None:
+        """Calls of `tokens` each a second that the pace lets go, where the provider publishes its limits (None:
+        it publishes none): the provider has said it takes that many, so a window may open to them at once."""
+        rates = []
+        if self.requests.published is not None and self.requests.bucket is not None:
+            rates.append(self.requests.bucket.rate)
+        if self.tokens.published is not None and self.tokens.bucket is not None and tokens > 0:
+            rates.append(self.tokens.bucket.rate / tokens)
+        return min(rates) if rates else None
+
     def wait_s(self, tokens: float) -> float:
         """Seconds until a try of `tokens` could go at the pace, were no call waiting before it."""
         now = self._clock()
