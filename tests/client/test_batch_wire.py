@@ -27,6 +27,7 @@ from engine.client.request import RequestSettings, prepare
 from engine.client.response import CallResult
 from engine.client.session import Sessions
 from engine.client.transport import BatchTransport
+from engine.errors import ClientError
 from engine.model.model_config import ModelConfig
 from engine.redact import Redactor
 from tests import fake_anthropic, fake_gemini, fake_openai
@@ -398,3 +399,13 @@ def test_every_api_with_a_batch_method_publishes_its_limits_and_the_half_price()
         assert batch is not None and batch.discount == 0.5
         assert batch.limits.max_requests >= 50_000 and batch.limits.max_bytes >= 200_000_000
         assert batch.size("a", {"x": "é"}) > len('{"x":"é"}')
+
+
+async def test_polling_a_batch_the_provider_does_not_know_raises_its_error_masked(rig: Rig,
+                                                                                sessions: Sessions) -> None:
+    wire = await session_of(rig, sessions)
+    unknown = {"chat": "batch_404", "completions": "batch_404", "anthropic": "msgbatch_404",
+               "gemini": "batches/404"}[rig.api]
+    with pytest.raises(ClientError) as failed:
+        await wire.api.poll(unknown)
+    assert failed.value.status == 404 and not failed.value.retryable and KEY not in str(failed.value)
