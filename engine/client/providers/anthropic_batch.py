@@ -33,8 +33,8 @@ from engine.client.providers.batch import (
 from engine.client.providers.batch_wire import (
     Classify,
     Outcomes,
-    check_requests,
     compact,
+    encoded_requests,
     integer,
     read_json,
     resource_id,
@@ -54,8 +54,9 @@ _STATES: dict[str, BatchState] = {"in_progress": "running", "canceling": "ending
 _LEFT: dict[str, Literal["expired", "cancelled"]] = {"expired": "expired", "canceled": "cancelled"}
 
 
-def _size(custom_id: str, body: Mapping[str, Any]) -> int:
-    return len(compact({"custom_id": custom_id, "params": body})) + 1
+def _entry(custom_id: str, body: Mapping[str, Any]) -> bytes:
+    """A request as the create call's `requests` list holds it, with the comma after it."""
+    return compact({"custom_id": custom_id, "params": body}) + b","
 
 
 class AnthropicBatches:
@@ -71,9 +72,7 @@ class AnthropicBatches:
         return method_url(self._target.base_url, path)
 
     async def submit(self, requests: Sequence[tuple[str, Mapping[str, Any]]]) -> str:
-        check_requests(requests, LIMITS, _size)
-        body = b'{"requests":[' + b",".join(compact({"custom_id": custom_id, "params": params})
-                                              for custom_id, params in requests) + b"]}"
+        body = b'{"requests":[' + b"".join(encoded_requests(requests, LIMITS, _entry))[:-1] + b"]}"
         try:
             created, _ = await read_json(self._http, self._target, self._classify, "POST", self._url(), "the batch",
                                          body=body)
@@ -162,7 +161,7 @@ def _batch() -> Batch:
     def open_batches(http: BatchHTTP, target: BatchTarget) -> BatchAPI:
         return AnthropicBatches(http, target, _classify)
 
-    return Batch(limits=LIMITS, size=_size, open=open_batches)
+    return Batch(limits=LIMITS, size=lambda custom_id, body: len(_entry(custom_id, body)), open=open_batches)
 
 
 def _classify(status: int, headers: Mapping[str, str], body: str) -> tuple[ClientError, float | None]:

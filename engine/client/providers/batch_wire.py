@@ -31,7 +31,7 @@ from engine.client.tool_calls import loads
 from engine.errors import ClientError, HTTPStatusError
 from engine.redact import Redactor, mask_urls
 
-__all__ = ["JSON_LIMIT", "Classify", "Outcomes", "ResultLine", "check_requests", "compact", "integer",
+__all__ = ["JSON_LIMIT", "Classify", "Outcomes", "ResultLine", "compact", "encoded_requests", "integer",
            "json_object", "line_limit", "masked", "read_json", "resource_id", "result_lines", "same_origin",
            "status_failure", "submit_error", "text"]
 
@@ -52,15 +52,17 @@ def compact(value: Any) -> bytes:
     return json.dumps(value, separators=(",", ":")).encode()
 
 
-def check_requests(requests: Sequence[tuple[str, Mapping[str, Any]]], limits: BatchLimits,
-                   size: Callable[[str, Mapping[str, Any]], int]) -> None:
-    """Refuse a batch the provider would refuse, before anything is sent: ids not `CUSTOM_ID` or repeated,
-    none at all, or more requests or bytes than `limits` allow."""
+def encoded_requests(requests: Sequence[tuple[str, Mapping[str, Any]]], limits: BatchLimits,
+                     encode: Callable[[str, Mapping[str, Any]], bytes]) -> list[bytes]:
+    """Each request as its wire writes it (`encode`, whose length is what it adds to the batch), after refusing a
+    batch the provider would refuse, before anything is sent: ids not `CUSTOM_ID` or repeated, none at all, or
+    more requests or bytes than `limits` allow (a `ValueError` saying which)."""
     if not requests:
         raise ValueError("a batch needs at least one request")
     if len(requests) > limits.max_requests:
         raise ValueError(f"a batch takes at most {limits.max_requests} requests, not {len(requests)}")
     seen: set[str] = set()
+    out: list[bytes] = []
     total = 0
     for custom_id, body in requests:
         if not CUSTOM_ID.match(custom_id):
@@ -68,9 +70,11 @@ def check_requests(requests: Sequence[tuple[str, Mapping[str, Any]]], limits: Ba
         if custom_id in seen:
             raise ValueError(f"custom id {custom_id!r} appears twice in one batch")
         seen.add(custom_id)
-        total += size(custom_id, body)
+        out.append(encode(custom_id, body))
+        total += len(out[-1])
     if total > limits.max_bytes:
         raise ValueError(f"a batch takes at most {limits.max_bytes} bytes of requests, not {total}")
+    return out
 
 
 def masked(error: ClientError, redact: Redactor) -> ClientError:

@@ -41,8 +41,8 @@ from engine.client.providers.batch import (
 from engine.client.providers.batch_wire import (
     Classify,
     Outcomes,
-    check_requests,
     compact,
+    encoded_requests,
     integer,
     read_json,
     result_lines,
@@ -69,8 +69,9 @@ _ENDED: dict[str, Literal["completed", "expired", "cancelled", "failed"]] = {
 _INLINE = "inline"
 
 
-def _size(custom_id: str, body: Mapping[str, Any]) -> int:
-    return len(compact({"key": custom_id, "request": body})) + 1
+def _line(custom_id: str, body: Mapping[str, Any]) -> bytes:
+    """A request as a line of the requests file."""
+    return compact({"key": custom_id, "request": body}) + b"\n"
 
 
 def _name(value: str | None, what: str) -> str:
@@ -98,19 +99,17 @@ class GeminiBatches:
         return method_url(self._target.base_url, path)
 
     async def submit(self, requests: Sequence[tuple[str, Mapping[str, Any]]]) -> str:
-        check_requests(requests, LIMITS, _size)
-        inline = len(requests) <= INLINE_MAX_REQUESTS and \
-            sum(_size(custom_id, body) for custom_id, body in requests) <= INLINE_MAX_BYTES
+        lines = encoded_requests(requests, LIMITS, _line)
         config: dict[str, Any]
-        if inline:
+        if len(lines) <= INLINE_MAX_REQUESTS and sum(map(len, lines)) <= INLINE_MAX_BYTES:
             config = {"requests": {"requests": [{"request": body, "metadata": {"key": custom_id}}
                                                 for custom_id, body in requests]}}
         else:
             try:
-                config = {"fileName": await self._upload(b"".join(compact({"key": custom_id, "request": body}) + b"\n"
-                                                                  for custom_id, body in requests))}
+                config = {"fileName": await self._upload(b"".join(lines))}
             except ClientError as error:
                 raise submit_error(error, created=False) from None
+        del lines
         model = "/models/" + quote(self._target.model.model.removeprefix("models/"), safe="-._~@")
         try:
             created, _ = await read_json(self._http, self._target, self._classify, "POST",
@@ -254,7 +253,7 @@ def _batch() -> Batch:
     def open_batches(http: BatchHTTP, target: BatchTarget) -> BatchAPI:
         return GeminiBatches(http, target, _classify)
 
-    return Batch(limits=LIMITS, size=_size, open=open_batches)
+    return Batch(limits=LIMITS, size=lambda custom_id, body: len(_line(custom_id, body)), open=open_batches)
 
 
 def _classify(status: int, headers: Mapping[str, str], body: str) -> tuple[ClientError, float | None]:

@@ -36,8 +36,8 @@ from engine.client.providers.batch import (
 from engine.client.providers.batch_wire import (
     Classify,
     Outcomes,
-    check_requests,
     compact,
+    encoded_requests,
     integer,
     read_json,
     resource_id,
@@ -77,8 +77,9 @@ class OpenAIBatches:
         return method_url(self._target.base_url, path)
 
     async def submit(self, requests: Sequence[tuple[str, Mapping[str, Any]]]) -> str:
-        check_requests(requests, LIMITS, lambda custom_id, body: len(_line(self._endpoint, custom_id, body)))
-        content = b"".join(_line(self._endpoint, custom_id, body) for custom_id, body in requests)
+        lines = encoded_requests(requests, LIMITS, lambda custom_id, body: _line(self._endpoint, custom_id, body))
+        content = b"".join(lines)
+        del lines
         headers = {k: v for k, v in self._target.headers.items() if k.lower() != "content-type"}
         try:
             uploaded, _ = await read_json(self._http, self._target, self._classify, "POST", self._url("/files"),
