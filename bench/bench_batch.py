@@ -19,6 +19,7 @@ every call a row. Figures go to bench/README.md.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import subprocess
@@ -26,6 +27,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -69,7 +71,7 @@ def write_suite(folder: Path, calls: int, base_url: str) -> None:
                                         "    batch: true\n")
 
 
-def window(samples: list[tuple[float, float, float]], start: float, end: float) -> dict[str, float]:
+def window(samples: list[tuple[float, float, float]], start: float, end: float) -> dict[str, Any]:
     """CPU per second and RSS over the samples within [start, end]."""
     inside = [s for s in samples if start <= s[0] <= end]
     if len(inside) < 8:
@@ -77,10 +79,10 @@ def window(samples: list[tuple[float, float, float]], start: float, end: float) 
     quarter = max(1, len(inside) // 4)
     first, last = inside[:quarter], inside[-quarter:]
     span = inside[-1][0] - inside[0][0]
-    half = len(inside) // 2
+    edges = [inside[len(inside) * i // 4] for i in range(4)] + [inside[-1]]
+    by_quarter = [round(1000 * (b[1] - a[1]) / (b[0] - a[0]), 2) for a, b in itertools.pairwise(edges)]
     return {"wait_s": span, "cpu_ms_per_s": 1000 * (inside[-1][1] - inside[0][1]) / span,
-            "cpu_ms_per_s_first_half": 1000 * (inside[half][1] - inside[0][1]) / (inside[half][0] - inside[0][0]),
-            "cpu_ms_per_s_second_half": 1000 * (inside[-1][1] - inside[half][1]) / (inside[-1][0] - inside[half][0]),
+            "cpu_ms_per_s_by_quarter": by_quarter,
             "rss_first_quarter_mb": sum(s[2] for s in first) / len(first),
             "rss_last_quarter_mb": sum(s[2] for s in last) / len(last),
             "rss_max_mb": max(s[2] for s in inside)}
@@ -143,13 +145,14 @@ def main() -> int:
            "polls": sum(1 for entry in batches.log if entry.startswith("GET /v1/batches/")),
            "rows": counts, "parquet_files": rows, "wall_s": round(wall, 1),
            "peak_rss_mb": max(s[2] for s in samples), "cpu_s": samples[-1][1],
-           **{k: round(v, 2) for k, v in waiting.items()}, "baseline_cpu_ms_per_s": round(base, 2)}
+           **{k: round(v, 2) if isinstance(v, float) else v for k, v in waiting.items()},
+           "baseline_cpu_ms_per_s": round(base, 2)}
     print(json.dumps(out))
     print("\n| calls | batches | wait (s) | CPU while waiting (ms/s) | baseline (ms/s) | RSS first / last quarter "
           "(MB) | peak RSS (MB) | whole run CPU (s) | submitted twice | rows |\n"
           "|---|---|---|---|---|---|---|---|---|---|\n"
           f"| {args.calls} | {len(jobs)} | {waiting['wait_s']:.0f} | {waiting['cpu_ms_per_s']:.2f} "
-          f"({waiting['cpu_ms_per_s_first_half']:.2f} / {waiting['cpu_ms_per_s_second_half']:.2f}) | {base:.2f} | "
+          f"({' / '.join(f'{q:.1f}' for q in waiting['cpu_ms_per_s_by_quarter'])}) | {base:.2f} | "
           f"{waiting['rss_first_quarter_mb']:.1f} / {waiting['rss_last_quarter_mb']:.1f} | "
           f"{out['peak_rss_mb']:.1f} | {out['cpu_s']:.1f} | {out['submitted_twice']} | {counts} |")
     return 0
