@@ -327,8 +327,6 @@ def parsed_body(outcome: BatchOutcome) -> bytes:
 
 
 async def test_a_results_line_over_the_models_reply_cap_is_an_errored_outcome(rig: Rig, sessions: Sessions) -> None:
-    if rig.api == "gemini":
-        pytest.skip("covered by the hostile file (Gemini's inline answers come in the batch object)")
     rig.live.responder = lambda body: rig.answer("y" * (3 << 20))
     wire = await session_of(rig, sessions, replace(rig.model, max_response_mb=1.0))
     batch_id = await wire.api.submit([("big", rig.body("big")), ("small", rig.body("small"))])

@@ -44,6 +44,7 @@ from engine.client.providers.batch_wire import (
     compact,
     encoded_requests,
     integer,
+    line_limit,
     read_json,
     result_lines,
     same_origin,
@@ -168,7 +169,12 @@ class GeminiBatches:
                     if type(row) is not dict or type(key) is not str:
                         outcomes.passed_over += 1   # no key: whose answer it is cannot be told
                         continue
-                    taken = outcomes.take(key, _outcome(row, redact, f"inlinedResponses[{i}]"))
+                    outcome = _outcome(row, redact, f"inlinedResponses[{i}]")
+                    if isinstance(outcome, BatchReply) and len(outcome.body) > line_limit(self._target):
+                        outcome = status_failure("errored", f"inlinedResponses[{i}] is {len(outcome.body)} bytes, "
+                                                 f"over the {line_limit(self._target)}-byte limit of one answer "
+                                                 "(max_response_mb)", None, redact)
+                    taken = outcomes.take(key, outcome)
                     if taken is not None:
                         yield taken
                 continue
