@@ -121,11 +121,10 @@ def _judge_caller(tests: list[Test], models_file: Path | None, judge_cache: Path
         EngineError: judges without `--models`, or a models file with errors or without a judge's model.
     """
     from engine.judge.cache import JudgeCache, default_path
-    from engine.judge.caller import ModelJudgeCaller, judge_model_names, resolve_judges
-    from engine.judge.embeddings import embedding_model_names
+    from engine.judge.caller import ModelJudgeCaller, models_named, resolve_judges
     from engine.suite.models_file import load_models_file
 
-    if not judge_model_names(tests) and not embedding_model_names(tests):
+    if not models_named(tests).any():
         return None, None
     if models_file is None:
         raise EngineError("the suites have `judge` or `similar` evaluators: give the run's models file with "

@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from engine.client.client import ModelClient
 from engine.client.providers import WireRequest, provider
@@ -25,16 +25,16 @@ from engine.client.response import CallResult
 from engine.client.window import Dispatch, Window
 from engine.errors import CallStopped, UsageError
 from engine.evaluators.judge import JudgeScorer
+from engine.evaluators.similar import SimilarScorer
 from engine.judge import embeddings
 from engine.judge.cache import JudgeCache, cache_key
-from engine.judge.embeddings import resolve_embedders
 from engine.model.model_config import ModelConfig, ceiling_of, cost_of
 from engine.model.scoring import EmbeddingReply, JudgeReply
 from engine.model.test import Test
 
 STOPPED_BEFORE = "the run was stopped before this was asked (the answer is kept, not scored)"
 
-__all__ = ["JudgeModels", "ModelJudgeCaller", "judge_model_names", "resolve_judges"]
+__all__ = ["JudgeModels", "ModelJudgeCaller", "ModelsNamed", "models_named", "resolve_judges"]
 
 
 @dataclass(frozen=True)
@@ -63,15 +63,29 @@ class JudgeModels:
         return None if key is None else self.models.get(key)
 
 
-def judge_model_names(tests: Iterable[Test]) -> dict[str | None, str]:
-    """The judge models the tests' `judge` evaluators name (None: the default judge) -> where one is used."""
-    named: dict[str | None, str] = {}
+class ModelsNamed(NamedTuple):
+    """The models the tests' model-graded scorers name (None: the models file's default) -> where one is used."""
+
+    judges: dict[str | None, str]       # `judge` evaluators' judge models
+    embedders: dict[str | None, str]    # `similar` evaluators' embedding models
+
+    def any(self) -> bool:
+        """True when some test has a judge or a `similar`."""
+        return bool(self.judges or self.embedders)
+
+
+def models_named(tests: Iterable[Test]) -> ModelsNamed:
+    """The models the tests' judge and similar scorers name, in one walk over each test's tree."""
+    named = ModelsNamed({}, {})
     for test in tests:
         if test.evaluator is None:
             continue
         for _, node in test.evaluator.walk():
-            if isinstance(node.scorer, JudgeScorer):
-                named.setdefault(node.scorer.spec.model, f"{test.file}:{test.line} ({test.id})")
+            scorer = node.scorer
+            if isinstance(scorer, JudgeScorer):
+                named.judges.setdefault(scorer.spec.model, f"{test.file}:{test.line} ({test.id})")
+            elif isinstance(scorer, SimilarScorer):
+                named.embedders.setdefault(scorer.model, f"{test.file}:{test.line} ({test.id})")
     return named
 
 
@@ -92,12 +106,11 @@ def resolve_judges(tests: Iterable[Test], configs: Mapping[str, ModelConfig], de
     Raises:
         UsageError: a judge names a model the file lacks (or none, with no default), or a completions model.
     """
-    tests = list(tests)
-    named = judge_model_names(tests)
-    models: dict[str, ModelConfig] = resolve_embedders(tests, configs, embedding_default, where)
-    if not named and not models:
+    named = models_named(tests)
+    if not named.any():
         return None
-    for name, site in named.items():
+    models = _embedders(named.embedders, configs, embedding_default, where)
+    for name, site in named.judges.items():
         if name is None and default is None:
             raise UsageError(f"the judge evaluator of {site} names no model and {where} has no default judge; "
                              f"add `model: NAME` to the judge, or `defaults: {{judge: NAME}}` to the models file")
@@ -111,6 +124,31 @@ def resolve_judges(tests: Iterable[Test], configs: Mapping[str, ModelConfig], de
                              f"(`api: chat`, `anthropic` or `gemini`: its prompt is a chat message)")
         models[key] = configs[key]
     return JudgeModels(models=models, default=default, embedding_default=embedding_default)
+
+
+def _embedders(named: Mapping[str | None, str], configs: Mapping[str, ModelConfig], default: str | None,
+               where: str) -> dict[str, ModelConfig]:
+    """The embedding models `similar` evaluators name, checked against the models file.
+
+    Raises:
+        UsageError: a `similar` names a model the file lacks, or none while the file has no `defaults.embedding`.
+    """
+    models: dict[str, ModelConfig] = {}
+    for name, site in named.items():
+        key = name if name is not None else default
+        if key is None:
+            raise UsageError(f"the similar evaluator of {site} names no model and {where} has no default "
+                             f"embedding model; add `model: NAME` to it, or `defaults: {{embedding: NAME}}` to the "
+                             f"models file")
+        if key not in configs:
+            raise UsageError(f"the similar evaluator of {site} names model {key!r}, which is not in {where}; "
+                             f"add it under `models:` there, or name one of: {', '.join(sorted(configs))}")
+        if provider(configs[key].api).embeddings is None:
+            raise UsageError(f"the similar evaluator of {site} names model {key!r}, which uses the "
+                             f"{configs[key].api} API: it has no embeddings method; name a model with `api: chat` "
+                             f"(an /embeddings endpoint) or `api: gemini` instead")
+        models[key] = configs[key]
+    return models
 
 
 def request_body(model: ModelConfig, messages: list[dict[str, Any]], schema: Mapping[str, Any],

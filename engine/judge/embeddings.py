@@ -1,4 +1,4 @@
-"""Embedding calls for `similar` evaluators: the request, the reply's shape, the cache key, the model names.
+"""Embedding calls for `similar` evaluators: the request, the reply's shape, the cache key.
 
     similar scorer ──awaits──► ModelJudgeCaller.embed ──► JudgeCache.get_vector, per text (hit: no call)
                                                      └──► the misses in one POST to the model's embeddings
@@ -15,7 +15,7 @@ so a reference embedded for one answering model is not paid again for the next.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from engine.client import retry
@@ -25,56 +25,16 @@ from engine.client.providers.openai_chat import EMBEDDINGS as OPENAI_EMBEDDINGS
 from engine.client.response import CallResult, apply_usage
 from engine.client.tool_calls import loads
 from engine.errors import UsageError
-from engine.evaluators.similar import SimilarScorer
 from engine.judge.cache import cache_key
 from engine.model.model_config import ModelConfig
-from engine.model.test import Test
 from engine.redact import Redactor
 
-__all__ = ["VectorReader", "embedding_model_names", "embeddings_path", "embeddings_url", "request_body",
-           "resolve_embedders", "text_key"]
-
-
-def embedding_model_names(tests: Iterable[Test]) -> dict[str | None, str]:
-    """The models the tests' `similar` evaluators name (None: the default) -> where one is used."""
-    named: dict[str | None, str] = {}
-    for test in tests:
-        if test.evaluator is None:
-            continue
-        for _, node in test.evaluator.walk():
-            if isinstance(node.scorer, SimilarScorer):
-                named.setdefault(node.scorer.model, f"{test.file}:{test.line} ({test.id})")
-    return named
-
-
-def resolve_embedders(tests: Iterable[Test], configs: Mapping[str, ModelConfig], default: str | None,
-                      where: str) -> dict[str, ModelConfig]:
-    """The embedding models the tests name, checked against the models file (before any call is paid).
-
-    Raises:
-        UsageError: a `similar` names a model the file lacks, or none while the file has no `defaults.embedding`.
-    """
-    models: dict[str, ModelConfig] = {}
-    for name, site in embedding_model_names(tests).items():
-        key = name if name is not None else default
-        if key is None:
-            raise UsageError(f"the similar evaluator of {site} names no model and {where} has no default "
-                             f"embedding model; add `model: NAME` to it, or `defaults: {{embedding: NAME}}` to the "
-                             f"models file")
-        if key not in configs:
-            raise UsageError(f"the similar evaluator of {site} names model {key!r}, which is not in {where}; "
-                             f"add it under `models:` there, or name one of: {', '.join(sorted(configs))}")
-        if provider(configs[key].api).embeddings is None:
-            raise UsageError(f"the similar evaluator of {site} names model {key!r}, which uses the "
-                             f"{configs[key].api} API: it has no embeddings method; name a model with `api: chat` "
-                             f"(an /embeddings endpoint) or `api: gemini` instead")
-        models[key] = configs[key]
-    return models
+__all__ = ["VectorReader", "embeddings_path", "embeddings_url", "request_body", "text_key"]
 
 
 def _method(model: ModelConfig) -> Embeddings:
     method = provider(model.api).embeddings
-    if method is None:   # resolve_embedders refuses such a model before any call
+    if method is None:   # resolve_judges refuses such a model before any call
         raise UsageError(f"model {model.name!r} uses the {model.api} API, which has no embeddings method")
     return method
 

@@ -18,6 +18,7 @@ from engine.client.response import CallResult
 from engine.client.session import Sessions
 from engine.errors import UsageError
 from engine.judge import embeddings
+from engine.judge.caller import resolve_judges
 from engine.model.model_config import ModelConfig
 from engine.model.test import Test
 from engine.suite import models_schema
@@ -167,7 +168,7 @@ def test_similar_on_an_anthropic_model_is_refused_before_any_call() -> None:
     test = make_test(eval={"similar": {"reference": "a cat", "model": "claude"}})
     claude = ModelConfig(name="claude", model="c", base_url="http://127.0.0.1:1/v1", api="anthropic")
     with pytest.raises(UsageError, match="anthropic API: it has no embeddings method"):
-        embeddings.resolve_embedders([test], {"claude": claude}, None, "models.yaml")
+        resolve_judges([test], {"claude": claude}, None, "models.yaml")
 
 
 def test_json_schema_mapped_onto_geminis_subset() -> None:
