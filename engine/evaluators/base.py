@@ -31,6 +31,7 @@ from typing import Any
 
 from engine.base.words import short
 from engine.errors import EvaluatorConfigError
+from engine.evaluators.judge_prompt import JudgePrompt
 from engine.model.scoring import Scorer
 from engine.model.verdict import Verdict
 
@@ -38,8 +39,10 @@ __all__ = [
     "COMMON_KEYS",
     "COMMON_OPTIONS",
     "INLINE_CHARS",
+    "NO_OPTIONS",
     "REGEX_FLAGS",
     "CheckSite",
+    "CompileOptions",
     "Kind",
     "check_regex",
     "error",
@@ -80,6 +83,20 @@ Build = Callable[[Any, Mapping[str, Any]], Scorer]
 
 
 @dataclass(frozen=True, slots=True)
+class CompileOptions:
+    """What a suite sets for every evaluator it compiles, beside their specs.
+
+    Args:
+        judge_prompt: The suite's `judge_prompt:` for its judges, or None for the shipped prompt.
+    """
+
+    judge_prompt: JudgePrompt | None = None
+
+
+NO_OPTIONS = CompileOptions()
+
+
+@dataclass(frozen=True, slots=True)
 class CheckSite:
     """Where a load-time check reports: problems go to FILE:LINE:COL of a path under the node.
 
@@ -113,6 +130,8 @@ class Kind:
             scores inline, with no process between (see the module docstring).
         child: The value is one evaluator (`final_answer`): compile_spec compiles it with the test's
             variables and `build` receives the compiled child Node instead of the rendered value.
+        build_in_suite: For a kind whose scorer depends on what the suite sets (the judge, on its judge
+            prompt): the builder to use under the suite's CompileOptions; `build` is the one under none.
     """
 
     description: str
@@ -124,6 +143,7 @@ class Kind:
     blocking: bool = False
     child: bool = False
     bounded: bool = False
+    build_in_suite: Callable[[CompileOptions], Build] | None = None
 
 
 def verdict(score: float, reason: str, kind: str = "", **details: Any) -> Verdict:

@@ -36,9 +36,9 @@ from typing import Any
 
 from engine.base.render import is_template, render
 from engine.errors import EvaluatorConfigError
-from engine.evaluators.base import CheckSite, Kind
+from engine.evaluators.base import Build, CheckSite, CompileOptions, Kind
 from engine.evaluators.judge_examples import read_calibration
-from engine.evaluators.judge_prompt import PROMPT_KEY, JudgePrompt
+from engine.evaluators.judge_prompt import JudgePrompt
 from engine.model.answer import Answer
 from engine.model.scoring import JudgeCaller, JudgeReply, ScoringContext
 from engine.model.verdict import Verdict
@@ -224,7 +224,7 @@ def question_of(test: Any) -> str:
     return str(test.prompt)
 
 
-def _build(value: Any, options: Mapping[str, Any]) -> JudgeScorer:
+def _build(value: Any, options: Mapping[str, Any], prompt: JudgePrompt | None = None) -> JudgeScorer:
     if isinstance(value, str):
         value = {"rubric": value}
     if not isinstance(value, Mapping) or not isinstance(value.get("rubric"), str) or not value["rubric"].strip():
@@ -251,8 +251,7 @@ def _build(value: Any, options: Mapping[str, Any]) -> JudgeScorer:
                                    kind=KIND, option="min_agreement")
     schema = scale.json_schema()
     scale_text = scale.text()
-    override = value.get(PROMPT_KEY)
-    template = override if isinstance(override, JudgePrompt) else JudgePrompt(user=JUDGE_PROMPT)
+    template = prompt if prompt is not None else JudgePrompt(user=JUDGE_PROMPT)
 
     async def grade(answer_text: str, question: str, reference: str | None, caller: JudgeCaller) -> Verdict:
         variables = {"rubric": rubric, "prompt": question, "answer": answer_text,
@@ -400,6 +399,12 @@ _LABELS = {"type": "array", "minItems": 1, "items": {
                    "score": {"type": "number", "minimum": 0, "maximum": 1,
                              "description": "The score (0..1) that grade maps to."}}}}
 
+
+def _build_in_suite(suite: CompileOptions) -> Build:
+    """The builder under a suite's options: its judges grade with its `judge_prompt:`."""
+    return lambda value, options: _build(value, options, suite.judge_prompt)
+
+
 JUDGE = Kind(
     description="A model grades the answer against a rubric (see docs/evaluators.md for the exact judge prompt).",
     value={"oneOf": [
@@ -430,4 +435,5 @@ JUDGE = Kind(
                          "scale": "pass_fail", "reference": "{{ golden }}"}},),
     build=_build,
     check=_check,
+    build_in_suite=_build_in_suite,
 )

@@ -17,8 +17,9 @@ shows the answer as one JSON string, as the shipped prompt does, so an answer ca
 A file is YAML with `user` (and optionally `system`), or any other text file used as the user template. The
 re-ask after an unreadable reply stays the shipped one (it must name the JSON shape the parser reads).
 
-The loader hands the parsed `JudgePrompt` to each judge spec of the suite (`with_judge_prompt`) as an object,
-not text, so the test's variables never render it: it is rendered per answer, like the shipped prompt.
+The loader compiles the suite's evaluators with the parsed `JudgePrompt` as a compile option
+(engine.evaluators.base.CompileOptions), never inside a spec, so the test's variables never render it: it is
+rendered per answer, like the shipped prompt.
 """
 
 from __future__ import annotations
@@ -31,10 +32,8 @@ from typing import Any
 from engine.base.render import TemplateSyntaxError, undeclared_variables
 from engine.base.yaml import FileKind, load_yaml_text
 
-__all__ = ["PROMPT_KEY", "VARIABLES", "JudgePrompt", "parse_judge_prompt", "with_judge_prompt"]
+__all__ = ["VARIABLES", "JudgePrompt", "parse_judge_prompt"]
 
-#: The key the loader adds to each judge spec (never written by an author: the schema does not allow it).
-PROMPT_KEY = "__judge_prompt__"
 VARIABLES = frozenset({"rubric", "prompt", "answer", "reference", "scale_text"})
 
 
@@ -86,25 +85,3 @@ def parse_judge_prompt(value: Any, suite_dir: Path) -> JudgePrompt | str:
     if "answer" not in undeclared_variables(value["user"]):
         return f"{where}: the user template never shows the answer; add {{{{ answer }}}}"
     return JudgePrompt(user=value["user"], system=system)
-
-
-def with_judge_prompt(spec: Any, prompt: JudgePrompt | None) -> Any:
-    """`spec` with `prompt` handed to every `judge` inside it (a judge's string form becomes {rubric: ...})."""
-    if prompt is None:
-        return spec
-    if isinstance(spec, list):
-        return [with_judge_prompt(item, prompt) for item in spec]
-    if not isinstance(spec, Mapping):
-        return spec
-    out = dict(spec)
-    for key, item in spec.items():
-        if key == "judge":
-            judge = {"rubric": item} if isinstance(item, str) else item
-            out[key] = {**judge, PROMPT_KEY: prompt} if isinstance(judge, Mapping) else item
-        elif key in _HOLDS_EVALUATORS:
-            out[key] = with_judge_prompt(item, prompt)
-    return out
-
-
-#: The keys whose value is evaluators (compositions and `final_answer`): the only places a judge can be.
-_HOLDS_EVALUATORS = frozenset({"all", "any", "not", "final_answer"})

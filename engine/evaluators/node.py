@@ -19,7 +19,7 @@ from typing import Any
 from engine.base.render import TemplateSyntaxError, UndefinedError, is_template, render_value
 from engine.base.words import did_you_mean, short
 from engine.errors import EvaluatorConfigError
-from engine.evaluators.base import COMMON_KEYS, Kind
+from engine.evaluators.base import COMMON_KEYS, NO_OPTIONS, CompileOptions, Kind
 from engine.evaluators.registry import COMPOSITIONS, KINDS
 from engine.model.tree import DEFAULT_MEMORY_MB, DEFAULT_TIMEOUT_S, Node
 
@@ -92,13 +92,14 @@ def common_options(spec: Mapping[str, Any],
     return weight, threshold, None if name is None else str(name), must, timeout, memory
 
 
-def compile_spec(spec: Any, variables: Mapping[str, Any] | None = None) -> Node:
+def compile_spec(spec: Any, variables: Mapping[str, Any] | None = None, suite: CompileOptions = NO_OPTIONS) -> Node:
     """Compile an evaluator spec (as written, `use` already inlined) into a Node tree. Never raises.
 
     Args:
         spec: A one-key mapping plus common options.
         variables: The test's template variables (`golden` included); templates anywhere in the spec are
             rendered with them now, once.
+        suite: What the test's suite sets for all its evaluators (its judge prompt).
 
     Returns:
         The tree; a node that cannot score carries its `problem`.
@@ -126,13 +127,14 @@ def compile_spec(spec: Any, variables: Mapping[str, Any] | None = None) -> Node:
                 more = "more time" if key == "timeout_s" else "more memory"
                 return Node(kind=kind, problem=f"`{key}` goes on a check, not on `{kind}`: write it beside each "
                                                f"check that needs {more}", **common)
-        return _composite(kind, spec, values, common)
+        return _composite(kind, spec, values, common, suite)
     common["timeout_s"] = timeout
     common["memory_mb"] = memory
-    return _leaf(kind, entry, spec, values, common)
+    return _leaf(kind, entry, spec, values, common, suite)
 
 
-def _composite(kind: str, spec: Mapping[str, Any], variables: Mapping[str, Any], common: dict[str, Any]) -> Node:
+def _composite(kind: str, spec: Mapping[str, Any], variables: Mapping[str, Any], common: dict[str, Any],
+               suite: CompileOptions) -> Node:
     if kind == "use":
         # The loader replaces `use: NAME` by the named evaluator; reaching here means it did not.
         return Node(kind="use", problem=f"named evaluator {short(spec['use'])} was not resolved; define it under "
@@ -140,19 +142,20 @@ def _composite(kind: str, spec: Mapping[str, Any], variables: Mapping[str, Any],
     items = [spec[kind]] if kind == "not" else spec[kind]
     if not isinstance(items, (list, tuple)) or not items:
         return Node(kind=kind, problem=f"`{kind}` takes a non-empty list of evaluators, got {short(items)}", **common)
-    children = tuple(compile_spec(item, variables) for item in items)
+    children = tuple(compile_spec(item, variables, suite) for item in items)
     return Node(kind=kind, children=children, is_async=any(c.is_async for c in children),
                 blocking=any(c.blocking for c in children), bounded=all(c.bounded for c in children), **common)
 
 
 def _leaf(kind: str, entry: Kind, spec: Mapping[str, Any], variables: Mapping[str, Any],
-          common: dict[str, Any]) -> Node:
+          common: dict[str, Any], suite: CompileOptions) -> Node:
     assert entry.build is not None  # every non-composition entry has a builder (test_registry checks it)
+    build = entry.build if entry.build_in_suite is None else entry.build_in_suite(suite)
     try:
         # A child evaluator is compiled (its templates rendered once, here); never rendered twice.
-        value = compile_spec(spec[kind], variables) if entry.child else render_value(spec[kind], variables)
+        value = compile_spec(spec[kind], variables, suite) if entry.child else render_value(spec[kind], variables)
         options = {k: render_value(v, variables) for k, v in spec.items() if k != kind and k not in COMMON_KEYS}
-        scorer = entry.build(value, options)
+        scorer = build(value, options)
     except EvaluatorConfigError as exc:
         return Node(kind=kind, problem=str(exc), **common)
     except (UndefinedError, TemplateSyntaxError) as exc:

@@ -13,7 +13,8 @@ from typing import Any
 
 from engine.base.render import render, render_value
 from engine.evaluators import compile_spec
-from engine.evaluators.judge_prompt import JudgePrompt, parse_judge_prompt, with_judge_prompt
+from engine.evaluators.base import CompileOptions
+from engine.evaluators.judge_prompt import JudgePrompt, parse_judge_prompt
 from engine.evaluators.node import has_template
 from engine.evaluators.trajectory import conversation_kinds_in
 from engine.model.agent import AgentSettings, GoldenTurn
@@ -28,7 +29,7 @@ from engine.suite.cases_from import open_cases
 from engine.suite.checks import EvaluatorResolver, Report, check_golden_shape
 from engine.suite.content_parts import content_text, render_parts
 from engine.suite.conversation import api_name_problems, api_names, check_conversation, sent_turn, tool_choice
-from engine.suite.hashing import TestHasher, chat_json
+from engine.suite.hashing import TestHasher, chat_json, judged_spec
 from engine.suite.mcp import compile_mcp, merge_servers
 from engine.suite.suite_tools import SuiteTools
 from engine.suite.variable_checks import VariableChecks
@@ -80,12 +81,12 @@ class RowEvaluator:
     """Compiles one case row's evaluator from its test's spec (a spec with templates) and the row's variables:
     the loader's compile, run again when a test is read back from its `TestStore`."""
 
-    judge_prompt: JudgePrompt | None
+    suite: CompileOptions
 
     def __call__(self, spec: Any, variables: Mapping[str, Any]) -> Node:
         # What the evaluator's templates see: `golden` always there (None without one); only read.
         seen = variables if "golden" in variables else {**variables, "golden": None}
-        return compile_spec(with_judge_prompt(spec, self.judge_prompt), seen)
+        return compile_spec(spec, seen, self.suite)
 
 
 class Expander(SuiteTools):
@@ -104,7 +105,8 @@ class Expander(SuiteTools):
         self.agent_tools: dict[str, Tool] = {}
         self._api_names: dict[str, str] = {}   # tool key -> the name the API sees (tools with a `name:`)
         self.judge_prompt = self._judge_prompt(data.get("judge_prompt"))
-        self.row_evaluator = RowEvaluator(self.judge_prompt)
+        self.compile_options = CompileOptions(judge_prompt=self.judge_prompt)   # what every evaluator compiles with
+        self.row_evaluator = RowEvaluator(self.compile_options)
         self._suite_dir_text = str(suite_dir)
         self._offered_tools: dict[tuple[str, ...], tuple[tuple[dict[str, Any], ...], str]] = {}
         self._suite_tags: tuple[str, ...] | None = None   # the suite's and the defaults' tags, for tests without
@@ -261,7 +263,7 @@ class Expander(SuiteTools):
                 names: dict[str, str] | None = None) -> TestHasher:
         """The test's hasher: what its rows share, encoded once."""
         # a suite's judge_prompt changes how its judges score: it is in the hash (only of tests with a judge)
-        return TestHasher(tools=tools, eval_spec=with_judge_prompt(spec, self.judge_prompt), max_tokens=max_tokens,
+        return TestHasher(tools=tools, eval_spec=judged_spec(spec, self.judge_prompt), max_tokens=max_tokens,
                           temperature=temperature, threshold=threshold,
                           agent=agent[2] if agent is not None else None,
                           returns={t["function"]["name"]: self.tools[t["function"]["name"]].get("returns")
@@ -365,7 +367,7 @@ class Expander(SuiteTools):
 
     def _compile(self, spec: Any, eval_path: tuple[Any, ...], variables: Mapping[str, Any]) -> Node | None:
         """The compiled tree of a spec shared by a test's rows; None when it has problems (reported)."""
-        return self._checked(compile_spec(with_judge_prompt(spec, self.judge_prompt), variables), eval_path)
+        return self._checked(compile_spec(spec, variables, self.compile_options), eval_path)
 
     def _checked(self, node: Node, eval_path: tuple[Any, ...], where: str = "") -> Node | None:
         """`node`, or None when it has problems: each node's problem (a bad option, a failed template) becomes an

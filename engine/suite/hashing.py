@@ -12,8 +12,10 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from engine.base.jsontext import dumps_canonical
+from engine.evaluators.judge_prompt import JudgePrompt
+from engine.evaluators.registry import COMPOSITIONS, KINDS
 
-__all__ = ["TestHasher", "canonical_json", "chat_json", "test_hash"]
+__all__ = ["TestHasher", "canonical_json", "chat_json", "judged_spec", "test_hash"]
 
 # The one encoder of canonical JSON (engine/base/jsontext.py; `json.dumps` with these options,
 # tests/base/test_jsontext.py): hashes key resume and the caches, so its text never changes.
@@ -23,6 +25,32 @@ _ENCODE: Callable[[Any], str] = dumps_canonical
 def canonical_json(value: Any) -> str:
     """JSON with sorted keys and no spaces: equal values give equal text."""
     return _ENCODE(value)
+
+
+def judged_spec(spec: Any, prompt: JudgePrompt | None) -> Any:
+    """The evaluator spec as a test's hash reads it: a suite's `judge_prompt:` beside each judge in it (a judge's
+    string form as {rubric: ...}), so a test with a judge changes hash with the prompt and one without keeps its.
+
+    This text is what stored runs were hashed with (tests/suite/test_hash_pins.py); the judges themselves get the
+    prompt as a compile option (engine.evaluators.base.CompileOptions), never from here.
+    """
+    if prompt is None:
+        return spec
+    if isinstance(spec, list):
+        return [judged_spec(item, prompt) for item in spec]
+    if not isinstance(spec, Mapping):
+        return spec
+    out = dict(spec)
+    for key, item in spec.items():
+        if key == "judge":
+            judge = {"rubric": item} if isinstance(item, str) else item
+            out[key] = {**judge, _JUDGE_PROMPT_KEY: prompt} if isinstance(judge, Mapping) else item
+        elif key in COMPOSITIONS or (key in KINDS and KINDS[key].child):   # where the registry nests evaluators
+            out[key] = judged_spec(item, prompt)
+    return out
+
+
+_JUDGE_PROMPT_KEY = "__judge_prompt__"   # the prompt's key in a judge of the hashed text
 
 
 def test_hash(*, messages: Sequence[Mapping[str, Any]], prompt: str, tools: Sequence[Mapping[str, Any]],
