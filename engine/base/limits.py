@@ -18,6 +18,7 @@ MAX_RETRIES = 100
 MAX_TIMEOUT_S = 86_400.0
 MAX_RESPONSE_MB = 4096.0
 DEFAULT_RESPONSE_MB = 32.0
+MAX_BATCH_SIZE = 50_000         # requests in one batch: the most OpenAI's Batch API takes (Anthropic's 100,000)
 
 #: Suite files over this size are refused unless the setting below raises the limit: a suite's values, with the
 #: position of each, are held while the file is checked (from ~5x the file's size for long prompts to ~90x for

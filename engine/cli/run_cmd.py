@@ -52,7 +52,12 @@ def run_command(
     resume: Path | None = typer.Option(None, "--resume", help="Continue this run folder (or a symlink to one, "
                                        "such as results/latest): skip finished rows."),
     retry_errors: bool = typer.Option(False, "--retry-errors", help="With --resume: re-run only error rows."),
-    max_cost: float | None = typer.Option(None, "--max-cost", min=0, help="Stop dispatch past this priced spend."),
+    max_cost: float | None = typer.Option(None, "--max-cost", "--budget", min=0,
+                                          help="Stop dispatch past this priced spend (a batch counts its "
+                                               "estimated cost when it is sent)."),
+    batch: bool = typer.Option(False, "--batch", help="Send single-turn calls through each provider's batch API "
+                               "(half the price, answered within 24 h; agent tests and judges stay live); "
+                               "--resume collects the batches sent (docs/running.md, Batch runs)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress output."),
     no_stream: bool = typer.Option(False, "--no-stream", help="Ask for whole JSON responses instead of SSE."),
     max_retries: int | None = typer.Option(None, "--max-retries", min=0, max=MAX_RETRIES,
@@ -93,7 +98,7 @@ def run_command(
         seed=seed, temperature=temperature, max_tokens=max_tokens, filters=list(filters),
         filter_file=None if filter_file is None else str(filter_file),
         stream=None if not no_stream else False, max_retries=max_retries, max_cost=max_cost,
-        max_response_mb=max_response_mb, run_id=run_id, shard=shard, cache=cache)
+        max_response_mb=max_response_mb, run_id=run_id, shard=shard, cache=cache, batch=batch or None)
     decide = None
     if until_decided is not None:
         from engine.errors import UsageError
@@ -107,6 +112,10 @@ def run_command(
         if ray is not None:
             typer.echo("error: --until-decided with --ray: the decision needs both models' rows in one process; "
                        "drop --ray", err=True)
+            raise typer.Exit(2)
+        if batch:
+            typer.echo("error: --until-decided with --batch: the decision reads each answer as it comes, and a "
+                       "batch's answers come within a day; drop one of them", err=True)
             raise typer.Exit(2)
     if ray is not None and not dry_run:   # docs/scale.md
         from engine.run.ray_dispatch import run_on_ray

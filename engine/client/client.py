@@ -17,19 +17,20 @@ import contextlib
 import dataclasses
 import functools
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from urllib.parse import quote
 
 from engine.base.jsontext import dumps_compact
 from engine.client import ratelimit, retry, transport
 from engine.client.providers import method_url, provider
+from engine.client.providers.batch import Batch, BatchAPI, BatchTarget
 from engine.client.replicas import Replica, ReplicaSet
 from engine.client.request import PreparedRequest
-from engine.client.response import CallResult, tool_call
+from engine.client.response import CallResult, split_think, tool_call
 from engine.client.response_cache import ResponseCache, cache_key, keyed_url
 from engine.client.session import Sessions, proxy_secrets
-from engine.client.transport import Failed, Limits
+from engine.client.transport import BatchTransport, Failed, Limits
 from engine.client.window import Dispatch, Outcome, Unlimited, unless_stopped
 from engine.errors import CallStopped, ClientError
 from engine.model.model_config import ModelConfig
@@ -111,7 +112,8 @@ class ModelClient:
         return found
 
     async def call(self, model: ModelConfig, request: PreparedRequest, *, cache_as: int | None = None,
-                   dispatch: Dispatch | None = None, stoppable: bool = True) -> CallResult:
+                   dispatch: Dispatch | None = None, stoppable: bool = True,
+                   via: Callable[[PreparedRequest], Awaitable[CallResult]] | None = None) -> CallResult:
         """Send one request, retrying as `retry.py` decides; each try is bounded by `timeout_s`.
 
         Args:
@@ -122,6 +124,8 @@ class ModelClient:
             dispatch: The slots each try waits for (`engine.client.window`); None: none.
             stoppable: Whether a stop of the run ends the call while it waits to be sent (False: a conversation's
                 later turns, never cut mid-way).
+            via: What answers the call in place of its tries: a batch model's batcher (`engine.run.batches`),
+                whose answers `read_whole` reads; the response cache and the tools' names work as for a live call.
 
         Returns:
             The result; `error` is set when the call failed for good; `cached` when the cache answered.
@@ -129,15 +133,54 @@ class ModelClient:
         Raises:
             CallStopped: The run stopped before the call was sent (or between its tries).
         """
+        answer = via or functools.partial(self._attempts, model, dispatch=dispatch or _UNLIMITED, stoppable=stoppable)
         if cache_as is None or self._cache is None:
-            return _tool_keys(await self._attempts(model, request, dispatch or _UNLIMITED, stoppable), request)
+            return _tool_keys(await answer(request), request)
         key = cache_key(keyed_url(model, request.url), request.body, cache_as)
         stored = self._cache.get(key)
         if stored is not None:
             return _tool_keys(stored, request)
-        result = await self._attempts(model, request, dispatch or _UNLIMITED, stoppable)
+        result = await answer(request)
         self._cache.put(key, request.url, model.model, result)   # successes only (`response_cache.storable`)
         return _tool_keys(result, request)
+
+    def batch_api(self, model: ModelConfig) -> tuple[Batch, BatchAPI]:
+        """The model's provider's batch method, and its batch API at the model's endpoint with the key where the
+        live calls send it and the same masking.
+
+        Raises:
+            ValueError: The model's API has no batch method.
+        """
+        wire = provider(model.api).batch
+        if wire is None:
+            raise ValueError(f"api {model.api!r} has no batch method")
+        live = self._wire(model)
+        base_url, headers = model.base_url or "", live.headers
+        if model.api_key_header or model.api_key_query:
+            base_url, headers = self._key_elsewhere(model, base_url, headers)
+        target = BatchTarget(base_url, model, headers, live.redact)
+        return wire, wire.open(BatchTransport(self._sessions, model), target)
+
+    def read_whole(self, model: ModelConfig, request: PreparedRequest, body: bytes) -> CallResult:
+        """A whole reply's body that came another way (a batch's answer) read as a live call's is: its size
+        capped, the provider's reader, a leading `<think>` block moved to reasoning, a cut reply marked, secrets
+        masked; a reply that cannot be read is the result's error."""
+        result = CallResult()
+        wire = self._wire(model)
+        try:
+            if len(body) > wire.limits.max_bytes:
+                raise retry.too_large(wire.limits.max_bytes)
+            (request.reader or provider(request.api).parse)(body, result, wire.redact)
+        except ClientError as exc:
+            result.error = exc
+        except (ValueError, TypeError, AttributeError, KeyError, IndexError, RecursionError, OverflowError) as exc:
+            # as a live reply: the shape checks leave nothing to reach here; if one does, it is one bad row
+            result.error = retry.bad_response(f"reading the reply failed: {type(exc).__name__}: {str(exc)[:200]}")
+        split_think(result)
+        if result.finish_reason == "length":
+            result.truncated = True
+        _mask_result(result, wire.redact)
+        return result
 
     async def _attempts(self, model: ModelConfig, request: PreparedRequest, dispatch: Dispatch,
                         stoppable: bool) -> CallResult:

@@ -1,4 +1,4 @@
-"""One named model from models.yaml, its declared rate limits, and what its calls cost."""
+"""One named model from models.yaml, its declared rate limits and batch settings, and what its calls cost."""
 
 from __future__ import annotations
 
@@ -25,6 +25,20 @@ class RateLimit:
 #: The batch APIs' discount on both token prices when a model's `price:` names no batch price: what OpenAI's Batch
 #: API, Anthropic's Message Batches and Gemini's batch mode each publish (half the price).
 DEFAULT_BATCH_DISCOUNT = 0.5
+
+
+@dataclass(frozen=True)
+class BatchSettings:
+    """How a model's single-turn calls are gathered into its provider's batches (`batch:` in models.yaml).
+
+    Args:
+        size: The most requests one batch holds; a batch is sent once it is full.
+        max_wait_s: The longest the first request of a batch that is not full waits for others before the batch
+            is sent as it is.
+    """
+
+    size: int = 1000
+    max_wait_s: float = 60.0
 
 
 @dataclass(frozen=True)
@@ -71,10 +85,14 @@ class ModelConfig:
             code instead, engine.local.cache_identity). None: the URL.
         mcp: MCP servers whose tools this model's agent tests are offered besides the suite's (`mcp:` in its
             entry of models.yaml), or ().
+        batch: `batch:` in models.yaml: its `BatchSettings` (`batch: true` is the defaults), False for `batch:
+            false` (live even under `engine run --batch`), None when the entry says nothing (live unless `--batch`).
+            The run resolves it (`batch_settings`).
         price_batch_in: Price per 1M input tokens of a batched call, or None: `price_in` less `batch_discount`.
         price_batch_out: Price per 1M output tokens of a batched call, or None: `price_out` less `batch_discount`.
         batch_discount: The share of every price a batched call saves when no batch price is given (0.5: half);
-            None: `DEFAULT_BATCH_DISCOUNT`, the providers' published one.
+            None: the provider's published discount (the run sets it from the provider's batch entry), else
+            `DEFAULT_BATCH_DISCOUNT`.
     """
 
     name: str
@@ -103,6 +121,7 @@ class ModelConfig:
     rate_limit_deadline_s: float = 600.0
     cache_identity: str | None = None
     mcp: tuple[McpServerSpec, ...] = field(default=(), compare=False, repr=False)
+    batch: BatchSettings | bool | None = None
     price_batch_in: float | None = None
     price_batch_out: float | None = None
     batch_discount: float | None = None
@@ -130,6 +149,16 @@ DEFAULT_CEILING = 1024
 def ceiling_of(model: ModelConfig) -> int:
     """The most calls in flight to `model`: its `concurrency`, else `DEFAULT_CEILING`."""
     return model.concurrency if model.concurrency is not None else DEFAULT_CEILING
+
+
+def batch_settings(model: ModelConfig, run_batch: bool) -> BatchSettings | None:
+    """How `model`'s single-turn calls are batched in a run, or None when they go live: its entry's `batch:`, else
+    the defaults when the run was started with `--batch`; `batch: false` keeps it live either way."""
+    if isinstance(model.batch, BatchSettings):
+        return model.batch
+    if model.batch is None and run_batch:
+        return BatchSettings()
+    return None
 
 
 def cost_of(model: ModelConfig, prompt_tokens: int | None, completion_tokens: int | None,

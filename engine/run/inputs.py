@@ -14,8 +14,9 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from engine.client.providers import provider
 from engine.errors import EngineError, UsageError
-from engine.model.model_config import ModelConfig
+from engine.model.model_config import BatchSettings, ModelConfig, batch_settings
 from engine.model.test import Suite, Test
 from engine.redact import looks_like_key
 
@@ -86,7 +87,33 @@ def load_models(invocation: Invocation) -> tuple[list[ModelConfig], dict[str, Mo
         chosen = [dataclasses.replace(m, max_response_mb=invocation.max_response_mb) for m in chosen]
     if not chosen:
         raise UsageError("no models to run: add some to the models file")
-    return chosen, configs, defaults
+    return _batched(chosen, bool(invocation.batch)), configs, defaults
+
+
+def _batched(models: list[ModelConfig], run_batch: bool) -> list[ModelConfig]:
+    """The run's models with `batch` resolved (`BatchSettings` for a batched model, None for a live one), with a
+    note for each model `--batch` leaves live: an embedded model (it runs here, free) or an API without a batch
+    method. A live model is run, not refused: `--batch` asks for the batch price where there is one, and a run
+    comparing a hosted model with a local one is the usual case.
+
+    Raises:
+        UsageError: A models file asks `batch:` of a model whose API has none.
+    """
+    out = []
+    for model in models:
+        settings = batch_settings(model, run_batch)
+        if settings is not None and (model.builtin is not None or provider(model.api).batch is None):
+            where = "runs on this machine" if model.builtin is not None else f"speaks `api: {model.api}`"
+            if isinstance(model.batch, BatchSettings):
+                raise UsageError(f"model {model.name!r} {where}, which has no batch API; remove `batch:` from its "
+                                 "entry in the models file")
+            _err(f"note: --batch: {model.name} {where}, which has no batch API: its calls go live")
+            settings = None
+        wire = provider(model.api).batch
+        if settings is not None and model.batch_discount is None and wire is not None:   # the provider's published
+            model = dataclasses.replace(model, batch_discount=1.0 - wire.discount)
+        out.append(dataclasses.replace(model, batch=settings))
+    return out
 
 
 def judges(invocation: Invocation, tests: Sequence[Test], configs: dict[str, ModelConfig],

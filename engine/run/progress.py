@@ -26,6 +26,16 @@ def _paced(stats: RunStats) -> str:
     return f", {stats.rate_limited} paced to the rate limit" if stats.rate_limited else ""
 
 
+def _batches(stats: RunStats) -> str:
+    """The batches of a batch run, when there are any: "batches 3 sent (2 in progress, 1 done) holding 2000 rows,
+    120 rows gathered"."""
+    if not stats.batches_submitted and not stats.batch_rows_gathered:
+        return ""
+    gathered = f", {stats.batch_rows_gathered} rows gathered" if stats.batch_rows_gathered else ""
+    return (f", batches {stats.batches_submitted} sent ({stats.batches_submitted - stats.batches_done} in progress, "
+            f"{stats.batches_done} done) holding {stats.batch_rows_held} rows{gathered}")
+
+
 def rate_of_scored(passed: int, scored: int) -> str:
     """A pass rate that says what it is over: "100.0% of 2 scored" (error rows and rows recorded unscored are not
     scored), or "-" when nothing was."""
@@ -45,8 +55,8 @@ def _line(stats: RunStats) -> str:
     left = stats.total - stats.done
     eta = f"{left / speed:.0f}s" if speed > 0 and left > 0 else "-"
     return (f"{stats.done}/{stats.total} done: {_passed(stats)}, retries {stats.retries} "
-            f"({stats.retrying} waiting{_paced(stats)}), in flight {stats.in_flight}, {_tokens_per_s(stats, elapsed)}, "
-            f"eta {eta}")
+            f"({stats.retrying} waiting{_paced(stats)}), in flight {stats.in_flight}{_batches(stats)}, "
+            f"{_tokens_per_s(stats, elapsed)}, eta {eta}")
 
 
 class Progress:
@@ -90,7 +100,7 @@ class Progress:
             elapsed = max(1e-9, time.monotonic() - stats.started)
             info = (f"{_passed(stats)}  retries {stats.retries} ({stats.retrying} waiting"
                     f"{_paced(stats)})  "
-                    f"in flight {stats.in_flight}  "
+                    f"in flight {stats.in_flight}{_batches(stats)}  "
                     f"{_tokens_per_s(stats, elapsed)}")
             self._bar.update(self._task, completed=stats.done, total=stats.total, info=info)
             return

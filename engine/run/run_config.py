@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,7 +14,12 @@ from typing import Any, NamedTuple
 
 from engine.client.request import RequestSettings
 from engine.client.response_cache import ResponseCache
+from engine.errors import UsageError
 from engine.judge.caller import JudgeModels
+
+#: The environment variable that sets the pause between polls of a batch, `FIRST[,MOST]` seconds (tests and
+#: benchmarks poll their loopback servers often; the default suits a provider's hours).
+POLL_SETTING = "ENGINE_BATCH_POLL_S"
 
 
 @dataclass
@@ -42,6 +47,7 @@ class Invocation:
     run_id: str | None = None
     shard: str | None = None   # "I/N" (engine.run.shards)
     cache: bool | None = None  # --cache / --no-cache; None: deterministic requests only (engine.client.response_cache)
+    batch: bool | None = None  # --batch: single-turn calls through the providers' batch APIs (engine.run.batches)
 
     def over(self, stored: dict[str, Any]) -> Invocation:
         """These settings, with anything not given taken from `stored`."""
@@ -121,6 +127,10 @@ class RunStats(RowCounts):
     spend: float = 0.0
     started: float = field(default_factory=time.monotonic)
     stopped: str | None = None           # None | "interrupted" | "budget" | "storage"
+    batches_submitted: int = 0           # batches sent (or taken over from a stopped run) and waited for
+    batches_done: int = 0                # ...of them, ended and their answers handed out
+    batch_rows_held: int = 0             # calls in the batches still in progress
+    batch_rows_gathered: int = 0         # calls gathered into a batch not sent yet
     by_model: dict[str, ModelStats] = field(default_factory=dict)
 
     def count(self, summaries: list[RowSummary]) -> None:
@@ -159,6 +169,42 @@ class RunStats(RowCounts):
 
 
 @dataclass(frozen=True)
+class PollPlan:
+    """The pause between two polls of a batch: `first_s`, growing by `factor` each poll to at most `most_s`."""
+
+    first_s: float = 10.0
+    most_s: float = 600.0
+    factor: float = 1.5
+
+    @classmethod
+    def from_env(cls) -> PollPlan:
+        """The plan `ENGINE_BATCH_POLL_S` sets (`FIRST,MOST` seconds, or `EVERY` for a pause that stays), else the
+        default.
+
+        Raises:
+            UsageError: The setting is not one or two positive numbers.
+        """
+        text = os.environ.get(POLL_SETTING, "").strip()
+        if not text:
+            return cls()
+        try:
+            values = [float(part) for part in text.split(",")]
+        except ValueError:
+            values = []
+        if not 1 <= len(values) <= 2 or not all(0 < v <= 86_400 for v in values):
+            raise UsageError(f"{POLL_SETTING}={text!r}: give the pause between polls of a batch in seconds, FIRST "
+                             f"or FIRST,MOST (e.g. 10,600), each above 0 and at most 86400")
+        return cls(first_s=values[0], most_s=max(values))
+
+    def pauses(self) -> Iterator[float]:
+        """The pauses, one per poll, without end."""
+        pause = self.first_s
+        while True:
+            yield pause
+            pause = min(self.most_s, pause * self.factor)
+
+
+@dataclass(frozen=True)
 class RunConfig:
     """How to run.
 
@@ -178,6 +224,7 @@ class RunConfig:
         model_slots: model name -> a cap shared beyond this process (`engine.run.ray_dispatch`: one Ray actor
             per model holds the cluster-wide cap), entered around each model call before the global slot; None
             when this process's workers are the only ones calling the model.
+        batch_poll: The pause between polls of a batch (engine.run.batches).
     """
 
     run_id: str
@@ -192,3 +239,4 @@ class RunConfig:
     cache: bool | None = None
     repeat: int | None = None
     model_slots: Callable[[str], AbstractAsyncContextManager[Any] | None] | None = None
+    batch_poll: PollPlan = field(default_factory=PollPlan)

@@ -23,11 +23,17 @@ SIGTERM) cancels those too and kills the scoring processes - a cancelled call wr
 it again, while an answer that had arrived keeps its row, marked not scored (`STOPPED`; `engine rescore` scores
 it). A failed journal or part write (`StorageError`: disk full, I/O error) stops spending at once: dispatch
 ends, calls in flight are cancelled, and `run` raises it; what was committed before stays.
+
+A batch model's single-turn calls go through its `Batcher` (engine/run/batches.py) in place of the live client:
+each worker waits there for its answer, so such a lane gets a worker per call a batch may hold rather than per
+window slot, and everything after the call is the same. The first Ctrl-C stops waiting for the batches sent
+(they stay recorded for `--resume`); the budget lets them finish.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import itertools
 import time
@@ -50,12 +56,13 @@ from engine.judge.cache import JudgeCache, default_path
 from engine.judge.caller import ModelJudgeCaller
 from engine.local.registry import GOLDEN
 from engine.model.answer import Answer
-from engine.model.model_config import ModelConfig, ceiling_of
+from engine.model.model_config import BatchSettings, ModelConfig, ceiling_of
 from engine.model.scoring import Record, ScoringContext
 from engine.model.test import Test
 from engine.model.verdict import Verdict
 from engine.results.committer import Committer
 from engine.results.rows import build_row, record_of, set_verdict
+from engine.run.batches import MOST_WAITING, Batcher
 from engine.run.conversation import golden_reply, run_agent_job
 from engine.run.jobs import Job, attempts
 from engine.run.run_config import ModelStats, RowSummary, RunConfig, RunStats
@@ -64,7 +71,7 @@ from engine.suite.content_parts import ImageUnavailable
 __all__ = ["SPARE_WORKERS", "ModelStats", "RunConfig", "RunStats", "Runner"]
 
 if TYPE_CHECKING:
-    from engine.results.journal import Journal
+    from engine.results.journal import BatchRecord, Journal
     from engine.results.writer import ResultsWriter
     from engine.run.until_decided import DecisionGate
 
@@ -147,6 +154,7 @@ class _Lane:
         self.workers = 0
         self.conversations = False   # its workers hold conversations: a fixed number of them
         self.exhausted = False
+        self.batcher: Batcher | None = None   # its single-turn calls go through the provider's batch API
 
 
 class Runner:
@@ -181,6 +189,7 @@ class Runner:
         self._dispatches: dict[str, _RunDispatch] = {}
         self._lanes: list[_Lane] = []
         self._window_peak = 0   # the most workers one model's window asked for (the gate's lookahead)
+        self._batchers: dict[str, Batcher] = {}
 
     def stop(self, reason: str = "interrupted") -> None:
         """Stop dispatching: calls waiting to be sent end without a row; calls in flight finish and are recorded."""
@@ -191,11 +200,15 @@ class Runner:
                 self._stopping_event.set()
             if self._gate is not None:   # workers waiting at the gate end too
                 self._gate.close()
+        for batcher in self._batchers.values():   # Ctrl-C stops waiting for the batches sent; the budget does not
+            batcher.stop(waiting=reason != "interrupted")
 
     def cancel(self) -> None:
         """Cancel calls in flight too (their rows are not written; resume runs them) and their scoring (an
         answer that had arrived keeps its row, marked not scored)."""
         self.stop()
+        for batcher in self._batchers.values():
+            batcher.stop(waiting=False)
         for task in self._workers:
             task.cancel()
         self._pool.close()
@@ -215,6 +228,7 @@ class Runner:
         if self._stopping:
             self._stopping_event.set()
         self._run_slots = asyncio.Semaphore(self.config.concurrency) if self.config.concurrency else None
+        recorded = self.journal.batches()   # a stopped run's batches, read before the committer writes
         committer = self._committer = Committer(
             self.journal, self.writer, asyncio.get_running_loop(), self._committed, self._write_failed,
             interval_s=self.config.commit_interval_s, rows=self.config.commit_rows)
@@ -228,11 +242,19 @@ class Runner:
                     self._judge = ModelJudgeCaller(self.config.judges, cache, client, dispatch=self._dispatch,
                                                    on_cost=self._spend)
                 for model, jobs in jobs_by_model.values():
+                    # A model with batches recorded by a stopped run collects them even if no longer batched: they
+                    # are paid, and its calls are never sent twice.
+                    settings = model.batch if isinstance(model.batch, BatchSettings) else (
+                        BatchSettings() if any(r.model == model.name for r in recorded) else None)
+                    if settings is not None:
+                        self._batchers[model.name] = self._batcher(client, model, settings, committer, recorded)
                     self._start(client, model, jobs)
                 try:
                     while pending := [task for task in self._workers if not task.done()]:
                         await asyncio.wait(pending)   # workers started meanwhile are waited for next
                 finally:
+                    for batcher in self._batchers.values():   # a batch being sent reaches the journal with its id
+                        await batcher.aclose()
                     await self._mcp.aclose()
                     if cache is not None:
                         cache.close()
@@ -249,6 +271,18 @@ class Runner:
         if self._storage_error is not None:
             raise self._storage_error
         return self.stats
+
+    def _batcher(self, client: ModelClient, model: ModelConfig, settings: BatchSettings, committer: Committer,
+                 recorded: list[BatchRecord]) -> Batcher:
+        """The model's batcher, holding the batches a stopped run recorded for it."""
+        wire, api = client.batch_api(model)
+        batcher = Batcher(model, settings, wire, api, functools.partial(client.read_whole, model), committer.write,
+                          self.stats, self._show, on_cost=self._spend, afford=self._affordable,
+                          plan=self.config.batch_poll)
+        if any(record.model == model.name for record in recorded):
+            retried = self.journal.keys(errors_only=True) if self.journal.replace_errors else set()
+            batcher.adopt(recorded, self.journal.keys(), retried)
+        return batcher
 
     def _dispatch(self, model: ModelConfig) -> _RunDispatch:
         """The slots of `model`'s tries (its window, made on first use; judges share it with a model of the same
@@ -272,10 +306,19 @@ class Runner:
         local = model.builtin is not None or is_loopback_url(model.base_url)
         conversations = model.concurrency if model.concurrency is not None else \
             CONVERSATIONS["local" if local else "hosted"]
-        first = list(itertools.islice(jobs, max(1, conversations)))
+        batcher = self._batchers.get(model.name)
+        most = max(MOST_WAITING, model.batch.size) if isinstance(model.batch, BatchSettings) else MOST_WAITING
+        first = list(itertools.islice(jobs, most if batcher is not None else max(1, conversations)))
         lane = _Lane(model, itertools.chain(first, jobs), dispatch)
-        lane.conversations = any(job.test.agent is not None for job in first)
         self._lanes.append(lane)
+        if batcher is not None:   # a worker per call a batch may hold (its agent jobs go live among them)
+            lane.batcher = batcher
+            if len(first) < most:   # every job has its worker: the last batch goes once they have all joined
+                batcher.close_intake()
+            for _ in first:
+                self._add_worker(client, lane)
+            return
+        lane.conversations = any(job.test.agent is not None for job in first)
         if lane.conversations:   # each holds a slot per model call only: as many calls may go as conversations
             dispatch.window.begin_at(len(first))
         # No more workers than jobs: a model with one test starts one.
@@ -294,7 +337,7 @@ class Runner:
         """A model's window grew to `size`: start workers to fill it (unless its jobs ran out)."""
         assert self._client is not None
         for lane in self._lanes:
-            if lane.model.name != name or lane.conversations or lane.exhausted or self._stopping:
+            if lane.model.name != name or lane.conversations or lane.batcher or lane.exhausted or self._stopping:
                 continue
             while lane.workers < self._workers_for(size):
                 self._add_worker(self._client, lane)
@@ -327,7 +370,7 @@ class Runner:
                         return   # stopped before its first call was sent: no row, `--resume` runs it
                     self._record(job, row, spent=True)   # its cost was counted reply by reply
                     continue
-                call = await self._call(client, model, job, dispatch)
+                call = await self._call(client, model, job, dispatch, lane.batcher)
                 if call is None:
                     return   # stopped before it was sent
                 row = build_row(run_id=self.config.run_id, model=model, test=job.test, attempt=job.attempt,
@@ -342,13 +385,19 @@ class Runner:
                 set_verdict(row, scored.verdict, scored.error)
                 self._record(job, row)
             lane.exhausted = True
+            if lane.batcher is not None:   # no call will join the open batch: send it now
+                lane.batcher.close_intake()
         except Exception:
             self._stopping = True   # a bug (a row that cannot be built): no more calls lost the same way
             raise
 
-    async def _call(self, client: ModelClient, model: ModelConfig, job: Job, dispatch: Dispatch) -> _Call | None:
-        """Make the job's call through its slots; None when the run stopped before it was sent."""
+    async def _call(self, client: ModelClient, model: ModelConfig, job: Job, dispatch: Dispatch,
+                    batcher: Batcher | None = None) -> _Call | None:
+        """Make the job's call through its slots, or its model's `batcher`; None when the run stopped before it was
+        sent (or, batched, stopped waiting for it)."""
         settings = self.config.settings
+        if batcher is not None:   # a batch's request is answered whole
+            settings = dataclasses.replace(settings, stream=False)
         try:
             request = prepare(model, job.test, settings, attempt=job.attempt)
         except ImageUnavailable as exc:   # deleted or edited since load: an error row, nothing sent
@@ -359,7 +408,8 @@ class Runner:
             return _Call(request, golden_reply(model, job.test), started_us)
         try:
             result = await client.call(model, request, cache_as=self._cache_as(model, job, request.temperature),
-                                       dispatch=dispatch)
+                                       dispatch=dispatch,
+                                       via=None if batcher is None else functools.partial(batcher.call, job.key))
         except CallStopped:
             return None
         return _Call(request, result, started_us)
@@ -405,6 +455,19 @@ class Runner:
         if self.stats.spend > self.config.max_cost:
             self.stop("budget")
 
+    def _affordable(self, estimates: list[float | None]) -> int:
+        """How many of a batch's requests (their estimated costs, in order) the budget lets go; fewer than all
+        stops dispatch, as passing it does."""
+        if self.config.max_cost is None:
+            return len(estimates)
+        spend = self.stats.spend
+        for index, estimate in enumerate(estimates):
+            spend += estimate or 0.0
+            if spend > self.config.max_cost:
+                self.stop("budget")
+                return index
+        return len(estimates)
+
     def _count_in_flight(self, delta: int) -> None:
         self.stats.in_flight += delta
 
@@ -414,6 +477,11 @@ class Runner:
         if self.on_progress is not None:
             self.stats.retrying = self._client.retrying if self._client is not None else 0
             self.stats.rate_limited = self._client.rate_limited if self._client is not None else 0
+            self.on_progress(self.stats)
+
+    def _show(self) -> None:
+        """Refresh the progress display (a batch was sent or ended)."""
+        if self.on_progress is not None:
             self.on_progress(self.stats)
 
     def _write_failed(self, exc: BaseException) -> None:

@@ -240,6 +240,7 @@ def _execute(invocation: Invocation, run_id: str, run_dir: Path, journal: Any, m
     from engine.results.writer import ResultsWriter
     from engine.run.jobs import count_jobs, iter_jobs, runs_on
     from engine.run.progress import Progress, print_summary
+    from engine.run.run_config import PollPlan
     from engine.run.runner import SPARE_WORKERS, RunConfig, Runner
     from engine.run.shards import Shard, combine
     from engine.suite.stored_tests import keys_of
@@ -277,7 +278,7 @@ def _execute(invocation: Invocation, run_id: str, run_dir: Path, journal: Any, m
             config = RunConfig(run_id=run_id, concurrency=invocation.concurrency,
                                settings=invocation.request_settings(), max_cost=invocation.max_cost, judges=judges,
                                response_cache=responses, cache=invocation.cache, repeat=invocation.repeat,
-                               model_slots=model_slots)
+                               model_slots=model_slots, batch_poll=PollPlan.from_env())
             if until_decided is not None:
                 from engine.run.until_decided import SPEC_KEY, DecisionGate, UntilDecided
 
@@ -334,6 +335,9 @@ def _execute(invocation: Invocation, run_id: str, run_dir: Path, journal: Any, m
         if decision["tests_not_run"]:
             print(f"the {decision['tests_not_run']} test(s) not run are absent from {run_dir}; run them with: "
                   f"engine run --resume {run_dir} --complete")
+    if stats is not None and stats.batches_submitted > stats.batches_done:
+        _err(f"{stats.batches_submitted - stats.batches_done} batch(es) holding {stats.batch_rows_held} rows are "
+             f"still with the provider (sent and paid, not cancelled): engine run --resume {run_dir} collects them")
     if stopped and stopped != "decided":
         _err(f"the run stopped early ({stopped}); continue it with: engine run --resume {run_dir}")
         return 1
@@ -409,7 +413,9 @@ async def _run_with_signals(runner: Any, jobs: Any, total: int, api_keys: dict[s
         nonlocal presses
         presses += 1
         if presses == 1 and sig == signal.SIGINT:
-            _err("\nstopping: no new calls; finishing the calls in flight (press Ctrl-C again to cancel them)")
+            _err("\nstopping: no new calls; finishing the calls in flight (press Ctrl-C again to cancel them)"
+                 + ("; the batches sent stay with the provider, recorded: engine run --resume collects them"
+                    if runner.stats.batches_submitted > runner.stats.batches_done else ""))
             runner.stop("interrupted")
         else:   # SIGTERM ends the run now: sandboxed programs stop at once, committed rows are kept
             from engine.harness.interrupt import interrupt

@@ -16,7 +16,13 @@ from engine.base.yaml import FileKind, load_yaml_file
 from engine.errors import Diagnostic
 from engine.local.registry import entry_defaults, is_scripted
 from engine.model.mcp_server import McpServerSpec
-from engine.model.model_config import DEFAULT_MAX_TOKENS, ModelConfig, RateLimit, max_tokens_floor
+from engine.model.model_config import (
+    DEFAULT_MAX_TOKENS,
+    BatchSettings,
+    ModelConfig,
+    RateLimit,
+    max_tokens_floor,
+)
 from engine.model.test import TestKey
 from engine.redact import looks_like_key, secret_query_names
 from engine.suite.mcp import compile_mcp
@@ -61,6 +67,7 @@ def load_models_file(path: str | Path) -> tuple[dict[str, ModelConfig], dict[str
         return {}, {}, [Diagnostic(name, 1, 1, "a models file must be a mapping with a `models:` key")]
     problems = validate(data, loaded.positions, name, "models") or _pasted_keys(data, loaded.positions, name)
     problems = problems or _no_room(data, loaded.positions, name) or _key_places(data, loaded.positions, name)
+    problems = problems or _unbatchable(data, loaded.positions, name)
     servers: dict[str, tuple[McpServerSpec, ...]] = {}
     if not problems:
         problems = _mcp_servers(data, loaded.positions, name, str(file.parent), servers)
@@ -127,6 +134,18 @@ def _key_places(data: dict[str, Any], positions: Any, file: str) -> list[Diagnos
             out.append(Diagnostic(file, line, col, f"{places[0]} says where the key goes, but there is no "
                                                    "api_key_env naming the environment variable that holds it; "
                                                    "add api_key_env: YOUR_KEY_VARIABLE"))
+    return out
+
+
+def _unbatchable(data: dict[str, Any], positions: Any, file: str) -> list[Diagnostic]:
+    """`batch:` on an embedded model: its server runs on this machine and has no batch API (nor a price to halve)."""
+    out = []
+    for model_name, spec in data["models"].items():
+        if spec.get("builtin") and spec.get("batch") not in (None, False):
+            line, col = positions.of(("models", model_name, "batch"))
+            out.append(Diagnostic(file, line, col, f"batch: the embedded model {spec['builtin']!r} runs on this "
+                                                   "machine and has no batch API (its calls cost nothing); remove "
+                                                   "`batch:` from this entry"))
     return out
 
 
@@ -198,7 +217,23 @@ def _config(name: str, spec: dict[str, Any]) -> ModelConfig:
         base_urls=base_urls,
         rate_limit=_rate_limit(spec.get("rate_limit")),
         rate_limit_deadline_s=float(spec.get("rate_limit_deadline_s", 600.0)),
+        batch=_batch(spec.get("batch")),
+        price_batch_in=_float_or_none(price.get("batch_input")),
+        price_batch_out=_float_or_none(price.get("batch_output")),
+        batch_discount=_float_or_none(price.get("batch_discount")),
     )
+
+
+def _batch(spec: Any) -> BatchSettings | bool | None:
+    """A `batch:` value (the schema has checked its shape): true the defaults, a mapping its settings, false kept
+    (live even under `--batch`), None when absent."""
+    if spec is None or spec is False:
+        return spec
+    if spec is True:
+        return BatchSettings()
+    defaults = BatchSettings()
+    return BatchSettings(size=int(spec.get("size", defaults.size)),
+                         max_wait_s=float(spec.get("max_wait_s", defaults.max_wait_s)))
 
 
 def _rate_limit(spec: Any) -> RateLimit | None:

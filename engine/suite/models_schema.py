@@ -13,6 +13,7 @@ from engine.base.limits import (  # the bounds, shared with the `engine run` opt
     INT32_MAX,
     INT64_MAX,
     INT64_MIN,
+    MAX_BATCH_SIZE,
     MAX_CONCURRENCY,
     MAX_RESPONSE_MB,
     MAX_RETRIES,
@@ -97,9 +98,33 @@ _MODEL = {
                       "cache_read": {"type": "number", "minimum": 0, "description": "Per 1M prompt tokens read "
                                      "from the provider's prompt cache (default: the input price)."},
                       "cache_write": {"type": "number", "minimum": 0, "description": "Per 1M prompt tokens "
-                                      "written to the provider's prompt cache (default: the input price)."}},
+                                      "written to the provider's prompt cache (default: the input price)."},
+                      "batch_input": {"type": "number", "minimum": 0, "description": "Per 1M input tokens of a call "
+                                      "answered through the provider's batch API (default: the input price less "
+                                      "batch_discount)."},
+                      "batch_output": {"type": "number", "minimum": 0, "description": "Per 1M output tokens of a "
+                                       "call answered through the batch API (default: the output price less "
+                                       "batch_discount)."},
+                      "batch_discount": {"type": "number", "minimum": 0, "maximum": 1, "description": "The share "
+                                         "of each price a batched call saves where no batch price is given "
+                                         "(default 0.5: the half OpenAI, Anthropic and Google publish)."}},
                   "examples": [{"input": 0.15, "output": 0.6}, {"input": 3, "output": 15, "cache_read": 0.3,
-                                                                 "cache_write": 3.75}]},
+                                                                 "cache_write": 3.75},
+                               {"input": 2.5, "output": 10, "batch_input": 1.25, "batch_output": 5}]},
+        "batch": {"type": ["boolean", "object"], "title": "batch", "additionalProperties": False,
+                  "minProperties": 1,
+                  "description": "Send this model's single-turn calls through its provider's batch API, at the "
+                                 "batch price, answered within the provider's window (up to 24 hours): true, or "
+                                 "{size, max_wait_s}; false keeps it live even under `engine run --batch`. Agent "
+                                 "tests and judges stay live (docs/running.md, Batch runs).",
+                  "properties": {
+                      "size": {"type": "integer", "minimum": 1, "maximum": MAX_BATCH_SIZE,
+                               "description": "The most requests one batch holds (default 1000); a full batch "
+                                              "is sent at once."},
+                      "max_wait_s": {"type": "number", "exclusiveMinimum": 0, "maximum": 86400,
+                                     "description": "The longest a batch that is not full waits for more "
+                                                    "requests before it is sent (default 60)."}},
+                  "examples": [True, {"size": 5000, "max_wait_s": 120}]},
         "description": {"type": "string", "description": "Notes for people."},
         "base_urls": {"type": "array", "minItems": 1, "maxItems": 256, "uniqueItems": True,
                       "items": {"type": "string", "pattern": "^https?://"},

@@ -85,3 +85,12 @@ def test_quiet_prints_nothing_even_while_a_run_waits() -> None:
     time.sleep(0.2)
     progress.close()
     assert out.getvalue() == ""
+
+
+def test_a_batch_run_shows_its_batches_and_the_rows_they_hold() -> None:
+    from engine.run.run_config import RunStats
+
+    stats = RunStats(total=2120, batches_submitted=3, batches_done=1, batch_rows_held=2000, batch_rows_gathered=120)
+    line, _ = _outputs(stats)
+    assert "batches 3 sent (2 in progress, 1 done) holding 2000 rows, 120 rows gathered" in line
+    assert "batches" not in _outputs(RunStats(total=5))[0]   # a live run's line is unchanged

@@ -1,0 +1,300 @@
+"""`engine run --batch` end to end, per provider (OpenAI's Batch API, Anthropic's Message Batches, Gemini's batch
+mode), against loopback servers that speak each protocol (tests/fake_batches.py) on the live fakes' responders.
+
+A 200-call suite batched gives the verdicts of the same suite run live, its rows priced at the batch price with
+their `batch_id`; a run killed (SIGKILL) once its batches were sent is resumed by polling them, and the servers'
+request logs show nothing was sent twice; expired batches and requests refused one by one give error rows, which
+`--retry-errors` sends again, and only those.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+
+from tests import fake_anthropic, fake_gemini, fake_openai
+from tests.fake_anthropic import FakeAnthropic
+from tests.fake_batches import AnthropicBatchServer, BatchServer, GeminiBatchServer, OpenAIBatchServer, Plan
+from tests.fake_gemini import FakeGemini
+from tests.fake_openai import FakeOpenAI
+from tests.run.e2e import engine, start_engine
+
+KEY = "sk-batch-run-SECRET-0123456789abcdef"
+CALLS = 200
+ENV = {"BATCH_TEST_KEY": KEY, "ENGINE_BATCH_POLL_S": "0.05"}
+
+SUITE = """\
+suite: sums
+defaults:
+  max_tokens: 16
+tests:
+  - id: sum
+    prompt: "What is {{ n }} plus {{ n }}?"
+    eval: {numeric: "{{ (n | int) * 2 }}"}
+    cases_from: cases.csv
+"""
+
+MODELS = """\
+models:
+  m:
+    api: {api}
+    base_url: {base_url}
+    model: {model}
+    api_key_env: BATCH_TEST_KEY
+    timeout_s: 20
+    price: {{input: 2, output: 8}}
+"""
+#: The batched runs' batches: 200 calls in three (80, 80, 40), sent as they fill and as the tests run out.
+BATCH = "    batch: {size: 80, max_wait_s: 30}\n"
+
+
+def question(body: dict[str, Any], api: str) -> int:
+    """The n a request asks about, as each API carries the prompt."""
+    if api == "chat":
+        text = body["messages"][-1]["content"]
+    elif api == "anthropic":
+        text = body["messages"][-1]["content"][0]["text"]
+    else:
+        text = body["contents"][-1]["parts"][0]["text"]
+    return int(str(text).split()[2])
+
+
+@dataclass
+class Provider:
+    """A provider's live fake with its batch server, and the models file and suite that call it."""
+
+    api: str
+    live: Any
+    batches: BatchServer
+    folder: Path
+
+    def answer(self, refuse: set[int] | None = None) -> None:
+        """Answer n + n, wrongly for every n divisible by 3; refuse (HTTP 400) the ns in `refuse`."""
+        refused = refuse or set()
+
+        def respond(body: dict[str, Any]) -> Any:
+            n = question(body, self.api)
+            text = str(2 * n if n % 3 else 2 * n + 1)
+            if self.api == "chat":
+                return fake_openai.Reply(fault="http_400", error_message="bad request") if n in refused else \
+                    fake_openai.Reply(content=text, usage={"prompt_tokens": 1000, "completion_tokens": 100})
+            if self.api == "anthropic":
+                return fake_anthropic.Reply(status=400, message="bad request") if n in refused else \
+                    fake_anthropic.Reply(text=text, usage={"input_tokens": 1000, "output_tokens": 100})
+            return fake_gemini.Reply(status=400, message="bad request") if n in refused else \
+                fake_gemini.Reply(text=text, usage={"promptTokenCount": 1000, "candidatesTokenCount": 100,
+                                                    "totalTokenCount": 1100})
+        self.live.responder = respond
+
+    def run(self, *args: str, models: str = "models.yaml") -> Any:
+        return engine("run", str(self.folder / "sums.yaml"), "--models", str(self.folder / models),
+                      "--no-cache", "--quiet", *args, env=ENV)
+
+    def creates(self) -> list[str]:
+        """The batch-create requests the server has seen."""
+        create = {"chat": "POST /v1/batches", "anthropic": "POST /v1/messages/batches"}.get(self.api)
+        return [line for line in self.batches.log if line == create or (create is None and
+                                                                         line.endswith(":batchGenerateContent"))]
+
+
+@pytest.fixture(params=["chat", "anthropic", "gemini"])
+def provider(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Provider]:
+    api = request.param
+    live: Any = {"chat": FakeOpenAI, "anthropic": FakeAnthropic, "gemini": FakeGemini}[api]()
+    batches: BatchServer = {"chat": OpenAIBatchServer, "anthropic": AnthropicBatchServer,
+                            "gemini": GeminiBatchServer}[api](live)
+    live.start()
+    (tmp_path / "sums.yaml").write_text(SUITE, encoding="utf-8")
+    (tmp_path / "cases.csv").write_text("n\n" + "".join(f"{n}\n" for n in range(CALLS)), encoding="utf-8")
+    models = MODELS.format(api=api, base_url=live.base_url, model=f"{api}-model")
+    (tmp_path / "models.yaml").write_text(models + BATCH, encoding="utf-8")
+    (tmp_path / "live.yaml").write_text(models, encoding="utf-8")
+    found = Provider(api, live, batches, tmp_path)
+    found.answer()
+    yield found
+    live.stop()
+
+
+def rows(out: Path) -> pd.DataFrame:
+    frame = pd.read_parquet(next(p for p in out.iterdir() if p.is_dir() and not p.is_symlink()))
+    return frame.set_index("case_index").sort_index()
+
+
+def _until_polled(provider: Provider, process: Any, calls: int) -> None:
+    """Wait until the server has been sent `calls` calls and polled each batch (so each id is in the journal)."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and process.poll() is None:
+        polled = {line for line in provider.batches.log if line.startswith("GET") and "batches/" in line
+                  and not line.endswith("/results")}
+        if len(provider.batches.submitted) == calls and len(polled) == len(provider.creates()):
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"the batches were not all sent and polled: {provider.batches.log[-5:]}")
+
+
+def test_a_batched_run_gives_the_live_verdicts_at_the_batch_price(provider: Provider, tmp_path: Path) -> None:
+    live = provider.run("--out", str(tmp_path / "live"), models="live.yaml")
+    assert live.returncode == 0, live.stderr
+    provider.batches.plan = Plan(polls=2)
+    batched = provider.run("--out", str(tmp_path / "batched"), "--batch")
+    assert batched.returncode == 0, batched.stderr
+    assert KEY not in batched.stdout + batched.stderr
+    by_live, by_batch = rows(tmp_path / "live"), rows(tmp_path / "batched")
+    assert len(by_batch) == CALLS and by_batch["error_kind"].isna().all()
+    assert (by_batch["passed"] == by_live["passed"]).all()
+    assert by_batch["passed"].sum() == sum(1 for n in range(CALLS) if n % 3)
+    assert by_live["batch_id"].isna().all() and by_batch["batch_id"].notna().all()
+    assert by_batch["batch_id"].nunique() == 3   # 80 + 80 + 40
+    # 1000 prompt and 100 completion tokens at $2 and $8 per million, halved
+    assert by_live["cost"].round(9).eq(0.0028).all() and by_batch["cost"].round(9).eq(0.0014).all()
+    assert sorted(provider.batches.submitted) == sorted(set(provider.batches.submitted))
+    assert len(provider.batches.submitted) == CALLS and len(provider.creates()) == 3
+    # engine analyze sums the rows' cost: the batched run's is half the live one's
+    for folder, total in (("live", "0.56"), ("batched", "0.28")):
+        analyzed = engine("analyze", str(tmp_path / folder / "latest"))
+        assert analyzed.returncode == 0, analyzed.stderr
+        model_line = next(line for line in analyzed.stdout.splitlines() if line.lstrip("│ ").startswith("m "))
+        assert total in model_line, analyzed.stdout
+
+
+def test_a_run_killed_once_its_batches_were_sent_is_resumed_without_sending_anything_twice(
+        provider: Provider, tmp_path: Path) -> None:
+    provider.batches.plan = Plan(delay_s=4.0)   # answered only well after the kill
+    out = tmp_path / "out"
+    args = ["run", str(provider.folder / "sums.yaml"), "--models", str(provider.folder / "models.yaml"), "--out",
+            str(out), "--batch", "--no-cache", "--quiet"]
+    first = start_engine(*args, env=ENV)
+    try:
+        _until_polled(provider, first, CALLS)
+        os.kill(first.pid, signal.SIGKILL)
+        first.wait(timeout=30)
+    finally:
+        if first.poll() is None:
+            first.kill()
+        first.communicate()
+    assert len(provider.creates()) == 3 and len(provider.batches.submitted) == CALLS
+    run_dir = next(p for p in out.iterdir() if p.is_dir() and not p.is_symlink())
+    resumed = engine("run", "--resume", str(run_dir), "--quiet", env=ENV)
+    assert resumed.returncode == 0, resumed.stderr
+    assert len(provider.creates()) == 3 and len(provider.batches.submitted) == CALLS   # nothing sent again
+    assert not any("cancel" in line for line in provider.batches.log)
+    frame = rows(out)
+    assert len(frame) == CALLS and frame["error_kind"].isna().all() and frame["batch_id"].nunique() == 3
+    assert frame["passed"].sum() == sum(1 for n in range(CALLS) if n % 3)
+
+
+def test_expired_and_refused_requests_are_error_rows_that_retry_errors_sends_again(
+        provider: Provider, tmp_path: Path) -> None:
+    provider.answer(refuse={1, 2})
+    provider.batches.plan = Plan(answer_first=60)   # each batch expires with its first 60 requests answered
+    out = tmp_path / "out"
+    first = provider.run("--out", str(out), "--batch")
+    assert first.returncode == 0, first.stderr
+    frame = rows(out)
+    kinds = frame["error_kind"].value_counts().to_dict()
+    assert kinds == {"batch_expired": 20 + 20, "batch_errored": 2}, kinds   # 80 + 80 + 40: 20 + 20 + 0 left
+    assert frame.loc[[1, 2], "error_message"].str.contains("bad request").all()
+    errors = set(frame.index[frame["error_kind"].notna()])
+    provider.answer()
+    provider.batches.plan = Plan()
+    sent_before = len(provider.batches.submitted)
+    run_dir = next(p for p in out.iterdir() if p.is_dir() and not p.is_symlink())
+    again = engine("run", "--resume", str(run_dir), "--retry-errors", "--quiet", env=ENV)
+    assert again.returncode == 0, again.stderr
+    assert len(provider.batches.submitted) - sent_before == len(errors)   # only the error rows, in new batches
+    frame = rows(out)
+    assert len(frame) == CALLS and frame["error_kind"].isna().all()
+    assert frame["passed"].sum() == sum(1 for n in range(CALLS) if n % 3)
+
+
+@pytest.mark.parametrize("provider", ["chat"], indirect=True)
+def test_ctrl_c_stops_waiting_and_keeps_the_batches_sent_for_resume(provider: Provider, tmp_path: Path) -> None:
+    provider.batches.plan = Plan(delay_s=3.0)
+    out = tmp_path / "out"
+    first = start_engine("run", str(provider.folder / "sums.yaml"), "--models", str(provider.folder / "models.yaml"),
+                         "--out", str(out), "--batch", "--no-cache", "--quiet", env=ENV)
+    try:
+        _until_polled(provider, first, CALLS)
+        first.send_signal(signal.SIGINT)
+        _, err = first.communicate(timeout=60)
+    finally:
+        if first.poll() is None:
+            first.kill()
+    assert first.returncode == 1, err
+    assert "the batches sent stay with the provider" in err
+    assert "3 batch(es) holding 200 rows are still with the provider (sent and paid, not cancelled)" in err
+    assert not any("cancel" in line for line in provider.batches.log)
+    run_dir = next(p for p in out.iterdir() if p.is_dir() and not p.is_symlink())
+    resumed = engine("run", "--resume", str(run_dir), "--quiet", env=ENV)
+    assert resumed.returncode == 0, resumed.stderr
+    assert len(provider.creates()) == 3 and len(provider.batches.submitted) == CALLS
+    assert len(rows(out)) == CALLS and rows(out)["error_kind"].isna().all()
+
+
+@pytest.mark.parametrize("provider", ["chat"], indirect=True)
+def test_the_budget_counts_a_batch_when_it_is_sent_and_sends_only_what_fits(provider: Provider,
+                                                                             tmp_path: Path) -> None:
+    """Each request's estimate (its characters / 3 in, its max_tokens out, at the batch price) is about $0.0041:
+    $0.5 lets the first batch of 80 go and 40-odd of the second; the rest is not sent, and has no row."""
+    out = tmp_path / "out"
+    first = provider.run("--out", str(out), "--batch", "--budget", "0.5")
+    assert first.returncode == 1 and "stopped early (budget)" in first.stderr, first.stderr
+    sent = len(provider.batches.submitted)
+    assert 80 < sent < 160 and len(rows(out)) == sent   # every request sent has its row; none was left unsent
+    assert rows(out)["cost"].sum() < 0.5
+    run_dir = next(p for p in out.iterdir() if p.is_dir() and not p.is_symlink())
+    rest = engine("run", "--resume", str(run_dir), "--budget", "100", "--quiet", env=ENV)
+    assert rest.returncode == 0, rest.stderr
+    assert len(provider.batches.submitted) == CALLS and len(set(provider.batches.submitted)) == CALLS
+    assert len(rows(out)) == CALLS
+
+
+@pytest.mark.parametrize("provider", ["chat"], indirect=True)
+def test_a_retry_killed_while_its_batch_runs_is_resumed_from_that_batch(provider: Provider, tmp_path: Path) -> None:
+    """`--retry-errors` sends the expired calls in a new batch; killed while it runs, the next `--retry-errors`
+    collects that batch instead of sending them a third time."""
+    provider.batches.plan = Plan(answer_first=60)
+    out = tmp_path / "out"
+    assert provider.run("--out", str(out), "--batch").returncode == 0
+    run_dir = next(p for p in out.iterdir() if p.is_dir() and not p.is_symlink())
+    expired = int(rows(out)["error_kind"].eq("batch_expired").sum())
+    assert expired == 40
+    provider.batches.plan = Plan(delay_s=3.0)
+    retry = start_engine("run", "--resume", str(run_dir), "--retry-errors", "--quiet", env=ENV)
+    try:
+        _until_polled(provider, retry, CALLS + expired)
+        os.kill(retry.pid, signal.SIGKILL)
+        retry.wait(timeout=30)
+    finally:
+        if retry.poll() is None:
+            retry.kill()
+        retry.communicate()
+    creates = len(provider.creates())
+    again = engine("run", "--resume", str(run_dir), "--retry-errors", "--quiet", env=ENV)
+    assert again.returncode == 0, again.stderr
+    assert len(provider.creates()) == creates and len(provider.batches.submitted) == CALLS + expired   # none again
+    frame = rows(out)
+    assert len(frame) == CALLS and frame["error_kind"].isna().all()
+
+
+def test_batch_leaves_an_embedded_model_live_with_a_note_and_refuses_until_decided(tmp_path: Path) -> None:
+    (tmp_path / "s.yaml").write_text("suite: s\ntests:\n  - {id: t, prompt: hi, golden: hello, eval: {contains: "
+                                     "hello}}\n", encoding="utf-8")
+    (tmp_path / "models.yaml").write_text("models:\n  g: {builtin: golden}\n  h: {builtin: golden}\n",
+                                          encoding="utf-8")
+    common = ["run", str(tmp_path / "s.yaml"), "--models", str(tmp_path / "models.yaml"), "--out", str(tmp_path),
+              "--quiet", "--batch"]
+    done = engine(*common)
+    assert done.returncode == 0, done.stderr
+    assert "note: --batch: g runs on this machine, which has no batch API: its calls go live" in done.stderr
+    assert "(2 rows, 0 errors)" in done.stdout
+    refused = engine(*common, "--until-decided", "g,h")
+    assert refused.returncode == 2 and "--until-decided with --batch" in refused.stderr
