@@ -123,7 +123,7 @@ def _score_exit(value: Mapping[str, Any], result: oneshot.RunResult, note: str,
     if result.timed_out or result.output_exceeded or result.exit_code != expected_code:
         why = result.describe()
         if result.exit_code is not None and not result.timed_out:
-            why = f"exit code {result.exit_code}, expected {expected_code}"
+            why = f"exit code {result.exit_code}, expected {expected_code}{result.memory_note()}"
         stderr = _tail(result.stderr)
         return _verdict(0.0, f"{why}{': ' + stderr if stderr else ''}{note}", details)
     if expected_out is not None and _normalise_output(result.stdout) != _normalise_output(str(expected_out)):

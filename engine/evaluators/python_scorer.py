@@ -152,7 +152,11 @@ def _run(file: str, function: str, limits: Limits, answer: Answer, ctx: ScoringC
     except ValueError:
         return _error(f"python: {file}:{function} gave an unreadable result{said}", details)
     if "raised" in data:
-        return _error(f"python: {file}:{function} raised {_last_line(str(data['raised']))}{said}", details)
+        raised = _last_line(str(data["raised"]))
+        if raised == "MemoryError" or raised.startswith("MemoryError:"):
+            return _error(f"python: {file}:{function} used more than {limits.memory_mb} MiB of memory (its "
+                          f"`memory_mb` sets the limit){said}", details)
+        return _error(f"python: {file}:{function} raised {raised}{said}", details)
     if "bad" in data:
         return _error(f"python: {file}:{function} returned {data['bad']}; return True/False, a score in [0, 1] "
                       "or {'score': s, 'reason': '...'}", details)

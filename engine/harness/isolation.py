@@ -3,7 +3,9 @@
 The level is detected once per process, strongest first (`isolation()`; `isolation_report()` adds why no stronger
 level runs, for `engine doctor` and a run's opening note). A program is started as util-linux `prlimit` (its
 `Limits`: CPU time, address space, file size, open files, processes, core dumps = 0; no `preexec_fn`, which is
-unsafe with threads), then the level's wrapper, then the program, in a scrubbed environment (`base_env`):
+unsafe with threads), then the level's wrapper, then the program, in a scrubbed environment (`base_env`). Where
+`prlimit` is missing (the `session` level) the sandbox's Python sets the same limits and execs the program, so
+no level runs the model's code without a memory limit:
 
 - with bubblewrap (`bwrap`, engine/harness/bwrap.py): every namespace unshared and a new root holding only
   read-only /usr and /etc, fresh /proc and /dev, private tmpfs /tmp, /var/tmp, /dev/shm and /run, and the work
@@ -192,16 +194,36 @@ def command(found: Isolation, uid: int | None, workdir: Path, limits: Limits, ar
     """
     if found.level == "session":
         check_root(root, found.level)
-        return argv
+        if found.python is None:
+            raise HarnessError("no Python here to set the sandbox's limits with (util-linux prlimit is missing too)")
+        return [found.python, "-I", "-S", "-c", _SET_LIMITS, *_limit_values(limits), *argv]
     return ["prlimit", *_limit_args(limits, nproc=uid is not None), "--",
             *wrapper(found.level, uid, str(workdir), limits.file_mb, network, binds, root, ro_binds, session,
                      bwrap=found.bwrap.path if found.bwrap else "bwrap"), *argv]
 
 
+# The limits `prlimit` sets, for the `session` level, where it is missing: this script, run by the sandbox's Python,
+# sets them (each at most its hard limit here) and execs the program. Its arguments: `_limit_values`, the program.
+_SET_LIMITS = """import os, resource as r, sys
+for name, value in zip(("CPU", "AS", "FSIZE", "NOFILE", "CORE"), map(int, sys.argv[1:6])):
+    which = getattr(r, "RLIMIT_" + name)
+    hard = r.getrlimit(which)[1]
+    value = value if hard == r.RLIM_INFINITY else min(value, hard)
+    r.setrlimit(which, (value, value))
+os.execvp(sys.argv[6], sys.argv[6:])
+"""
+
+
+def _limit_values(limits: Limits) -> list[str]:
+    """CPU seconds, address space, file size (bytes), open files, core size: what both `prlimit` and `_SET_LIMITS`
+    set (the process limit binds only with a private uid, which the `session` level has not)."""
+    return [str(int(limits.timeout_s) + 1), str(limits.memory_mb * 1024 * 1024), str(limits.file_mb * 1024 * 1024),
+            str(limits.max_open_files), "0"]
+
+
 def _limit_args(limits: Limits, nproc: bool) -> list[str]:
-    cpu = int(limits.timeout_s) + 1
-    args = [f"--cpu={cpu}", f"--as={limits.memory_mb * 1024 * 1024}", f"--fsize={limits.file_mb * 1024 * 1024}",
-            f"--nofile={limits.max_open_files}", "--core=0"]
+    cpu, memory, fsize, nofile, core = _limit_values(limits)
+    args = [f"--cpu={cpu}", f"--as={memory}", f"--fsize={fsize}", f"--nofile={nofile}", f"--core={core}"]
     if nproc:
         args.append(f"--nproc={limits.max_processes}")
     return args

@@ -49,6 +49,10 @@ from engine.harness.uids import give_tree, kill_uid, lease_uid, release_uid, swe
 CHECK_ENV = {"PYTHONNOUSERSITE": "1", "PYTHONSAFEPATH": "1"}
 CHECK_SITE = "/opt/engine-check/site-packages"   # where bubblewrap shows the engine's pytest to a hidden check
 _HARD_OUTPUT_FACTOR = 16  # kill the program once it has written this many times the kept output
+# The last words of a program an allocation failed in at its address-space limit: Python, C++, Node's V8, and
+# the C library's ENOMEM text (a shell's fork, a C program's perror).
+_OUT_OF_MEMORY = ("MemoryError", "std::bad_alloc", "heap out of memory", "Cannot allocate memory")
+_LAST_WORDS_CHARS = 2000   # the end of stderr those are looked for in
 
 
 @dataclass(frozen=True)
@@ -68,6 +72,7 @@ class RunResult:
         workdir: The temporary work folder (already deleted when the result is returned).
         uid: The private uid the program ran as, or None when privileges were not dropped.
         interrupted: True when `interrupt()` stopped the program (the run is being cancelled).
+        memory_mb: The memory limit it ran under (MiB; its `Limits.memory_mb`), or None when not known.
     """
 
     exit_code: int | None
@@ -82,6 +87,7 @@ class RunResult:
     workdir: str = ""
     uid: int | None = None
     interrupted: bool = False
+    memory_mb: int | None = None
 
     @property
     def ok(self) -> bool:
@@ -102,8 +108,24 @@ class RunResult:
             except ValueError:
                 name = f"signal {self.signal}"
             hint = {"SIGXCPU": " (CPU time limit)", "SIGXFSZ": " (file size limit)"}.get(name, "")
-            return f"killed by {name}{hint}"
-        return f"exit code {self.exit_code}"
+            return f"killed by {name}{hint}{self.memory_note()}"
+        return f"exit code {self.exit_code}{self.memory_note()}"
+
+    @property
+    def out_of_memory(self) -> bool:
+        """It ended by itself, not with status 0, and its last words on stderr say an allocation failed: as far as
+        the engine can tell, it reached its memory limit."""
+        if self.exit_code == 0 or self.timed_out or self.output_exceeded or self.interrupted:
+            return False
+        tail = self.stderr[-_LAST_WORDS_CHARS:]
+        return any(words in tail for words in _OUT_OF_MEMORY)
+
+    def memory_note(self) -> str:
+        """' (out of memory: ...)', naming the limit and how to raise it, when `out_of_memory`; else ''."""
+        if not self.out_of_memory:
+            return ""
+        limit = f"{self.memory_mb} MiB" if self.memory_mb is not None else "its memory limit"
+        return f" (out of memory: it used more than {limit}; `memory_mb` raises the limit)"
 
 
 def run(argv: Sequence[str], files: Mapping[str, str], limits: Limits = Limits()) -> RunResult:
@@ -330,6 +352,7 @@ def _supervise(command: list[str], workdir: str, limits: Limits, found: Isolatio
         workdir=workdir,
         uid=uid,
         interrupted=interrupted,
+        memory_mb=limits.memory_mb,
     )
 
 

@@ -114,7 +114,7 @@ class Session:
                          stderr=data["stderr"], truncated=data["truncated"], timed_out=data["timed_out"],
                          output_exceeded=data["output_exceeded"], duration_s=data["duration_s"],
                          isolation=found.level, workdir=str(self.workdir), uid=self.uid,
-                         interrupted=data["stopped"])
+                         interrupted=data["stopped"], memory_mb=self.memory_mb)
 
     def netns(self) -> int | None:
         """An open fd of the session's network namespace (for a hidden check to join), or None when no session
@@ -169,7 +169,7 @@ class Session:
     def _lost(self, found: Isolation, start: float, message: str, timed_out: bool = False) -> RunResult:
         return RunResult(exit_code=None, signal=signal.SIGKILL, stdout="", stderr=message, truncated=False,
                          timed_out=timed_out, output_exceeded=False, duration_s=time.monotonic() - start,
-                         isolation=found.level, workdir=str(self.workdir), uid=self.uid)
+                         isolation=found.level, workdir=str(self.workdir), uid=self.uid, memory_mb=self.memory_mb)
 
 
 def _inner_netns(pid: int) -> int | None:

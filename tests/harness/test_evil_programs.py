@@ -11,6 +11,8 @@ import os
 import secrets
 import shutil
 import socket
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -90,7 +92,7 @@ EXPECTED_REASON = {
     "unbounded_output": "too much output",
     "close_stdout_then_loop": "timed out",
     "block_on_stdin": "EOFError",
-    "allocate_10_gb": "MemoryError",
+    "allocate_10_gb": "(out of memory: it used more than 256 MiB; `memory_mb` raises the limit)",
     "write_10_gb_file": "File too large",
     "read_canary_key": "exit code 1, expected 0",
 }
@@ -300,3 +302,18 @@ def test_results_suites_and_homes_are_out_of_reach(tmp_path: Path, tokened_suite
             "print(seen)\n")
     verdict = run_exec({"harness": "python-script", "expect_stdout": "[]"}, code)
     assert verdict.passed, verdict.reason
+
+
+def test_without_prlimit_the_sandbox_still_limits_memory() -> None:
+    """The `session` level (util-linux prlimit missing) sets the same limits with the sandbox's Python: a program
+    taking 2 GiB under a 256 MiB limit gets a MemoryError, which the result names. In a subprocess, since the level
+    is detected once per process; its timeout is only a hang guard."""
+    program = ("from engine.harness import oneshot\nfrom engine.harness.isolation import Limits\n"
+               "done = oneshot.run(['python', 'm.py'], {'m.py': 'bytearray(2 * 1024 ** 3)'}, "
+               "Limits(timeout_s=60, memory_mb=256))\n"
+               "print(done.isolation, '|', done.describe())\n")
+    done = subprocess.run([sys.executable, "-c", program], cwd=Path(__file__).resolve().parents[2], timeout=600,
+                          env={**os.environ, "ENGINE_SANDBOX_LEVEL": "session"}, capture_output=True, text=True,
+                          check=True)
+    assert done.stdout.strip() == ("session | exit code 1 (out of memory: it used more than 256 MiB; `memory_mb` "
+                                   "raises the limit)")

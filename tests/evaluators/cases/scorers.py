@@ -23,6 +23,11 @@ def broken(answer, transcript, golden, case):
     return {"city": "Paris"}["country"]
 
 
+def hog(answer, transcript, golden, case):
+    print("taking 4 GiB")
+    return len(bytearray(4 << 30)) > 0
+
+
 def too_much(answer, transcript, golden, case):
     return 3
 
