@@ -18,7 +18,7 @@ from multidict import CIMultiDict
 from engine.client import ratelimit, retry
 from engine.client.ratelimit import Bucket, Budget, Limit
 from engine.client.ratelimit.cost import IMAGE_TOKENS
-from engine.client.ratelimit.pace import BACKOFF, RATE_MARGIN
+from engine.client.ratelimit.pace import BACKOFF, RATE_MARGIN, RECOVERY_S, Pace
 from engine.client.window import Window
 from engine.errors import HTTPStatusError
 from engine.model.model_config import DEFAULT_CEILING, ModelConfig, RateLimit
@@ -201,6 +201,22 @@ def test_a_refusal_where_nothing_is_published_lowers_the_rate_and_successes_brin
         budget.observe(_send(budget, clock), 200, CIMultiDict())
         rates.append(budget.request_rate() or math.inf)
     assert rates == sorted(rates) and rates[0] < 10 and rates[-1] > 10
+
+
+def test_a_refusal_below_the_last_refused_rate_climbs_back_to_less_than_either() -> None:
+    """Refused at 10 a second, then again at 7 on the way back: the limit is under 7, so after `RECOVERY_S` of
+    successes the pace is back at less than 7, not at 7 (where it would only be refused again)."""
+    pace = Pace()
+    for i in range(20):                                  # 10 a second, nothing published
+        pace.grant(1, i * 0.1)
+    pace.refused(1.9, None, 2.0)
+    assert pace.rate() == pytest.approx(BACKOFF * 10, rel=0.1)
+    first = pace.rate()
+    assert first is not None
+    pace.refused(2.1, None, 2.5)                         # at the lowered pace, refused again
+    pace.succeeded(2.6, 2.5 + RECOVERY_S)
+    again = pace.rate()
+    assert again is not None and again < first
 
 
 def _headers(limit: float, remaining: float, reset_s: float) -> CIMultiDict[str]:
@@ -386,6 +402,7 @@ class PacedRun:
         probe = self.budget.probe()
         if probe is None:
             await self.budget.heard.wait()
+        waits = 0
         while True:
             async with self.window.hold() as held:
                 self.steps += 1
@@ -398,12 +415,15 @@ class PacedRun:
                     self.budget.written(ticket)
                     self.sent += 1
                     self.first_sent = self.clock.now if self.first_sent is None else self.first_sent
-                    retry_at = self.limits.wait_for(self.cost, self.clock.now)
-                    if retry_at > 0:
+                    refused_for = self.limits.wait_for(self.cost, self.clock.now)
+                    if refused_for > 0:   # answered as the server answers it, and waited out as the client does
                         self.refused += 1
                         headers, status = self.limits.headers(), 429
-                        retry_at += self.clock.now + 0.01
+                        if headers:
+                            headers["retry-after-ms"] = str(max(1, math.ceil(refused_for * 1000)))
                         await self._at(self.clock.now + 0.01)
+                        retry_at = self.clock.now + retry.rate_limit_delay(CIMultiDict(headers), waits, self.rng)
+                        waits += 1
                     else:
                         self.limits.take(self.cost)
                         headers, status = self.limits.headers(), 200
@@ -448,12 +468,12 @@ def _bound(calls: int, rps: float, tps: float | None = None, cost: int = 22) -> 
     return max(by_requests, by_tokens) + LATENCY_S
 
 
-@pytest.mark.parametrize("headers", ["bucket", "minute-limit", "per-minute"])
+@pytest.mark.parametrize("headers", ["bucket", "minute-limit", "per-minute", "none"])
 @pytest.mark.parametrize("tps", [None, 330.0])
 async def test_a_budget_meets_the_limit_that_binds_whatever_the_headers_say(headers: str, tps: float | None) -> None:
     """400 calls at 20 requests a second (or 15 by a token limit), from one slot: headers that count the one-second
     bucket against a per-minute limit, or a per-minute bucket over a per-second enforcement, are corrected by the
-    429s."""
+    429s, and where nothing is published (no `retry-after` either) the 429s alone set the pace."""
     server = ["--rps", "20", "--headers", headers] + (["--tps", str(tps)] if tps else [])
     sim = PacedRun(server)
     await sim.run(400)

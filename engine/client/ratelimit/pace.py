@@ -4,7 +4,9 @@ the provider publishes and what its 429s taught, never holding more than one sec
 A refusal the pace did not foresee lowers the rate (x `BACKOFF` of what was actually sent, as AIMD does;
 x `EDGE_BACKOFF` when the try went at the bucket's very edge). While calls succeed the rate climbs back as TCP
 CUBIC's window does: quickly at first, slowly near the rate that was refused (reached again after `RECOVERY_S`),
-then probing beyond it, until the published or declared limits, which stay a ceiling, bind again. Plain data over
+then probing beyond it, until the published or declared limits, which stay a ceiling, bind again. A refusal below
+the rate refused last time sets that mark lower still (CUBIC's fast convergence): the limit is under both, and a
+pace climbing back to the last refused rate would only be refused again. Plain data over
 the times passed in.
 """
 
@@ -231,7 +233,7 @@ class Pace:
         base = rate if at_edge else _lowest(rate, self.recent_rate(now))
         if base is None:
             return   # one refused try tells no rate: the server's retry-after paces it
-        self.refused_rate = base
+        self.refused_rate = base if base >= self.refused_rate else base * (1.0 + BACKOFF) / 2.0
         self.learned = max(MIN_RATE, (EDGE_BACKOFF if at_edge else BACKOFF) * base)
         self.adjusted_at = now
         self.tune(now)
