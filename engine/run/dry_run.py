@@ -1,5 +1,6 @@
 """`engine run --dry-run`: every request the run would send, printed as JSON lines with credentials masked, and
-how many calls that makes; nothing is sent."""
+how many calls that makes; nothing is sent. A call that would go in a provider's batch (`--batch`, `batch:`) says
+so (`"batch": true`) and shows its body as the batch carries it, whole rather than streamed."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from engine.model.model_config import ModelConfig
+from engine.model.model_config import BatchSettings, ModelConfig
 from engine.model.test import Test
 from engine.redact import mask_url, public_params
 
@@ -33,7 +34,9 @@ def print_requests(models: list[ModelConfig], tests: Sequence[Test], invocation:
         for test in tests:
             if not runs_on(model, test):
                 continue   # an agent test on a completions-API model: the run leaves it out too
-            request = prepare(model, test, settings, inline_images=False)   # a placeholder for image bytes
+            batched = isinstance(model.batch, BatchSettings) and test.agent is None   # agent tests go live
+            request = prepare(model, test, dataclasses.replace(settings, stream=False) if batched else settings,
+                              inline_images=False)   # a placeholder for image bytes
             n = sum(1 for a in range(attempts(test, invocation.repeat))
                     if shard is None or shard.owns(row_key(model.name, test, a)))
             if not n:
@@ -41,7 +44,8 @@ def print_requests(models: list[ModelConfig], tests: Sequence[Test], invocation:
             calls += n
             body = public_params(request.body, keep_keys=True)   # what is sent, minus credentials
             print(json.dumps({"model": model.name, "suite": test.suite, "test": test.id, "attempts": n,
-                              "url": mask_url(request.url), "body": body}, ensure_ascii=False))
+                              "url": mask_url(request.url), "body": body, **({"batch": True} if batched else {})},
+                             ensure_ascii=False))
     print(f"dry run: {calls} call(s) for {len(models)} model(s) x {len(tests)} test(s){_matrix(tests)}; "
           "nothing was sent", file=sys.stderr, flush=True)
 

@@ -9,6 +9,7 @@ request logs show nothing was sent twice; expired batches and requests refused o
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
@@ -298,3 +299,12 @@ def test_batch_leaves_an_embedded_model_live_with_a_note_and_refuses_until_decid
     assert "(2 rows, 0 errors)" in done.stdout
     refused = engine(*common, "--until-decided", "g,h")
     assert refused.returncode == 2 and "--until-decided with --batch" in refused.stderr
+
+
+@pytest.mark.parametrize("provider", ["chat"], indirect=True)
+def test_a_dry_run_shows_which_calls_would_go_in_a_batch(provider: Provider, tmp_path: Path) -> None:
+    shown = provider.run("--out", str(tmp_path / "out"), "--dry-run")
+    assert shown.returncode == 0, shown.stderr
+    lines = [json.loads(line) for line in shown.stdout.splitlines()]
+    assert len(lines) == CALLS and all(line["batch"] is True and line["body"]["stream"] is False for line in lines)
+    assert provider.batches.log == [] and not provider.live.requests   # nothing was sent
