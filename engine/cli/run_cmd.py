@@ -56,8 +56,8 @@ def run_command(
                                           help="Stop dispatch past this priced spend (a batch counts its "
                                                "estimated cost when it is sent)."),
     batch: bool = typer.Option(False, "--batch", help="Send single-turn calls through each provider's batch API "
-                               "(half the price, answered within 24 h; agent tests and judges stay live); "
-                               "--resume collects the batches sent (docs/running.md, Batch runs)."),
+                               "(half the price, answered within 24 h; agent tests stay live, judges unless their "
+                               "entry says batch:); --resume collects the batches sent (docs/running.md, Batch runs)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress output."),
     no_stream: bool = typer.Option(False, "--no-stream", help="Ask for whole JSON responses instead of SSE."),
     max_retries: int | None = typer.Option(None, "--max-retries", min=0, max=MAX_RETRIES,

@@ -14,7 +14,8 @@ to pay for it. The evaluators package only knows the `GradingCaller` protocol (e
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable, Mapping, Sequence
+import functools
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -184,18 +185,23 @@ class ModelJudgeCaller:
             of its own per judge model.
         on_cost: Called with each paid call's cost (the `--max-cost` budget).
         miss_hint: What a cache miss says when there is no client.
+        batched: judge model -> what answers its judge calls through its provider's batch API ((the call's judge
+            cache key, request) -> result: the run's batcher of a batched judge model), or None: live.
     """
 
     def __init__(self, judges: JudgeModels, cache: JudgeCache, client: ModelClient | None = None, *,
                  dispatch: Callable[[ModelConfig], Dispatch] | None = None,
                  on_cost: Callable[[float], None] | None = None,
-                 miss_hint: str = "run `engine run` again to pay for it") -> None:
+                 miss_hint: str = "run `engine run` again to pay for it",
+                 batched: Callable[[ModelConfig], Callable[[str, PreparedRequest], Awaitable[CallResult]] | None]
+                 | None = None) -> None:
         self._judges = judges
         self._cache = cache
         self._client = client
         self._dispatch = dispatch
         self._on_cost = on_cost
         self._miss_hint = miss_hint
+        self._batched = batched
         self._windows: dict[str, Window] = {}
         # cache key -> the reply (judge) or vector (embed) an identical request now in flight will bring: two
         # answering models that give the same answer are graded at once, and the second must not pay again
@@ -225,7 +231,7 @@ class ModelJudgeCaller:
         claim = self._claim(key)
         try:
             try:
-                result, cost = await self._send(config, request)
+                result, cost = await self._send(config, request, key)
             except CallStopped:
                 return JudgeReply("", error=f"judge {config.name}: {STOPPED_BEFORE}")
             if result.error is not None:
@@ -311,8 +317,11 @@ class ModelJudgeCaller:
         if not claim.done():
             claim.cancel()
 
-    async def _send(self, config: ModelConfig, request: PreparedRequest) -> tuple[CallResult, float | None]:
-        """One paid call through the judge model's slots; (result, its priced cost).
+    async def _send(self, config: ModelConfig, request: PreparedRequest,
+                    key: str | None = None) -> tuple[CallResult, float | None]:
+        """One paid call through the judge model's slots, or its batches when the run batches it (a judgement, by
+        its cache `key`: the same in a resumed run, which collects it from the batch that holds it); (result, its
+        priced cost, at the batch price when a batch answered).
 
         Raises:
             CallStopped: The run stopped before it was sent.
@@ -323,13 +332,15 @@ class ModelJudgeCaller:
         else:
             dispatch = self._windows.get(config.name) or self._windows.setdefault(
                 config.name, Window(ceiling_of(config)))
-        result = await self._client.call(config, request, dispatch=dispatch)
+        via = self._batched(config) if self._batched is not None else None
+        result = await self._client.call(config, request, dispatch=dispatch,
+                                         via=None if via is None or key is None else functools.partial(via, key))
         self.calls += 1
         # an embedding reply has no completion: its cost is its prompt tokens' (cost_of needs both counts)
         completion = 0 if request.reader is not None and result.prompt_tokens is not None else None
         cost = cost_of(config, result.prompt_tokens, result.completion_tokens
                        if result.completion_tokens is not None else completion, result.cached_tokens,
-                       result.cache_write_tokens)
+                       result.cache_write_tokens, batch=result.batch_id is not None)
         if cost is not None and self._on_cost is not None:
             self._on_cost(cost)
         return result, cost

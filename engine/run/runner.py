@@ -24,10 +24,8 @@ it again, while an answer that had arrived keeps its row, marked not scored (`ST
 it). A failed journal or part write (`StorageError`: disk full, I/O error) stops spending at once: dispatch
 ends, calls in flight are cancelled, and `run` raises it; what was committed before stays.
 
-A batch model's single-turn calls go through its `Batcher` (engine/run/batches.py) in place of the live client:
-each worker waits there for its answer, so such a lane gets a worker per call a batch may hold rather than per
-window slot, and everything after the call is the same. The first Ctrl-C stops waiting for the batches sent
-(they stay recorded for `--resume`); the budget lets them finish.
+A batch model's single-turn calls (and a batched judge's) go through its `Batcher` (engine/run/batches.py): a
+worker waits there for its answer, so such a lane has a worker per waiting call, and all after the call is the same.
 """
 
 from __future__ import annotations
@@ -37,7 +35,7 @@ import dataclasses
 import functools
 import itertools
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -240,14 +238,18 @@ class Runner:
                 if self.config.judges is not None:
                     cache = JudgeCache(self.config.judge_cache or default_path())
                     self._judge = ModelJudgeCaller(self.config.judges, cache, client, dispatch=self._dispatch,
-                                                   on_cost=self._spend)
-                for model, jobs in jobs_by_model.values():
+                                                   on_cost=self._spend, batched=self._judged_in_batches)
+                for model, _ in jobs_by_model.values():
                     # A model with batches recorded by a stopped run collects them even if no longer batched: they
                     # are paid, and its calls are never sent twice.
                     settings = model.batch if isinstance(model.batch, BatchSettings) else (
                         BatchSettings() if any(r.model == model.name for r in recorded) else None)
                     if settings is not None:
                         self._batchers[model.name] = self._batcher(client, model, settings, committer, recorded)
+                for judge in self.config.judges.models.values() if self.config.judges is not None else ():
+                    if isinstance(judge.batch, BatchSettings) and judge.name not in self._batchers:   # opted in
+                        self._batchers[judge.name] = self._batcher(client, judge, judge.batch, committer, recorded)
+                for model, jobs in jobs_by_model.values():
                     self._start(client, model, jobs)
                 try:
                     while pending := [task for task in self._workers if not task.done()]:
@@ -283,6 +285,10 @@ class Runner:
             retried = self.journal.keys(errors_only=True) if self.journal.replace_errors else set()
             batcher.adopt(recorded, self.journal.keys(), retried)
         return batcher
+
+    def _judged_in_batches(self, judge: ModelConfig) -> Callable[[str, PreparedRequest], Awaitable[CallResult]] | None:
+        """A batched judge model's batcher (its judge calls are independent of each other); None: live."""
+        return self._batchers[judge.name].call if isinstance(judge.batch, BatchSettings) else None
 
     def _dispatch(self, model: ModelConfig) -> _RunDispatch:
         """The slots of `model`'s tries (its window, made on first use; judges share it with a model of the same

@@ -116,7 +116,8 @@ _MODEL = {
                   "description": "Send this model's single-turn calls through its provider's batch API, at the "
                                  "batch price, answered within the provider's window (up to 24 hours): true, or "
                                  "{size, max_wait_s}; false keeps it live even under `engine run --batch`. Agent "
-                                 "tests and judges stay live (docs/running.md, Batch runs).",
+                                 "tests stay live; as a judge, its judge calls go in batches too (docs/running.md, "
+                                 "Batch runs).",
                   "properties": {
                       "size": {"type": "integer", "minimum": 1, "maximum": MAX_BATCH_SIZE,
                                "description": "The most requests one batch holds (default 1000); a full batch "

@@ -308,3 +308,55 @@ def test_a_dry_run_shows_which_calls_would_go_in_a_batch(provider: Provider, tmp
     lines = [json.loads(line) for line in shown.stdout.splitlines()]
     assert len(lines) == CALLS and all(line["batch"] is True and line["body"]["stream"] is False for line in lines)
     assert provider.batches.log == [] and not provider.live.requests   # nothing was sent
+
+
+JUDGED = """\
+suite: judged
+tests:
+  - id: "q-{{ n }}"
+    prompt: "Refund policy, case {{ n }}?"
+    eval: {judge: {rubric: "The answer must mention the 30-day limit."}}
+    cases: [{n: 0}, {n: 1}, {n: 2}, {n: 3}, {n: 4}, {n: 5}]
+"""
+
+
+def test_a_judge_whose_entry_says_batch_grades_through_batches_at_the_batch_price(tmp_path: Path) -> None:
+    """Judge calls of a run are independent of each other: a judge model that opts in (`batch:` in its entry)
+    grades through its provider's batches, priced at the batch price, while the answering model stays live."""
+    live = FakeOpenAI()
+    batches = OpenAIBatchServer(live)
+    live.start()
+    try:
+        def respond(body: dict[str, Any]) -> Any:
+            if body["model"] == "shop-1":
+                n = int(body["messages"][-1]["content"].split()[-1].rstrip("?"))
+                return fake_openai.Reply(content="Within 30 days." if n % 2 else "No refunds.")
+            graded = body["messages"][0]["content"].split("\n[Answer to grade]\n", 1)[1]
+            grade = "pass" if "30 days" in graded else "fail"
+            return fake_openai.Reply(content=json.dumps({"reasoning": "r", "grade": grade}),
+                                     usage={"prompt_tokens": 1000, "completion_tokens": 100})
+        live.responder = respond
+        (tmp_path / "judged.yaml").write_text(JUDGED, encoding="utf-8")
+        (tmp_path / "models.yaml").write_text(f"""\
+defaults: {{judge: grader}}
+models:
+  shop: {{base_url: "{live.base_url}", model: shop-1, timeout_s: 20}}
+  grader:
+    base_url: "{live.base_url}"
+    model: grader-1
+    timeout_s: 20
+    price: {{input: 2, output: 8}}
+    batch: {{size: 4, max_wait_s: 0.2}}
+""", encoding="utf-8")
+        done = engine("run", str(tmp_path / "judged.yaml"), "--models", str(tmp_path / "models.yaml"), "--model",
+                      "shop", "--out", str(tmp_path / "out"), "--quiet", "--no-cache",
+                      env={**ENV, "ENGINE_JUDGE_CACHE": str(tmp_path / "judge.sqlite")})
+        assert done.returncode == 0, done.stderr
+        frame = rows(tmp_path / "out")
+        assert frame["batch_id"].isna().all()   # the answers went live
+        assert frame.set_index("test_id")["passed"].to_dict() == {f"q-{n}": bool(n % 2) for n in range(6)}
+        assert frame["judge_cost"].round(9).eq(0.0014).all()   # 1000 and 100 tokens at $2 and $8, halved
+        assert len(batches.submitted) == 6 and len(set(batches.submitted)) == 6
+        assert all(not body.get("stream") for body in live.requests if body["model"] == "grader-1")
+    finally:
+        live.stop()
