@@ -12,7 +12,8 @@ numbers by value (8 == 8.0), `coerce` (default true) lets "8" equal 8 and "true"
 strings ignore case unless `case_sensitive: true`, lists in order, objects by keys.
 
 Each kind is a builder that checks and binds its options once (a json_field path is parsed, an inline
-schema is checked and its validator built) and returns the scorer.
+schema is checked and its validator built) and returns the scorer. JSON nested deeper than the interpreter
+reads (a hostile `[[[[...`) is JSON the answer does not have: a fail with the reason, never an error row.
 """
 
 from __future__ import annotations
@@ -36,6 +37,24 @@ from engine.model.verdict import Verdict
 _JSON_FENCE = re.compile(r"```(?:json|JSON)\s*\n(.*?)```", re.DOTALL)
 _DECODER = json.JSONDecoder()
 _MISSING = object()
+_TOO_DEEP = "it is nested too deeply to read"
+
+
+def _loads(text: str, **options: Any) -> Any:
+    """`json.loads`, a value nested past the interpreter's recursion limit being a ValueError as any other JSON
+    that cannot be read."""
+    try:
+        return json.loads(text, **options)
+    except RecursionError:
+        raise ValueError(_TOO_DEEP) from None
+
+
+def _raw_decode(text: str, start: int) -> tuple[Any, int]:
+    """`JSONDecoder.raw_decode` at `start`, nesting past the recursion limit being a ValueError (as `_loads`)."""
+    try:
+        return _DECODER.raw_decode(text, start)
+    except RecursionError:
+        raise ValueError(_TOO_DEEP) from None
 
 
 def find_json(text: str) -> tuple[Any, str | None]:
@@ -49,7 +68,7 @@ def find_json(text: str) -> tuple[Any, str | None]:
     """
     for fence in reversed(_JSON_FENCE.findall(text)):
         try:
-            return json.loads(fence), None
+            return _loads(fence), None
         except ValueError as exc:
             fence_error = f"the ```json block is not valid JSON: {exc}"
             break
@@ -57,7 +76,7 @@ def find_json(text: str) -> tuple[Any, str | None]:
         fence_error = None
     stripped = text.strip()
     try:
-        return json.loads(stripped), None
+        return _loads(stripped), None
     except ValueError:
         pass
     last: Any = _MISSING
@@ -65,7 +84,7 @@ def find_json(text: str) -> tuple[Any, str | None]:
     while i < len(text):
         if text[i] in "{[":
             try:
-                value, end = _DECODER.raw_decode(text, i)
+                value, end = _raw_decode(text, i)
             except ValueError:
                 i += 1
                 continue
@@ -90,7 +109,7 @@ def whole_json(text: str) -> tuple[Any, str | None]:
     fence = _WHOLE_FENCE.match(stripped)
     body = fence.group(1) if fence else stripped
     try:
-        return json.loads(body), None
+        return _loads(body), None
     except ValueError as exc:
         where = "the ```json block" if fence else "the whole answer"
         return None, f"{where} is not one JSON value ({exc}) in {short(text)}"
@@ -104,7 +123,7 @@ def exact_json(text: str) -> tuple[Any, str | None]:
         (value, None) when it is one, else (None, why not).
     """
     try:
-        return json.loads(text, parse_constant=_no_constant), None
+        return _loads(text, parse_constant=_no_constant), None
     except ValueError as exc:
         return None, f"the whole answer is not one JSON value ({exc}) in {short(text)}"
 
@@ -164,7 +183,10 @@ def json_schema(value: Any, options: Mapping[str, Any]) -> Scorer:
         found, problem = find(answer.text)
         if problem:
             return verdict(0.0, problem, "json_schema")
-        errors = sorted(validator.iter_errors(found), key=lambda e: list(e.absolute_path))
+        try:
+            errors = sorted(validator.iter_errors(found), key=lambda e: list(e.absolute_path))
+        except RecursionError:
+            return verdict(0.0, "the JSON is nested too deeply to check against the schema", "json_schema")
         if not errors:
             return verdict(1.0, "JSON matches the schema", "json_schema")
         first = errors[0]
