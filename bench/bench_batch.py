@@ -4,11 +4,11 @@ What a user feels: a batch run waits for hours (up to a day) on the provider; th
 spin, and its memory must not creep while it waits. One whole `python -m engine run --batch` process sends
 `--calls` single-turn chat calls (one `contains` check each, cases from a CSV) to the loopback OpenAI Batch API of
 tests/fake_batches.py, served from a thread of this process, whose batches end `--delay` seconds after their
-creation; the engine polls each batch every `--poll` seconds (`ENGINE_BATCH_POLL_S`). This script samples the
-engine's CPU (user + system, /proc/PID/stat) and RSS (/proc/PID/status) every `--every` seconds, and reads the
-server's log for when the last batch was created and the first ended: the wait is the time between, less a
-second at each end. Baseline, measured in the same round: a bare `python -c` process that imports the engine
-and sleeps in asyncio for as long as the wait (what a process doing nothing costs here).
+creation; the engine polls each batch every `--poll` seconds (`ENGINE_BATCH_POLL_S`; 0: its own plan). This
+script samples the engine's CPU (user + system, /proc/PID/stat) and RSS (/proc/PID/status) every `--every`
+seconds, and reads the server's log for when the last batch was created and the first ended: the wait is the time
+between, less a second at each end. Baseline, measured in the same round: a bare `python -c` process that imports
+the engine and sleeps in asyncio for as long as the wait (what a process doing nothing costs here).
 
 Run: `flock /work/bench.lock .venv/bin/python bench/bench_batch.py [--calls 10000] [--delay 60] [--poll 1]
 [--tree TREE]`. One JSON line, then a table. Target: while it waits, the engine's CPU within 1% of a core above
@@ -104,7 +104,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=10_000)
     parser.add_argument("--delay", type=float, default=60.0, help="seconds from a batch's creation to its end")
-    parser.add_argument("--poll", type=float, default=1.0, help="seconds between two polls of a batch")
+    parser.add_argument("--poll", type=float, default=1.0,
+                        help="seconds between two polls of a batch (0: the engine's own plan, 10 s growing to 600 s)")
     parser.add_argument("--every", type=float, default=0.25, help="seconds between two samples")
     parser.add_argument("--tree", type=Path, default=ROOT)
     args = parser.parse_args()
@@ -119,7 +120,9 @@ def main() -> int:
             folder = Path(tmp)
             write_suite(folder, args.calls, server.base_url)
             env = dict(os.environ, PYTHONPATH=str(tree), ENGINE_RESPONSE_CACHE=str(folder / "cache.sqlite"),
-                       ENGINE_BATCH_POLL_S=f"{args.poll:g}", OPENAI_API_KEY="sk-bench")
+                       OPENAI_API_KEY="sk-bench")
+            if args.poll > 0:
+                env["ENGINE_BATCH_POLL_S"] = f"{args.poll:g}"
             started = time.monotonic()
             proc = subprocess.Popen([sys.executable, "-m", "engine", "run", str(folder / "bench.yaml"), "--models",
                                      str(folder / "models.yaml"), "--out", str(folder / "results"), "--quiet",
