@@ -48,7 +48,7 @@ _COLUMNS: dict[str, str] = {
     "test_hash": "NULL::VARCHAR", "tags": "NULL::VARCHAR[]", "latency_s": "NULL::DOUBLE",
     "ttft_visible_s": "NULL::DOUBLE", "prompt_tokens": "NULL::DOUBLE", "completion_tokens": "NULL::DOUBLE",
     "cost": "NULL::DOUBLE", "error_kind": "NULL::VARCHAR", "variant": "NULL::VARCHAR",
-    "cached": "NULL::BOOLEAN", "run_id": "NULL::VARCHAR",
+    "cached": "NULL::BOOLEAN", "run_id": "NULL::VARCHAR", "batch_id": "NULL::VARCHAR",
 }
 _AGENT_COLUMNS = ("turns", "prose_turns", "tool_calls_made", "invented_tools", "bad_tool_args", "outcome")
 
@@ -188,7 +188,8 @@ def grid_from_parquet(
                -- as models.model_rows: a row the response cache answered was not timed
                CASE WHEN coalesce(cached, false) THEN NULL ELSE latency_s END AS latency_s,
                CASE WHEN coalesce(cached, false) THEN NULL ELSE ttft_visible_s END AS ttft_visible_s,
-               completion_tokens, cost, error_kind, variant, {{'f': filename, 'r': file_row_number}} AS position
+               completion_tokens, cost, error_kind, variant, batch_id IS NOT NULL AS batched,
+               {{'f': filename, 'r': file_row_number}} AS position
                {''.join(', ' + c for c in agents)}
         FROM (SELECT *, score IS NOT NULL AND NOT isnan(score) AS scored FROM raw {keep})
     """)
@@ -227,7 +228,8 @@ def grid_from_parquet(
                avg(prompt_tokens) AS prompt_tokens, avg(completion_tokens) AS completion_tokens,
                count(prompt_tokens) AS prompt_known, count(completion_tokens) AS completion_known,
                sum(cost) AS cost, quantile_cont(latency_s, [0.5, 0.9, 0.99]) AS latency,
-               quantile_cont(ttft_visible_s, 0.5) AS ttft_p50, sum(CAST(cached AS INTEGER)) AS cached
+               quantile_cont(ttft_visible_s, 0.5) AS ttft_p50, sum(CAST(cached AS INTEGER)) AS cached,
+               sum(CAST(batched AS INTEGER)) AS batched
         FROM r GROUP BY model
     """).df()
     top_errors = con.execute("""
@@ -295,6 +297,7 @@ def _model_rows(models: list[str], frame: pd.DataFrame, top: dict[Any, Any], fal
         prompt_tokens=col("prompt_tokens"), completion_tokens=col("completion_tokens"),
         prompt_known=col("prompt_known"), completion_known=col("completion_known"), cost=col("cost"),
         latency=latency, ttft_p50=col("ttft_p50"), cached=col("cached"), unscored=col("unscored"),
+        batched=col("batched"),
         top_error={models.index(str(m)): str(k) for m, k in top.items() if str(m) in models},
         fallback=fallback,
     )

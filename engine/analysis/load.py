@@ -33,6 +33,7 @@ ANALYSIS_COLUMNS: tuple[str, ...] = (
     "turns", "prose_turns", "tool_calls_made", "invented_tools", "bad_tool_args", "outcome",
     "variant",
     "cached",   # answered from the response cache: left out of latency figures (null in older runs: not cached)
+    "batch_id",   # answered through a provider's batch (the batch price; absent in older runs: live)
 )
 
 

@@ -40,6 +40,7 @@ class ModelRows:
         cached: Rows the response cache answered (left out of latency and time to first token: nothing was
             timed; their cost is 0).
         unscored: Rows recorded unscored on purpose (`eval: {none: true}`: no score and no error).
+        batched: Rows a provider's batch answered (`batch_id`: their cost is the batch price), or None.
     """
 
     rows: np.ndarray
@@ -56,6 +57,7 @@ class ModelRows:
     fallback: dict
     cached: np.ndarray | None = None
     unscored: np.ndarray | None = None
+    batched: np.ndarray | None = None
 
 
 def model_rows(df: pd.DataFrame, cells: Cells) -> ModelRows:
@@ -108,6 +110,7 @@ def model_rows(df: pd.DataFrame, cells: Cells) -> ModelRows:
         top_error=_top_error_kind(df, code, scored | unscored), fallback=fallback_rows(df),
         cached=np.bincount(code, weights=cached.astype("float64"), minlength=n_models),
         unscored=np.bincount(code, weights=unscored.astype("float64"), minlength=n_models),
+        batched=np.bincount(code, weights=_batched(df).astype("float64"), minlength=n_models),
     )
 
 
@@ -184,6 +187,9 @@ def per_model(
         elif errors[m]:
             parts.append(f"{int(errors[m])} of {n_rows} rows errored" + (
                 f" (mostly {top_error[m]})" if m in top_error else "") + "; not counted in the score")
+        if rows.batched is not None and rows.batched[m]:
+            parts.append(f"{int(rows.batched[m])} of {n_rows} rows answered through batches (cost at the batch "
+                         f"price)")
         if rows.cached is not None and rows.cached[m]:
             parts.append(f"{int(rows.cached[m])} of {n_rows} rows answered from the response cache "
                          f"(left out of latency; cost 0)")
@@ -224,6 +230,13 @@ def per_model(
             gone.reindex(columns=out.columns)
     return out.sort_values(["mean_score", "model"], ascending=[False, True], na_position="last",
                            kind="stable").reset_index(drop=True)
+
+
+def _batched(df: pd.DataFrame) -> np.ndarray:
+    """Which rows a provider's batch answered (a run written before the `batch_id` column: none)."""
+    if "batch_id" not in df.columns:
+        return np.zeros(len(df), dtype=bool)
+    return df["batch_id"].notna().to_numpy(dtype=bool)
 
 
 def _cached(df: pd.DataFrame) -> np.ndarray:

@@ -60,6 +60,8 @@ def _rows(rng: np.random.Generator, run: int) -> list[dict]:
                             fields.update(prompt_tokens=None, completion_tokens=None, cost=None)
                         if model == "alpha" and rng.random() < 0.15:   # answered from the response cache
                             fields.update(cached=True)
+                        if model == "beta" and attempt == 1:   # answered through a provider's batch
+                            fields.update(batch_id=f"batch_{run}")
                         if model == "gamma" and rng.random() < 0.05:
                             fields.update(fallback=True)
                         if t == 8 and suite == "s1":   # no threshold, no verdict: judged against 1.0
@@ -140,6 +142,9 @@ def test_duckdb_grid_matches_hand_counts(runs: list) -> None:
     assert rows.rows[j] == len(alpha_rows)
     timed = alpha_rows.loc[~alpha_rows["cached"].fillna(False).astype(bool), "latency_s"]
     assert len(timed) < len(alpha_rows) and rows.cached is not None and rows.cached[j] == len(alpha_rows) - len(timed)
+    batched = df[df["model"] == "beta"]["batch_id"].notna().sum()
+    assert rows.batched is not None and batched > 0
+    assert (rows.batched[cells.models.index("beta")], rows.batched[j]) == (batched, 0)
     assert math.isclose(rows.latency[j, 1], float(np.quantile(timed, 0.9)))
     assert rows.fallback["rows"] == {"gamma": int(load(runs, include_fallback=True)["fallback"].sum())}
 

@@ -164,6 +164,8 @@ def test_a_batched_run_gives_the_live_verdicts_at_the_batch_price(provider: Prov
         assert analyzed.returncode == 0, analyzed.stderr
         model_line = next(line for line in analyzed.stdout.splitlines() if line.lstrip("│ ").startswith("m "))
         assert total in model_line, analyzed.stdout
+        said = " ".join(analyzed.stdout.replace("│", " ").split())
+        assert ("200 of 200 rows answered through batches (cost at the batch price)" in said) == (folder == "batched")
 
 
 def test_a_run_killed_once_its_batches_were_sent_is_resumed_without_sending_anything_twice(
