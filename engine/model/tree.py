@@ -20,7 +20,8 @@ __all__ = ["DEFAULT_MEMORY_MB", "DEFAULT_TIMEOUT_S", "LeafScorer", "Node"]
 #: A check's time limit on one answer when its `timeout_s` does not say (engine.evaluators.scoring_pool).
 DEFAULT_TIMEOUT_S = 10.0
 #: The memory a check may take on one answer, MiB, when its `memory_mb` does not say: the sandbox's default too
-#: (engine.harness.isolation.Limits); parsing the largest reply a model may send (32 MiB) takes a few hundred.
+#: (engine.harness.isolation.Limits); parsing the largest reply a model may send (32 MiB) takes a few hundred, and
+#: ifeval's language detection (langdetect) about 60 on first use.
 DEFAULT_MEMORY_MB = 1024
 
 #: A leaf's scorer as the tree holds it: `scorer(answer, ctx)`, `ctx` being an engine.model.scoring
