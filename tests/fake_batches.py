@@ -11,8 +11,10 @@ answers live and batched, and the live fake's `requests` records the batched bod
 
 A batch is pending when created, running from its first poll, and ends at the poll that is both the plan's
 `polls`-th and `delay_s` after its creation (a cancelled one ends at the poll after the cancel). `Plan` also makes
-it expire with only its first requests answered (the rest left unanswered), fail as a whole, or send a results
-file verbatim (a hostile one).
+it expire with only its first requests answered (the rest left unanswered), fail as a whole, send a results
+file verbatim or one that never ends, or change each batch object it sends (hostile ones).
+
+    batches.key_query = ("key", KEY)   # refuse (401) every batch call whose URL does not carry key=KEY
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,6 +45,10 @@ class Plan:
         fail: End as failed (validation), answering nothing, with this message.
         results_raw: Send these bytes as the results (OpenAI's output file, Anthropic's results, Gemini's
             responses file) instead of the answers.
+        results_endless: Send these bytes over and over as the results, a file that never ends (until the client
+            goes away).
+        patch: Called on every batch object (or Gemini operation) the server sends, created, polled or cancelled,
+            to change it as a hostile server would.
     """
 
     polls: int = 1
@@ -50,6 +56,26 @@ class Plan:
     answer_first: int | None = None
     fail: str | None = None
     results_raw: bytes | None = None
+    results_endless: bytes | None = None
+    patch: Callable[[dict[str, Any]], None] | None = None
+
+    def sent(self, batch: dict[str, Any]) -> dict[str, Any]:
+        """`batch` as the server sends it (`patch` applied)."""
+        if self.patch is not None:
+            self.patch(batch)
+        return batch
+
+    def results(self, body: bytes, content_type: str = "application/octet-stream") -> web.StreamResponse:
+        """A results file of `body`, or the plan's file: verbatim, or one that never ends."""
+        if self.results_endless is None:
+            return web.Response(body=self.results_raw if self.results_raw is not None else body,
+                                content_type=content_type)
+        return web.Response(body=_endless(self.results_endless), content_type=content_type)
+
+
+async def _endless(chunk: bytes) -> AsyncIterator[bytes]:
+    while True:
+        yield chunk
 
 
 @dataclass
@@ -79,10 +105,17 @@ class BatchJobs:
         self._answer = answer
         self._prefix = prefix
         self._lock = threading.Lock()
+        self.key_query: tuple[str, str] | None = None
 
     def note(self, request: web.Request) -> None:
+        """Log a batch call; refuse it (401) when `key_query` asks for the key in the URL and it is not there."""
         with self._lock:
             self.log.append(f"{request.method} {request.path}")
+        if self.key_query is not None and request.query.get(self.key_query[0]) != self.key_query[1]:
+            message = f"API key not valid for {request.method} {request.path_qs}"   # echoes the URL, as some do
+            raise web.HTTPUnauthorized(text=json.dumps({"error": {"code": 401, "message": message,
+                                                                  "status": "UNAUTHENTICATED"}}),
+                                       content_type="application/json")
 
     def create(self, requests: list[tuple[str, dict[str, Any]]], **extra: Any) -> Job:
         with self._lock:
@@ -159,6 +192,15 @@ class BatchServer:
         """Every batch call, `METHOD /path`, in order."""
         return self.jobs.log
 
+    @property
+    def key_query(self) -> tuple[str, str] | None:
+        """(parameter, key) every batch call's URL must carry, or None (any)."""
+        return self.jobs.key_query
+
+    @key_query.setter
+    def key_query(self, value: tuple[str, str] | None) -> None:
+        self.jobs.key_query = value
+
 
 # -- OpenAI --------------------------------------------------------------------------------------------------------
 
@@ -171,6 +213,7 @@ class OpenAIBatchServer(BatchServer):
         self.server = server
         self.jobs = BatchJobs(self._answer, "batch_")
         self.files: dict[str, bytes] = {}
+        self._output_of: dict[str, Job] = {}   # output file id -> its batch
         server.mounts.append(self._mount)
 
     def _mount(self, app: web.Application) -> None:
@@ -214,21 +257,26 @@ class OpenAIBatchServer(BatchServer):
                 return _openai_error(400, f"line for {row.get('custom_id')} does not POST to {endpoint}")
             requests.append((row["custom_id"], row["body"]))
         job = self.jobs.create(requests, endpoint=endpoint, input_file_id=body["input_file_id"])
-        return web.json_response(self._batch(job))
+        return web.json_response(job.plan.sent(self._batch(job)))
 
     async def _get(self, request: web.Request) -> web.Response:
         self.jobs.note(request)
-        return web.json_response(self._batch(self.jobs.poll(self.jobs.job(request.match_info["id"]))))
+        job = self.jobs.poll(self.jobs.job(request.match_info["id"]))
+        return web.json_response(job.plan.sent(self._batch(job)))
 
     async def _cancel(self, request: web.Request) -> web.Response:
         self.jobs.note(request)
-        return web.json_response(self._batch(self.jobs.cancel(self.jobs.job(request.match_info["id"]))))
+        job = self.jobs.cancel(self.jobs.job(request.match_info["id"]))
+        return web.json_response(job.plan.sent(self._batch(job)))
 
-    async def _content(self, request: web.Request) -> web.Response:
+    async def _content(self, request: web.Request) -> web.StreamResponse:
         self.jobs.note(request)
         file_id = request.match_info["id"]
         if file_id not in self.files:
             return _openai_error(404, f"no file {file_id}")
+        job = self._output_of.get(file_id)
+        if job is not None:
+            return job.plan.results(self.files[file_id])
         return web.Response(body=self.files[file_id], content_type="application/octet-stream")
 
     def _batch(self, job: Job) -> dict[str, Any]:
@@ -262,11 +310,15 @@ class OpenAIBatchServer(BatchServer):
                                                            f"was {job.ended_as}."}}
                        for i, c in enumerate(job.left)]
             job.extra["counts"] = (len(ok), len(job.requests) - len(ok))
-            for name, rows, raw in (("output_file_id", output, job.plan.results_raw), ("error_file_id", errors, None)):
-                if rows or raw is not None:
+            for name, rows in (("output_file_id", output), ("error_file_id", errors)):
+                hostile = name == "output_file_id" and (job.plan.results_raw is not None or
+                                                        job.plan.results_endless is not None)
+                if rows or hostile:
                     file_id = f"file-{len(self.files) + 1}"
-                    self.files[file_id] = raw if raw is not None else _jsonl(rows)
+                    self.files[file_id] = _jsonl(rows)
                     job.extra[name] = file_id
+                    if name == "output_file_id":
+                        self._output_of[file_id] = job
         out["output_file_id"] = job.extra.get("output_file_id")
         out["error_file_id"] = job.extra.get("error_file_id")
         completed, failed = job.extra["counts"]
@@ -323,14 +375,15 @@ class AnthropicBatchServer(BatchServer):
             return fake_anthropic._error(400, "requests: custom_id must be unique, 1-64 characters")
         if any((row.get("params") or {}).get("stream") for row in rows):
             return fake_anthropic._error(400, "requests: streaming is not supported in batches")
-        return web.json_response(self._batch(self.jobs.create([(row["custom_id"], row["params"]) for row in rows]),
-                                             request))
+        job = self.jobs.create([(row["custom_id"], row["params"]) for row in rows])
+        return web.json_response(job.plan.sent(self._batch(job, request)))
 
     async def _get(self, request: web.Request) -> web.Response:
         refused = self._refused(request)
         if refused is not None:
             return refused
-        return web.json_response(self._batch(self.jobs.poll(self.jobs.job(request.match_info["id"])), request))
+        job = self.jobs.poll(self.jobs.job(request.match_info["id"]))
+        return web.json_response(job.plan.sent(self._batch(job, request)))
 
     async def _cancel(self, request: web.Request) -> web.Response:
         refused = self._refused(request)
@@ -338,22 +391,20 @@ class AnthropicBatchServer(BatchServer):
             return refused
         job = self.jobs.cancel(self.jobs.job(request.match_info["id"]))
         job.extra["cancel_initiated_at"] = "2026-01-01T00:00:00Z"
-        return web.json_response(self._batch(job, request))
+        return web.json_response(job.plan.sent(self._batch(job, request)))
 
-    async def _results(self, request: web.Request) -> web.Response:
+    async def _results(self, request: web.Request) -> web.StreamResponse:
         refused = self._refused(request)
         if refused is not None:
             return refused
         job = self.jobs.job(request.match_info["id"])
         if job.state != "ended":
             return fake_anthropic._error(400, f"batch {job.id} has not ended")
-        if job.plan.results_raw is not None:
-            return web.Response(body=job.plan.results_raw, content_type="application/binary")
         kind = "canceled" if job.ended_as == "cancelled" else "expired"
         rows = [{"custom_id": c, "result": {"type": "succeeded", "message": b} if s == 200 else
                  {"type": "errored", "error": b}} for c, s, b in job.answers]
         rows += [{"custom_id": c, "result": {"type": kind}} for c in job.left]
-        return web.Response(body=_jsonl(rows), content_type="application/binary")
+        return job.plan.results(_jsonl(rows), "application/binary")
 
     def _batch(self, job: Job, request: web.Request) -> dict[str, Any]:
         ended = job.state == "ended"
@@ -383,6 +434,7 @@ class GeminiBatchServer(BatchServer):
         self.jobs = BatchJobs(self._answer, "batches/")
         self.files: dict[str, bytes] = {}
         self._uploads: dict[str, int] = {}
+        self._responses_of: dict[str, Job] = {}   # responses file name -> its batch
         server.mounts.append(self._mount)
         server.batch_create = self._create
 
@@ -417,7 +469,7 @@ class GeminiBatchServer(BatchServer):
             requests = [(row["metadata"]["key"], row["request"]) for row in inline]
             form = "inline"
         job = self.jobs.create(requests, model=model, form=form, display=body.get("displayName"))
-        return web.json_response(self._operation(job))
+        return web.json_response(job.plan.sent(self._operation(job)))
 
     async def _batch_call(self, request: web.Request) -> web.Response:
         self.jobs.note(request)
@@ -428,7 +480,7 @@ class GeminiBatchServer(BatchServer):
             return web.json_response({})
         if request.method != "GET" or method:
             return _gemini_error(404, f"unknown method {request.method} {method}")
-        return web.json_response(self._operation(self.jobs.poll(job)))
+        return web.json_response(job.plan.sent(self._operation(self.jobs.poll(job))))
 
     async def _upload(self, request: web.Request) -> web.Response:
         self.jobs.note(request)
@@ -451,11 +503,14 @@ class GeminiBatchServer(BatchServer):
                                            "sizeBytes": str(len(content)), "state": "ACTIVE"}},
                                  headers={"X-Goog-Upload-Status": "final"})
 
-    async def _download(self, request: web.Request) -> web.Response:
+    async def _download(self, request: web.Request) -> web.StreamResponse:
         self.jobs.note(request)
         name, _, method = request.match_info["name"].partition(":")
         if method != "download" or request.query.get("alt") != "media" or name not in self.files:
             return _gemini_error(404, f"no file {name}")
+        job = self._responses_of.get(name)
+        if job is not None:
+            return job.plan.results(self.files[name])
         return web.Response(body=self.files[name], content_type="application/octet-stream")
 
     def _operation(self, job: Job) -> dict[str, Any]:
@@ -489,7 +544,8 @@ class GeminiBatchServer(BatchServer):
             name = f"batch-{job.id.removeprefix('batches/')}-responses"
             lines: list[dict[str, Any]] = [{"key": c, "response": b} if s == 200 else {"key": c, "error": b}
                                            for c, s, b in job.answers]
-            self.files[name] = job.plan.results_raw if job.plan.results_raw is not None else _jsonl(lines)
+            self.files[name] = _jsonl(lines)
+            self._responses_of[name] = job
             job.extra["responses"] = f"files/{name}"
         return {"responsesFile": job.extra["responses"]}
 

@@ -155,10 +155,11 @@ class ModelClient:
         if wire is None:
             raise ValueError(f"api {model.api!r} has no batch method")
         live = self._wire(model)
-        base_url, headers = model.base_url or "", live.headers
+        headers, key_query = live.headers, ""
         if model.api_key_header or model.api_key_query:
-            base_url, headers = self._key_elsewhere(model, base_url, headers)
-        target = BatchTarget(base_url, model, headers, live.redact)
+            _, headers = self._key_elsewhere(model, "", headers)
+            key_query = self._key_query(model)
+        target = BatchTarget(model.base_url or "", model, headers, live.redact, key_query)
         return wire, wire.open(BatchTransport(self._sessions, model), target)
 
     def read_whole(self, model: ModelConfig, request: PreparedRequest, body: bytes) -> CallResult:
@@ -284,8 +285,15 @@ class ModelClient:
         if model.api_key_header:
             headers[model.api_key_header] = key
         if model.api_key_query:
-            url += ("&" if "?" in url else "?") + quote(model.api_key_query, safe="") + "=" + quote(key, safe="")
+            url += ("&" if "?" in url else "?") + self._key_query(model)
         return url, headers
+
+    def _key_query(self, model: ModelConfig) -> str:
+        """The key as the query parameter `api_key_query` names (`key=...`, percent-encoded), or ""."""
+        key = self._api_keys.get(model.name)
+        if not model.api_key_query or not key:
+            return ""
+        return quote(model.api_key_query, safe="") + "=" + quote(key, safe="")
 
     def _budget(self, model: ModelConfig) -> ratelimit.Budget:
         """The rate-limit budget of the model's calls: one per endpoint, key and model id (entries naming the same

@@ -301,13 +301,13 @@ class BatchTransport:
             raise _batch_failure(exc, self._model) from None
 
     @asynccontextmanager
-    async def download(self, url: str, headers: Mapping[str, str], *,
-                       line_limit: int) -> AsyncIterator[_Download]:
-        """A `GET` whose body is read line by line."""
+    async def download(self, url: str, headers: Mapping[str, str], *, line_limit: int,
+                       limit: int) -> AsyncIterator[_Download]:
+        """A `GET` whose body is read line by line, `limit` bytes at most."""
         try:
             async with self._sessions.for_url(url).get(url, headers=dict(headers), timeout=self._timeout,
                                                        allow_redirects=False) as resp:
-                yield _Download(resp, line_limit, self._model)
+                yield _Download(resp, line_limit, limit, self._model)
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise _batch_failure(exc, self._model) from None
 
@@ -327,9 +327,10 @@ def _batch_failure(exc: BaseException, model: ModelConfig) -> ClientError:
 class _Download:
     """An answered download (`engine.client.providers.batch.Download`)."""
 
-    def __init__(self, resp: aiohttp.ClientResponse, line_limit: int, model: ModelConfig) -> None:
+    def __init__(self, resp: aiohttp.ClientResponse, line_limit: int, limit: int, model: ModelConfig) -> None:
         self._resp = resp
         self._limit = line_limit
+        self._total_limit = limit
         self._model = model
         self.status = resp.status
         self.headers: Mapping[str, str] = resp.headers
@@ -339,12 +340,17 @@ class _Download:
         return (await _read_at_most(self._resp, limit)).decode("utf-8", "replace")
 
     async def lines(self) -> AsyncIterator[bytes | LongLine]:
-        """Each non-blank line, capped: a longer one is read past (never held) and given as a `LongLine`."""
+        """Each non-blank line, capped: a longer one is read past (never held) and given as a `LongLine`; the
+        whole body past the download's limit (blank lines included) raises `retry.too_large`."""
         pending = bytearray()
         long_head: bytes | None = None   # set while reading past an over-long line
         long_size = 0
+        total = 0
         try:
             async for chunk in self._resp.content.iter_any():
+                total += len(chunk)
+                if total > self._total_limit:
+                    raise retry.too_large(self._total_limit)
                 start = 0
                 while start < len(chunk):
                     end = chunk.find(b"\n", start)

@@ -61,7 +61,7 @@ class Committer:
         """Hand over a finished row (not touched again by the caller); `note` comes back in `on_commit`."""
         with self._ready:
             self._pending.append((key, row, note))
-            if len(self._pending) == 1 or len(self._pending) >= self._rows:   # the first wakes an idle thread
+            if len(self._pending) >= self._rows:
                 self._ready.notify()
 
     async def write(self, change: Callable[[Journal], None]) -> None:
@@ -89,8 +89,6 @@ class Committer:
     def _run(self) -> None:
         while True:
             with self._ready:
-                while not (self._closing or self._pending or self._writes):
-                    self._ready.wait()   # nothing to commit: asleep, not waking each interval (a batch run waits)
                 if not self._closing and len(self._pending) < self._rows and not self._writes:
                     self._ready.wait(self._interval)
                 batch, self._pending = self._pending, []

@@ -22,7 +22,7 @@ from engine.client.providers.batch import (
     BatchTarget,
     SubmitError,
 )
-from engine.client.providers.gemini_batch import INLINE_MAX_REQUESTS
+from engine.client.providers.gemini_batch import INLINE_MAX_BYTES, INLINE_MAX_REQUESTS
 from engine.client.request import RequestSettings, prepare
 from engine.client.response import CallResult
 from engine.client.session import Sessions
@@ -407,3 +407,167 @@ async def test_polling_a_batch_the_provider_does_not_know_raises_its_error_maske
     with pytest.raises(ClientError) as failed:
         await wire.api.poll(unknown)
     assert failed.value.status == 404 and not failed.value.retryable and KEY not in str(failed.value)
+
+
+# -- the key where the live calls send it, and hostile batch objects ------------------------------------------------
+
+
+def by_query(rig: Rig) -> ModelConfig:
+    """The rig's model with its key sent as the query parameter `key` (`api_key_query`), as its live calls do."""
+    return replace(rig.model, api_key_env="BATCH_WIRE_KEY", api_key_query="key")
+
+
+def the_real_batch_api(sessions: Sessions, model: ModelConfig) -> Session:
+    """The batch API the run opens for `model` (`ModelClient.batch_api`): its key where the live calls send it."""
+    _, api = ModelClient(sessions, {"m": KEY}).batch_api(model)
+    return Session(api)
+
+
+async def test_a_key_sent_in_the_query_authenticates_every_batch_call_and_is_kept_nowhere(
+        rig: Rig, sessions: Sessions) -> None:
+    rig.live.responder = lambda body: rig.answer("keyed")
+    rig.batches.key_query = ("key", KEY)   # a batch call without ?key=KEY is refused (401)
+    wire = the_real_batch_api(sessions, by_query(rig))
+    # more than go inline: Gemini uploads a file, at the URL its upload's start names
+    questions = {f"k{i}": f"What is {i}?" for i in range(INLINE_MAX_REQUESTS + 1)}
+    batch_id = await wire.api.submit([(cid, rig.body(q)) for cid, q in questions.items()])
+    statuses = await wire.until_ended(batch_id)
+    outcomes = dict(await wire.outcomes(statuses[-1], list(questions)))
+    assert sorted(outcomes) == sorted(questions)
+    assert all(parsed(rig, outcome).text == "keyed" for outcome in outcomes.values())
+    if rig.api == "gemini":
+        assert "POST /upload/v1beta/files" in rig.batches.log
+    if rig.api == "anthropic":   # its results_url, as the server named it, without the key the download carried
+        assert statuses[-1].results == (f"{rig.live.base_url}/messages/batches/{batch_id}/results",)
+    assert KEY not in repr((batch_id, statuses, outcomes))
+
+
+async def test_a_refused_batch_call_that_echoes_its_url_has_the_query_key_masked(rig: Rig,
+                                                                                 sessions: Sessions) -> None:
+    rig.live.responder = lambda body: rig.answer("fine")
+    rig.batches.key_query = ("key", "another-key")
+    wire = the_real_batch_api(sessions, by_query(rig))
+    with pytest.raises(SubmitError) as refused:
+        await wire.api.submit([("a", rig.body("a"))])
+    assert refused.value.status == 401 and not refused.value.sent
+    assert "key=***" in str(refused.value) and KEY not in str(refused.value)
+
+
+def _batch_key(rig: Rig) -> str:
+    return "name" if rig.api == "gemini" else "id"
+
+
+async def test_a_batch_id_that_holds_the_key_is_refused_before_it_is_kept(rig: Rig, sessions: Sessions) -> None:
+    echoed = ("batches/" if rig.api == "gemini" else "") + KEY
+    rig.batches.plan = Plan(patch=lambda batch: batch.update({_batch_key(rig): echoed}))
+    wire = await session_of(rig, sessions)
+    with pytest.raises(SubmitError) as refused:
+        await wire.api.submit([("a", rig.body("a"))])
+    assert "holds a secret" in str(refused.value) and KEY not in str(refused.value)
+    assert refused.value.sent   # the batch was created: the run must not send it again
+
+
+async def test_a_batch_status_over_its_size_cap_is_an_error_naming_the_batch(rig: Rig, sessions: Sessions) -> None:
+    rig.live.responder = lambda body: rig.answer("fine")
+    wire = await session_of(rig, sessions)
+    batch_id = await wire.api.submit([("a", rig.body("a"))])
+    pad = "x" * ((64 << 20) + 1 if rig.api == "gemini" else (1 << 20) + 1)   # Gemini's holds inline answers
+    rig.batches.jobs.jobs[batch_id].plan = Plan(patch=lambda batch: batch.update(pad=pad))
+    with pytest.raises(ClientError) as refused:
+        await wire.api.poll(batch_id)
+    assert refused.value.kind == "response_too_large" and str(refused.value).startswith("the batch: ")
+
+
+#: Per API, a batch object's documented field given the wrong type, and the place the error must name.
+WRONG_TYPES: dict[str, list[tuple[Callable[[dict[str, Any]], None], str]]] = {
+    "chat": [(lambda b: b.update(status=7), "`batch.status`"),
+             (lambda b: b.update(request_counts=[1, 2]), "`batch.request_counts`"),
+             (lambda b: b["request_counts"].update(total="many"), "`request_counts.total`"),
+             (lambda b: b["request_counts"].update(completed=-3), "`request_counts.completed`"),
+             (lambda b: b.update(status="completed", output_file_id=["file-1"]), "`batch.output_file_id`"),
+             (lambda b: b.update(status="completed", output_file_id="file 1?x=y"), "`batch.output_file_id`")],
+    "anthropic": [(lambda b: b.update(processing_status=None), "`processing_status`"),
+                  (lambda b: b.update(request_counts="all"), "`batch.request_counts`"),
+                  (lambda b: b["request_counts"].update(succeeded=True), "`request_counts.succeeded`"),
+                  (lambda b: b.update(processing_status="ended", results_url=17), "`batch.results_url`")],
+    "gemini": [(lambda b: b.update(metadata=["PENDING"]), "`operation.metadata`"),
+               (lambda b: b["metadata"].update(state={"s": 1}), "`metadata.state`"),
+               (lambda b: b["metadata"].update(batchStats=3), "`metadata.batchStats`"),
+               (lambda b: b["metadata"]["batchStats"].update(requestCount="1e9"), "`batchStats.requestCount`"),
+               (lambda b: b["metadata"].update(state="BATCH_STATE_SUCCEEDED", output={"responsesFile": 5}),
+                "`output.responsesFile`")],
+}
+WRONG_TYPES["completions"] = WRONG_TYPES["chat"]
+
+
+async def test_a_batch_status_with_a_wrong_type_is_an_error_naming_the_field(rig: Rig, sessions: Sessions) -> None:
+    rig.live.responder = lambda body: rig.answer("fine")
+    wire = await session_of(rig, sessions)
+    batch_id = await wire.api.submit([("a", rig.body("a"))])
+    for patch, place in WRONG_TYPES[rig.api]:
+        rig.batches.jobs.jobs[batch_id].plan = Plan(patch=patch)
+        with pytest.raises(ClientError) as refused:
+            await wire.api.poll(batch_id)
+        assert refused.value.kind == "bad_response" and place in str(refused.value), (place, refused.value)
+
+
+async def test_anthropic_results_url_that_carries_the_key_is_not_kept(sessions: Sessions) -> None:
+    live = FakeAnthropic()
+    batches = AnthropicBatchServer(live)
+    live.start()
+    try:
+        live.responder = lambda body: fake_anthropic.Reply(text="here")
+        model = ModelConfig(name="m", model="claude-1", base_url=live.base_url, api="anthropic", timeout_s=10.0)
+        rig = Rig("anthropic", live, batches, model, fake_anthropic.Reply, fake_anthropic.Reply)
+        wire = await session_of(rig, sessions)
+        batch_id = await wire.api.submit([("a", rig.body("q"))])
+        batches.jobs.jobs[batch_id].extra["results_url"] = f"{live.base_url}/messages/batches/{batch_id}/results" \
+                                                           f"?token={KEY}"
+        status = (await wire.until_ended(batch_id))[-1]
+        assert status.results == (f"{live.base_url}/messages/batches/{batch_id}/results",)
+        assert parsed_text("anthropic", dict(await wire.outcomes(status, ["a"]))["a"]) == "here"
+    finally:
+        live.stop()
+
+
+async def test_gemini_inline_responses_that_are_not_a_list_fail_each_request_saying_so(sessions: Sessions) -> None:
+    live = FakeGemini()
+    batches = GeminiBatchServer(live)
+    live.start()
+    try:
+        live.responder = lambda body: fake_gemini.Reply(text="here")
+        model = ModelConfig(name="m", model="gemini-1", base_url=live.base_url, api="gemini", timeout_s=10.0)
+        rig = Rig("gemini", live, batches, model, fake_gemini.Reply, fake_gemini.Reply)
+
+        def as_text(operation: dict[str, Any]) -> None:
+            output = operation["metadata"].get("output")
+            if output is not None:
+                output["inlinedResponses"]["inlinedResponses"] = "none today"
+        batches.plan = Plan(patch=as_text)
+        wire = await session_of(rig, sessions)
+        batch_id = await wire.api.submit([("a", rig.body("q")), ("b", rig.body("r"))])
+        status = (await wire.until_ended(batch_id))[-1]
+        outcomes = dict(await wire.outcomes(status, ["a", "b"]))
+        assert sorted(outcomes) == ["a", "b"]
+        for outcome in outcomes.values():
+            assert isinstance(outcome, BatchFailure) and outcome.kind == "failed"
+            assert "`output.inlinedResponses.inlinedResponses` is a string, expected a list" in outcome.message
+    finally:
+        live.stop()
+
+
+@pytest.mark.parametrize("chunk", [b"x" * 65536, b"\n" * 65536, b'{"custom_id": "z", "key": "z"}\n' * 2048],
+                         ids=["one-endless-line", "endless-blank-lines", "endless-strangers"])
+async def test_a_results_file_that_never_ends_is_cut_off_at_its_cap(rig: Rig, sessions: Sessions,
+                                                                    chunk: bytes) -> None:
+    rig.live.responder = lambda body: rig.answer("fine")
+    rig.batches.plan = Plan(results_endless=chunk)
+    wire = await session_of(rig, sessions, replace(rig.model, max_response_mb=0.01))
+    question = "a" * (INLINE_MAX_BYTES + 1)   # over what goes inline: Gemini's answers come as a responses file
+    batch_id = await wire.api.submit([("a", rig.body(question))])
+    status = (await wire.until_ended(batch_id))[-1]
+    with pytest.raises(ClientError) as cut:
+        await wire.outcomes(status, ["a"])
+    assert cut.value.kind == "response_too_large" and not cut.value.retryable
+    assert "the results file" in str(cut.value) or "the batch's results" in str(cut.value) or \
+        "the responses file" in str(cut.value)

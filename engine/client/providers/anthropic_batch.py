@@ -33,16 +33,18 @@ from engine.client.providers.batch import (
 from engine.client.providers.batch_wire import (
     Classify,
     Outcomes,
+    answers_in,
     compact,
     encoded_requests,
     integer,
     read_json,
     resource_id,
-    result_lines,
+    results_limit,
     same_origin,
     status_failure,
     submit_error,
     text,
+    unanswered,
 )
 from engine.errors import ClientError
 from engine.redact import Redactor
@@ -76,7 +78,7 @@ class AnthropicBatches:
         try:
             created, _ = await read_json(self._http, self._target, self._classify, "POST", self._url(), "the batch",
                                          body=body)
-            batch_id = resource_id(created, "id", "batch")
+            batch_id = resource_id(created, "id", "batch", self._target.redact)
         except ClientError as error:
             raise submit_error(error, created=True) from None
         return batch_id
@@ -92,23 +94,20 @@ class AnthropicBatches:
 
     async def results(self, status: BatchStatus,
                       custom_ids: Sequence[str]) -> AsyncIterator[tuple[str, BatchOutcome]]:
-        outcomes = Outcomes(custom_ids, self._target.redact)
+        redact = self._target.redact
+        outcomes = Outcomes(custom_ids, redact)
+        limit = results_limit(self._target, status, custom_ids, LIMITS)
         for url in status.results:
-            async for line in result_lines(self._http, self._target, self._classify, url, "custom_id",
-                                           "the batch's results"):
-                if line.data is None:
-                    taken = outcomes.fail(line.custom_id, "errored", line.problem or "unreadable")
-                else:
-                    taken = outcomes.take(line.custom_id, _outcome(line.data, self._target.redact))
-                if taken is not None:
-                    yield taken
-        reason = "the batch's results do not mention this request" if status.results else \
-            f"the batch ended without results ({status.provider_state})"
-        for taken in outcomes.rest("failed", reason):
+            async for taken in answers_in(self._http, self._target, self._classify, url, "custom_id",
+                                          "the batch's results", outcomes, lambda data: _outcome(data, redact),
+                                          limit=limit):
+                yield taken
+        for taken in outcomes.rest(*unanswered(status, "the batch's results")):
             yield taken
 
     def _status(self, batch_id: str, data: dict[str, Any]) -> BatchStatus:
-        """A batch object read into its status; its results URL kept only on the base_url's host."""
+        """A batch object read into its status; its results URL kept only on the base_url's host and when it
+        holds no secret (a status is small and plain, to be kept as it is)."""
         state = text(data, "processing_status", "batch") or ""
         if state not in _STATES:
             raise retry.bad_response(f"the batch's `processing_status` is {state[:40]!r}, not one Message Batches "
@@ -126,7 +125,8 @@ class AnthropicBatches:
                 "expired" if numbers["expired"] else "completed"
             url = text(data, "results_url", "batch")
             fallback = self._url(batch_id, "/results")
-            results = (url if url and same_origin(url, self._target.base_url) else fallback,)
+            kept = url and same_origin(url, self._target.base_url) and self._target.redact.clean(url) == url
+            results = (url if url and kept else fallback,)
         return BatchStatus(batch_id=batch_id, state=_STATES[state], provider_state=state,
                            counts=BatchCounts(total=sum(numbers.values()), succeeded=numbers["succeeded"],
                                               failed=numbers["errored"] + numbers["canceled"] + numbers["expired"]),

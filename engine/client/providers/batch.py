@@ -163,18 +163,21 @@ class BatchTarget:
     """The endpoint a batch API speaks to, as the live client would call the model.
 
     Args:
-        base_url: The model's `base_url` (`https://api.openai.com/v1`), a key in its query kept as the client
-            sends it (`api_key_query`).
+        base_url: The model's `base_url` (`https://api.openai.com/v1`), without the key.
         model: The model (its id names Gemini's method; its `max_response_mb` caps each answer read).
         headers: The request headers with the key where the API reads it (`Provider.headers`, and
             `api_key_header`), JSON content type included.
         redact: Masks the key, URL and proxy credentials in every message.
+        key_query: The key as the query parameter the live calls add (`key=...`, percent-encoded, from
+            `api_key_query`), or "": added to every request's URL as it is sent (a URL a reply names included),
+            never kept in a URL the wire returns.
     """
 
     base_url: str
     model: ModelConfig
     headers: Mapping[str, str]
     redact: Redactor
+    key_query: str = ""
 
 
 @dataclass(frozen=True)
@@ -232,9 +235,10 @@ class BatchHTTP(Protocol):
         """One request (a JSON body, raw bytes, or a multipart form with `file`), its body read up to `limit` bytes
         (a longer one: `retry.too_large`)."""
 
-    def download(self, url: str, headers: Mapping[str, str], *,
-                 line_limit: int) -> AbstractAsyncContextManager[Download]:
-        """A `GET` whose body is read line by line, never whole."""
+    def download(self, url: str, headers: Mapping[str, str], *, line_limit: int,
+                 limit: int) -> AbstractAsyncContextManager[Download]:
+        """A `GET` whose body is read line by line, never whole, `limit` bytes at most (a longer one:
+        `retry.too_large` when its lines pass it)."""
 
 
 # -- one provider's batch method ------------------------------------------------------------------------------------

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
-from typing import Any
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator, Mapping, Sequence
+from contextlib import aclosing
+from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from engine.client import retry
@@ -20,6 +21,7 @@ from engine.client.providers.batch import (
     BatchHTTP,
     BatchLimits,
     BatchOutcome,
+    BatchStatus,
     BatchTarget,
     FailureKind,
     HTTPReply,
@@ -31,9 +33,9 @@ from engine.client.tool_calls import loads
 from engine.errors import ClientError, HTTPStatusError
 from engine.redact import Redactor, mask_urls
 
-__all__ = ["JSON_LIMIT", "Classify", "Outcomes", "ResultLine", "compact", "encoded_requests", "integer",
-           "json_object", "line_limit", "masked", "read_json", "resource_id", "result_lines", "same_origin",
-           "status_failure", "submit_error", "text"]
+__all__ = ["JSON_LIMIT", "Classify", "Outcomes", "ResultLine", "answers_in", "compact", "encoded_requests",
+           "integer", "json_object", "keyed", "line_limit", "masked", "read_json", "resource_id", "result_lines",
+           "results_limit", "same_origin", "status_failure", "submit_error", "text", "unanswered"]
 
 #: The most bytes a batch or file object may take: they are a few hundred bytes; more is a hostile server.
 JSON_LIMIT = 1 << 20
@@ -41,6 +43,9 @@ JSON_LIMIT = 1 << 20
 _ERROR_CHARS = 16_000
 #: The overhead a results line adds around one reply body (ids, status, a request id), within its cap.
 _LINE_OVERHEAD = 64 << 10
+
+#: How many times its line cap a results line may run on, read past, before its file is cut off there.
+_READ_PAST = 8
 
 _RESOURCE_ID = re.compile(r"^[A-Za-z0-9_.:/-]{1,200}$")
 
@@ -112,16 +117,34 @@ def json_object(raw: bytes, what: str, redact: Redactor) -> dict[str, Any]:
 async def read_json(http: BatchHTTP, target: BatchTarget, classify: Classify, method: str, url: str, what: str, *,
                     headers: Mapping[str, str] | None = None, body: bytes | None = None,
                     limit: int = JSON_LIMIT, **extra: Any) -> tuple[dict[str, Any], HTTPReply]:
-    """One request whose 2xx reply is a JSON object (`what` names it in messages); a non-2xx one raises as its
-    provider classifies it. Every error is masked."""
+    """One request whose 2xx reply is a JSON object (`what` names it in messages), authenticated as the live calls
+    are (`keyed`); a non-2xx one raises as its provider classifies it. Every error is masked and names `what`."""
     try:
-        reply = await http.send(method, url, headers if headers is not None else target.headers, data=body,
-                                limit=limit, **extra)
+        reply = await http.send(method, keyed(url, target), headers if headers is not None else target.headers,
+                                data=body, limit=limit, **extra)
         if not 200 <= reply.status < 300:
             raise status_error(reply.status, reply.headers, reply.body, classify, target.redact)
         return json_object(reply.body, what, target.redact), reply
     except ClientError as error:
-        raise masked(error, target.redact) from None
+        raise masked(_naming(error, what), target.redact) from None
+
+
+def keyed(url: str, target: BatchTarget) -> str:
+    """`url` with the key added as the live calls add it (`BatchTarget.key_query`): every batch request, a URL a
+    reply names included, authenticates as the model's calls do. Only ever sent, never returned or kept."""
+    if not target.key_query:
+        return url
+    return url + ("&" if "?" in url else "?") + target.key_query
+
+
+def _naming(error: ClientError, what: str) -> ClientError:
+    """`error` with the place it happened (`what`) in front of its message, unless it names it already."""
+    if what in str(error):
+        return error
+    out = type(error)(f"{what}: {error}", kind=error.kind, retryable=error.retryable, status=error.status)
+    if isinstance(error, SubmitError) and isinstance(out, SubmitError):
+        out.sent = error.sent
+    return out
 
 
 def submit_error(error: ClientError, *, created: bool) -> SubmitError:
@@ -141,12 +164,16 @@ def text(data: Mapping[str, Any], key: str, where: str) -> str | None:
     raise retry.wrong_type(f"{where}.{key}", value, "a string")
 
 
-def resource_id(data: Mapping[str, Any], key: str, where: str) -> str:
-    """An id a reply gives (a batch's, a file's): a short plain string, as every provider's are, before it goes
-    into a URL or the journal; a bad response otherwise."""
+def resource_id(data: Mapping[str, Any], key: str, where: str, redact: Redactor,
+                pattern: re.Pattern[str] = _RESOURCE_ID) -> str:
+    """An id a reply gives (a batch's, a file's): a short plain string, as every provider's are (`pattern`), and
+    no secret (a server that echoes the key as an id), before it goes into a URL or the journal; a bad response
+    otherwise."""
     value = text(data, key, where)
-    if not value or not _RESOURCE_ID.match(value):
-        raise retry.bad_response(f"`{where}.{key}` is {str(value)[:60]!r}, not an id")
+    if not value or not pattern.match(value):
+        raise retry.bad_response(f"`{where}.{key}` is {redact.excerpt(str(value), 60)!r}, not an id")
+    if redact.clean(value) != value:
+        raise retry.bad_response(f"`{where}.{key}` holds a secret, so it is not kept as an id")
     return value
 
 
@@ -177,6 +204,14 @@ def line_limit(target: BatchTarget) -> int:
     return max(1, int(target.model.max_response_mb * 2**20)) + _LINE_OVERHEAD
 
 
+def results_limit(target: BatchTarget, status: BatchStatus, custom_ids: Sequence[str], limits: BatchLimits) -> int:
+    """The most bytes one results file may take: a line per request of the batch (as many as it says it holds,
+    at most what a batch may hold), each within `_READ_PAST` times `line_limit` (a line over its cap is read past,
+    an error of its request). A file that never ends stops there."""
+    requests = min(max(len(custom_ids), status.counts.total), limits.max_requests)
+    return max(1, requests) * line_limit(target) * _READ_PAST
+
+
 class ResultLine:
     """One results line: its custom id (None when it cannot be told) and its object, or why it is unreadable."""
 
@@ -189,15 +224,15 @@ class ResultLine:
 
 
 async def result_lines(http: BatchHTTP, target: BatchTarget, classify: Classify, url: str, id_field: str,
-                       what: str, *, headers: Mapping[str, str] | None = None) -> AsyncIterator[ResultLine]:
-    """A results file, line by line: each line an object naming its request in `id_field`. A line that is not
-    JSON, not an object, or over the line cap is a `ResultLine` with its problem (and its id when its start
-    names one); the download itself failing raises, masked."""
+                       what: str, *, limit: int) -> AsyncGenerator[ResultLine, None]:
+    """A results file, line by line (`limit` bytes at most, `results_limit`): each line an object naming its
+    request in `id_field`. A line that is not JSON, not an object, or over the line cap is a `ResultLine` with its
+    problem (and its id when its start names one); the download itself failing raises, masked, naming `what`."""
     seek = re.compile(rb'"' + re.escape(id_field.encode()) + rb'"\s*:\s*"([A-Za-z0-9_-]{1,64})"')
     redact = target.redact
     try:
-        async with http.download(url, headers if headers is not None else target.headers,
-                                 line_limit=line_limit(target)) as download:
+        async with http.download(keyed(url, target), target.headers, line_limit=line_limit(target),
+                                 limit=limit) as download:
             if not 200 <= download.status < 300:
                 body = (await download.text(_ERROR_CHARS + redact.longest)).encode()
                 raise status_error(download.status, download.headers, body, classify, redact)
@@ -226,7 +261,35 @@ async def result_lines(http: BatchHTTP, target: BatchTarget, classify: Classify,
                     continue
                 yield ResultLine(custom_id, data, None)
     except ClientError as error:
-        raise masked(error, redact) from None
+        raise masked(_naming(error, what), redact) from None
+
+
+async def answers_in(http: BatchHTTP, target: BatchTarget, classify: Classify, url: str, id_field: str, what: str,
+                     outcomes: Outcomes, read: Callable[[dict[str, Any]], BatchOutcome], *,
+                     limit: int) -> AsyncIterator[tuple[str, BatchOutcome]]:
+    """The outcomes a results file gives (`result_lines`, each object read by `read`), one for each custom id
+    `outcomes` still waits for; the download stops once none is left waiting."""
+    if not outcomes:
+        return
+    async with aclosing(result_lines(http, target, classify, url, id_field, what, limit=limit)) as lines:
+        async for line in lines:
+            if line.data is None:
+                taken = outcomes.fail(line.custom_id, "errored", line.problem or "unreadable")
+            else:
+                taken = outcomes.take(line.custom_id, read(line.data))
+            if taken is not None:
+                yield taken
+                if not outcomes:
+                    return
+
+
+def unanswered(status: BatchStatus, what: str) -> tuple[Literal["expired", "cancelled", "failed"], str]:
+    """Why a request the batch's results (`what`) do not mention has no answer: how the batch ended."""
+    if status.ended_as in ("expired", "cancelled"):
+        return status.ended_as, f"the batch {status.ended_as} before this request was answered"
+    if status.ended_as == "failed":
+        return "failed", f"the batch failed: {status.error or 'no reason given'}"
+    return "failed", f"{what} do not mention this request"
 
 
 def status_failure(kind: FailureKind, message: str, status: int | None, redact: Redactor) -> BatchFailure:

@@ -41,16 +41,19 @@ from engine.client.providers.batch import (
 from engine.client.providers.batch_wire import (
     Classify,
     Outcomes,
+    answers_in,
     compact,
     encoded_requests,
     integer,
     line_limit,
     read_json,
-    result_lines,
+    resource_id,
+    results_limit,
     same_origin,
     status_failure,
     submit_error,
     text,
+    unanswered,
 )
 from engine.errors import ClientError
 from engine.redact import Redactor
@@ -75,11 +78,10 @@ def _line(custom_id: str, body: Mapping[str, Any]) -> bytes:
     return compact({"key": custom_id, "request": body}) + b"\n"
 
 
-def _name(value: str | None, what: str) -> str:
-    """A resource name a reply gave (`batches/...`, `files/...`), checked before it goes into a URL."""
-    if not value or not _NAME.match(value):
-        raise retry.bad_response(f"{what} is {str(value)[:60]!r}, not a `batches/...` or `files/...` name")
-    return value
+def _name(data: Mapping[str, Any], key: str, where: str, redact: Redactor) -> str:
+    """A resource name a reply gave (`batches/...`, `files/...`), checked before it goes into a URL or the
+    journal."""
+    return resource_id(data, key, where, redact, _NAME)
 
 
 def _sibling(base_url: str, prefix: str, path: str) -> str:
@@ -116,7 +118,7 @@ class GeminiBatches:
             created, _ = await read_json(self._http, self._target, self._classify, "POST",
                                          self._url(model + ":batchGenerateContent"), "the batch operation",
                                          json={"batch": {"displayName": "engine-batch", "inputConfig": config}})
-            return _name(text(created, "name", "operation"), "the created batch's `name`")
+            return _name(created, "name", "operation", self._target.redact)
         except ClientError as error:
             raise submit_error(error, created=True) from None
 
@@ -139,11 +141,15 @@ class GeminiBatches:
         file = uploaded.get("file")
         if type(file) is not dict:
             raise retry.wrong_type("file", file, "an object")
-        return _name(text(file, "name", "file"), "the uploaded file's `name`")
+        return _name(file, "name", "file", self._target.redact)
+
+    def _checked(self, batch_id: str) -> str:
+        """A batch id the run gives, checked as the reply that named it was before it goes into a URL."""
+        return _name({"name": batch_id}, "name", "batch id", self._target.redact)
 
     async def _operation(self, batch_id: str) -> dict[str, Any]:
         data, _ = await read_json(self._http, self._target, self._classify, "GET",
-                                  self._url("/" + _name(batch_id, "the batch id")), "the batch",
+                                  self._url("/" + self._checked(batch_id)), "the batch",
                                   limit=_OPERATION_LIMIT)
         return data
 
@@ -152,18 +158,23 @@ class GeminiBatches:
 
     async def cancel(self, batch_id: str) -> BatchStatus:
         await read_json(self._http, self._target, self._classify, "POST",
-                        self._url("/" + _name(batch_id, "the batch id") + ":cancel"), "the cancel's reply")
+                        self._url("/" + self._checked(batch_id) + ":cancel"), "the cancel's reply")
         return await self.poll(batch_id)
 
     async def results(self, status: BatchStatus,
                       custom_ids: Sequence[str]) -> AsyncIterator[tuple[str, BatchOutcome]]:
-        outcomes = Outcomes(custom_ids, self._target.redact)
         redact = self._target.redact
+        outcomes = Outcomes(custom_ids, redact)
         for where in status.results:
             if where == _INLINE:
                 rows = _output(await self._operation(status.batch_id)).get("inlinedResponses")
-                rows = rows.get("inlinedResponses") if type(rows) is dict else None
-                for i, row in enumerate(rows if type(rows) is list else ()):
+                rows = rows.get("inlinedResponses") if type(rows) is dict else rows
+                if type(rows) is not list:
+                    for left in outcomes.rest("failed", "the batch's `output.inlinedResponses.inlinedResponses` "
+                                              f"is {retry.type_name(rows)}, expected a list"):
+                        yield left
+                    return
+                for i, row in enumerate(rows):
                     metadata = row.get("metadata") if type(row) is dict else None
                     key = metadata.get("key") if type(metadata) is dict else None
                     if type(row) is not dict or type(key) is not str:
@@ -178,25 +189,15 @@ class GeminiBatches:
                     if taken is not None:
                         yield taken
                 continue
-            url = _sibling(self._target.base_url, "download", "/" + _name(where, "the responses file") +
-                           ":download")
+            url = _sibling(self._target.base_url, "download", "/" + _name({"name": where}, "name",
+                                                                          "responses file", redact) + ":download")
             url += ("&" if "?" in url else "?") + "alt=media"
-            async for line in result_lines(self._http, self._target, self._classify, url, "key",
-                                           "the responses file"):
-                if line.data is None:
-                    taken = outcomes.fail(line.custom_id, "errored", line.problem or "unreadable")
-                else:
-                    taken = outcomes.take(line.custom_id, _outcome(line.data, redact, "the line"))
-                if taken is not None:
-                    yield taken
-        if status.ended_as in ("expired", "cancelled"):
-            kind: Literal["expired", "cancelled", "failed"] = status.ended_as
-            reason = f"the batch {status.ended_as} before this request was answered"
-        elif status.ended_as == "failed":
-            kind, reason = "failed", f"the batch failed: {status.error or 'no reason given'}"
-        else:
-            kind, reason = "failed", "the batch's responses do not mention this request"
-        for taken in outcomes.rest(kind, reason):
+            async for taken in answers_in(self._http, self._target, self._classify, url, "key",
+                                          "the responses file", outcomes,
+                                          lambda data: _outcome(data, redact, "the line"),
+                                          limit=results_limit(self._target, status, custom_ids, LIMITS)):
+                yield taken
+        for taken in outcomes.rest(*unanswered(status, "the batch's responses")):
             yield taken
 
 
@@ -232,7 +233,7 @@ def _status(batch_id: str, data: dict[str, Any], redact: Redactor) -> BatchStatu
     output = _output(data) if ended else {}
     results: tuple[str, ...] = ()
     if "responsesFile" in output:
-        results = (_name(text(output, "responsesFile", "output"), "the responses file"),)
+        results = (_name(output, "responsesFile", "output", redact),)
     elif "inlinedResponses" in output:
         results = (_INLINE,)
     return BatchStatus(batch_id=batch_id, state=_STATES[state], provider_state=raw,

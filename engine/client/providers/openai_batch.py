@@ -36,15 +36,17 @@ from engine.client.providers.batch import (
 from engine.client.providers.batch_wire import (
     Classify,
     Outcomes,
+    answers_in,
     compact,
     encoded_requests,
     integer,
     read_json,
     resource_id,
-    result_lines,
+    results_limit,
     status_failure,
     submit_error,
     text,
+    unanswered,
 )
 from engine.errors import ClientError
 from engine.redact import Redactor
@@ -85,7 +87,7 @@ class OpenAIBatches:
             uploaded, _ = await read_json(self._http, self._target, self._classify, "POST", self._url("/files"),
                                           "the file upload's reply", headers=headers, form={"purpose": "batch"},
                                           file=FormFile("file", "batch.jsonl", content, "application/jsonl"))
-            file_id = resource_id(uploaded, "id", "file")
+            file_id = resource_id(uploaded, "id", "file", self._target.redact)
         except ClientError as error:
             raise submit_error(error, created=False) from None
         del content
@@ -93,7 +95,7 @@ class OpenAIBatches:
             created, _ = await read_json(
                 self._http, self._target, self._classify, "POST", self._url("/batches"), "the batch",
                 json={"input_file_id": file_id, "endpoint": self._endpoint, "completion_window": "24h"})
-            batch_id = resource_id(created, "id", "batch")
+            batch_id = resource_id(created, "id", "batch", self._target.redact)
         except ClientError as error:
             raise submit_error(error, created=True) from None
         return batch_id
@@ -110,30 +112,17 @@ class OpenAIBatches:
 
     async def results(self, status: BatchStatus,
                       custom_ids: Sequence[str]) -> AsyncIterator[tuple[str, BatchOutcome]]:
-        outcomes = Outcomes(custom_ids, self._target.redact)
+        redact = self._target.redact
+        outcomes = Outcomes(custom_ids, redact)
+        limit = results_limit(self._target, status, custom_ids, LIMITS)
         for file_id in status.results:
             url = self._url("/files/" + quote(file_id, safe="") + "/content")
-            async for line in result_lines(self._http, self._target, self._classify, url, "custom_id",
-                                           "the results file"):
-                if line.data is None:
-                    taken = outcomes.fail(line.custom_id, "errored", line.problem or "unreadable")
-                else:
-                    taken = outcomes.take(line.custom_id, _outcome(line.data, self._target.redact))
-                if taken is not None:
-                    yield taken
-            if not outcomes:
-                return
-        for taken in outcomes.rest(*_unanswered(status)):
+            async for taken in answers_in(self._http, self._target, self._classify, url, "custom_id",
+                                          f"the results file {file_id}", outcomes,
+                                          lambda data: _outcome(data, redact), limit=limit):
+                yield taken
+        for taken in outcomes.rest(*unanswered(status, "the batch's results")):
             yield taken
-
-
-def _unanswered(status: BatchStatus) -> tuple[Literal["expired", "cancelled", "failed"], str]:
-    """Why a request the results do not mention has no answer."""
-    if status.ended_as in ("expired", "cancelled"):
-        return status.ended_as, f"the batch {status.ended_as} before it was answered"
-    if status.ended_as == "failed":
-        return "failed", f"the batch failed: {status.error or 'no reason given'}"
-    return "failed", "the batch's results do not mention this request"
 
 
 def _outcome(data: dict[str, Any], redact: Redactor) -> BatchOutcome:
@@ -181,7 +170,8 @@ def _status(batch_id: str, data: dict[str, Any], redact: Redactor) -> BatchStatu
     counts = data.get("request_counts") or {}
     if type(counts) is not dict:
         raise retry.wrong_type("batch.request_counts", counts, "an object")
-    files = tuple(resource_id(data, key, "batch") for key in ("output_file_id", "error_file_id") if data.get(key))
+    files = tuple(resource_id(data, key, "batch", redact) for key in ("output_file_id", "error_file_id")
+                  if data.get(key))
     error = None
     errors = data.get("errors")
     if type(errors) is dict and type(errors.get("data")) is list:
