@@ -106,11 +106,13 @@ class BatchJobs:
         self._prefix = prefix
         self._lock = threading.Lock()
         self.key_query: tuple[str, str] | None = None
+        self.hosts: list[str] = []   # each batch call's Host, in order (beside `log`)
 
     def note(self, request: web.Request) -> None:
         """Log a batch call; refuse it (401) when `key_query` asks for the key in the URL and it is not there."""
         with self._lock:
             self.log.append(f"{request.method} {request.path}")
+            self.hosts.append(request.host)
         if self.key_query is not None and request.query.get(self.key_query[0]) != self.key_query[1]:
             message = f"API key not valid for {request.method} {request.path_qs}"   # echoes the URL, as some do
             raise web.HTTPUnauthorized(text=json.dumps({"error": {"code": 401, "message": message,

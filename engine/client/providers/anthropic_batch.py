@@ -31,7 +31,6 @@ from engine.client.providers.batch import (
     BatchTarget,
 )
 from engine.client.providers.batch_wire import (
-    Classify,
     Outcomes,
     answers_in,
     compact,
@@ -64,10 +63,9 @@ def _entry(custom_id: str, body: Mapping[str, Any]) -> bytes:
 class AnthropicBatches:
     """Message Batches at one endpoint."""
 
-    def __init__(self, http: BatchHTTP, target: BatchTarget, classify: Classify) -> None:
+    def __init__(self, http: BatchHTTP, target: BatchTarget) -> None:
         self._http = http
         self._target = target
-        self._classify = classify
 
     def _url(self, batch_id: str = "", tail: str = "") -> str:
         path = "/messages/batches" + ("/" + quote(batch_id, safe="") if batch_id else "") + tail
@@ -76,7 +74,7 @@ class AnthropicBatches:
     async def submit(self, requests: Sequence[tuple[str, Mapping[str, Any]]]) -> str:
         body = b'{"requests":[' + b"".join(encoded_requests(requests, LIMITS, _entry))[:-1] + b"]}"
         try:
-            created, _ = await read_json(self._http, self._target, self._classify, "POST", self._url(), "the batch",
+            created, _ = await read_json(self._http, self._target, "POST", self._url(), "the batch",
                                          body=body)
             batch_id = resource_id(created, "id", "batch", self._target.redact)
         except ClientError as error:
@@ -84,11 +82,11 @@ class AnthropicBatches:
         return batch_id
 
     async def poll(self, batch_id: str) -> BatchStatus:
-        data, _ = await read_json(self._http, self._target, self._classify, "GET", self._url(batch_id), "the batch")
+        data, _ = await read_json(self._http, self._target, "GET", self._url(batch_id), "the batch")
         return self._status(batch_id, data)
 
     async def cancel(self, batch_id: str) -> BatchStatus:
-        data, _ = await read_json(self._http, self._target, self._classify, "POST", self._url(batch_id, "/cancel"),
+        data, _ = await read_json(self._http, self._target, "POST", self._url(batch_id, "/cancel"),
                                   "the batch")
         return self._status(batch_id, data)
 
@@ -98,7 +96,7 @@ class AnthropicBatches:
         outcomes = Outcomes(custom_ids, redact)
         limit = results_limit(self._target, status, custom_ids, LIMITS)
         for url in status.results:
-            async for taken in answers_in(self._http, self._target, self._classify, url, "custom_id",
+            async for taken in answers_in(self._http, self._target, url, "custom_id",
                                           "the batch's results", outcomes, lambda data: _outcome(data, redact),
                                           limit=limit):
                 yield taken
@@ -159,14 +157,10 @@ def _outcome(data: dict[str, Any], redact: Redactor) -> BatchOutcome:
 
 def _batch() -> Batch:
     def open_batches(http: BatchHTTP, target: BatchTarget) -> BatchAPI:
-        return AnthropicBatches(http, target, _classify)
+        return AnthropicBatches(http, target)
 
     return Batch(limits=LIMITS, size=lambda custom_id, body: len(_entry(custom_id, body)), open=open_batches)
 
-
-def _classify(status: int, headers: Mapping[str, str], body: str) -> tuple[ClientError, float | None]:
-    """A non-2xx reply as `api: anthropic` classifies it."""
-    return retry.status_error(status, headers, error_message(body)), None
 
 
 BATCH = _batch()

@@ -15,6 +15,7 @@ from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from engine.client import retry
+from engine.client.providers.base import error_message
 from engine.client.providers.batch import (
     CUSTOM_ID,
     BatchFailure,
@@ -33,7 +34,7 @@ from engine.client.tool_calls import loads
 from engine.errors import ClientError, HTTPStatusError
 from engine.redact import Redactor, mask_urls
 
-__all__ = ["JSON_LIMIT", "Classify", "Outcomes", "ResultLine", "answers_in", "compact", "encoded_requests",
+__all__ = ["JSON_LIMIT", "Outcomes", "ResultLine", "answers_in", "compact", "encoded_requests",
            "integer", "json_object", "keyed", "line_limit", "masked", "read_json", "resource_id", "result_lines",
            "results_limit", "same_origin", "status_failure", "submit_error", "text", "unanswered"]
 
@@ -48,9 +49,6 @@ _LINE_OVERHEAD = 64 << 10
 _READ_PAST = 8
 
 _RESOURCE_ID = re.compile(r"^[A-Za-z0-9_.:/-]{1,200}$")
-
-Classify = Callable[[int, Mapping[str, str], str], tuple[ClientError, float | None]]
-
 
 def compact(value: Any) -> bytes:
     """JSON as the wire takes it: compact, ASCII-escaped (any string survives, lone surrogates included)."""
@@ -94,12 +92,11 @@ def masked(error: ClientError, redact: Redactor) -> ClientError:
     return out
 
 
-def status_error(status: int, headers: Mapping[str, str], body: bytes, classify: Classify,
-                 redact: Redactor) -> ClientError:
-    """A non-2xx reply as its provider classifies it (the live calls' rule), its message masked."""
+def status_error(status: int, headers: Mapping[str, str], body: bytes, redact: Redactor) -> ClientError:
+    """A non-2xx reply as the live calls classify it (its status, and its `error.message`: the three providers
+    write their error bodies alike), its message masked."""
     shown = redact.clean(body[:_ERROR_CHARS + redact.longest].decode("utf-8", "replace"))[:_ERROR_CHARS]
-    error, _ = classify(status, headers, shown)
-    return masked(error, redact)
+    return masked(retry.status_error(status, headers, error_message(shown)), redact)
 
 
 def json_object(raw: bytes, what: str, redact: Redactor) -> dict[str, Any]:
@@ -114,7 +111,7 @@ def json_object(raw: bytes, what: str, redact: Redactor) -> dict[str, Any]:
     return data
 
 
-async def read_json(http: BatchHTTP, target: BatchTarget, classify: Classify, method: str, url: str, what: str, *,
+async def read_json(http: BatchHTTP, target: BatchTarget, method: str, url: str, what: str, *,
                     headers: Mapping[str, str] | None = None, body: bytes | None = None,
                     limit: int = JSON_LIMIT, **extra: Any) -> tuple[dict[str, Any], HTTPReply]:
     """One request whose 2xx reply is a JSON object (`what` names it in messages), authenticated as the live calls
@@ -123,7 +120,7 @@ async def read_json(http: BatchHTTP, target: BatchTarget, classify: Classify, me
         reply = await http.send(method, keyed(url, target), headers if headers is not None else target.headers,
                                 data=body, limit=limit, **extra)
         if not 200 <= reply.status < 300:
-            raise status_error(reply.status, reply.headers, reply.body, classify, target.redact)
+            raise status_error(reply.status, reply.headers, reply.body, target.redact)
         return json_object(reply.body, what, target.redact), reply
     except ClientError as error:
         raise masked(_naming(error, what), target.redact) from None
@@ -223,7 +220,7 @@ class ResultLine:
         self.problem = problem
 
 
-async def result_lines(http: BatchHTTP, target: BatchTarget, classify: Classify, url: str, id_field: str,
+async def result_lines(http: BatchHTTP, target: BatchTarget, url: str, id_field: str,
                        what: str, *, limit: int) -> AsyncGenerator[ResultLine, None]:
     """A results file, line by line (`limit` bytes at most, `results_limit`): each line an object naming its
     request in `id_field`. A line that is not JSON, not an object, or over the line cap is a `ResultLine` with its
@@ -235,7 +232,7 @@ async def result_lines(http: BatchHTTP, target: BatchTarget, classify: Classify,
                                  limit=limit) as download:
             if not 200 <= download.status < 300:
                 body = (await download.text(_ERROR_CHARS + redact.longest)).encode()
-                raise status_error(download.status, download.headers, body, classify, redact)
+                raise status_error(download.status, download.headers, body, redact)
             number = 0
             async for line in download.lines():
                 number += 1
@@ -264,14 +261,14 @@ async def result_lines(http: BatchHTTP, target: BatchTarget, classify: Classify,
         raise masked(_naming(error, what), redact) from None
 
 
-async def answers_in(http: BatchHTTP, target: BatchTarget, classify: Classify, url: str, id_field: str, what: str,
+async def answers_in(http: BatchHTTP, target: BatchTarget, url: str, id_field: str, what: str,
                      outcomes: Outcomes, read: Callable[[dict[str, Any]], BatchOutcome], *,
                      limit: int) -> AsyncIterator[tuple[str, BatchOutcome]]:
     """The outcomes a results file gives (`result_lines`, each object read by `read`), one for each custom id
     `outcomes` still waits for; the download stops once none is left waiting."""
     if not outcomes:
         return
-    async with aclosing(result_lines(http, target, classify, url, id_field, what, limit=limit)) as lines:
+    async with aclosing(result_lines(http, target, url, id_field, what, limit=limit)) as lines:
         async for line in lines:
             if line.data is None:
                 taken = outcomes.fail(line.custom_id, "errored", line.problem or "unreadable")

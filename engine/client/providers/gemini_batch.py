@@ -39,7 +39,6 @@ from engine.client.providers.batch import (
     BatchTarget,
 )
 from engine.client.providers.batch_wire import (
-    Classify,
     Outcomes,
     answers_in,
     compact,
@@ -93,10 +92,9 @@ def _sibling(base_url: str, prefix: str, path: str) -> str:
 class GeminiBatches:
     """Gemini's batch mode at one endpoint, for one model."""
 
-    def __init__(self, http: BatchHTTP, target: BatchTarget, classify: Classify) -> None:
+    def __init__(self, http: BatchHTTP, target: BatchTarget) -> None:
         self._http = http
         self._target = target
-        self._classify = classify
 
     def _url(self, path: str) -> str:
         return method_url(self._target.base_url, path)
@@ -115,7 +113,7 @@ class GeminiBatches:
         del lines
         model = "/models/" + quote(self._target.model.model.removeprefix("models/"), safe="-._~@")
         try:
-            created, _ = await read_json(self._http, self._target, self._classify, "POST",
+            created, _ = await read_json(self._http, self._target, "POST",
                                          self._url(model + ":batchGenerateContent"), "the batch operation",
                                          json={"batch": {"displayName": "engine-batch", "inputConfig": config}})
             return _name(created, "name", "operation", self._target.redact)
@@ -128,7 +126,7 @@ class GeminiBatches:
         start = {**headers, "X-Goog-Upload-Protocol": "resumable", "X-Goog-Upload-Command": "start",
                  "X-Goog-Upload-Header-Content-Length": str(len(content)),
                  "X-Goog-Upload-Header-Content-Type": "application/jsonl"}
-        _, reply = await read_json(self._http, self._target, self._classify, "POST",
+        _, reply = await read_json(self._http, self._target, "POST",
                                    _sibling(self._target.base_url, "upload", "/files"), "the upload's start",
                                    headers=start, json={"file": {"displayName": "engine-batch"}})
         upload_url = reply.headers.get("X-Goog-Upload-URL") or ""
@@ -136,7 +134,7 @@ class GeminiBatches:
             raise retry.bad_response("the upload's start named no upload URL on the API's host")
         finish = {**{k: v for k, v in headers.items() if k.lower() != "content-type"},
                   "X-Goog-Upload-Command": "upload, finalize", "X-Goog-Upload-Offset": "0"}
-        uploaded, _ = await read_json(self._http, self._target, self._classify, "POST", upload_url, "the upload",
+        uploaded, _ = await read_json(self._http, self._target, "POST", upload_url, "the upload",
                                       headers=finish, body=content)
         file = uploaded.get("file")
         if type(file) is not dict:
@@ -148,7 +146,7 @@ class GeminiBatches:
         return _name({"name": batch_id}, "name", "batch id", self._target.redact)
 
     async def _operation(self, batch_id: str) -> dict[str, Any]:
-        data, _ = await read_json(self._http, self._target, self._classify, "GET",
+        data, _ = await read_json(self._http, self._target, "GET",
                                   self._url("/" + self._checked(batch_id)), "the batch",
                                   limit=_OPERATION_LIMIT)
         return data
@@ -157,7 +155,7 @@ class GeminiBatches:
         return _status(batch_id, await self._operation(batch_id), self._target.redact)
 
     async def cancel(self, batch_id: str) -> BatchStatus:
-        await read_json(self._http, self._target, self._classify, "POST",
+        await read_json(self._http, self._target, "POST",
                         self._url("/" + self._checked(batch_id) + ":cancel"), "the cancel's reply")
         return await self.poll(batch_id)
 
@@ -192,7 +190,7 @@ class GeminiBatches:
             url = _sibling(self._target.base_url, "download", "/" + _name({"name": where}, "name",
                                                                           "responses file", redact) + ":download")
             url += ("&" if "?" in url else "?") + "alt=media"
-            async for taken in answers_in(self._http, self._target, self._classify, url, "key",
+            async for taken in answers_in(self._http, self._target, url, "key",
                                           "the responses file", outcomes,
                                           lambda data: _outcome(data, redact, "the line"),
                                           limit=results_limit(self._target, status, custom_ids, LIMITS)):
@@ -258,15 +256,10 @@ def _outcome(row: dict[str, Any], redact: Redactor, where: str) -> BatchOutcome:
 
 def _batch() -> Batch:
     def open_batches(http: BatchHTTP, target: BatchTarget) -> BatchAPI:
-        return GeminiBatches(http, target, _classify)
+        return GeminiBatches(http, target)
 
     return Batch(limits=LIMITS, size=lambda custom_id, body: len(_line(custom_id, body)), open=open_batches)
 
-
-def _classify(status: int, headers: Mapping[str, str], body: str) -> tuple[ClientError, float | None]:
-    """A non-2xx reply shown by its `STATUS: message` (the live calls' classification, without the retry delay
-    a batch call never waits for)."""
-    return retry.status_error(status, headers, error_message(body)), None
 
 
 BATCH = _batch()

@@ -19,7 +19,7 @@ from typing import Any, Literal
 from urllib.parse import quote
 
 from engine.client import retry
-from engine.client.providers.base import error_message, method_url
+from engine.client.providers.base import method_url
 from engine.client.providers.batch import (
     Batch,
     BatchAPI,
@@ -34,7 +34,6 @@ from engine.client.providers.batch import (
     FormFile,
 )
 from engine.client.providers.batch_wire import (
-    Classify,
     Outcomes,
     answers_in,
     compact,
@@ -69,11 +68,10 @@ def _line(endpoint: str, custom_id: str, body: Mapping[str, Any]) -> bytes:
 class OpenAIBatches:
     """The Batch API at one endpoint, for one method (`endpoint`: `/v1/chat/completions` or `/v1/completions`)."""
 
-    def __init__(self, http: BatchHTTP, target: BatchTarget, endpoint: str, classify: Classify) -> None:
+    def __init__(self, http: BatchHTTP, target: BatchTarget, endpoint: str) -> None:
         self._http = http
         self._target = target
         self._endpoint = endpoint
-        self._classify = classify
 
     def _url(self, path: str) -> str:
         return method_url(self._target.base_url, path)
@@ -84,7 +82,7 @@ class OpenAIBatches:
         del lines
         headers = {k: v for k, v in self._target.headers.items() if k.lower() != "content-type"}
         try:
-            uploaded, _ = await read_json(self._http, self._target, self._classify, "POST", self._url("/files"),
+            uploaded, _ = await read_json(self._http, self._target, "POST", self._url("/files"),
                                           "the file upload's reply", headers=headers, form={"purpose": "batch"},
                                           file=FormFile("file", "batch.jsonl", content, "application/jsonl"))
             file_id = resource_id(uploaded, "id", "file", self._target.redact)
@@ -93,7 +91,7 @@ class OpenAIBatches:
         del content
         try:
             created, _ = await read_json(
-                self._http, self._target, self._classify, "POST", self._url("/batches"), "the batch",
+                self._http, self._target, "POST", self._url("/batches"), "the batch",
                 json={"input_file_id": file_id, "endpoint": self._endpoint, "completion_window": "24h"})
             batch_id = resource_id(created, "id", "batch", self._target.redact)
         except ClientError as error:
@@ -101,12 +99,12 @@ class OpenAIBatches:
         return batch_id
 
     async def poll(self, batch_id: str) -> BatchStatus:
-        data, _ = await read_json(self._http, self._target, self._classify, "GET",
+        data, _ = await read_json(self._http, self._target, "GET",
                                   self._url("/batches/" + quote(batch_id, safe="")), "the batch")
         return _status(batch_id, data, self._target.redact)
 
     async def cancel(self, batch_id: str) -> BatchStatus:
-        data, _ = await read_json(self._http, self._target, self._classify, "POST",
+        data, _ = await read_json(self._http, self._target, "POST",
                                   self._url("/batches/" + quote(batch_id, safe="") + "/cancel"), "the batch")
         return _status(batch_id, data, self._target.redact)
 
@@ -117,7 +115,7 @@ class OpenAIBatches:
         limit = results_limit(self._target, status, custom_ids, LIMITS)
         for file_id in status.results:
             url = self._url("/files/" + quote(file_id, safe="") + "/content")
-            async for taken in answers_in(self._http, self._target, self._classify, url, "custom_id",
+            async for taken in answers_in(self._http, self._target, url, "custom_id",
                                           f"the results file {file_id}", outcomes,
                                           lambda data: _outcome(data, redact), limit=limit):
                 yield taken
@@ -185,9 +183,9 @@ def _status(batch_id: str, data: dict[str, Any], redact: Redactor) -> BatchStatu
                        ended_as=_ENDED[state] if ended else None, results=files if ended else (), error=error)
 
 
-def _batch(endpoint: str, classify: Classify) -> Batch:
+def _batch(endpoint: str) -> Batch:
     def open_batches(http: BatchHTTP, target: BatchTarget) -> BatchAPI:
-        return OpenAIBatches(http, target, endpoint, classify)
+        return OpenAIBatches(http, target, endpoint)
 
     def size(custom_id: str, body: Mapping[str, Any]) -> int:
         return len(_line(endpoint, custom_id, body))
@@ -195,10 +193,6 @@ def _batch(endpoint: str, classify: Classify) -> Batch:
     return Batch(limits=LIMITS, size=size, open=open_batches)
 
 
-def _classify(status: int, headers: Mapping[str, str], body: str) -> tuple[ClientError, float | None]:
-    """A non-2xx reply as `api: chat` classifies it."""
-    return retry.status_error(status, headers, error_message(body)), None
 
-
-CHAT_BATCH = _batch("/v1/chat/completions", _classify)
-COMPLETIONS_BATCH = _batch("/v1/completions", _classify)
+CHAT_BATCH = _batch("/v1/chat/completions")
+COMPLETIONS_BATCH = _batch("/v1/completions")
