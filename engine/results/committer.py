@@ -121,9 +121,9 @@ class Committer:
                 change(self._journal)
             except BaseException as exc:  # noqa: BLE001 - told to the writer that waits, and to the run
                 self.failed = True
+                self._tell(self._on_failure, exc)   # queued first: the run knows before the writer's await raises
                 self._settle(done, exc)
                 self._refuse(writes[index + 1:])
-                self._tell(self._on_failure, exc)
                 return False
             self._settle(done, None)
         return True

@@ -92,7 +92,6 @@ async def test_a_failed_write_is_raised_to_the_writer_and_told_to_the_run(tmp_pa
     try:
         with pytest.raises(StorageError, match="disk is full"):
             await committer.write(full)
-        await asyncio.sleep(0)
         assert [str(f) for f in failures] == ["could not write the batch: database or disk is full"]
         with pytest.raises(StorageError):   # nothing more is written once a write failed
             await committer.write(lambda j: j.put_batch(BatchRecord("b1", "m", None, ("k1",), "t")))
