@@ -27,10 +27,10 @@ from engine.client.providers import method_url, provider
 from engine.client.providers.batch import Batch, BatchAPI, BatchTarget
 from engine.client.replicas import Replica, ReplicaSet
 from engine.client.request import PreparedRequest
-from engine.client.response import CallResult, split_think, tool_call
+from engine.client.response import CallResult, tool_call
 from engine.client.response_cache import ResponseCache, cache_key, keyed_url
 from engine.client.session import Sessions, proxy_secrets
-from engine.client.transport import BatchTransport, Failed, Limits
+from engine.client.transport import BatchTransport, Failed, Limits, finish, parse_whole
 from engine.client.window import Dispatch, Outcome, Unlimited, unless_stopped
 from engine.errors import CallStopped, ClientError
 from engine.model.model_config import ModelConfig
@@ -171,15 +171,10 @@ class ModelClient:
         try:
             if len(body) > wire.limits.max_bytes:
                 raise retry.too_large(wire.limits.max_bytes)
-            (request.reader or provider(request.api).parse)(body, result, wire.redact)
+            parse_whole(body, result, request.reader or provider(request.api).parse, wire.redact)
         except ClientError as exc:
             result.error = exc
-        except (ValueError, TypeError, AttributeError, KeyError, IndexError, RecursionError, OverflowError) as exc:
-            # as a live reply: the shape checks leave nothing to reach here; if one does, it is one bad row
-            result.error = retry.bad_response(f"reading the reply failed: {type(exc).__name__}: {str(exc)[:200]}")
-        split_think(result)
-        if result.finish_reason == "length":
-            result.truncated = True
+        finish(result)
         _mask_result(result, wire.redact)
         return result
 

@@ -36,7 +36,7 @@ from engine.errors import ClientError
 from engine.model.model_config import ModelConfig
 from engine.redact import Redactor
 
-__all__ = ["BatchTransport", "Failed", "Limits", "send"]
+__all__ = ["BatchTransport", "Failed", "Limits", "finish", "parse_whole", "send"]
 
 _ERROR_BODY_CHARS = 16_000   # an error body is read this far: whole, so its JSON gives its `error.message`
 
@@ -116,7 +116,7 @@ async def _exchange(session: aiohttp.ClientSession, url: str, headers: Mapping[s
             else:
                 raw = await _read_body(resp, limits.max_bytes, result)
                 result.ttft_provider_s = time.perf_counter() - started
-                (reader or api.parse)(raw, result, redact)
+                parse_whole(raw, result, reader or api.parse, redact)
     except aiohttp.ClientError as exc:
         raise Failed(_failure(exc, limits, result, stream=stream), None) from None
     except ClientError as exc:  # a reply that cannot be read, found while parsing
@@ -129,6 +129,25 @@ async def _exchange(session: aiohttp.ClientSession, url: str, headers: Mapping[s
                                                  f"{str(exc)[:200]}"), result, stream), None) from None
     finally:
         result.latency_s = time.perf_counter() - started
+    finish(result)
+
+
+def parse_whole(raw: bytes, result: CallResult, parse: Reader, redact: Redactor) -> None:
+    """A whole reply's bytes read into `result` by the provider's reader, for a live call and a batch's answer
+    alike; a reader that trips on a shape its checks missed gives a bad response (one row), never a crash.
+
+    Raises:
+        ClientError: The reply cannot be read.
+    """
+    try:
+        parse(raw, result, redact)
+    except (ValueError, TypeError, AttributeError, KeyError, IndexError, RecursionError, OverflowError) as exc:
+        raise retry.bad_response(f"reading the reply failed: {type(exc).__name__}: {str(exc)[:200]}") from None
+
+
+def finish(result: CallResult) -> None:
+    """A read reply made the engine's: a leading `<think>` block moved to reasoning, a reply its token limit
+    cut marked truncated."""
     split_think(result)
     if result.finish_reason == "length":
         result.truncated = True
