@@ -213,15 +213,17 @@ async def _read_at_most(resp: aiohttp.ClientResponse, size: int) -> bytes:
     return b"".join(parts)
 
 
-async def _read_body(resp: aiohttp.ClientResponse, limit: int, result: CallResult) -> bytes:
-    """A whole response body, refused as soon as it passes `limit` bytes (before any, by its Content-Length)."""
+async def _read_body(resp: aiohttp.ClientResponse, limit: int, result: CallResult | None = None) -> bytes:
+    """A whole response body, refused as soon as it passes `limit` bytes (before any, by its Content-Length);
+    `result` (a try's) is marked started at its first bytes."""
     length = resp.content_length
     if length is not None and length > limit:
         raise retry.too_large(limit)
     parts = []
     size = 0
     async for chunk in resp.content.iter_any():   # decoded (gzip, deflate) by aiohttp
-        result.reply_started = True
+        if result is not None:
+            result.reply_started = True
         size += len(chunk)
         if size > limit:
             raise retry.too_large(limit)
@@ -306,16 +308,7 @@ class BatchTransport:
             async with self._sessions.for_url(url).request(
                     method, url, headers=dict(headers), json=json, data=body, timeout=self._timeout,
                     allow_redirects=False) as resp:
-                if resp.content_length is not None and resp.content_length > limit:
-                    raise retry.too_large(limit)
-                parts: list[bytes] = []
-                size = 0
-                async for chunk in resp.content.iter_any():
-                    size += len(chunk)
-                    if size > limit:
-                        raise retry.too_large(limit)
-                    parts.append(chunk)
-                return HTTPReply(resp.status, resp.headers, b"".join(parts))
+                return HTTPReply(resp.status, resp.headers, await _read_body(resp, limit))
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise _batch_failure(exc, self._model) from None
 
