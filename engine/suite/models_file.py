@@ -7,7 +7,7 @@ time, so no key can reach results, logs or messages through this module.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -65,9 +65,8 @@ def load_models_file(path: str | Path) -> tuple[dict[str, ModelConfig], dict[str
     data = loaded.data
     if not isinstance(data, dict):
         return {}, {}, [Diagnostic(name, 1, 1, "a models file must be a mapping with a `models:` key")]
-    problems = validate(data, loaded.positions, name, "models") or _pasted_keys(data, loaded.positions, name)
-    problems = problems or _no_room(data, loaded.positions, name) or _key_places(data, loaded.positions, name)
-    problems = problems or _unbatchable(data, loaded.positions, name)
+    problems = validate(data, loaded.positions, name, "models") or _entry_problems(
+        data, loaded.positions, name, (_pasted_key, _no_room, _key_places, _unbatchable))
     servers: dict[str, tuple[McpServerSpec, ...]] = {}
     if not problems:
         problems = _mcp_servers(data, loaded.positions, name, str(file.parent), servers)
@@ -83,20 +82,7 @@ def load_models_file(path: str | Path) -> tuple[dict[str, ModelConfig], dict[str
         return {}, {}, problems
     configs = {model_name: replace(_config(model_name, spec), mcp=servers.get(model_name, ()))
                for model_name, spec in data["models"].items()}
-    return configs, defaults, _keys_in_urls(data, loaded.positions, name)
-
-
-def _pasted_keys(data: dict[str, Any], positions: Any, file: str) -> list[Diagnostic]:
-    """An `api_key_env` that looks like a key (and names no set variable): refused, and never repeated."""
-    out = []
-    for model_name, spec in data["models"].items():
-        value = spec.get("api_key_env")
-        if isinstance(value, str) and looks_like_key(value) and value not in os.environ:
-            line, col = positions.of(("models", model_name, "api_key_env"))
-            out.append(Diagnostic(file, line, col, "'api_key_env' looks like an API key itself; it must be the NAME "
-                                                   "of an environment variable that holds the key (e.g. "
-                                                   "OPENAI_API_KEY): move the key into such a variable"))
-    return out
+    return configs, defaults, _entry_problems(data, loaded.positions, name, (_key_in_url,), severity="warning")
 
 
 def _mcp_servers(data: dict[str, Any], positions: Any, file: str, base_dir: str,
@@ -119,68 +105,70 @@ def _mcp_servers(data: dict[str, Any], positions: Any, file: str, base_dir: str,
     return problems
 
 
-def _key_places(data: dict[str, Any], positions: Any, file: str) -> list[Diagnostic]:
-    """`api_key_header` / `api_key_query` need `api_key_env` (the key they send), and only one of them applies."""
+#: A check of one model entry: each problem it finds there, as the place inside the entry and the message.
+EntryCheck = Callable[[dict[str, Any]], Iterator[tuple[tuple[str | int, ...], str]]]
+
+
+def _entry_problems(data: dict[str, Any], positions: Any, file: str, checks: Sequence[EntryCheck], *,
+                    severity: str = "error") -> list[Diagnostic]:
+    """Each model entry's problems, as `checks` find them, at their places in the file."""
     out = []
     for model_name, spec in data["models"].items():
-        places = [place for place in ("api_key_header", "api_key_query") if place in spec]
-        if not places:
-            continue
-        line, col = positions.of(("models", model_name, places[-1]))
-        if len(places) > 1:
-            out.append(Diagnostic(file, line, col, "api_key_header and api_key_query both say where the key goes; "
-                                                   "keep the one your API documents"))
-        elif not spec.get("api_key_env"):
-            out.append(Diagnostic(file, line, col, f"{places[0]} says where the key goes, but there is no "
-                                                   "api_key_env naming the environment variable that holds it; "
-                                                   "add api_key_env: YOUR_KEY_VARIABLE"))
-    return out
-
-
-def _unbatchable(data: dict[str, Any], positions: Any, file: str) -> list[Diagnostic]:
-    """`batch:` on an embedded model: its server runs on this machine and has no batch API (nor a price to halve)."""
-    out = []
-    for model_name, spec in data["models"].items():
-        if spec.get("builtin") and spec.get("batch") not in (None, False):
-            line, col = positions.of(("models", model_name, "batch"))
-            out.append(Diagnostic(file, line, col, f"batch: the embedded model {spec['builtin']!r} runs on this "
-                                                   "machine and has no batch API (its calls cost nothing); remove "
-                                                   "`batch:` from this entry"))
-    return out
-
-
-def _keys_in_urls(data: dict[str, Any], positions: Any, file: str) -> list[Diagnostic]:
-    """Warnings for a credential-named query parameter written into `base_url` / `base_urls` (never repeated)."""
-    out = []
-    for model_name, spec in data["models"].items():
-        urls = [(("base_url",), spec.get("base_url"))] + [(("base_urls", i), url)
-                                                           for i, url in enumerate(spec.get("base_urls") or ())]
-        for where, url in urls:
-            names = secret_query_names(url if isinstance(url, str) else None)
-            if not names:
-                continue
+        for where, message in (problem for check in checks for problem in check(spec)):
             line, col = positions.of(("models", model_name, *where))
-            field = where[0] if len(where) == 1 else f"{where[0]}[{where[1]}]"
-            out.append(Diagnostic(file, line, col, (
-                f"{field} carries the query parameter {names[0]!r}, which looks like a credential: it would sit in "
-                f"the models file in clear (the engine masks it in what it writes). Put the key in an environment "
-                f"variable named by api_key_env, and write `api_key_query: {names[0]}` to send it as that query "
-                f"parameter (or `api_key_header: NAME` for an API that reads it from a header)"),
-                severity="warning"))
+            out.append(Diagnostic(file, line, col, message, severity=severity))
     return out
 
 
-def _no_room(data: dict[str, Any], positions: Any, file: str) -> list[Diagnostic]:
+def _pasted_key(spec: dict[str, Any]) -> Iterator[tuple[tuple[str | int, ...], str]]:
+    """An `api_key_env` that looks like a key (and names no set variable): refused, and never repeated."""
+    value = spec.get("api_key_env")
+    if isinstance(value, str) and looks_like_key(value) and value not in os.environ:
+        yield ("api_key_env",), ("'api_key_env' looks like an API key itself; it must be the NAME of an environment "
+                                 "variable that holds the key (e.g. OPENAI_API_KEY): move the key into such a "
+                                 "variable")
+
+
+def _no_room(spec: dict[str, Any]) -> Iterator[tuple[tuple[str | int, ...], str]]:
     """A `context_tokens` that leaves no room for a prompt beside the model's own `params.max_tokens`."""
-    out = []
-    for model_name, spec in data["models"].items():
-        context, reply = spec.get("context_tokens"), (spec.get("params") or {}).get("max_tokens")
-        if isinstance(context, int) and isinstance(reply, int) and reply >= context:
-            line, col = positions.of(("models", model_name, "context_tokens"))
-            out.append(Diagnostic(file, line, col, f"context_tokens ({context}) leaves no room for a prompt beside "
-                                                   f"params.max_tokens ({reply}), the reply's room; raise "
-                                                   "context_tokens to the server's context or lower max_tokens"))
-    return out
+    context, reply = spec.get("context_tokens"), (spec.get("params") or {}).get("max_tokens")
+    if isinstance(context, int) and isinstance(reply, int) and reply >= context:
+        yield ("context_tokens",), (f"context_tokens ({context}) leaves no room for a prompt beside "
+                                    f"params.max_tokens ({reply}), the reply's room; raise context_tokens to the "
+                                    "server's context or lower max_tokens")
+
+
+def _key_places(spec: dict[str, Any]) -> Iterator[tuple[tuple[str | int, ...], str]]:
+    """`api_key_header` / `api_key_query` need `api_key_env` (the key they send), and only one of them applies."""
+    places = [place for place in ("api_key_header", "api_key_query") if place in spec]
+    if len(places) > 1:
+        yield (places[-1],), ("api_key_header and api_key_query both say where the key goes; keep the one your "
+                              "API documents")
+    elif places and not spec.get("api_key_env"):
+        yield (places[0],), (f"{places[0]} says where the key goes, but there is no api_key_env naming the "
+                             "environment variable that holds it; add api_key_env: YOUR_KEY_VARIABLE")
+
+
+def _unbatchable(spec: dict[str, Any]) -> Iterator[tuple[tuple[str | int, ...], str]]:
+    """`batch:` on an embedded model: its server runs on this machine and has no batch API (nor a price to halve)."""
+    if spec.get("builtin") and spec.get("batch") not in (None, False):
+        yield ("batch",), (f"batch: the embedded model {spec['builtin']!r} runs on this machine and has no batch "
+                           "API (its calls cost nothing); remove `batch:` from this entry")
+
+
+def _key_in_url(spec: dict[str, Any]) -> Iterator[tuple[tuple[str | int, ...], str]]:
+    """A credential-named query parameter written into `base_url` / `base_urls` (a warning; never repeated)."""
+    urls = [(("base_url",), spec.get("base_url"))] + [(("base_urls", i), url)
+                                                       for i, url in enumerate(spec.get("base_urls") or ())]
+    for where, url in urls:
+        names = secret_query_names(url if isinstance(url, str) else None)
+        if names:
+            field = where[0] if len(where) == 1 else f"{where[0]}[{where[1]}]"
+            yield where, (f"{field} carries the query parameter {names[0]!r}, which looks like a credential: it "
+                          "would sit in the models file in clear (the engine masks it in what it writes). Put the "
+                          "key in an environment variable named by api_key_env, and write "
+                          f"`api_key_query: {names[0]}` to send it as that query parameter (or "
+                          "`api_key_header: NAME` for an API that reads it from a header)")
 
 
 def _config(name: str, spec: dict[str, Any]) -> ModelConfig:

@@ -17,34 +17,9 @@ from typing import Any, Literal
 from urllib.parse import quote
 
 from engine.client import retry
+from engine.client.providers import batch_wire as wire
 from engine.client.providers.base import error_message, method_url
-from engine.client.providers.batch import (
-    Batch,
-    BatchAPI,
-    BatchCounts,
-    BatchHTTP,
-    BatchLimits,
-    BatchOutcome,
-    BatchReply,
-    BatchState,
-    BatchStatus,
-    BatchTarget,
-)
-from engine.client.providers.batch_wire import (
-    Outcomes,
-    answers_in,
-    compact,
-    encoded_requests,
-    integer,
-    read_json,
-    resource_id,
-    results_limit,
-    same_origin,
-    status_failure,
-    submit_error,
-    text,
-    unanswered,
-)
+from engine.client.providers.batch import Batch, BatchCounts, BatchLimits, BatchOutcome, BatchState, BatchStatus
 from engine.errors import ClientError
 from engine.redact import Redactor
 
@@ -57,63 +32,49 @@ _LEFT: dict[str, Literal["expired", "cancelled"]] = {"expired": "expired", "canc
 
 def _entry(custom_id: str, body: Mapping[str, Any]) -> bytes:
     """A request as the create call's `requests` list holds it, with the comma after it."""
-    return compact({"custom_id": custom_id, "params": body}) + b","
+    return wire.compact({"custom_id": custom_id, "params": body}) + b","
 
 
-class AnthropicBatches:
+class AnthropicBatches(wire.BatchEndpoint):
     """Message Batches at one endpoint."""
-
-    def __init__(self, http: BatchHTTP, target: BatchTarget) -> None:
-        self._http = http
-        self._target = target
 
     def _url(self, batch_id: str = "", tail: str = "") -> str:
         path = "/messages/batches" + ("/" + quote(batch_id, safe="") if batch_id else "") + tail
         return method_url(self._target.base_url, path)
 
     async def submit(self, requests: Sequence[tuple[str, Mapping[str, Any]]]) -> str:
-        body = b'{"requests":[' + b"".join(encoded_requests(requests, LIMITS, _entry))[:-1] + b"]}"
+        body = b'{"requests":[' + b"".join(wire.encoded_requests(requests, LIMITS, _entry))[:-1] + b"]}"
         try:
-            created, _ = await read_json(self._http, self._target, "POST", self._url(), "the batch",
-                                         body=body)
-            batch_id = resource_id(created, "id", "batch", self._target.redact)
+            created, _ = await self._read_json("POST", self._url(), "the batch", body=body)
+            batch_id = wire.resource_id(created, "id", "batch", self._target.redact)
         except ClientError as error:
-            raise submit_error(error, created=True) from None
+            raise wire.submit_error(error, created=True) from None
         return batch_id
 
     async def poll(self, batch_id: str) -> BatchStatus:
-        data, _ = await read_json(self._http, self._target, "GET", self._url(batch_id), "the batch")
+        data, _ = await self._read_json("GET", self._url(batch_id), "the batch")
         return self._status(batch_id, data)
 
     async def cancel(self, batch_id: str) -> BatchStatus:
-        data, _ = await read_json(self._http, self._target, "POST", self._url(batch_id, "/cancel"),
-                                  "the batch")
+        data, _ = await self._read_json("POST", self._url(batch_id, "/cancel"), "the batch")
         return self._status(batch_id, data)
 
-    async def results(self, status: BatchStatus,
-                      custom_ids: Sequence[str]) -> AsyncIterator[tuple[str, BatchOutcome]]:
+    def results(self, status: BatchStatus, custom_ids: Sequence[str]) -> AsyncIterator[tuple[str, BatchOutcome]]:
         redact = self._target.redact
-        outcomes = Outcomes(custom_ids, redact)
-        limit = results_limit(self._target, status, custom_ids, LIMITS)
-        for url in status.results:
-            async for taken in answers_in(self._http, self._target, url, "custom_id",
-                                          "the batch's results", outcomes, lambda data: _outcome(data, redact),
-                                          limit=limit):
-                yield taken
-        for taken in outcomes.rest(*unanswered(status, "the batch's results")):
-            yield taken
+        return self._results_files(status, custom_ids, [(url, "the batch's results") for url in status.results],
+                                   "custom_id", lambda data: _outcome(data, redact), LIMITS)
 
     def _status(self, batch_id: str, data: dict[str, Any]) -> BatchStatus:
         """A batch object read into its status; its results URL kept only on the base_url's host and when it
         holds no secret (a status is small and plain, to be kept as it is)."""
-        state = text(data, "processing_status", "batch") or ""
+        state = wire.text(data, "processing_status", "batch") or ""
         if state not in _STATES:
             raise retry.bad_response(f"the batch's `processing_status` is {state[:40]!r}, not one Message Batches "
                                      "documents")
         counts = data.get("request_counts") or {}
         if type(counts) is not dict:
             raise retry.wrong_type("batch.request_counts", counts, "an object")
-        numbers = {key: integer(counts, key, "request_counts")
+        numbers = {key: wire.integer(counts, key, "request_counts")
                    for key in ("processing", "succeeded", "errored", "canceled", "expired")}
         ended = state == "ended"
         ended_as: Literal["completed", "expired", "cancelled"] | None = None
@@ -121,9 +82,9 @@ class AnthropicBatches:
         if ended:
             ended_as = "cancelled" if data.get("cancel_initiated_at") else \
                 "expired" if numbers["expired"] else "completed"
-            url = text(data, "results_url", "batch")
+            url = wire.text(data, "results_url", "batch")
             fallback = self._url(batch_id, "/results")
-            kept = url and same_origin(url, self._target.base_url) and self._target.redact.clean(url) == url
+            kept = url and wire.same_origin(url, self._target.base_url) and self._target.redact.clean(url) == url
             results = (url if url and kept else fallback,)
         return BatchStatus(batch_id=batch_id, state=_STATES[state], provider_state=state,
                            counts=BatchCounts(total=sum(numbers.values()), succeeded=numbers["succeeded"],
@@ -137,30 +98,22 @@ def _outcome(data: dict[str, Any], redact: Redactor) -> BatchOutcome:
         result = data.get("result")
         if type(result) is not dict:
             raise retry.wrong_type("result", result, "an object")
-        kind = text(result, "type", "result")
+        kind = wire.text(result, "type", "result")
         if kind == "succeeded":
             message = result.get("message")
             if type(message) is not dict:
                 raise retry.wrong_type("result.message", message, "an object")
-            return BatchReply(compact(message))
+            return wire.reply(message)
         if kind == "errored":
             error = result.get("error")
-            shown = error_message(compact(error).decode()) if error is not None else "no error given"
-            return status_failure("errored", shown, None, redact)
+            shown = error_message(wire.compact(error).decode()) if error is not None else "no error given"
+            return wire.status_failure("errored", shown, None, redact)
         if kind in _LEFT:
-            return status_failure(_LEFT[kind], f"the batch {_LEFT[kind]} before this request was answered", None,
-                                  redact)
+            return wire.status_failure(_LEFT[kind], f"the batch {_LEFT[kind]} before this request was answered",
+                                       None, redact)
         raise retry.bad_response(f"`result.type` is {str(kind)[:40]!r}, not one Message Batches documents")
     except ClientError as bad:
-        return status_failure("errored", f"its results line is unreadable: {bad}", None, redact)
+        return wire.status_failure("errored", f"its results line is unreadable: {bad}", None, redact)
 
 
-def _batch() -> Batch:
-    def open_batches(http: BatchHTTP, target: BatchTarget) -> BatchAPI:
-        return AnthropicBatches(http, target)
-
-    return Batch(limits=LIMITS, size=lambda custom_id, body: len(_entry(custom_id, body)), open=open_batches)
-
-
-
-BATCH = _batch()
+BATCH = Batch(limits=LIMITS, size=lambda custom_id, body: len(_entry(custom_id, body)), open=AnthropicBatches)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import aclosing
 from typing import Any, Literal
 from urllib.parse import urlsplit
@@ -22,6 +22,7 @@ from engine.client.providers.batch import (
     BatchHTTP,
     BatchLimits,
     BatchOutcome,
+    BatchReply,
     BatchStatus,
     BatchTarget,
     FailureKind,
@@ -34,9 +35,9 @@ from engine.client.tool_calls import loads
 from engine.errors import ClientError, HTTPStatusError
 from engine.redact import Redactor, mask_urls
 
-__all__ = ["JSON_LIMIT", "Outcomes", "ResultLine", "answers_in", "compact", "encoded_requests",
-           "integer", "json_object", "keyed", "line_limit", "masked", "read_json", "resource_id", "result_lines",
-           "results_limit", "same_origin", "status_failure", "submit_error", "text", "unanswered"]
+__all__ = ["JSON_LIMIT", "BatchEndpoint", "Outcomes", "ResultLine", "answers_in", "compact", "encoded_requests",
+           "integer", "json_object", "keyed", "line_limit", "masked", "read_json", "reply", "resource_id",
+           "result_lines", "results_limit", "same_origin", "status_failure", "submit_error", "text", "unanswered"]
 
 #: The most bytes a batch or file object may take: they are a few hundred bytes; more is a hostile server.
 JSON_LIMIT = 1 << 20
@@ -124,6 +125,11 @@ async def read_json(http: BatchHTTP, target: BatchTarget, method: str, url: str,
         return json_object(reply.body, what, target.redact), reply
     except ClientError as error:
         raise masked(_naming(error, what), target.redact) from None
+
+
+def reply(body: Any) -> BatchReply:
+    """A request's answer: the reply body `parse` reads, as compact JSON."""
+    return BatchReply(compact(body))
 
 
 def keyed(url: str, target: BatchTarget) -> str:
@@ -325,3 +331,35 @@ class Outcomes:
 
     def __len__(self) -> int:
         return len(self._waiting)
+
+
+class BatchEndpoint:
+    """A provider's batch API at one endpoint, as each wire's class starts: every request goes through the one
+    capped HTTP caller, to the one target (its key, headers and masking)."""
+
+    def __init__(self, http: BatchHTTP, target: BatchTarget) -> None:
+        self._http = http
+        self._target = target
+
+    async def _read_json(self, method: str, url: str, what: str, **options: Any) -> tuple[dict[str, Any], HTTPReply]:
+        """`read_json` at this endpoint."""
+        return await read_json(self._http, self._target, method, url, what, **options)
+
+    def _answers(self, url: str, id_field: str, what: str, outcomes: Outcomes,
+                 read: Callable[[dict[str, Any]], BatchOutcome], *,
+                 limit: int) -> AsyncIterator[tuple[str, BatchOutcome]]:
+        """`answers_in` at this endpoint."""
+        return answers_in(self._http, self._target, url, id_field, what, outcomes, read, limit=limit)
+
+    async def _results_files(self, status: BatchStatus, custom_ids: Sequence[str], files: Iterable[tuple[str, str]],
+                             id_field: str, read: Callable[[dict[str, Any]], BatchOutcome],
+                             limits: BatchLimits) -> AsyncIterator[tuple[str, BatchOutcome]]:
+        """Exactly one outcome for each custom id from a batch's results files (each a URL and what messages call
+        it): the answers they give, then a failure for each they leave out (`unanswered`)."""
+        outcomes = Outcomes(custom_ids, self._target.redact)
+        limit = results_limit(self._target, status, custom_ids, limits)
+        for url, what in files:
+            async for taken in self._answers(url, id_field, what, outcomes, read, limit=limit):
+                yield taken
+        for taken in outcomes.rest(*unanswered(status, "the batch's results")):
+            yield taken

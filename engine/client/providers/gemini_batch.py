@@ -25,34 +25,16 @@ from typing import Any, Literal
 from urllib.parse import quote, urlsplit, urlunsplit
 
 from engine.client import retry
+from engine.client.providers import batch_wire as wire
 from engine.client.providers.base import error_message, method_url
 from engine.client.providers.batch import (
     Batch,
-    BatchAPI,
     BatchCounts,
-    BatchHTTP,
     BatchLimits,
     BatchOutcome,
     BatchReply,
     BatchState,
     BatchStatus,
-    BatchTarget,
-)
-from engine.client.providers.batch_wire import (
-    Outcomes,
-    answers_in,
-    compact,
-    encoded_requests,
-    integer,
-    line_limit,
-    read_json,
-    resource_id,
-    results_limit,
-    same_origin,
-    status_failure,
-    submit_error,
-    text,
-    unanswered,
 )
 from engine.errors import ClientError
 from engine.redact import Redactor
@@ -74,13 +56,13 @@ _INLINE = "inline"
 
 def _line(custom_id: str, body: Mapping[str, Any]) -> bytes:
     """A request as a line of the requests file."""
-    return compact({"key": custom_id, "request": body}) + b"\n"
+    return wire.compact({"key": custom_id, "request": body}) + b"\n"
 
 
 def _name(data: Mapping[str, Any], key: str, where: str, redact: Redactor) -> str:
     """A resource name a reply gave (`batches/...`, `files/...`), checked before it goes into a URL or the
     journal."""
-    return resource_id(data, key, where, redact, _NAME)
+    return wire.resource_id(data, key, where, redact, _NAME)
 
 
 def _sibling(base_url: str, prefix: str, path: str) -> str:
@@ -89,18 +71,14 @@ def _sibling(base_url: str, prefix: str, path: str) -> str:
     return urlunsplit((parts.scheme, parts.netloc, "/" + prefix + parts.path.rstrip("/") + path, parts.query, ""))
 
 
-class GeminiBatches:
+class GeminiBatches(wire.BatchEndpoint):
     """Gemini's batch mode at one endpoint, for one model."""
-
-    def __init__(self, http: BatchHTTP, target: BatchTarget) -> None:
-        self._http = http
-        self._target = target
 
     def _url(self, path: str) -> str:
         return method_url(self._target.base_url, path)
 
     async def submit(self, requests: Sequence[tuple[str, Mapping[str, Any]]]) -> str:
-        lines = encoded_requests(requests, LIMITS, _line)
+        lines = wire.encoded_requests(requests, LIMITS, _line)
         config: dict[str, Any]
         if len(lines) <= INLINE_MAX_REQUESTS and sum(map(len, lines)) <= INLINE_MAX_BYTES:
             config = {"requests": {"requests": [{"request": body, "metadata": {"key": custom_id}}
@@ -109,16 +87,16 @@ class GeminiBatches:
             try:
                 config = {"fileName": await self._upload(b"".join(lines))}
             except ClientError as error:
-                raise submit_error(error, created=False) from None
+                raise wire.submit_error(error, created=False) from None
         del lines
         model = "/models/" + quote(self._target.model.model.removeprefix("models/"), safe="-._~@")
         try:
-            created, _ = await read_json(self._http, self._target, "POST",
-                                         self._url(model + ":batchGenerateContent"), "the batch operation",
-                                         json={"batch": {"displayName": "engine-batch", "inputConfig": config}})
+            created, _ = await self._read_json("POST", self._url(model + ":batchGenerateContent"),
+                                               "the batch operation",
+                                               json={"batch": {"displayName": "engine-batch", "inputConfig": config}})
             return _name(created, "name", "operation", self._target.redact)
         except ClientError as error:
-            raise submit_error(error, created=True) from None
+            raise wire.submit_error(error, created=True) from None
 
     async def _upload(self, content: bytes) -> str:
         """The Files API's resumable upload of a JSONL file: its `files/...` name."""
@@ -126,16 +104,15 @@ class GeminiBatches:
         start = {**headers, "X-Goog-Upload-Protocol": "resumable", "X-Goog-Upload-Command": "start",
                  "X-Goog-Upload-Header-Content-Length": str(len(content)),
                  "X-Goog-Upload-Header-Content-Type": "application/jsonl"}
-        _, reply = await read_json(self._http, self._target, "POST",
-                                   _sibling(self._target.base_url, "upload", "/files"), "the upload's start",
-                                   headers=start, json={"file": {"displayName": "engine-batch"}})
+        _, reply = await self._read_json("POST", _sibling(self._target.base_url, "upload", "/files"),
+                                         "the upload's start", headers=start,
+                                         json={"file": {"displayName": "engine-batch"}})
         upload_url = reply.headers.get("X-Goog-Upload-URL") or ""
-        if not same_origin(upload_url, self._target.base_url):
+        if not wire.same_origin(upload_url, self._target.base_url):
             raise retry.bad_response("the upload's start named no upload URL on the API's host")
         finish = {**{k: v for k, v in headers.items() if k.lower() != "content-type"},
                   "X-Goog-Upload-Command": "upload, finalize", "X-Goog-Upload-Offset": "0"}
-        uploaded, _ = await read_json(self._http, self._target, "POST", upload_url, "the upload",
-                                      headers=finish, body=content)
+        uploaded, _ = await self._read_json("POST", upload_url, "the upload", headers=finish, body=content)
         file = uploaded.get("file")
         if type(file) is not dict:
             raise retry.wrong_type("file", file, "an object")
@@ -146,23 +123,21 @@ class GeminiBatches:
         return _name({"name": batch_id}, "name", "batch id", self._target.redact)
 
     async def _operation(self, batch_id: str) -> dict[str, Any]:
-        data, _ = await read_json(self._http, self._target, "GET",
-                                  self._url("/" + self._checked(batch_id)), "the batch",
-                                  limit=_OPERATION_LIMIT)
+        data, _ = await self._read_json("GET", self._url("/" + self._checked(batch_id)), "the batch",
+                                        limit=_OPERATION_LIMIT)
         return data
 
     async def poll(self, batch_id: str) -> BatchStatus:
         return _status(batch_id, await self._operation(batch_id), self._target.redact)
 
     async def cancel(self, batch_id: str) -> BatchStatus:
-        await read_json(self._http, self._target, "POST",
-                        self._url("/" + self._checked(batch_id) + ":cancel"), "the cancel's reply")
+        await self._read_json("POST", self._url("/" + self._checked(batch_id) + ":cancel"), "the cancel's reply")
         return await self.poll(batch_id)
 
     async def results(self, status: BatchStatus,
                       custom_ids: Sequence[str]) -> AsyncIterator[tuple[str, BatchOutcome]]:
         redact = self._target.redact
-        outcomes = Outcomes(custom_ids, redact)
+        outcomes = wire.Outcomes(custom_ids, redact)
         for where in status.results:
             if where == _INLINE:
                 rows = _output(await self._operation(status.batch_id)).get("inlinedResponses")
@@ -179,10 +154,10 @@ class GeminiBatches:
                         outcomes.passed_over += 1   # no key: whose answer it is cannot be told
                         continue
                     outcome = _outcome(row, redact, f"inlinedResponses[{i}]")
-                    if isinstance(outcome, BatchReply) and len(outcome.body) > line_limit(self._target):
-                        outcome = status_failure("errored", f"inlinedResponses[{i}] is {len(outcome.body)} bytes, "
-                                                 f"over the {line_limit(self._target)}-byte limit of one answer "
-                                                 "(max_response_mb)", None, redact)
+                    if isinstance(outcome, BatchReply) and len(outcome.body) > wire.line_limit(self._target):
+                        outcome = wire.status_failure("errored", f"inlinedResponses[{i}] is {len(outcome.body)} "
+                                                      f"bytes, over the {wire.line_limit(self._target)}-byte limit "
+                                                      "of one answer (max_response_mb)", None, redact)
                     taken = outcomes.take(key, outcome)
                     if taken is not None:
                         yield taken
@@ -190,12 +165,11 @@ class GeminiBatches:
             url = _sibling(self._target.base_url, "download", "/" + _name({"name": where}, "name",
                                                                           "responses file", redact) + ":download")
             url += ("&" if "?" in url else "?") + "alt=media"
-            async for taken in answers_in(self._http, self._target, url, "key",
-                                          "the responses file", outcomes,
-                                          lambda data: _outcome(data, redact, "the line"),
-                                          limit=results_limit(self._target, status, custom_ids, LIMITS)):
+            async for taken in self._answers(url, "key", "the responses file", outcomes,
+                                             lambda data: _outcome(data, redact, "the line"),
+                                             limit=wire.results_limit(self._target, status, custom_ids, LIMITS)):
                 yield taken
-        for taken in outcomes.rest(*unanswered(status, "the batch's responses")):
+        for taken in outcomes.rest(*wire.unanswered(status, "the batch's responses")):
             yield taken
 
 
@@ -214,12 +188,13 @@ def _status(batch_id: str, data: dict[str, Any], redact: Redactor) -> BatchStatu
     metadata = data.get("metadata") or {}
     if type(metadata) is not dict:
         raise retry.wrong_type("operation.metadata", metadata, "an object")
-    raw = text(metadata, "state", "metadata") or "BATCH_STATE_UNSPECIFIED"
+    raw = wire.text(metadata, "state", "metadata") or "BATCH_STATE_UNSPECIFIED"
     state = raw.removeprefix("BATCH_STATE_").removeprefix("JOB_STATE_")
     error = data.get("error")
     message = None
     if type(error) is dict:
-        message = status_failure("failed", error_message(compact({"error": error}).decode()), None, redact).message
+        shown = error_message(wire.compact({"error": error}).decode())
+        message = wire.status_failure("failed", shown, None, redact).message
         if state not in ("FAILED", "CANCELLED", "EXPIRED"):
             state = "FAILED"   # a finished operation with an error failed, whatever its metadata says
     if state not in _STATES:
@@ -235,9 +210,9 @@ def _status(batch_id: str, data: dict[str, Any], redact: Redactor) -> BatchStatu
     elif "inlinedResponses" in output:
         results = (_INLINE,)
     return BatchStatus(batch_id=batch_id, state=_STATES[state], provider_state=raw,
-                       counts=BatchCounts(total=integer(stats, "requestCount", "batchStats"),
-                                          succeeded=integer(stats, "successfulRequestCount", "batchStats"),
-                                          failed=integer(stats, "failedRequestCount", "batchStats")),
+                       counts=BatchCounts(total=wire.integer(stats, "requestCount", "batchStats"),
+                                          succeeded=wire.integer(stats, "successfulRequestCount", "batchStats"),
+                                          failed=wire.integer(stats, "failedRequestCount", "batchStats")),
                        ended_as=_ENDED.get(state) if ended else None, results=results, error=message)
 
 
@@ -245,21 +220,14 @@ def _outcome(row: dict[str, Any], redact: Redactor, where: str) -> BatchOutcome:
     """One answer (an inline response or a responses-file line): the reply, or its error."""
     response = row.get("response")
     if type(response) is dict:
-        return BatchReply(compact(response))
+        return wire.reply(response)
     error = row.get("error")
     if type(error) is dict:
         code = error.get("code")
-        return status_failure("errored", error_message(compact({"error": error}).decode()),
-                              code if type(code) is int else None, redact)
-    return status_failure("errored", f"{where} has neither a `response` object nor an `error` object", None, redact)
+        return wire.status_failure("errored", error_message(wire.compact({"error": error}).decode()),
+                                   code if type(code) is int else None, redact)
+    return wire.status_failure("errored", f"{where} has neither a `response` object nor an `error` object", None,
+                               redact)
 
 
-def _batch() -> Batch:
-    def open_batches(http: BatchHTTP, target: BatchTarget) -> BatchAPI:
-        return GeminiBatches(http, target)
-
-    return Batch(limits=LIMITS, size=lambda custom_id, body: len(_line(custom_id, body)), open=open_batches)
-
-
-
-BATCH = _batch()
+BATCH = Batch(limits=LIMITS, size=lambda custom_id, body: len(_line(custom_id, body)), open=GeminiBatches)

@@ -19,6 +19,7 @@ from typing import Any, Literal
 from urllib.parse import quote
 
 from engine.client import retry
+from engine.client.providers import batch_wire as wire
 from engine.client.providers.base import method_url
 from engine.client.providers.batch import (
     Batch,
@@ -27,25 +28,10 @@ from engine.client.providers.batch import (
     BatchHTTP,
     BatchLimits,
     BatchOutcome,
-    BatchReply,
     BatchState,
     BatchStatus,
     BatchTarget,
     FormFile,
-)
-from engine.client.providers.batch_wire import (
-    Outcomes,
-    answers_in,
-    compact,
-    encoded_requests,
-    integer,
-    read_json,
-    resource_id,
-    results_limit,
-    status_failure,
-    submit_error,
-    text,
-    unanswered,
 )
 from engine.errors import ClientError
 from engine.redact import Redactor
@@ -62,65 +48,56 @@ _LEFT: dict[str, Literal["expired", "cancelled"]] = {"batch_expired": "expired",
 
 
 def _line(endpoint: str, custom_id: str, body: Mapping[str, Any]) -> bytes:
-    return compact({"custom_id": custom_id, "method": "POST", "url": endpoint, "body": body}) + b"\n"
+    return wire.compact({"custom_id": custom_id, "method": "POST", "url": endpoint, "body": body}) + b"\n"
 
 
-class OpenAIBatches:
+class OpenAIBatches(wire.BatchEndpoint):
     """The Batch API at one endpoint, for one method (`endpoint`: `/v1/chat/completions` or `/v1/completions`)."""
 
     def __init__(self, http: BatchHTTP, target: BatchTarget, endpoint: str) -> None:
-        self._http = http
-        self._target = target
+        super().__init__(http, target)
         self._endpoint = endpoint
 
     def _url(self, path: str) -> str:
         return method_url(self._target.base_url, path)
 
     async def submit(self, requests: Sequence[tuple[str, Mapping[str, Any]]]) -> str:
-        lines = encoded_requests(requests, LIMITS, lambda custom_id, body: _line(self._endpoint, custom_id, body))
+        lines = wire.encoded_requests(requests, LIMITS, lambda custom_id, body: _line(self._endpoint, custom_id, body))
         content = b"".join(lines)
         del lines
         headers = {k: v for k, v in self._target.headers.items() if k.lower() != "content-type"}
         try:
-            uploaded, _ = await read_json(self._http, self._target, "POST", self._url("/files"),
-                                          "the file upload's reply", headers=headers, form={"purpose": "batch"},
-                                          file=FormFile("file", "batch.jsonl", content, "application/jsonl"))
-            file_id = resource_id(uploaded, "id", "file", self._target.redact)
+            uploaded, _ = await self._read_json("POST", self._url("/files"), "the file upload's reply",
+                                                headers=headers, form={"purpose": "batch"},
+                                                file=FormFile("file", "batch.jsonl", content, "application/jsonl"))
+            file_id = wire.resource_id(uploaded, "id", "file", self._target.redact)
         except ClientError as error:
-            raise submit_error(error, created=False) from None
+            raise wire.submit_error(error, created=False) from None
         del content
         try:
-            created, _ = await read_json(
-                self._http, self._target, "POST", self._url("/batches"), "the batch",
+            created, _ = await self._read_json(
+                "POST", self._url("/batches"), "the batch",
                 json={"input_file_id": file_id, "endpoint": self._endpoint, "completion_window": "24h"})
-            batch_id = resource_id(created, "id", "batch", self._target.redact)
+            batch_id = wire.resource_id(created, "id", "batch", self._target.redact)
         except ClientError as error:
-            raise submit_error(error, created=True) from None
+            raise wire.submit_error(error, created=True) from None
         return batch_id
 
     async def poll(self, batch_id: str) -> BatchStatus:
-        data, _ = await read_json(self._http, self._target, "GET",
-                                  self._url("/batches/" + quote(batch_id, safe="")), "the batch")
+        data, _ = await self._read_json("GET", self._url("/batches/" + quote(batch_id, safe="")), "the batch")
         return _status(batch_id, data, self._target.redact)
 
     async def cancel(self, batch_id: str) -> BatchStatus:
-        data, _ = await read_json(self._http, self._target, "POST",
-                                  self._url("/batches/" + quote(batch_id, safe="") + "/cancel"), "the batch")
+        data, _ = await self._read_json("POST", self._url("/batches/" + quote(batch_id, safe="") + "/cancel"),
+                                        "the batch")
         return _status(batch_id, data, self._target.redact)
 
-    async def results(self, status: BatchStatus,
-                      custom_ids: Sequence[str]) -> AsyncIterator[tuple[str, BatchOutcome]]:
+    def results(self, status: BatchStatus, custom_ids: Sequence[str]) -> AsyncIterator[tuple[str, BatchOutcome]]:
         redact = self._target.redact
-        outcomes = Outcomes(custom_ids, redact)
-        limit = results_limit(self._target, status, custom_ids, LIMITS)
-        for file_id in status.results:
-            url = self._url("/files/" + quote(file_id, safe="") + "/content")
-            async for taken in answers_in(self._http, self._target, url, "custom_id",
-                                          f"the results file {file_id}", outcomes,
-                                          lambda data: _outcome(data, redact), limit=limit):
-                yield taken
-        for taken in outcomes.rest(*unanswered(status, "the batch's results")):
-            yield taken
+        files = [(self._url("/files/" + quote(file_id, safe="") + "/content"), f"the results file {file_id}")
+                 for file_id in status.results]
+        return self._results_files(status, custom_ids, files, "custom_id", lambda data: _outcome(data, redact),
+                                   LIMITS)
 
 
 def _outcome(data: dict[str, Any], redact: Redactor) -> BatchOutcome:
@@ -138,19 +115,19 @@ def _outcome(data: dict[str, Any], redact: Redactor) -> BatchOutcome:
             if 200 <= code < 300:
                 if type(body) is not dict:
                     raise retry.wrong_type("response.body", body, "an object")
-                return BatchReply(compact(body))
+                return wire.reply(body)
             message = _message(body) or f"HTTP {code}"
-            return status_failure("errored", f"HTTP {code}: {message}", code, redact)
+            return wire.status_failure("errored", f"HTTP {code}: {message}", code, redact)
         if error is not None:
             if type(error) is not dict:
                 raise retry.wrong_type("error", error, "an object")
-            code_name = text(error, "code", "error") or ""
-            message = text(error, "message", "error") or code_name or "no message"
-            return status_failure(_LEFT.get(code_name, "errored"), f"{code_name}: {message}".lstrip(": "), None,
-                                  redact)
+            code_name = wire.text(error, "code", "error") or ""
+            message = wire.text(error, "message", "error") or code_name or "no message"
+            return wire.status_failure(_LEFT.get(code_name, "errored"), f"{code_name}: {message}".lstrip(": "),
+                                       None, redact)
         raise retry.bad_response("the line has neither `response` nor `error`")
     except ClientError as bad:
-        return status_failure("errored", f"its results line is unreadable: {bad}", None, redact)
+        return wire.status_failure("errored", f"its results line is unreadable: {bad}", None, redact)
 
 
 def _message(body: Any) -> str | None:
@@ -162,24 +139,24 @@ def _message(body: Any) -> str | None:
 
 def _status(batch_id: str, data: dict[str, Any], redact: Redactor) -> BatchStatus:
     """A batch object read into its status (its failure's messages masked)."""
-    state = text(data, "status", "batch") or ""
+    state = wire.text(data, "status", "batch") or ""
     if state not in _STATES:
         raise retry.bad_response(f"the batch's `status` is {state[:40]!r}, not one the Batch API documents")
     counts = data.get("request_counts") or {}
     if type(counts) is not dict:
         raise retry.wrong_type("batch.request_counts", counts, "an object")
-    files = tuple(resource_id(data, key, "batch", redact) for key in ("output_file_id", "error_file_id")
+    files = tuple(wire.resource_id(data, key, "batch", redact) for key in ("output_file_id", "error_file_id")
                   if data.get(key))
     error = None
     errors = data.get("errors")
     if type(errors) is dict and type(errors.get("data")) is list:
         messages = [str(e.get("message"))[:300] for e in errors["data"][:5] if type(e) is dict]
-        error = status_failure("failed", "; ".join(messages), None, redact).message if messages else None
+        error = wire.status_failure("failed", "; ".join(messages), None, redact).message if messages else None
     ended = _STATES[state] == "ended"
     return BatchStatus(batch_id=batch_id, state=_STATES[state], provider_state=state,
-                       counts=BatchCounts(total=integer(counts, "total", "request_counts"),
-                                          succeeded=integer(counts, "completed", "request_counts"),
-                                          failed=integer(counts, "failed", "request_counts")),
+                       counts=BatchCounts(total=wire.integer(counts, "total", "request_counts"),
+                                          succeeded=wire.integer(counts, "completed", "request_counts"),
+                                          failed=wire.integer(counts, "failed", "request_counts")),
                        ended_as=_ENDED[state] if ended else None, results=files if ended else (), error=error)
 
 
@@ -191,7 +168,6 @@ def _batch(endpoint: str) -> Batch:
         return len(_line(endpoint, custom_id, body))
 
     return Batch(limits=LIMITS, size=size, open=open_batches)
-
 
 
 CHAT_BATCH = _batch("/v1/chat/completions")
