@@ -247,21 +247,43 @@ def numeric(value: Any, options: Mapping[str, Any]) -> Scorer:
     return score
 
 
-_FENCE = re.compile(r"^```[\w+-]*\s*\n?(.*?)\n?```$", re.DOTALL)
+_FENCE_TAG = re.compile(r"[\w+-]*\s*")
+
+
+def _fenced(token: str) -> str | None:
+    """What one ``` fence around the whole token holds (a language tag and the white space after it, and one
+    newline before the closing fence, left out), or None. Read by position in one pass, where a backtracking
+    pattern is quadratic on a fence of white space."""
+    if len(token) < 6 or not (token.startswith("```") and token.endswith("```")):
+        return None
+    tag = _FENCE_TAG.match(token, 3)   # a language tag and white space, both maybe empty: it always matches
+    start = tag.end() if tag else 3
+    end = len(token) - 3
+    if token.endswith("\n```") and end - 1 >= start:
+        end -= 1
+    return token[start:end] if start <= end else ""
+
+
+def _emphasis(token: str) -> int:
+    """How many `*` open and close the token (paired emphasis: `**bold**` -> 2), at most half its length. Counted,
+    where a pattern with a back-reference backtracks cubically on a run of stars."""
+    opening = len(token) - len(token.lstrip("*"))
+    closing = len(token) - len(token.rstrip("*"))
+    return min(opening, closing, len(token) // 2)
 
 
 def strip_token(text: str) -> str:
     """The bare token: code fences, surrounding quotes, paired `*`/`_` emphasis and one trailing period removed."""
     token = text.strip()
-    fence = _FENCE.match(token)
-    if fence:
-        token = fence.group(1).strip()
+    fenced = _fenced(token)
+    if fenced is not None:
+        token = fenced.strip()
     token = token.strip("`").strip()
     for _ in range(3):
         before = token
-        m = re.fullmatch(r"(\*+)(.*?)\1", token, re.DOTALL)
-        if m:
-            token = m.group(2).strip()
+        stars = _emphasis(token)
+        if stars:
+            token = token[stars:len(token) - stars].strip()
         if len(token) >= 2 and token[0] == token[-1] and token[0] in "\"'":
             token = token[1:-1].strip()
         if token.endswith(".") and not token.endswith(".."):

@@ -39,11 +39,12 @@ class ToolCall:
 
     @classmethod
     def from_raw(cls, name: str, raw_arguments: str, id: str | None = None) -> ToolCall:
-        """Build a call from argument text as streamed; invalid JSON is flagged."""
+        """Build a call from argument text as streamed; invalid JSON is flagged, and so is JSON nested deeper than
+        the decoder reads (a model's `[[[[...`, read back from a run's rows)."""
         text = raw_arguments.strip() or "{}"
         try:
             return cls(name=name, arguments=json.loads(text), raw_arguments=raw_arguments, valid_json=True, id=id)
-        except ValueError:
+        except (ValueError, RecursionError):
             return cls(name=name, arguments=None, raw_arguments=raw_arguments, valid_json=False, id=id)
 
 
