@@ -132,6 +132,8 @@ class Kind:
             variables and `build` receives the compiled child Node instead of the rendered value.
         build_in_suite: For a kind whose scorer depends on what the suite sets (the judge, on its judge
             prompt): the builder to use under the suite's CompileOptions; `build` is the one under none.
+        calls_model: The scorer awaits a model call through `ScoringContext.caller` and names the model it asks
+            (`judge`, `similar`): a run resolves those models against the models file before any call.
     """
 
     description: str
@@ -144,6 +146,7 @@ class Kind:
     child: bool = False
     bounded: bool = False
     build_in_suite: Callable[[CompileOptions], Build] | None = None
+    calls_model: bool = False
 
 
 def verdict(score: float, reason: str, kind: str = "", **details: Any) -> Verdict:

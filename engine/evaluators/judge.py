@@ -436,4 +436,5 @@ JUDGE = Kind(
     build=_build,
     check=_check,
     build_in_suite=_build_in_suite,
+    calls_model=True,
 )

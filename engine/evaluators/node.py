@@ -176,8 +176,9 @@ def _leaf(kind: str, entry: Kind, spec: Mapping[str, Any], variables: Mapping[st
             else:
                 own = f"{kind} waits for a model call, and its reply is read under the model's `max_response_mb`"
             return Node(kind=kind, problem=f"`{key}` beside {kind} does not apply: {own}", **common)
-    return Node(kind=kind, scorer=scorer, is_async=is_async, blocking=entry.blocking,
-                bounded=entry.bounded and not entry.child, **common)
+    # A child tree rides on its holder as `held` (walkers see its kinds); its scoring stays the holder's scorer's.
+    return Node(kind=kind, scorer=scorer, held=value if entry.child else None, is_async=is_async,
+                blocking=entry.blocking, bounded=entry.bounded and not entry.child, **common)
 
 
 def _awaits(scorer: Any) -> bool:

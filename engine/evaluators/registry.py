@@ -27,7 +27,7 @@ from engine.evaluators import (
 from engine.evaluators import exec as exec_family
 from engine.evaluators.base import Kind
 
-__all__ = ["COMPOSITIONS", "KINDS"]
+__all__ = ["COMPOSITIONS", "KINDS", "MODEL_GRADED"]
 
 KINDS: dict[str, Kind] = {
     # composition (compose.py scores these; they have no builder)
@@ -95,3 +95,6 @@ KINDS: dict[str, Kind] = {
 
 #: Kinds whose value is other evaluators (or a name of one): composition, not a scorer.
 COMPOSITIONS: frozenset[str] = frozenset(kind for kind, entry in KINDS.items() if entry.build is None)
+
+#: Kinds whose scorer calls a model it names (`Kind.calls_model`): the run resolves those models before any call.
+MODEL_GRADED: frozenset[str] = frozenset(kind for kind, entry in KINDS.items() if entry.calls_model)

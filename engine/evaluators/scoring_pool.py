@@ -107,7 +107,8 @@ def _portable(test: Test) -> Test:
 
 
 def _leaves(node: Node) -> list[Node]:
-    return [leaf for _, leaf in node.walk() if not leaf.children]
+    """The checks that score under limits of their own: a held tree's score inside its holder's (`_under_limit`)."""
+    return [leaf for _, leaf in node.walk(enter_held=False) if not leaf.children]
 
 
 # ------------------------------------------------------------------------------------------ in a scoring process

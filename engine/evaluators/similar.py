@@ -126,4 +126,5 @@ SIMILAR = Kind(
                          "description": "A models file entry (default: its `defaults.embedding`)."}}},
     examples=({"similar": {"reference": "{{ golden }}", "model": "embedder"}, "threshold": 0.8},),
     build=_build,
+    calls_model=True,
 )

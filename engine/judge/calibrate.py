@@ -90,9 +90,12 @@ InContext = tuple[Test, JudgeSpec, Example]
 
 
 def verdict_paths(node: Node, here: str = "") -> Iterator[tuple[str, Node]]:
-    """(path, node) with the path a verdict of this node gets in the results ("all/1.judge")."""
+    """(path, node) with the path a verdict of this node gets in the results ("all/1.judge"); a held tree's
+    verdict is its holder's one child ("final_answer/0.judge")."""
     path = here or node.kind
     yield path, node
+    if node.held is not None:
+        yield from verdict_paths(node.held, f"{path}/0.{node.held.kind}")
     for index, child in enumerate(node.children):
         yield from verdict_paths(child, f"{path}/{index}.{child.kind}")
 

@@ -4,6 +4,11 @@
 
 engine.evaluators compiles a spec into this tree (`compile_spec`: options checked and bound, templates
 rendered) and scores it (`score`, the one walker); a node that cannot score keeps its `problem`.
+
+A leaf whose value is itself an evaluator (`final_answer`) keeps that compiled tree in `held`, beside its scorer
+(which scores it through `ScoringContext.descend`): the leaf stays a leaf (`children` empty, so scoring and the
+verdict paths are unchanged), and `walk` enters the held tree, so whatever looks for a kind (a judge's model, an
+embedding model, a program-running check) finds it there too.
 """
 
 from __future__ import annotations
@@ -41,6 +46,8 @@ class Node:
         name: The label the author gave, or None.
         must: The parent fails whenever this node fails.
         children: Child nodes (`all`, `any`: several; `not`: one).
+        held: The compiled tree a leaf's scorer scores through `ScoringContext.descend` (`final_answer`'s child),
+            or None. Not a child: the leaf's verdict is its scorer's, the held tree's verdict its one child.
         scorer: The leaf's scorer, options bound (None for compositions and for nodes with a problem).
         problem: Why this node cannot score (an unknown kind, a bad option), or None.
         is_async: This node or a descendant has an `async` scorer (a model-graded judge).
@@ -58,6 +65,7 @@ class Node:
     name: str | None = None
     must: bool = False
     children: tuple[Node, ...] = ()
+    held: Node | None = None
     scorer: LeafScorer | None = field(default=None, compare=False, repr=False)
     problem: str | None = None
     is_async: bool = False
@@ -66,19 +74,24 @@ class Node:
     memory_mb: int = DEFAULT_MEMORY_MB
     bounded: bool = False
 
-    def walk(self, path: tuple[Any, ...] = ()) -> Iterator[tuple[tuple[Any, ...], Node]]:
-        """Yield (path, node) for this node and every descendant, depth first.
+    def walk(self, path: tuple[Any, ...] = (), *, enter_held: bool = True) -> Iterator[tuple[tuple[Any, ...], Node]]:
+        """Yield (path, node) for this node and every descendant, depth first, a leaf's held tree included.
 
         A path is the place in the spec as written: `()` for the root, `("all", 1, "not")` for the child
-        of the second item of an `all` - the path the loader points diagnostics at.
+        of the second item of an `all`, `("final_answer",)` for the tree a root `final_answer` holds - the path
+        the loader points diagnostics at. With `enter_held=False` a held tree is left out: its leaves score inside
+        their holder, under its time and memory limits (engine.evaluators.scoring_pool counts the holder's).
         """
         yield path, self
+        if self.held is not None and enter_held:
+            yield from self.held.walk((*path, self.kind))
         if self.kind == "not" and self.children:
-            yield from self.children[0].walk((*path, "not"))
+            yield from self.children[0].walk((*path, "not"), enter_held=enter_held)
             return
         for index, child in enumerate(self.children):
-            yield from child.walk((*path, self.kind, index))
+            yield from child.walk((*path, self.kind, index), enter_held=enter_held)
 
     def kinds(self) -> list[str]:
-        """The kinds in the tree, each once, in the order they appear (the `list` command's column)."""
+        """The kinds in the tree, held trees included, each once, in the order they appear (the `list` command's
+        column)."""
         return list(dict.fromkeys(node.kind for _, node in self.walk() if node.kind))

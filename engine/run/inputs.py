@@ -119,20 +119,18 @@ def _batched(models: list[ModelConfig], run_batch: bool) -> list[ModelConfig]:
 def judges(invocation: Invocation, tests: Sequence[Test], configs: dict[str, ModelConfig],
             defaults: dict[str, Any]) -> Any:
     """The judge models of the selected tests, resolved now: before any call is paid (UsageError, exit 2)."""
+    from engine.evaluators.registry import MODEL_GRADED
     from engine.judge.caller import resolve_judges
     from engine.suite.stored_tests import definition_samples
 
-    judges = resolve_judges(definition_samples(tests, every_row_of=_MODEL_GRADED), configs, defaults.get("judge"),
+    # A definition compiled row by row may name another judge or embedding model in each row: every row is read.
+    judges = resolve_judges(definition_samples(tests, every_row_of=MODEL_GRADED), configs, defaults.get("judge"),
                             invocation.models_file or "the default models (no --models file)",
                             embedding_default=defaults.get("embedding"))
     if judges is not None and invocation.max_retries is not None:
         judges = dataclasses.replace(judges, models={
             name: dataclasses.replace(m, max_retries=invocation.max_retries) for name, m in judges.models.items()})
     return judges
-
-
-#: The evaluators that name a model of their own (a judge, an embedding model), which `judges` resolves.
-_MODEL_GRADED = frozenset({"judge", "similar"})
 
 
 def api_keys(models: list[ModelConfig]) -> dict[str, str | None]:

@@ -9,8 +9,9 @@ from typing import Any
 
 import pytest
 
-from engine.evaluators import KINDS, Kind, compile_spec, score, score_async
+from engine.evaluators import COMPOSITIONS, KINDS, Kind, compile_spec, score, score_async
 from engine.evaluators.base import verdict
+from engine.evaluators.registry import MODEL_GRADED
 from engine.model.answer import Answer
 from engine.model.scoring import ScoringContext
 from engine.model.verdict import Verdict
@@ -40,6 +41,13 @@ def test_every_leaf_kind_has_a_builder_and_compositions_have_none() -> None:
     assert [k for k, entry in KINDS.items() if entry.blocking] == ["exec", "python", "workspace_check"]
 
 
+def test_the_kinds_the_catalogue_says_call_a_model_are_the_ones_whose_scorer_awaits() -> None:
+    # `Kind.calls_model` is what the run reads to resolve judge and embedding models before any call
+    awaits = {kind for kind, entry in KINDS.items() if kind not in {"final_answer", *COMPOSITIONS}
+              for example in entry.examples if compile_spec(example, {"golden": "1"}).is_async}
+    assert awaits == MODEL_GRADED == {"judge", "similar"}
+
+
 def test_compiling_binds_options_and_renders_templates_once() -> None:
     node = compile_spec({"all": [{"contains": "{{ city }}", "weight": 2, "name": "city"},
                                  {"not": {"regex": "sorry", "flags": "i"}, "must": True}], "threshold": 0.5},
@@ -51,6 +59,20 @@ def test_compiling_binds_options_and_renders_templates_once() -> None:
     assert [(path, n.kind) for path, n in node.walk()] == [
         ((), "all"), (("all", 0), "contains"), (("all", 1), "not"), (("all", 1, "not"), "regex")]
     assert node.kinds() == ["all", "contains", "not", "regex"]
+
+
+def test_the_tree_final_answer_holds_is_walked_and_its_holder_stays_a_leaf() -> None:
+    judge = {"judge": {"rubric": "Does it name the capital?", "model": "grader"}}
+    node = compile_spec({"all": [{"final_answer": {"all": [judge, {"contains": "Paris"}]}}, {"max_turns": 3}]})
+    holder = node.children[0]
+    assert holder.children == () and holder.scorer is not None and holder.held is not None   # scored as a leaf
+    assert [(path, n.kind) for path, n in node.walk()] == [
+        ((), "all"), (("all", 0), "final_answer"), (("all", 0, "final_answer"), "all"),
+        (("all", 0, "final_answer", "all", 0), "judge"), (("all", 0, "final_answer", "all", 1), "contains"),
+        (("all", 1), "max_turns")]
+    assert node.kinds() == ["all", "final_answer", "judge", "contains", "max_turns"]
+    # the leaves that score under their own limits: the held tree's score inside their holder's
+    assert [n.kind for _, n in node.walk(enter_held=False)] == ["all", "final_answer", "max_turns"]
 
 
 @pytest.mark.parametrize(("spec", "problem"), [

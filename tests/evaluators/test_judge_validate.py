@@ -213,3 +213,14 @@ def test_grading_says_it_started_and_how_far_it_is_while_it_lasts(project: dict[
     assert len(ticks) >= 3 and all(ticks), lines
     graded = [int(t.group(1)) for t in ticks if t]
     assert graded == sorted(graded) and graded[-1] < 15
+
+
+def test_a_calibrated_judge_under_final_answer_is_a_target_at_its_verdicts_path() -> None:
+    from engine.judge.calibrate import calibration_targets
+    from tests.factories import make_test
+
+    judge = {"judge": {"rubric": "Mentions 30 days.", "model": "grader",
+                       "calibration": [{"answer": "30 days", "expect": "pass"}]}}
+    test = make_test(eval={"all": [{"contains": "days"}, {"final_answer": judge}]})
+    [(target, path, spec, cases)] = calibration_targets([test])
+    assert (target, path, spec.model, cases) == (test, "all/1.final_answer/0.judge", "grader", [["t", "h"]])

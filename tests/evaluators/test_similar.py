@@ -247,6 +247,20 @@ def test_an_unknown_embedding_model_stops_the_run_before_any_call(project: dict[
     assert project["server"].requests == []
 
 
+def test_a_similar_under_final_answer_embeds_the_conversations_final_answer(project: dict[str, Any]) -> None:
+    golden = "Returns are accepted within 30 days."
+    (project["suites"] / "shop.yaml").write_text(
+        "suite: shop\ntests:\n  - id: agent\n    prompt: \"Refund policy? (polite)\"\n    agent: {max_turns: 2}\n"
+        f"    golden: \"{golden}\"\n    eval:\n"
+        "      final_answer: {similar: {reference: \"{{ golden }}\", model: embedder}}\n      threshold: 0.4\n")
+    row = run(project, "r1").loc["agent"]
+    assert pd.isna(row["error_kind"]), row["error_message"]
+    assert row["score"] == pytest.approx(hand_cosine(POLITE, golden)) and bool(row["passed"])   # 0.463 >= 0.4
+    assert row["judge_calls"] == 1
+    (request,) = embedding_requests(project["server"])
+    assert sorted(request["input"]) == sorted([POLITE, golden])
+
+
 def test_identical_requests_in_flight_are_paid_once(project: dict[str, Any]) -> None:
     """Two answering models give the same answer, graded at the same moment: one embedding request and one
     judge request reach the server; the other grading waits for it (it counts as a cache hit, no cost)."""

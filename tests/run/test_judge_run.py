@@ -279,6 +279,43 @@ def test_an_agent_test_is_judged_on_its_final_answer(project: dict[str, Any]) ->
     assert graded_answer(judged) == "You can return it within 30 days."
 
 
+FINAL = """\
+suite: finaljudge
+tests:
+  - id: "{{ tone }}"
+    prompt: "What is the refund policy? ({{ tone }})"
+    agent: {max_turns: 2}
+    eval:
+      final_answer: {judge: {rubric: "The answer must mention the 30-day limit.", model: "{{ grader }}"}}
+    cases: [{tone: polite, grader: grader}, {tone: rude, grader: grader}]
+"""
+
+
+def test_a_judge_under_final_answer_grades_the_conversations_final_answer(project: dict[str, Any]) -> None:
+    (project["tmp"] / "final.yaml").write_text(FINAL)
+    df = run(project, "r1", project["tmp"] / "final.yaml")
+    assert df["error_kind"].isna().all(), df["error_message"].tolist()
+    polite, rude = df.loc["polite"], df.loc["rude"]
+    assert bool(polite["passed"]) and polite["score"] == 1.0 and not rude["passed"] and rude["score"] == 0.0
+    paths = [(e["path"], e["reason"]) for e in polite["evaluators"]]
+    assert paths == [("final_answer", "final answer: judge grade pass: mentions 30 days"),
+                     ("final_answer/0.judge", "judge grade pass: mentions 30 days")]
+    assert polite["judge_calls"] == 1 and polite["judge_cost"] == pytest.approx(PER_CALL)
+    assert sorted(graded_answer(b) for b in judge_requests(project["server"], "grader-1")) == [
+        "No refunds, thank you.", "You can return it within 30 days."]
+
+
+def test_an_unknown_judge_model_under_final_answer_in_a_later_row_stops_the_run_before_any_call(
+        project: dict[str, Any]) -> None:
+    (project["tmp"] / "final.yaml").write_text(FINAL.replace("{tone: rude, grader: grader}",
+                                                             "{tone: rude, grader: gradr}"))
+    done = engine("run", str(project["tmp"] / "final.yaml"), "--models", str(project["models"]), "--model", "shop",
+                  "--out", str(project["tmp"] / "r"), env=project["env"])
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "names model 'gradr', which is not in" in done.stderr and "(rude)" in done.stderr
+    assert project["server"].requests == []
+
+
 def test_judge_spend_counts_toward_max_cost(project: dict[str, Any]) -> None:
     # The answering model is unpriced here: only judge calls can pass the budget.
     models = project["models"]

@@ -124,6 +124,19 @@ def test_definition_samples_read_one_test_a_definition_or_every_row_the_kinds_as
     assert [t.evaluator.scorer.spec.model for t in every_judge[:3]] == ["big", "small", "big"]
 
 
+def test_definition_samples_see_a_kind_final_answer_holds(tmp_path: Path) -> None:
+    (tmp_path / "s.yaml").write_text(
+        "suite: s\ntests:\n"
+        "  - id: \"a-{{ n }}\"\n    prompt: \"q {{ n }}\"\n    agent: {max_turns: 2}\n"
+        "    eval: {final_answer: {judge: {rubric: ok, model: \"{{ grader }}\"}}}\n"
+        "    cases: [{n: 1, grader: big}, {n: 2, grader: small}]\n")
+    [suite], diagnostics = load_suites([tmp_path / "s.yaml"])
+    assert diagnostics == []
+    every_judge = list(definition_samples(suite.tests, every_row_of=frozenset({"judge"})))
+    assert [t.id for t in every_judge] == ["a-1", "a-2"]
+    assert [t.evaluator.held.scorer.spec.model for t in every_judge] == ["big", "small"]
+
+
 def test_a_temporary_folder_that_cannot_take_the_tests_is_an_error_naming_it(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import tempfile
