@@ -18,6 +18,7 @@ from engine.client.providers import provider
 from engine.errors import EngineError, UsageError
 from engine.model.model_config import BatchSettings, ModelConfig, batch_settings
 from engine.model.test import Suite, Test
+from engine.model.tree import Node
 from engine.redact import looks_like_key
 
 if TYPE_CHECKING:
@@ -155,6 +156,12 @@ def api_keys(models: list[ModelConfig]) -> dict[str, str | None]:
     return keys
 
 
+def _runs_programs(tree: Node) -> bool:
+    """A check in the tree runs programs (it blocks), one a holder scores (`final_answer: {exec: ...}`) too: a
+    holder awaits its held tree, so its own `blocking` does not say."""
+    return tree.blocking or any(node.blocking for _, node in tree.walk())
+
+
 def isolation_notice(tests: Iterable[Test]) -> None:
     """Say once, before any call, when the tests' programs (workspace commands, exec harnesses, python scorers:
     the evaluators that block because they run programs) get less than the sandbox's strongest level, and why.
@@ -162,7 +169,7 @@ def isolation_notice(tests: Iterable[Test]) -> None:
     Raises:
         HarnessError: The sandbox settings are wrong (ENGINE_BWRAP, ENGINE_SANDBOX_LEVEL).
     """
-    if not any(t.workspace is not None or (t.evaluator is not None and t.evaluator.blocking) for t in tests):
+    if not any(t.workspace is not None or (t.evaluator is not None and _runs_programs(t.evaluator)) for t in tests):
         return
     from engine.harness.isolation import isolation_report
 

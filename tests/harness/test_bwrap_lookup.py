@@ -222,3 +222,20 @@ def test_the_wheel_inside_a_folder_closed_to_others_runs_from_a_copy(tmp_path: P
     assert uid == leased and uid != "0"
     assert not Path(path).exists()                          # the copy left with the process
     assert not stat.S_IMODE(closed.stat().st_mode) & stat.S_IXOTH
+
+
+def test_an_exec_check_under_final_answer_gets_the_notice_too(shared: Path, tmp_path: Path) -> None:
+    refusing = _shim(shared / "refusing", "refusing",
+                     "echo 'bwrap: No permissions to create a new namespace' >&2\nexit 1")
+    (tmp_path / "s.yaml").write_text(
+        "suite: held\ntests:\n  - id: code\n    prompt: Print four.\n    agent: {max_turns: 2}\n"
+        "    golden: \"```python\\nprint(2 + 2)\\n```\"\n"
+        "    eval: {final_answer: {exec: {harness: python-script, expect_stdout: \"4\"}}}\n")
+    (tmp_path / "models.yaml").write_text("models:\n  g:\n    builtin: golden\n")
+    run = run_engine("run", str(tmp_path / "s.yaml"), "--models", str(tmp_path / "models.yaml"), "--out",
+                     str(tmp_path / "out"), "-q", env=_env(ENGINE_BWRAP=str(refusing)))
+    assert run.returncode == 0, run.stderr
+    assert run.stderr.count(NOTICE) == 1 and f"level {FALLBACK_LEVEL}," in run.stderr
+    rows = pd.read_parquet(tmp_path / "out" / "latest")
+    assert rows["passed"].tolist() == [True], rows["evaluators"].tolist()
+    assert list(rows["isolation"]) == [FALLBACK_LEVEL]     # the program ran at the level the notice named
