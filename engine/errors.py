@@ -84,7 +84,13 @@ class ClientError(EngineError):
         kind: A short classification stored in results (`http_429`, `timeout`, `connection`, ...).
         retryable: Whether the retry policy may try again.
         status: The HTTP status, when there was one.
+
+    `retry_after_s` is the wait the server asked for before another try (its `retry-after`, or a delay its error
+    body names, as Gemini's RetryInfo), None when it named none: a batch call's pause honours it (a live try's
+    delay is read from its reply's headers, `engine.client.transport.Failed`).
     """
+
+    retry_after_s: float | None = None
 
     def __init__(self, message: str, *, kind: str, retryable: bool = False, status: int | None = None) -> None:
         super().__init__(message)

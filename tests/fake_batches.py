@@ -49,6 +49,10 @@ class Plan:
             goes away).
         patch: Called on every batch object (or Gemini operation) the server sends, created, polled or cancelled,
             to change it as a hostile server would.
+        throttle: Refuse this many batch calls (the next ones: a create, a poll, a download) with 429 and a wait
+            of `wait_s`, as each provider asks for one: Gemini in the error body (RetryInfo), the others in
+            `retry-after`.
+        wait_s: The wait a throttled call asks for.
     """
 
     polls: int = 1
@@ -58,6 +62,8 @@ class Plan:
     results_raw: bytes | None = None
     results_endless: bytes | None = None
     patch: Callable[[dict[str, Any]], None] | None = None
+    throttle: int = 0
+    wait_s: float = 37.0
 
     def sent(self, batch: dict[str, Any]) -> dict[str, Any]:
         """`batch` as the server sends it (`patch` applied)."""
@@ -97,8 +103,10 @@ class Job:
 class BatchJobs:
     """The batches of one server: created, advanced by polls, cancelled, answered through `answer`."""
 
-    def __init__(self, answer: Callable[[Job, dict[str, Any]], tuple[int, dict[str, Any]]], prefix: str) -> None:
+    def __init__(self, answer: Callable[[Job, dict[str, Any]], tuple[int, dict[str, Any]]], prefix: str,
+                 throttled: Callable[[float], web.HTTPException]) -> None:
         self.plan = Plan()
+        self._throttled = throttled
         self.jobs: dict[str, Job] = {}
         self.submitted: list[str] = []
         self.log: list[str] = []
@@ -109,7 +117,8 @@ class BatchJobs:
         self.hosts: list[str] = []   # each batch call's Host, in order (beside `log`)
 
     def note(self, request: web.Request) -> None:
-        """Log a batch call; refuse it (401) when `key_query` asks for the key in the URL and it is not there."""
+        """Log a batch call; refuse it (401) when `key_query` asks for the key in the URL and it is not there, or
+        (429) while the plan throttles."""
         with self._lock:
             self.log.append(f"{request.method} {request.path}")
             self.hosts.append(request.host)
@@ -118,6 +127,11 @@ class BatchJobs:
             raise web.HTTPUnauthorized(text=json.dumps({"error": {"code": 401, "message": message,
                                                                   "status": "UNAUTHENTICATED"}}),
                                        content_type="application/json")
+        with self._lock:
+            throttled = self.plan.throttle > 0
+            self.plan.throttle -= throttled
+        if throttled:
+            raise self._throttled(self.plan.wait_s)
 
     def create(self, requests: list[tuple[str, dict[str, Any]]], **extra: Any) -> Job:
         with self._lock:
@@ -160,6 +174,18 @@ class BatchJobs:
             raise web.HTTPNotFound(text=json.dumps({"error": {"message": f"no batch {job_id}"}}),
                                    content_type="application/json")
         return found
+
+
+def _retry_after(wait_s: float) -> web.HTTPException:
+    """A 429 whose `retry-after` header asks for `wait_s` (OpenAI, Anthropic)."""
+    return web.HTTPTooManyRequests(text=json.dumps({"error": {"type": "rate_limit_error", "message": "slow down"}}),
+                                   content_type="application/json", headers={"retry-after": f"{wait_s:g}"})
+
+
+def _retry_info(wait_s: float) -> web.HTTPException:
+    """A 429 RESOURCE_EXHAUSTED whose body asks for `wait_s` in a `google.rpc.RetryInfo` (Gemini)."""
+    refused = fake_gemini._error(fake_gemini.Reply(status=429, message="Quota exceeded", retry_delay=f"{wait_s:g}s"))
+    return web.HTTPTooManyRequests(text=refused.text, content_type="application/json")
 
 
 def _jsonl(rows: list[dict[str, Any]]) -> bytes:
@@ -213,7 +239,7 @@ class OpenAIBatchServer(BatchServer):
 
     def __init__(self, server: FakeOpenAI) -> None:
         self.server = server
-        self.jobs = BatchJobs(self._answer, "batch_")
+        self.jobs = BatchJobs(self._answer, "batch_", _retry_after)
         self.files: dict[str, bytes] = {}
         self._output_of: dict[str, Job] = {}   # output file id -> its batch
         server.mounts.append(self._mount)
@@ -341,7 +367,7 @@ class AnthropicBatchServer(BatchServer):
 
     def __init__(self, server: FakeAnthropic) -> None:
         self.server = server
-        self.jobs = BatchJobs(self._answer, "msgbatch_")
+        self.jobs = BatchJobs(self._answer, "msgbatch_", _retry_after)
         server.mounts.append(self._mount)
 
     def _mount(self, app: web.Application) -> None:
@@ -433,7 +459,7 @@ class GeminiBatchServer(BatchServer):
 
     def __init__(self, server: FakeGemini) -> None:
         self.server = server
-        self.jobs = BatchJobs(self._answer, "batches/")
+        self.jobs = BatchJobs(self._answer, "batches/", _retry_info)
         self.files: dict[str, bytes] = {}
         self._uploads: dict[str, int] = {}
         self._responses_of: dict[str, Job] = {}   # responses file name -> its batch

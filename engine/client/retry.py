@@ -187,9 +187,9 @@ def retry_delay(headers: Mapping[str, str] | None, retries_taken: int, rng: rand
         rng: Random source for the jitter (tests pass a seeded one).
     """
     if headers is not None:
-        server_delay = _server_delay(headers)
-        if server_delay is not None and 0 < server_delay <= MAX_RETRY_AFTER_S:
-            return server_delay
+        asked = server_delay(headers)
+        if asked is not None and 0 < asked <= MAX_RETRY_AFTER_S:
+            return asked
     jitter = 1 - 0.25 * (rng or random).random()
     return min(INITIAL_DELAY_S * 2.0 ** retries_taken, MAX_DELAY_S) * jitter
 
@@ -209,9 +209,9 @@ def rate_limit_delay(headers: Mapping[str, str] | None, waits_taken: int, rng: r
         waits_taken: How many rate-limit waits this call has already made.
         rng: Random source for the jitter (tests pass a seeded one).
     """
-    server_delay = _server_delay(headers) if headers is not None else None
-    if server_delay is not None and server_delay > 0:
-        return server_delay
+    asked = server_delay(headers) if headers is not None else None
+    if asked is not None and asked > 0:
+        return asked
     return min(INITIAL_DELAY_S * 2.0 ** min(waits_taken, 16), MAX_DELAY_S) * (1 - 0.25 * (rng or random).random())
 
 
@@ -231,8 +231,8 @@ def pacing_past_deadline(wait_s: float, deadline_s: float) -> ClientError:
                        kind="rate_limit", retryable=False)
 
 
-def _server_delay(headers: Mapping[str, str]) -> float | None:
-    """The delay the server asked for, in seconds, or None."""
+def server_delay(headers: Mapping[str, str]) -> float | None:
+    """The delay a failed reply's headers ask for (`retry-after-ms`, else `retry-after`), in seconds, or None."""
     ms = headers.get("retry-after-ms")
     if ms is not None:
         try:

@@ -27,7 +27,7 @@ import aiohttp
 from multidict import CIMultiDict
 
 from engine.client import retry
-from engine.client.providers import Provider
+from engine.client.providers import Provider, provider
 from engine.client.providers.batch import FormFile, HTTPReply, LongLine, NotSent
 from engine.client.response import CallResult, split_think
 from engine.client.session import Sessions
@@ -36,7 +36,7 @@ from engine.errors import ClientError
 from engine.model.model_config import ModelConfig
 from engine.redact import Redactor
 
-__all__ = ["BatchTransport", "Failed", "Limits", "finish", "parse_whole", "send"]
+__all__ = ["BatchTransport", "Failed", "Limits", "classified", "finish", "parse_whole", "send"]
 
 _ERROR_BODY_CHARS = 16_000   # an error body is read this far: whole, so its JSON gives its `error.message`
 
@@ -154,12 +154,21 @@ def finish(result: CallResult) -> None:
 
 
 async def _refused(resp: aiohttp.ClientResponse, api: Provider, redact: Redactor) -> Failed:
-    """A reply of 3xx and above as the try's failure: its body read up to a cap and masked, then classified."""
+    """A reply of 3xx and above as the try's failure: its body read up to a cap, then `classified`."""
     # Read past the cut by a key's length, so the key is masked whole before the cut.
-    raw = await _read_at_most(resp, _ERROR_BODY_CHARS + redact.longest)
+    return classified(api, resp.status, resp.headers, await _read_at_most(resp, _ERROR_BODY_CHARS + redact.longest),
+                      redact)
+
+
+def classified(api: Provider, status: int, headers: Mapping[str, str], raw: bytes, redact: Redactor) -> Failed:
+    """A reply of 3xx and above as its provider classifies it (`Provider.classify`), for a live try and a batch
+    call alike: its body masked and cut, the delay the body asks for (Gemini's RetryInfo) in its headers as
+    `retry-after` when they name none, and the server's delay on the error (`ClientError.retry_after_s`)."""
     body = redact.clean(raw.decode("utf-8", "replace"))[:_ERROR_BODY_CHARS]
-    error, delay = api.classify(resp.status, resp.headers, body)
-    return Failed(error, _with_delay(resp.headers, delay))
+    error, delay = api.classify(status, headers, body)
+    delayed = _with_delay(headers, delay)
+    error.retry_after_s = retry.server_delay(delayed)
+    return Failed(error, delayed)
 
 
 def _failure(exc: BaseException, limits: Limits, result: CallResult, *, stream: bool) -> ClientError:
@@ -284,7 +293,8 @@ class BatchTransport:
 
     Args:
         sessions: The run's sessions.
-        model: The model: its `connect_timeout_s` bounds each connection, its `timeout_s` each wait for bytes.
+        model: The model: its `connect_timeout_s` bounds each connection, its `timeout_s` each wait for bytes, its
+            API's `classify` reads a refusal as its live calls' are read.
     """
 
     def __init__(self, sessions: Sessions, model: ModelConfig) -> None:
@@ -292,6 +302,12 @@ class BatchTransport:
         self._timeout = aiohttp.ClientTimeout(total=None, sock_connect=model.connect_timeout_s,
                                               sock_read=model.timeout_s)
         self._model = model
+        self._api = provider(model.api)
+
+    def refused(self, status: int, headers: Mapping[str, str], body: bytes, redact: Redactor) -> ClientError:
+        """A non-2xx reply's error, `classified` as the model's live calls are (the delay the server asked for
+        on it)."""
+        return classified(self._api, status, headers, body, redact).error
 
     async def send(self, method: str, url: str, headers: Mapping[str, str], *, json: Any = None,
                    data: bytes | None = None, form: Mapping[str, str] | None = None, file: FormFile | None = None,

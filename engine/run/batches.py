@@ -26,7 +26,6 @@ cost as it is sent and sends only the requests that fit; the batches already sen
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import hashlib
 import secrets
@@ -118,7 +117,10 @@ class Batcher:
         changed: Called when a batch is sent or ends (the progress display shows the batches).
         on_cost: Counts a cost against the budget (negative: an estimate given back as its answer comes).
         afford: The estimates of a batch about to be sent -> how many of its requests the budget lets go.
-        plan: The pause between polls.
+        plan: The pause between polls, and before a failed batch call is tried again unless the server asked for
+            a wait (`ClientError.retry_after_s`: a `retry-after`, Gemini's RetryInfo), which is honoured up to the
+            model's `rate_limit_deadline_s`.
+        sleep: Waits that many seconds (the pauses; tests pass one that records them).
     """
 
     def __init__(self, model: ModelConfig, settings: BatchSettings, wire: Batch, api: BatchAPI,
@@ -126,7 +128,7 @@ class Batcher:
                  write: Callable[[Callable[[Journal], None]], Awaitable[None]], stats: RunStats,
                  changed: Callable[[], None], *,
                  on_cost: Callable[[float], None], afford: Callable[[list[float | None]], int],
-                 plan: PollPlan) -> None:
+                 plan: PollPlan, sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> None:
         self.model = model
         self._wire = wire
         self._api = api
@@ -137,6 +139,7 @@ class Batcher:
         self._on_cost = on_cost
         self._afford = afford
         self._plan = plan
+        self._sleep = sleep
         self._most = max(1, min(settings.size, wire.limits.max_requests))
         self._max_wait_s = settings.max_wait_s
         self._open: list[_Gathered] = []
@@ -299,7 +302,8 @@ class Batcher:
             except SubmitError as exc:
                 if exc.sent or not exc.retryable or attempt == SUBMIT_TRIES or self._no_more:
                     raise
-            await self._pause(next(pauses))
+                pause = self._after(exc, next(pauses))
+            await self._pause(pause)
         raise AssertionError("unreachable")
 
     # -- waiting -------------------------------------------------------------------------------------------------
@@ -372,10 +376,12 @@ class Batcher:
                     self._fail(held, ClientError(f"batch {batch_id} could not be polled: {exc}", kind="batch_failed",
                                                  status=exc.status))
                     return
+                pause = self._after(exc, next(pauses))
             else:
                 if status.ended:
                     break
-            if not await self._pause(next(pauses)):
+                pause = next(pauses)
+            if not await self._pause(pause):
                 return
         index = {_custom_id(key): key for key in held.record.keys}
         for attempt in range(1, RESULT_TRIES + 1):
@@ -391,7 +397,8 @@ class Batcher:
                     self._fail(held, ClientError(f"the results of batch {batch_id} could not be read: {exc}",
                                                  kind="batch_failed", status=exc.status))
                     return
-            if not await self._pause(next(pauses)):
+                pause = self._after(exc, next(pauses))
+            if not await self._pause(pause):
                 return
 
     def _answer(self, held: _Held, key: str, answer: _Answer) -> None:
@@ -412,10 +419,23 @@ class Batcher:
         for key in list(held.wanted):
             self._answer(held, key, _Answer(held.record.batch_id, error))
 
+    def _after(self, error: ClientError, pause: float) -> float:
+        """The pause before a failed batch call is tried again: the wait the server asked for, as a live call's
+        retry honours it, up to the model's `rate_limit_deadline_s`; else the plan's `pause`."""
+        asked = error.retry_after_s
+        return pause if asked is None or asked <= 0 else min(asked, self.model.rate_limit_deadline_s)
+
     async def _pause(self, seconds: float) -> bool:
         """Wait `seconds`; False when the run stopped waiting meanwhile."""
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._stopped.wait(), seconds)
+        if self._stopped.is_set():
+            return False
+        sleeping = asyncio.ensure_future(self._sleep(seconds))
+        stopped = asyncio.ensure_future(self._stopped.wait())
+        try:
+            await asyncio.wait((sleeping, stopped), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            sleeping.cancel()
+            stopped.cancel()
         return not self._stopped.is_set()
 
     # -- stopping ------------------------------------------------------------------------------------------------

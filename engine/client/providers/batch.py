@@ -22,8 +22,10 @@ then those they left out (`failed`); a line it cannot read is a failure of that 
 be told, and a line naming a custom id not asked for is skipped. Each method raises `ClientError` (masked) when
 the HTTP fails, as the live client's errors are classified (`retryable`: try again later); `poll`, `results` and
 `cancel` are safe to repeat, `submit` is not once its create request may have reached the server
-(`SubmitError.sent`). The HTTP is `BatchHTTP`, implemented over the run's aiohttp sessions in
-`engine.client.transport`, with the live calls' size caps, proxies and key masking.
+(`SubmitError.sent`); the error of a refused request carries the wait the server asked for
+(`ClientError.retry_after_s`), which the run's pause before trying again honours. The HTTP is `BatchHTTP`,
+implemented over the run's aiohttp sessions in `engine.client.transport`, with the live calls' size caps, proxies
+and key masking.
 """
 
 from __future__ import annotations
@@ -148,6 +150,7 @@ class SubmitError(ClientError):
 
     def __init__(self, error: ClientError, *, sent: bool) -> None:
         super().__init__(str(error), kind=error.kind, retryable=error.retryable, status=error.status)
+        self.retry_after_s = error.retry_after_s
         self.sent = sent
 
 
@@ -239,6 +242,11 @@ class BatchHTTP(Protocol):
                  limit: int) -> AbstractAsyncContextManager[Download]:
         """A `GET` whose body is read line by line, never whole, `limit` bytes at most (a longer one:
         `retry.too_large` when its lines pass it)."""
+
+    def refused(self, status: int, headers: Mapping[str, str], body: bytes, redact: Redactor) -> ClientError:
+        """A non-2xx reply's error, as the model's live calls classify theirs (its API's `classify`: its status,
+        its body's message masked by `redact`, and the delay the server asked for, `ClientError.retry_after_s`,
+        from its headers or its body)."""
 
 
 # -- one provider's batch method ------------------------------------------------------------------------------------

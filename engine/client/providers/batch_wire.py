@@ -15,7 +15,6 @@ from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from engine.client import retry
-from engine.client.providers.base import error_message
 from engine.client.providers.batch import (
     CUSTOM_ID,
     BatchFailure,
@@ -85,19 +84,22 @@ def masked(error: ClientError, redact: Redactor) -> ClientError:
     """`error` with keys, URL credentials and query secrets masked in its message (its class and kind kept)."""
     message = str(error)
     clean = mask_urls(redact.clean(message))
-    if clean == message:
-        return error
-    out = type(error)(clean, kind=error.kind, retryable=error.retryable, status=error.status)
-    if isinstance(error, SubmitError) and isinstance(out, SubmitError):
-        out.sent = error.sent
+    return error if clean == message else _reworded(error, clean)
+
+
+def _reworded(error: ClientError, message: str) -> ClientError:
+    """`error` with another message: its class, kind, status and every attribute kept (`SubmitError.sent`, the
+    server's `retry_after_s`)."""
+    out = type(error).__new__(type(error), message)   # its own __init__ may take other arguments (SubmitError's)
+    out.__dict__.update(vars(error))
     return out
 
 
-def status_error(status: int, headers: Mapping[str, str], body: bytes, redact: Redactor) -> ClientError:
-    """A non-2xx reply as the live calls classify it (its status, and its `error.message`: the three providers
-    write their error bodies alike), its message masked."""
-    shown = redact.clean(body[:_ERROR_CHARS + redact.longest].decode("utf-8", "replace"))[:_ERROR_CHARS]
-    return masked(retry.status_error(status, headers, error_message(shown)), redact)
+def status_error(http: BatchHTTP, status: int, headers: Mapping[str, str], body: bytes,
+                 redact: Redactor) -> ClientError:
+    """A non-2xx reply as the live calls classify it (`BatchHTTP.refused`: the model's API's `classify`, which
+    reads the delay a body asks for too), its message masked."""
+    return masked(http.refused(status, headers, body[:_ERROR_CHARS + redact.longest], redact), redact)
 
 
 def json_object(raw: bytes, what: str, redact: Redactor) -> dict[str, Any]:
@@ -121,7 +123,7 @@ async def read_json(http: BatchHTTP, target: BatchTarget, method: str, url: str,
         reply = await http.send(method, keyed(url, target), headers if headers is not None else target.headers,
                                 data=body, limit=limit, **extra)
         if not 200 <= reply.status < 300:
-            raise status_error(reply.status, reply.headers, reply.body, target.redact)
+            raise status_error(http, reply.status, reply.headers, reply.body, target.redact)
         return json_object(reply.body, what, target.redact), reply
     except ClientError as error:
         raise masked(_naming(error, what), target.redact) from None
@@ -142,12 +144,7 @@ def keyed(url: str, target: BatchTarget) -> str:
 
 def _naming(error: ClientError, what: str) -> ClientError:
     """`error` with the place it happened (`what`) in front of its message, unless it names it already."""
-    if what in str(error):
-        return error
-    out = type(error)(f"{what}: {error}", kind=error.kind, retryable=error.retryable, status=error.status)
-    if isinstance(error, SubmitError) and isinstance(out, SubmitError):
-        out.sent = error.sent
-    return out
+    return error if what in str(error) else _reworded(error, f"{what}: {error}")
 
 
 def submit_error(error: ClientError, *, created: bool) -> SubmitError:
@@ -238,7 +235,7 @@ async def result_lines(http: BatchHTTP, target: BatchTarget, url: str, id_field:
                                  limit=limit) as download:
             if not 200 <= download.status < 300:
                 body = (await download.text(_ERROR_CHARS + redact.longest)).encode()
-                raise status_error(download.status, download.headers, body, redact)
+                raise status_error(http, download.status, download.headers, body, redact)
             number = 0
             async for line in download.lines():
                 number += 1
