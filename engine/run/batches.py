@@ -46,7 +46,7 @@ if TYPE_CHECKING:
     from engine.results.journal import Journal
     from engine.run.run_config import PollPlan, RunStats
 
-__all__ = ["MOST_WAITING", "Batcher", "estimated_cost"]
+__all__ = ["MOST_WAITING", "Batcher", "SendLive", "estimated_cost"]
 
 #: The most calls of one model waiting in batches at once (each holds its test and request, a few KB): the first
 #: batches of a large run go at once, and later calls join as answers come back.
@@ -64,6 +64,11 @@ def estimated_cost(model: ModelConfig, request: PreparedRequest) -> float | None
     the model is unpriced."""
     prompt = len(dumps_compact(request.body)) // CHARS_PER_TOKEN + 1
     return cost_of(model, prompt, request.max_tokens, batch=True)
+
+
+class SendLive(Exception):
+    """A call a recorded batch failed, sent again by `--retry-errors` on a model whose entry no longer says
+    `batch:`: it goes live, as the entry says now."""
 
 
 class _Answer(NamedTuple):
@@ -108,7 +113,8 @@ class Batcher:
 
     Args:
         model: The model (its name in the journal, its price for the budget).
-        settings: Its `batch:` settings.
+        settings: Its `batch:` settings; None when its entry no longer says `batch:` but a stopped run recorded
+            batches for it: those are collected (paid, never sent again), and nothing new is batched (`takes`).
         wire: Its provider's batch entry (limits, each request's size).
         api: Its provider's batch API at its endpoint.
         read: (request, reply body) -> the result, read as the live client reads a whole reply.
@@ -123,7 +129,7 @@ class Batcher:
         sleep: Waits that many seconds (the pauses; tests pass one that records them).
     """
 
-    def __init__(self, model: ModelConfig, settings: BatchSettings, wire: Batch, api: BatchAPI,
+    def __init__(self, model: ModelConfig, settings: BatchSettings | None, wire: Batch, api: BatchAPI,
                  read: Callable[[PreparedRequest, bytes], CallResult],
                  write: Callable[[Callable[[Journal], None]], Awaitable[None]], stats: RunStats,
                  changed: Callable[[], None], *,
@@ -140,6 +146,8 @@ class Batcher:
         self._afford = afford
         self._plan = plan
         self._sleep = sleep
+        self._batching = settings is not None
+        settings = settings or BatchSettings()
         self._most = max(1, min(settings.size, wire.limits.max_requests))
         self._max_wait_s = settings.max_wait_s
         self._open: list[_Gathered] = []
@@ -155,12 +163,18 @@ class Batcher:
 
     # -- the worker's side ---------------------------------------------------------------------------------------
 
+    def takes(self, key: str) -> bool:
+        """Whether the row `key`'s call goes through this batcher: a batch a stopped run sent holds it, or the
+        model's entry says `batch:` now (else it goes live)."""
+        return self._batching or key in self._held
+
     async def call(self, key: str, request: PreparedRequest) -> CallResult:
         """The answer to `request` (the row `key`'s call) through a batch: one already holding it (a resumed run),
         else the model's open batch.
 
         Raises:
             CallStopped: The run stopped before the batch was sent, or stopped waiting for it.
+            SendLive: It is to be sent again and the model is no longer batched.
         """
         held = self._held.pop(key, None)
         if self._stopped.is_set() or (self._no_more and held is None):
@@ -193,6 +207,8 @@ class Batcher:
     async def _gather(self, key: str, request: PreparedRequest) -> _Answer:
         if self._no_more:
             raise CallStopped("the run stopped before this call was sent")
+        if not self._batching:
+            raise SendLive(key)
         loop = asyncio.get_running_loop()
         gathered = _Gathered(key, request, loop.create_future(), estimated_cost(self.model, request),
                              self._wire.size(_custom_id(key), request.body))

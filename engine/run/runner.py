@@ -60,7 +60,7 @@ from engine.model.test import Test
 from engine.model.verdict import Verdict
 from engine.results.committer import Committer
 from engine.results.rows import build_row, record_of, set_verdict
-from engine.run.batches import MOST_WAITING, Batcher
+from engine.run.batches import MOST_WAITING, Batcher, SendLive
 from engine.run.conversation import golden_reply, run_agent_job
 from engine.run.jobs import Job, attempts
 from engine.run.run_config import ModelStats, RowSummary, RunConfig, RunStats
@@ -241,10 +241,9 @@ class Runner:
                                                    on_cost=self._spend, batched=self._judged_in_batches)
                 for model, _ in jobs_by_model.values():
                     # A model with batches recorded by a stopped run collects them even if no longer batched: they
-                    # are paid, and its calls are never sent twice.
-                    settings = model.batch if isinstance(model.batch, BatchSettings) else (
-                        BatchSettings() if any(r.model == model.name for r in recorded) else None)
-                    if settings is not None:
+                    # are paid, and its calls are never sent twice; its other calls follow its entry as it is now.
+                    settings = model.batch if isinstance(model.batch, BatchSettings) else None
+                    if settings is not None or any(r.model == model.name for r in recorded):
                         self._batchers[model.name] = self._batcher(client, model, settings, committer, recorded)
                 for judge in self.config.judges.models.values() if self.config.judges is not None else ():
                     if isinstance(judge.batch, BatchSettings) and judge.name not in self._batchers:   # opted in
@@ -274,7 +273,7 @@ class Runner:
             raise self._storage_error
         return self.stats
 
-    def _batcher(self, client: ModelClient, model: ModelConfig, settings: BatchSettings, committer: Committer,
+    def _batcher(self, client: ModelClient, model: ModelConfig, settings: BatchSettings | None, committer: Committer,
                  recorded: list[BatchRecord]) -> Batcher:
         """The model's batcher, holding the batches a stopped run recorded for it."""
         wire, api = client.batch_api(model)
@@ -399,8 +398,10 @@ class Runner:
 
     async def _call(self, client: ModelClient, model: ModelConfig, job: Job, dispatch: Dispatch,
                     batcher: Batcher | None = None) -> _Call | None:
-        """Make the job's call through its slots, or its model's `batcher`; None when the run stopped before it was
-        sent (or, batched, stopped waiting for it)."""
+        """Make the job's call through its slots, or its model's `batcher` when that takes it; None when the run
+        stopped before it was sent (or, batched, stopped waiting for it)."""
+        if batcher is not None and not batcher.takes(job.key):
+            batcher = None   # the model is no longer batched, and no batch a stopped run sent holds this call
         settings = self.config.settings
         if batcher is not None:   # a batch's request is answered whole
             settings = dataclasses.replace(settings, stream=False)
@@ -418,6 +419,8 @@ class Runner:
                                        via=None if batcher is None else functools.partial(batcher.call, job.key))
         except CallStopped:
             return None
+        except SendLive:   # a batch failed it, and the model is no longer batched: live, as its entry says now
+            return await self._call(client, model, job, dispatch)
         return _Call(request, result, started_us)
 
     async def _scored(self, test: Test, result: CallResult, record: Record) -> Scored:

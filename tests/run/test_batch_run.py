@@ -362,3 +362,52 @@ models:
         assert all(not body.get("stream") for body in live.requests if body["model"] == "grader-1")
     finally:
         live.stop()
+
+
+@pytest.mark.parametrize("provider", ["chat"], indirect=True)
+@pytest.mark.parametrize("entry", ["removed", "resized"])
+def test_a_resume_after_the_entry_changed_collects_the_batches_sent_and_sends_the_rest_as_the_entry_says_now(
+        provider: Provider, entry: str, tmp_path: Path) -> None:
+    """A run stopped by its budget with part of its calls in two batches (80 and 40-odd, the rest never sent) is
+    killed while it waits for them; its entry then loses `batch:` (or its size becomes 30) and the run is resumed.
+    The batches sent are collected, nothing of theirs is sent again, and the calls never sent go as the entry says
+    now: live at the live price, or in batches of 30."""
+    provider.batches.plan = Plan(delay_s=3.0)   # answered only after the kill
+    out = tmp_path / "out"
+    first = start_engine("run", str(provider.folder / "sums.yaml"), "--models", str(provider.folder / "models.yaml"),
+                         "--out", str(out), "--budget", "0.5", "--no-cache", "--quiet", env=ENV)
+    try:
+        deadline = time.monotonic() + 60
+        while len(provider.creates()) < 2 or \
+                not {"GET /v1/batches/batch_1", "GET /v1/batches/batch_2"} <= set(provider.batches.log):
+            assert time.monotonic() < deadline and first.poll() is None, provider.batches.log[-5:]
+            time.sleep(0.01)
+        os.kill(first.pid, signal.SIGKILL)
+        first.wait(timeout=30)
+    finally:
+        if first.poll() is None:
+            first.kill()
+        first.communicate()
+    sent = list(provider.batches.submitted)
+    assert len(provider.creates()) == 2 and 80 < len(sent) < 160
+    (provider.folder / "models.yaml").write_text(
+        (provider.folder / "live.yaml").read_text(encoding="utf-8")
+        + ("" if entry == "removed" else "    batch: {size: 30, max_wait_s: 30}\n"), encoding="utf-8")
+    run_dir = next(p for p in out.iterdir() if p.is_dir() and not p.is_symlink())
+    resumed = engine("run", "--resume", str(run_dir), "--budget", "100", "--quiet", env=ENV)
+    assert resumed.returncode == 0, resumed.stderr
+    assert provider.batches.submitted[:len(sent)] == sent
+    assert len(set(provider.batches.submitted)) == len(provider.batches.submitted)   # nothing sent twice
+    frame = rows(out)
+    assert len(frame) == CALLS and frame["error_kind"].isna().all()
+    assert frame["passed"].sum() == sum(1 for n in range(CALLS) if n % 3)
+    old = frame["batch_id"].isin(["batch_1", "batch_2"])
+    assert old.sum() == len(sent) and frame.loc[old, "cost"].round(9).eq(0.0014).all()   # collected, batch price
+    rest = frame[~old]
+    if entry == "removed":
+        assert len(provider.creates()) == 2 and len(provider.batches.submitted) == len(sent)
+        assert rest["batch_id"].isna().all() and rest["cost"].round(9).eq(0.0028).all()   # live, live price
+    else:
+        assert len(provider.batches.submitted) == CALLS
+        sizes = rest["batch_id"].value_counts()
+        assert sizes.max() == 30 and len(sizes) == -(-len(rest) // 30) and rest["cost"].round(9).eq(0.0014).all()

@@ -147,3 +147,33 @@ async def test_a_batch_that_fails_whole_gives_each_call_an_error_row_naming_why(
         assert frame["error_message"].str.contains("model not found").all()
     finally:
         live.stop()
+
+
+async def test_retry_errors_on_a_model_no_longer_batched_collects_its_batch_then_sends_what_failed_live(
+        tmp_path: Path) -> None:
+    """A batch expired with one of its three calls answered; the entry then loses `batch:` and `--retry-errors`
+    runs: the batch is read again (a retry killed mid-batch is collected from it), and the two calls it failed go
+    live, as the entry says now, not in a new batch."""
+    from tests.fake_batches import Plan
+
+    live = FakeOpenAI()
+    batches = OpenAIBatchServer(live)
+    live.start()
+    try:
+        live.responder = lambda body: Reply(content="ok")
+        batches.plan = Plan(answer_first=1)
+        tests = [make_test(i) for i in range(3)]
+        model = make_model(live.base_url, batch=BatchSettings(size=10, max_wait_s=60))
+        stats = await run_jobs(tmp_path, [model], tests, batch_poll=FAST)
+        assert (stats.done, stats.errors) == (3, 2)
+        streamed = len(live.requests)
+        stats = await run_jobs(tmp_path, [make_model(live.base_url)], tests, batch_poll=FAST, replace_errors=True,
+                               only_errors=True)
+        assert (stats.done, stats.errors) == (2, 0)
+        frame = _frame(tmp_path)
+        assert frame["error_kind"].isna().all() and frame["passed"].all()
+        assert frame["batch_id"].fillna("").tolist() == ["batch_1", "", ""]
+        assert batches.log.count("POST /v1/batches") == 1 and batches.log.count("GET /v1/batches/batch_1") >= 2
+        assert [body.get("stream") for body in live.requests[streamed:]] == [True, True]
+    finally:
+        live.stop()
