@@ -11,8 +11,9 @@ answers live and batched, and the live fake's `requests` records the batched bod
 
 A batch is pending when created, running from its first poll, and ends at the poll that is both the plan's
 `polls`-th and `delay_s` after its creation (a cancelled one ends at the poll after the cancel). `Plan` also makes
-it expire with only its first requests answered (the rest left unanswered), fail as a whole, send a results
-file verbatim or one that never ends, or change each batch object it sends (hostile ones).
+it expire, or be cancelled part-way (from the provider's console), with only its first requests answered (the rest
+left unanswered, as each provider reports it), fail as a whole, send a results file verbatim or one that never
+ends, refuse batch calls with 429 asking for a wait, or change each batch object it sends (hostile ones).
 
     batches.key_query = ("key", KEY)   # refuse (401) every batch call whose URL does not carry key=KEY
 """
@@ -42,6 +43,10 @@ class Plan:
         polls: The poll at which a batch ends (1: its first).
         delay_s: A batch ends no sooner than this long after its creation.
         answer_first: Answer only this many requests, then end as expired (None: answer all).
+        cancel_after: Answer only this many requests, then end as cancelled, as a batch cancelled part-way from
+            the provider's console ends: OpenAI `cancelled` with an output file of the finished ones (nothing
+            about the rest), Anthropic `ended` after a cancel with a `canceled` result for each of the rest,
+            Gemini CANCELLED with the finished responses.
         fail: End as failed (validation), answering nothing, with this message.
         results_raw: Send these bytes as the results (OpenAI's output file, Anthropic's results, Gemini's
             responses file) instead of the answers.
@@ -58,6 +63,7 @@ class Plan:
     polls: int = 1
     delay_s: float = 0.0
     answer_first: int | None = None
+    cancel_after: int | None = None
     fail: str | None = None
     results_raw: bytes | None = None
     results_endless: bytes | None = None
@@ -153,6 +159,8 @@ class BatchJobs:
                 self._end(job, "failed", answered=0)
             elif job.plan.answer_first is not None:
                 self._end(job, "expired", answered=job.plan.answer_first)
+            elif job.plan.cancel_after is not None:
+                self._end(job, "cancelled", answered=job.plan.cancel_after)
             else:
                 self._end(job, "completed", answered=len(job.requests))
         return job
@@ -332,11 +340,11 @@ class OpenAIBatchServer(BatchServer):
             errors = [{"id": f"batch_req_e{i}", "custom_id": c, "response": {"status_code": s, "request_id": f"e{i}",
                                                                             "body": b}, "error": None}
                       for i, (c, s, b) in enumerate(job.answers) if s != 200]
-            code = "batch_cancelled" if job.ended_as == "cancelled" else "batch_expired"
-            errors += [{"id": f"batch_req_l{i}", "custom_id": c, "response": None,
-                        "error": {"code": code, "message": f"This request could not be executed before the batch "
-                                                           f"was {job.ended_as}."}}
-                       for i, c in enumerate(job.left)]
+            if job.ended_as == "expired":   # a cancelled batch's output file has its finished ones, no more
+                errors += [{"id": f"batch_req_l{i}", "custom_id": c, "response": None,
+                            "error": {"code": "batch_expired", "message": "This request could not be executed "
+                                                                          "before the batch expired."}}
+                           for i, c in enumerate(job.left)]
             job.extra["counts"] = (len(ok), len(job.requests) - len(ok))
             for name, rows in (("output_file_id", output), ("error_file_id", errors)):
                 hostile = name == "output_file_id" and (job.plan.results_raw is not None or
@@ -446,7 +454,8 @@ class AnthropicBatchServer(BatchServer):
                 "processing_status": "ended" if ended else "canceling" if job.state == "cancelling" else "in_progress",
                 "request_counts": counts, "ended_at": "2026-01-01T00:00:00Z" if ended else None,
                 "created_at": "2026-01-01T00:00:00Z", "expires_at": "2026-01-02T00:00:00Z", "archived_at": None,
-                "cancel_initiated_at": job.extra.get("cancel_initiated_at"),
+                "cancel_initiated_at": job.extra.get("cancel_initiated_at") or (
+                    "2026-01-01T00:00:00Z" if job.ended_as == "cancelled" else None),
                 "results_url": job.extra.get("results_url", base + "/results") if ended else None}
 
 

@@ -218,6 +218,33 @@ def test_expired_and_refused_requests_are_error_rows_that_retry_errors_sends_aga
     assert frame["passed"].sum() == sum(1 for n in range(CALLS) if n % 3)
 
 
+def test_a_batch_cancelled_part_way_scores_what_it_finished_and_retry_errors_sends_only_the_rest(
+        provider: Provider, tmp_path: Path) -> None:
+    """Each batch is cancelled (from the provider's console) after answering its first 50 requests: those are
+    scored rows, the rest `batch_cancelled` error rows, and `--retry-errors` sends exactly the cancelled ones."""
+    provider.batches.plan = Plan(cancel_after=50)   # 80 + 80 + 40: 30 + 30 + 0 cancelled
+    out = tmp_path / "out"
+    first = provider.run("--out", str(out), "--batch")
+    assert first.returncode == 0, first.stderr
+    frame = rows(out)
+    assert frame["error_kind"].value_counts().to_dict() == {"batch_cancelled": 60}
+    finished = frame[frame["error_kind"].isna()]
+    assert len(finished) == 140 and finished["batch_id"].notna().all() and finished["score"].notna().all()
+    assert finished["passed"].sum() == sum(1 for n in finished.index if n % 3)
+    assert frame.loc[frame["error_kind"].notna(), "passed"].isna().all()
+    cancelled = {c for job in provider.batches.jobs.jobs.values() for c in job.left}
+    assert len(cancelled) == 60
+    provider.batches.plan = Plan()
+    sent_before = len(provider.batches.submitted)
+    run_dir = next(p for p in out.iterdir() if p.is_dir() and not p.is_symlink())
+    again = engine("run", "--resume", str(run_dir), "--retry-errors", "--quiet", env=ENV)
+    assert again.returncode == 0, again.stderr
+    assert sorted(provider.batches.submitted[sent_before:]) == sorted(cancelled)   # those, once each, and no other
+    frame = rows(out)
+    assert len(frame) == CALLS and frame["error_kind"].isna().all()
+    assert frame["passed"].sum() == sum(1 for n in range(CALLS) if n % 3)
+
+
 @pytest.mark.parametrize("provider", ["chat"], indirect=True)
 def test_ctrl_c_stops_waiting_and_keeps_the_batches_sent_for_resume(provider: Provider, tmp_path: Path) -> None:
     provider.batches.plan = Plan(delay_s=3.0)
@@ -309,6 +336,8 @@ def test_a_dry_run_shows_which_calls_would_go_in_a_batch(provider: Provider, tmp
     assert shown.returncode == 0, shown.stderr
     lines = [json.loads(line) for line in shown.stdout.splitlines()]
     assert len(lines) == CALLS and all(line["batch"] is True and line["body"]["stream"] is False for line in lines)
+    assert "dry run: 200 call(s) for 1 model(s) x 200 test(s); m: 200 call(s) in 3 batch(es) of up to 80; nothing " \
+        "was sent" in shown.stderr
     assert provider.batches.log == [] and not provider.live.requests   # nothing was sent
 
 
