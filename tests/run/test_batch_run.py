@@ -129,16 +129,31 @@ def rows(out: Path) -> pd.DataFrame:
     return frame.set_index("case_index").sort_index()
 
 
-def _until_polled(provider: Provider, process: Any, calls: int) -> None:
-    """Wait until the server has been sent `calls` calls and polled each batch (so each id is in the journal)."""
+def _until_polled(provider: Provider, process: Any, calls: int | None = None, *, creates: int | None = None) -> None:
+    """Wait until the server has been sent `calls` calls (or `creates` batches) and polled each batch (so each id
+    is in the journal)."""
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and process.poll() is None:
         polled = {line for line in provider.batches.log if line.startswith("GET") and "batches/" in line
                   and not line.endswith("/results")}
-        if len(provider.batches.submitted) == calls and len(polled) == len(provider.creates()):
+        sent = len(provider.batches.submitted) == calls if creates is None else len(provider.creates()) == creates
+        if sent and len(polled) == len(provider.creates()):
             return
         time.sleep(0.01)
     raise AssertionError(f"the batches were not all sent and polled: {provider.batches.log[-5:]}")
+
+
+def _kill_once_polled(provider: Provider, *args: str, calls: int | None = None, creates: int | None = None) -> None:
+    """Run `engine ARGS` and kill it (SIGKILL) once its batches are sent and polled (`_until_polled`)."""
+    process = start_engine(*args, env=ENV)
+    try:
+        _until_polled(provider, process, calls, creates=creates)
+        os.kill(process.pid, signal.SIGKILL)
+        process.wait(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+        process.communicate()
 
 
 def test_a_batched_run_gives_the_live_verdicts_at_the_batch_price(provider: Provider, tmp_path: Path) -> None:
@@ -174,15 +189,7 @@ def test_a_run_killed_once_its_batches_were_sent_is_resumed_without_sending_anyt
     out = tmp_path / "out"
     args = ["run", str(provider.folder / "sums.yaml"), "--models", str(provider.folder / "models.yaml"), "--out",
             str(out), "--batch", "--no-cache", "--quiet"]
-    first = start_engine(*args, env=ENV)
-    try:
-        _until_polled(provider, first, CALLS)
-        os.kill(first.pid, signal.SIGKILL)
-        first.wait(timeout=30)
-    finally:
-        if first.poll() is None:
-            first.kill()
-        first.communicate()
+    _kill_once_polled(provider, *args, calls=CALLS)
     assert len(provider.creates()) == 3 and len(provider.batches.submitted) == CALLS
     run_dir = next(p for p in out.iterdir() if p.is_dir() and not p.is_symlink())
     resumed = engine("run", "--resume", str(run_dir), "--quiet", env=ENV)
@@ -298,15 +305,7 @@ def test_a_retry_killed_while_its_batch_runs_is_resumed_from_that_batch(provider
     expired = int(rows(out)["error_kind"].eq("batch_expired").sum())
     assert expired == 40
     provider.batches.plan = Plan(delay_s=3.0)
-    retry = start_engine("run", "--resume", str(run_dir), "--retry-errors", "--quiet", env=ENV)
-    try:
-        _until_polled(provider, retry, CALLS + expired)
-        os.kill(retry.pid, signal.SIGKILL)
-        retry.wait(timeout=30)
-    finally:
-        if retry.poll() is None:
-            retry.kill()
-        retry.communicate()
+    _kill_once_polled(provider, "run", "--resume", str(run_dir), "--retry-errors", "--quiet", calls=CALLS + expired)
     creates = len(provider.creates())
     again = engine("run", "--resume", str(run_dir), "--retry-errors", "--quiet", env=ENV)
     assert again.returncode == 0, again.stderr
@@ -403,20 +402,9 @@ def test_a_resume_after_the_entry_changed_collects_the_batches_sent_and_sends_th
     now: live at the live price, or in batches of 30."""
     provider.batches.plan = Plan(delay_s=3.0)   # answered only after the kill
     out = tmp_path / "out"
-    first = start_engine("run", str(provider.folder / "sums.yaml"), "--models", str(provider.folder / "models.yaml"),
-                         "--out", str(out), "--budget", "0.5", "--no-cache", "--quiet", env=ENV)
-    try:
-        deadline = time.monotonic() + 60
-        while len(provider.creates()) < 2 or \
-                not {"GET /v1/batches/batch_1", "GET /v1/batches/batch_2"} <= set(provider.batches.log):
-            assert time.monotonic() < deadline and first.poll() is None, provider.batches.log[-5:]
-            time.sleep(0.01)
-        os.kill(first.pid, signal.SIGKILL)
-        first.wait(timeout=30)
-    finally:
-        if first.poll() is None:
-            first.kill()
-        first.communicate()
+    _kill_once_polled(provider, "run", str(provider.folder / "sums.yaml"), "--models",
+                      str(provider.folder / "models.yaml"), "--out", str(out), "--budget", "0.5", "--no-cache",
+                      "--quiet", creates=2)
     sent = list(provider.batches.submitted)
     assert len(provider.creates()) == 2 and 80 < len(sent) < 160
     (provider.folder / "models.yaml").write_text(

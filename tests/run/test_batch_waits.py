@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ import pytest
 
 from engine.client.client import ModelClient
 from engine.client.request import RequestSettings, prepare
+from engine.client.response import CallResult
 from engine.client.session import Sessions
 from engine.model.model_config import BatchSettings, ModelConfig
 from engine.results.journal import Journal
@@ -38,79 +40,70 @@ SERVERS: dict[str, tuple[Any, Any, Callable[[], Any]]] = {
 }
 
 
+@contextmanager
+def served(api: str) -> Iterator[BatchServer]:
+    """The API's live fake, answering "ok", with its batch server mounted, running for the block."""
+    fake, mount, reply = SERVERS[api]
+    live = fake()
+    batches: BatchServer = mount(live)
+    live.responder = lambda body: reply()
+    live.start()
+    try:
+        yield batches
+    finally:
+        live.stop()
+
+
+async def batched(model: ModelConfig, questions: list[str], tmp_path: Path) -> tuple[list[CallResult], list[float]]:
+    """Ask `questions` of `model` through its batcher (one batch of them all): the results, and each pause the
+    batcher asked its sleep for."""
+    journal = Journal(tmp_path / "_journal.sqlite")
+    waits: list[float] = []
+
+    async def sleep(seconds: float) -> None:
+        waits.append(seconds)
+        await asyncio.sleep(0)
+
+    async def write(change: Callable[[Journal], None]) -> None:
+        change(journal)
+
+    try:
+        async with Sessions(4) as sessions:
+            client = ModelClient(sessions, {"m": KEY})
+            wire, batch_api = client.batch_api(model)
+            batcher = Batcher(model, BatchSettings(size=len(questions), max_wait_s=60), wire, batch_api,
+                              functools.partial(client.read_whole, model), write, RunStats(), lambda: None,
+                              on_cost=lambda cost: None, afford=len, plan=PLAN, sleep=sleep)
+            results = await asyncio.gather(*(
+                batcher.call(f"k{i}", prepare(model, make_test(prompt=q, messages=({"role": "user", "content": q},)),
+                                              RequestSettings(stream=False)))
+                for i, q in enumerate(questions)))
+            await batcher.aclose()
+        return list(results), waits
+    finally:
+        journal.close()
+
+
 @pytest.mark.parametrize("api", ["gemini", "chat", "anthropic"])
 async def test_a_throttled_batch_call_waits_what_the_server_asked_not_the_poll_plan(api: str,
                                                                                    tmp_path: Path) -> None:
     """The create and the first poll are refused with 429 asking for 37 s: each is tried again after 37 s (as a
     live call would wait), the next poll after the plan's pause, and both calls are answered from the batch."""
-    fake, mount, reply = SERVERS[api]
-    live = fake()
-    batches: BatchServer = mount(live)
-    live.start()
-    journal = Journal(tmp_path / "_journal.sqlite")
-    waits: list[float] = []
-
-    async def sleep(seconds: float) -> None:
-        waits.append(seconds)
-        await asyncio.sleep(0)
-
-    async def write(change: Callable[[Journal], None]) -> None:
-        change(journal)
-
-    try:
-        live.responder = lambda body: reply()
+    with served(api) as batches:
         batches.plan = Plan(polls=2, throttle=2, wait_s=37.0)
-        model = ModelConfig(name="m", model=f"{api}-1", base_url=live.base_url, api=api, timeout_s=10.0,
+        model = ModelConfig(name="m", model=f"{api}-1", base_url=batches.server.base_url, api=api, timeout_s=10.0,
                             rate_limit_deadline_s=600.0)
-        async with Sessions(4) as sessions:
-            client = ModelClient(sessions, {"m": KEY})
-            wire, batch_api = client.batch_api(model)
-            batcher = Batcher(model, BatchSettings(size=2, max_wait_s=60), wire, batch_api,
-                              functools.partial(client.read_whole, model), write, RunStats(), lambda: None,
-                              on_cost=lambda cost: None, afford=len, plan=PLAN, sleep=sleep)
-            requests = [prepare(model, make_test(prompt=f"q{i}", messages=({"role": "user", "content": f"q{i}"},)),
-                                RequestSettings(stream=False)) for i in range(2)]
-            results = await asyncio.gather(*(batcher.call(f"k{i}", r) for i, r in enumerate(requests)))
-            await batcher.aclose()
+        results, waits = await batched(model, ["q0", "q1"], tmp_path)
         assert [r.error for r in results] == [None, None] and [r.text for r in results] == ["ok", "ok"]
         assert waits == [37.0, 37.0, PLAN.first_s], batches.log   # create refused, poll refused, poll not ended
         assert len(batches.submitted) == 2
-    finally:
-        journal.close()
-        live.stop()
 
 
 async def test_a_wait_the_server_asks_for_is_bounded_by_the_models_rate_limit_deadline(tmp_path: Path) -> None:
     """A hostile server asking for a day waits no longer than the model's `rate_limit_deadline_s`."""
-    live = FakeGemini()
-    batches = GeminiBatchServer(live)
-    live.start()
-    journal = Journal(tmp_path / "_journal.sqlite")
-    waits: list[float] = []
-
-    async def sleep(seconds: float) -> None:
-        waits.append(seconds)
-        await asyncio.sleep(0)
-
-    async def write(change: Callable[[Journal], None]) -> None:
-        change(journal)
-
-    try:
-        live.responder = lambda body: fake_gemini.Reply(text="ok")
+    with served("gemini") as batches:
         batches.plan = Plan(throttle=1, wait_s=86_400.0)
-        model = ModelConfig(name="m", model="gemini-1", base_url=live.base_url, api="gemini", timeout_s=10.0,
-                            rate_limit_deadline_s=90.0)
-        async with Sessions(4) as sessions:
-            client = ModelClient(sessions, {"m": KEY})
-            wire, batch_api = client.batch_api(model)
-            batcher = Batcher(model, BatchSettings(size=1, max_wait_s=60), wire, batch_api,
-                              functools.partial(client.read_whole, model), write, RunStats(), lambda: None,
-                              on_cost=lambda cost: None, afford=len, plan=PLAN, sleep=sleep)
-            request = prepare(model, make_test(prompt="q", messages=({"role": "user", "content": "q"},)),
-                              RequestSettings(stream=False))
-            result = await batcher.call("k", request)
-            await batcher.aclose()
-        assert result.error is None and waits == [90.0]
-    finally:
-        journal.close()
-        live.stop()
+        model = ModelConfig(name="m", model="gemini-1", base_url=batches.server.base_url, api="gemini",
+                            timeout_s=10.0, rate_limit_deadline_s=90.0)
+        results, waits = await batched(model, ["q"], tmp_path)
+        assert results[0].error is None and waits == [90.0]
