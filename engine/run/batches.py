@@ -7,20 +7,16 @@ the request joins the model's open batch and the worker waits for its answer, so
 `batch.size` requests (or the provider's limits), once its first request has waited `batch.max_wait_s`, or as
 soon as the model's jobs have run out. It is recorded in the journal with its row keys before it is sent, and
 again with the provider's id before it is waited for: `engine run --resume` waits for the batches the journal
-holds (`adopt`) instead of sending their requests again. Each batch is polled by one task at a pause that grows
-to a bound (`PollPlan`): while the provider works, the run holds that task and its workers' waiting calls and
-spends no CPU.
+holds (`adopt`) instead of sending their requests again, whatever the model's entry says now; its other calls
+follow the entry as it is (a model no longer batched sends them live: `takes`, `SendLive`). Each batch is polled
+by one task at a pause that grows to a bound (`PollPlan`), or that the server asked for after a refusal: while
+the provider works, the run holds that task and its workers' waiting calls and spends no CPU.
 
 The crash window: a run killed after the provider accepted a batch and before its id reached the journal leaves
-a batch recorded without an id. A resumed run does not send those requests again (the provider may be answering
-them, and they are paid): each gets an error row (`batch_unknown`) saying so, which `--retry-errors` sends again
-once the user has looked at the provider's list of batches. A `submit` that failed before its create request
-went out is retried; one that may have reached the server gives error rows saying that too.
-
-Stopping: the first Ctrl-C sends nothing more and stops waiting. Batches already sent stay with the provider
-(paid, recorded) and `--resume` collects them; nothing is cancelled there. Requests gathered but not yet sent
-end without a row, as a live call waiting to be sent does. `--max-cost` / `--budget` counts a batch's estimated
-cost as it is sent and sends only the requests that fit; the batches already sent are still waited for.
+a batch recorded without an id, whose requests a resumed run does not send again (the provider may be answering
+them, paid): each gets an error row (`batch_unknown`) saying so. A `submit` that failed before its create request
+went out is retried; one that may have reached the server gives error rows saying that too. Stopping (`stop`):
+batches already sent stay with the provider, recorded, for `--resume`; nothing is cancelled there.
 """
 
 from __future__ import annotations
@@ -40,6 +36,7 @@ from engine.client.response import CallResult
 from engine.errors import CallStopped, ClientError, StorageError
 from engine.model.model_config import BatchSettings, ModelConfig, cost_of
 from engine.results.journal import BatchRecord
+from engine.run.batch_waits import Waits
 
 if TYPE_CHECKING:
     from engine.client.request import PreparedRequest
@@ -123,10 +120,9 @@ class Batcher:
         changed: Called when a batch is sent or ends (the progress display shows the batches).
         on_cost: Counts a cost against the budget (negative: an estimate given back as its answer comes).
         afford: The estimates of a batch about to be sent -> how many of its requests the budget lets go.
-        plan: The pause between polls, and before a failed batch call is tried again unless the server asked for
-            a wait (`ClientError.retry_after_s`: a `retry-after`, Gemini's RetryInfo), which is honoured up to the
-            model's `rate_limit_deadline_s`.
-        sleep: Waits that many seconds (the pauses; tests pass one that records them).
+        plan: The pause between polls, and before a failed batch call is tried again when the server asked for no
+            wait (`engine.run.batch_waits`).
+        sleep: Waits that many seconds (tests pass one that records them).
     """
 
     def __init__(self, model: ModelConfig, settings: BatchSettings | None, wire: Batch, api: BatchAPI,
@@ -144,8 +140,7 @@ class Batcher:
         self._changed = changed
         self._on_cost = on_cost
         self._afford = afford
-        self._plan = plan
-        self._sleep = sleep
+        self._waits = Waits(plan, model.rate_limit_deadline_s, sleep)
         self._batching = settings is not None
         settings = settings or BatchSettings()
         self._most = max(1, min(settings.size, wire.limits.max_requests))
@@ -159,7 +154,7 @@ class Batcher:
         self._helds: list[_Held] = []
         self._intake_closed = False
         self._no_more = False            # nothing more is sent (a stop of either kind)
-        self._stopped = asyncio.Event()  # nothing more is waited for (the first Ctrl-C)
+        self._stopped = self._waits.stopped  # nothing more is waited for (the first Ctrl-C)
 
     # -- the worker's side ---------------------------------------------------------------------------------------
 
@@ -311,15 +306,15 @@ class Batcher:
 
     async def _submit(self, requests: list[tuple[str, Mapping[str, Any]]]) -> str:
         """The batch sent; a failure that reached no server is tried again after a pause (`SUBMIT_TRIES`)."""
-        pauses = self._plan.pauses()
+        pauses = self._waits.pauses()
         for attempt in range(1, SUBMIT_TRIES + 1):
             try:
                 return await self._api.submit(requests)
             except SubmitError as exc:
                 if exc.sent or not exc.retryable or attempt == SUBMIT_TRIES or self._no_more:
                     raise
-                pause = self._after(exc, next(pauses))
-            await self._pause(pause)
+                pause = self._waits.after(exc, next(pauses))
+            await self._waits.pause(pause)
         raise AssertionError("unreachable")
 
     # -- waiting -------------------------------------------------------------------------------------------------
@@ -383,7 +378,7 @@ class Batcher:
             self._changed()
 
     async def _collect(self, held: _Held, batch_id: str) -> None:
-        pauses = self._plan.pauses()
+        pauses = self._waits.pauses()
         while True:
             try:
                 status = await self._api.poll(batch_id)
@@ -392,12 +387,12 @@ class Batcher:
                     self._fail(held, ClientError(f"batch {batch_id} could not be polled: {exc}", kind="batch_failed",
                                                  status=exc.status))
                     return
-                pause = self._after(exc, next(pauses))
+                pause = self._waits.after(exc, next(pauses))
             else:
                 if status.ended:
                     break
                 pause = next(pauses)
-            if not await self._pause(pause):
+            if not await self._waits.pause(pause):
                 return
         index = {_custom_id(key): key for key in held.record.keys}
         for attempt in range(1, RESULT_TRIES + 1):
@@ -413,8 +408,8 @@ class Batcher:
                     self._fail(held, ClientError(f"the results of batch {batch_id} could not be read: {exc}",
                                                  kind="batch_failed", status=exc.status))
                     return
-                pause = self._after(exc, next(pauses))
-            if not await self._pause(pause):
+                pause = self._waits.after(exc, next(pauses))
+            if not await self._waits.pause(pause):
                 return
 
     def _answer(self, held: _Held, key: str, answer: _Answer) -> None:
@@ -434,25 +429,6 @@ class Batcher:
     def _fail(self, held: _Held, error: ClientError) -> None:
         for key in list(held.wanted):
             self._answer(held, key, _Answer(held.record.batch_id, error))
-
-    def _after(self, error: ClientError, pause: float) -> float:
-        """The pause before a failed batch call is tried again: the wait the server asked for, as a live call's
-        retry honours it, up to the model's `rate_limit_deadline_s`; else the plan's `pause`."""
-        asked = error.retry_after_s
-        return pause if asked is None or asked <= 0 else min(asked, self.model.rate_limit_deadline_s)
-
-    async def _pause(self, seconds: float) -> bool:
-        """Wait `seconds`; False when the run stopped waiting meanwhile."""
-        if self._stopped.is_set():
-            return False
-        sleeping = asyncio.ensure_future(self._sleep(seconds))
-        stopped = asyncio.ensure_future(self._stopped.wait())
-        try:
-            await asyncio.wait((sleeping, stopped), return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            sleeping.cancel()
-            stopped.cancel()
-        return not self._stopped.is_set()
 
     # -- stopping ------------------------------------------------------------------------------------------------
 

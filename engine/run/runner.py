@@ -398,13 +398,10 @@ class Runner:
 
     async def _call(self, client: ModelClient, model: ModelConfig, job: Job, dispatch: Dispatch,
                     batcher: Batcher | None = None) -> _Call | None:
-        """Make the job's call through its slots, or its model's `batcher` when that takes it; None when the run
-        stopped before it was sent (or, batched, stopped waiting for it)."""
-        if batcher is not None and not batcher.takes(job.key):
-            batcher = None   # the model is no longer batched, and no batch a stopped run sent holds this call
-        settings = self.config.settings
-        if batcher is not None:   # a batch's request is answered whole
-            settings = dataclasses.replace(settings, stream=False)
+        """Make the job's call through its slots, or its model's `batcher` when that takes it (answered whole, not
+        streamed); None when the run stopped before it was sent (or, batched, stopped waiting for it)."""
+        batcher = batcher if batcher is not None and batcher.takes(job.key) else None   # else live, as the entry says
+        settings = self.config.settings if batcher is None else dataclasses.replace(self.config.settings, stream=False)
         try:
             request = prepare(model, job.test, settings, attempt=job.attempt)
         except ImageUnavailable as exc:   # deleted or edited since load: an error row, nothing sent
