@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from engine.errors import ResultsError
 from engine.evaluators.compose import combine, finish
+from engine.evaluators.trajectory import final_answer_verdict
 from engine.judge.trust import MIN_N, _figures, _judge_name, _pair_stats
 from engine.model.test import Test
 from engine.model.verdict import Verdict
@@ -43,7 +44,6 @@ _COMPOSITIONS = frozenset({"all", "any", "not"})
 # Why a labelled check gives no pair (the wording of the reports).
 NOT_DECIDED = "did not decide the verdict (the other checks did)"
 NO_REPLAY = "the row's checks do not replay to its verdict"
-INSIDE = "part of another check (that check is compared)"
 NO_TREE = "the test as it ran is not in the run's suite files (moved, or changed since)"
 _LOCKS: dict[Path, threading.Lock] = {}
 _LOCKS_GUARD = threading.Lock()
@@ -308,13 +308,14 @@ def expected_grade(test: Test, check_path: str, recorded: Sequence[Mapping[str, 
         truth: The verdict the label says is true.
 
     Returns:
-        (grade, "") or (None, why): INSIDE when the path is no node of the tree (a check within a check that
-        wraps it, such as `final_answer`'s), NOT_DECIDED when the check's outcome does not change the verdict,
-        NO_REPLAY when the recorded checks do not replay to the recorded verdict.
+        (grade, "") or (None, why): NOT_DECIDED when the check's outcome does not change the verdict, NO_REPLAY
+        when the path is no node of the tree or the recorded checks do not replay to the recorded verdict.
     """
+    from engine.judge.calibrate import verdict_paths  # the results' paths (it imports the client: not at load)
+
     assert test.evaluator is not None
-    if check_path not in _paths(test.evaluator, test.evaluator.kind):
-        return None, INSIDE
+    if check_path not in {path for path, _ in verdict_paths(test.evaluator)}:
+        return None, NO_REPLAY
     entries = {str(e.get("path")): e for e in recorded if e is not None}
     try:
         as_run = _replay(test.evaluator, test.evaluator.kind, entries, check_path, None, test.threshold)
@@ -329,11 +330,6 @@ def expected_grade(test: Test, check_path: str, recorded: Sequence[Mapping[str, 
     return ("pass" if with_pass.passed == truth else "fail"), ""
 
 
-def _paths(node: Node, here: str) -> set[str]:
-    """The `evaluators` paths of the tree's nodes (a wrapping check's inner checks are not nodes of it)."""
-    return {here}.union(*(_paths(child, f"{here}/{index}.{child.kind}") for index, child in enumerate(node.children)))
-
-
 def _replay(node: Node, here: str, entries: Mapping[str, Mapping[str, Any]], check_path: str,
             check_passed: bool | None, root_threshold: float | None) -> Verdict:
     """The verdict of `node` from the recorded leaves, with the check's pass/fail set when `check_passed` is
@@ -341,6 +337,10 @@ def _replay(node: Node, here: str, entries: Mapping[str, Mapping[str, Any]], che
     if here == check_path and check_passed is not None:
         raw = Verdict(score=1.0 if check_passed else 0.0, passed=check_passed, reason="", kind=node.kind)
         return finish(node, raw, root_threshold)
+    if node.held is not None and node.kind == "final_answer" and check_path.startswith(f"{here}/"):
+        # the check is in the tree final_answer holds: its verdict is final_answer's one child, as in a run
+        held = _replay(node.held, f"{here}/0.{node.held.kind}", entries, check_path, check_passed, None)
+        return finish(node, final_answer_verdict(held), root_threshold)
     if not node.children:
         entry = entries.get(here)
         if entry is None or (entry.get("score") is None and not entry.get("error")):

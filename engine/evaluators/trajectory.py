@@ -34,7 +34,7 @@ from engine.model.verdict import Verdict
 
 __all__ = [
     "FINAL_ANSWER", "MAX_CALLS", "MAX_TURNS", "NO_INVENTED_TOOLS", "PARALLEL", "STATE", "TOOL_CALL",
-    "TOOL_SEQUENCE", "TRANSCRIPT_ONLY", "conversation_kinds_in", "transcript_only_paths",
+    "TOOL_SEQUENCE", "TRANSCRIPT_ONLY", "conversation_kinds_in", "final_answer_verdict", "transcript_only_paths",
 ]
 
 #: Kinds that mean nothing without a conversation: on a single-turn test they are an error verdict (the record
@@ -318,7 +318,7 @@ def final_answer(value: Any, options: Mapping[str, Any]) -> Scorer:
             transcript = ctx.transcript
             if transcript is None:
                 return _needs_transcript("final_answer")
-            return _wrap(await ctx.descend_async(child, transcript.answer()))
+            return final_answer_verdict(await ctx.descend_async(child, transcript.answer()))
 
         return score_async
 
@@ -326,12 +326,14 @@ def final_answer(value: Any, options: Mapping[str, Any]) -> Scorer:
         transcript = ctx.transcript
         if transcript is None:
             return _needs_transcript("final_answer")
-        return _wrap(ctx.descend(child, transcript.answer()))
+        return final_answer_verdict(ctx.descend(child, transcript.answer()))
 
     return score
 
 
-def _wrap(child: Verdict) -> Verdict:
+def final_answer_verdict(child: Verdict) -> Verdict:
+    """final_answer's verdict from its child's: the child's score and pass (an error child, an error), the child
+    kept as its one child (engine.analysis.labels replays a labelled attempt by the same rule)."""
     reason = f"final answer: {child.reason}"
     if child.error:
         return Verdict(score=0.0, passed=False, reason=reason, kind="final_answer", error=True, children=(child,))

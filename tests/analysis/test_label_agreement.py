@@ -76,3 +76,24 @@ def test_the_checks_of_a_test_not_found_as_it_ran_are_skipped_with_their_reason(
     row = row_of(test, "fail")
     report = label_agreement([row], [label_of(row, "right")], {})
     assert report["evaluators"] == [] and report["skipped"] == {NO_TREE: 3} and report["verdict"]["n"] == 1
+
+
+def test_a_judge_final_answer_holds_is_compared_as_any_judge_is() -> None:
+    from engine.agent.golden import replay_golden
+    from engine.suite.agent import compile_golden
+
+    test = make_test(eval={"all": [{"contains": "Paris"}, {"final_answer": JUDGE}]})
+    turns, _ = compile_golden([ANSWER])
+    transcript = asyncio.run(replay_golden(turns, [{"role": "user", "content": "q"}], {}))
+    verdict = asyncio.run(score_async(test, Answer(text=ANSWER), context(test, caller=Fixed("pass"),
+                                                                         transcript=transcript)))
+    entries, _ = evaluator_nodes(verdict)
+    assert [e["path"] for e in entries] == ["all", "all/0.contains", "all/1.final_answer", "all/1.final_answer/0.judge"]
+    row = {"model": "m", "suite": test.suite, "test_id": test.id, "case_index": None, "attempt": 0,
+           "test_hash": test.hash, "passed": verdict.passed, "score": verdict.score, "evaluators": entries}
+    report = label_agreement([row], [label_of(row, "wrong")], {(test.suite, test.id, test.hash): test})
+    # the verdict passed and should have failed (all needs every check): each check, the judge inside
+    # final_answer too, should have failed, so each disagrees; nothing is skipped
+    assert figures(report) == {"contains": (1, 0.0), "final_answer": (1, 0.0), "judge": (1, 0.0),
+                               "judge grader": (1, 0.0)}
+    assert report["skipped"] == {}

@@ -12,11 +12,13 @@ from typing import Any
 
 import pytest
 
+from engine.agent.golden import replay_golden
 from engine.analysis.label_examples import NO_REPLAY, NOT_DECIDED, expected_grade
 from engine.evaluators.scoring import context, score_async
 from engine.model.answer import Answer
 from engine.model.scoring import JudgeReply
 from engine.model.test import Test
+from engine.suite.agent import compile_golden
 from tests.factories import make_test
 
 ANSWER = "Paris is lovely"
@@ -41,6 +43,10 @@ TREES: list[tuple[dict[str, Any], str, bool]] = [
     ({"not": J}, "not/0.judge", True),
     ({"all": [{"contains": "Paris"}, {"not": J}]}, "all/1.not/0.judge", True),
     (judge(threshold=0), "judge", False),                                   # a score of 0 passes too
+    ({"final_answer": J}, "final_answer/0.judge", True),                    # a judge final_answer holds
+    ({"all": [{"contains": "Paris"}, {"final_answer": {"not": J}}]}, "all/1.final_answer/0.not/0.judge", True),
+    ({"all": [{"final_answer": {"any": [{"contains": "Paris"}, J]}}, {"contains": "Rome"}]},
+     "all/0.final_answer/0.any/1.judge", False),
 ]
 
 
@@ -55,8 +61,13 @@ class Fixed:
 
 
 def scored(test: Test, grade: str) -> tuple[bool, list[dict[str, Any]]]:
-    """The verdict and the row's `evaluators` entries of a real scoring with the judge giving `grade`."""
-    verdict = asyncio.run(score_async(test, Answer(text=ANSWER), context(test, caller=Fixed(grade))))
+    """The verdict and the row's `evaluators` entries of a real scoring with the judge giving `grade` (a
+    conversation whose final answer is ANSWER, for final_answer)."""
+    turns, problems = compile_golden([ANSWER])
+    assert problems == []
+    transcript = asyncio.run(replay_golden(turns, [{"role": "user", "content": "q"}], {}))
+    ctx = context(test, caller=Fixed(grade), transcript=transcript)
+    verdict = asyncio.run(score_async(test, Answer(text=ANSWER), ctx))
     entries = [{"path": path, "score": v.score, "passed": v.passed, "error": v.error} for path, v in verdict.walk()]
     return verdict.passed, entries
 
