@@ -1,7 +1,9 @@
 """JSON evaluators: is_json, json_schema, json_field.
 
 The JSON in an answer is, in order of preference: the content of a ```json fence, the whole
-trimmed answer, else the last balanced JSON object or array in the text. `strict: true` (is_json,
+trimmed answer, else the last balanced JSON object or array in the text (`json_search.last_balanced`:
+what trying the decoder at every `{` and `[` takes, found with work linear in the answer where that
+was quadratic: a hostile answer's fail must not become a timed-out error row). `strict: true` (is_json,
 json_schema) asks for the whole answer, a fence around all of it allowed; `fences: false` beside it
 reads the answer exactly as JSON.parse does (no fence, only JSON whitespace around, no NaN), as
 promptfoo's `is-json` and object `equals` do. (Named json_eval so the module never shadows the standard
@@ -29,12 +31,15 @@ from engine.base.compiled_schema import schema_error, schema_validator
 from engine.base.words import did_you_mean, short
 from engine.errors import EvaluatorConfigError
 from engine.evaluators.base import COMMON_OPTIONS, CheckSite, Kind, verdict
+from engine.evaluators.json_search import last_balanced
 from engine.evaluators.text import check_regex_site, compile_pattern
 from engine.model.answer import Answer
 from engine.model.scoring import Scorer, ScoringContext
 from engine.model.verdict import Verdict
 
-_JSON_FENCE = re.compile(r"```(?:json|JSON)\s*\n(.*?)```", re.DOTALL)
+# The opening's whitespace up to its last newline is taken once (atomic): backtracking into it, a fence of
+# 100,000 blank lines and no close took minutes.
+_JSON_FENCE = re.compile(r"```(?:json|JSON)(?>\s*\n)(.*?)```", re.DOTALL)
 _DECODER = json.JSONDecoder()
 _MISSING = object()
 _TOO_DEEP = "it is nested too deeply to read"
@@ -79,20 +84,12 @@ def find_json(text: str) -> tuple[Any, str | None]:
         return _loads(stripped), None
     except ValueError:
         pass
-    last: Any = _MISSING
-    i = 0
-    while i < len(text):
-        if text[i] in "{[":
-            try:
-                value, end = _raw_decode(text, i)
-            except ValueError:
-                i += 1
-                continue
-            last, i = value, end
-            continue
-        i += 1
-    if last is not _MISSING:
-        return last, None
+    span = last_balanced(text)
+    if span is not None:
+        try:
+            return _raw_decode(text, span[0])[0], None
+        except ValueError as exc:   # the search's reading and the decoder's agree; this is a guard, not a path
+            return None, f"the JSON value at character {span[0]} does not decode: {exc}"
     return None, fence_error or f"no JSON value found in {short(text)}"
 
 
