@@ -46,12 +46,13 @@ _FAILED = -1
 
 def last_balanced(text: str) -> tuple[int, int] | None:
     """The span (start, end) of the last JSON object or array the search takes in `text`, or None."""
-    outcomes: dict[int, tuple[int, int]] = {}    # a container's start -> (its end or _FAILED, its depth)
+    ends: dict[int, int] = {}      # a container's start -> its end, or _FAILED
+    depths: dict[int, int] = {}    # a JSON container's start -> its depth
     found = None
     pos = 0
     while (start := _START.search(text, pos)) is not None:
         begin = start.start()
-        end = outcomes[begin][0] if begin in outcomes else _read(text, begin, outcomes)
+        end = ends[begin] if begin in ends else _read(text, begin, ends, depths)
         if end == _FAILED:
             pos = begin + 1
         else:
@@ -59,10 +60,11 @@ def last_balanced(text: str) -> tuple[int, int] | None:
     return found
 
 
-def _read(text: str, begin: int, outcomes: dict[int, tuple[int, int]]) -> int:
-    """Read the container at `begin` and every container in it not read before; record each one's outcome in
-    `outcomes`; return the end of the one at `begin`, or _FAILED."""
-    stack: list[list[int]] = []    # the containers open, innermost last: [start, depth of what it holds so far]
+def _read(text: str, begin: int, ends: dict[int, int], depths: dict[int, int]) -> int:
+    """Read the container at `begin` and every container in it not read before; record each one's end (or
+    _FAILED) in `ends` and a JSON one's depth in `depths`; return the end of the one at `begin`, or _FAILED."""
+    starts: list[int] = []    # the containers open, innermost last
+    deepest: list[int] = []   # and the depth of what each holds so far
     expecting, pos = _VALUE, begin
     match, digits = _TOKEN.match, sys.get_int_max_str_digits()
     while (token := match(text, pos)) is not None:
@@ -73,16 +75,16 @@ def _read(text: str, begin: int, outcomes: dict[int, tuple[int, int]]) -> int:
                 break
             expecting = _VALUE
         elif char == "," and expecting == _AFTER:
-            expecting = _VALUE if text[stack[-1][0]] == "[" else _KEY
+            expecting = _VALUE if text[starts[-1]] == "[" else _KEY
         elif char in ("]", "}") and expecting in (_AFTER, _OPENED if char == "]" else _KEY_OR_CLOSE):
-            start, depth = stack.pop()
+            start, depth = starts.pop(), deepest.pop()
             if _CLOSE[text[start]] != char or depth > MAX_DEPTH:   # the wrong close, or too deep to take
-                outcomes[start] = (_FAILED, 0)
+                ends[start] = _FAILED
                 break
-            outcomes[start] = (pos, depth)
-            if not stack:
+            ends[start], depths[start] = pos, depth
+            if not starts:
                 return pos
-            stack[-1][1] = max(stack[-1][1], depth + 1)
+            deepest[-1] = max(deepest[-1], depth + 1)
             expecting = _AFTER
         elif expecting in (_KEY, _KEY_OR_CLOSE):
             if kind != _STRING:
@@ -91,21 +93,22 @@ def _read(text: str, begin: int, outcomes: dict[int, tuple[int, int]]) -> int:
         elif expecting == _AFTER or char in (",", ":", "]", "}"):
             break
         elif char:   # a container where a value is expected: read now, or read before
-            known = outcomes.get(pos - 1)
+            known = ends.get(pos - 1)
             if known is None:
-                stack.append([pos - 1, 1])
+                starts.append(pos - 1)
+                deepest.append(1)
                 expecting = _OPENED if char == "[" else _KEY_OR_CLOSE
-            elif known[0] == _FAILED:
+            elif known == _FAILED:
                 break
             else:
-                stack[-1][1] = max(stack[-1][1], known[1] + 1)
-                expecting, pos = _AFTER, known[0]
+                deepest[-1] = max(deepest[-1], depths[pos - 1] + 1)
+                expecting, pos = _AFTER, known
         elif kind == _NUMBER and digits and _unreadable(token.group(kind), digits):
             break
         else:
             expecting = _AFTER
-    for start, _ in stack:   # the read stopped: every container still open is not JSON
-        outcomes[start] = (_FAILED, 0)
+    for start in starts:   # the read stopped: every container still open is not JSON
+        ends[start] = _FAILED
     return _FAILED
 
 
