@@ -7,13 +7,19 @@ The sweep runs in a subprocess whose timeout is only a hang guard: each shape he
 
 from __future__ import annotations
 
+import json
 import re
+import subprocess
+import sys
+from pathlib import Path
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from engine.evaluators.text import strip_token
 from engine.model.answer import ToolCall
+
+ROOT = Path(__file__).resolve().parents[2]
 
 _OLD_FENCE = re.compile(r"^```[\w+-]*\s*\n?(.*?)\n?```$", re.DOTALL)
 
@@ -54,3 +60,43 @@ def test_arguments_nested_past_the_decoder_are_flagged_not_raised() -> None:
     crash on a `[[[[...` the live client already refused."""
     call = ToolCall.from_raw("get_weather", "[" * 5000 + "]" * 5000)
     assert (call.valid_json, call.arguments) == (False, None)
+
+
+def test_every_kind_gives_hostile_answers_a_verdict_and_no_new_error() -> None:
+    """Each shape as the answer text, as a call's arguments, as one argument's value and as a tool name."""
+    program = r'''
+import json
+from engine.evaluators import score
+from engine.evaluators.registry import KINDS
+from engine.model.answer import Answer, ToolCall
+from tests.factories import make_test
+
+n = 100_000
+shapes = ["[" * n, '{"a":' * (n // 5), "*" * n, "*" * n + "x", "```" + " " * n + "x", "```json" + "\n" * n,
+          "```" + "\n" * n, "\n" * n + "x", " " * n + "x", "a" * n, "1" * n, "1." * (n // 2), "1," * (n // 2),
+          '"' * n, "x [1, {\"k\": \"" * (n // 12), "<" * n, "# a\n" * (n // 4), "é" * n]
+out = []
+for name, kind in KINDS.items():
+    if kind.build is None or kind.blocking:
+        continue
+    for example in kind.examples:
+        try:
+            test = make_test(eval=example)
+        except Exception:
+            continue   # an example that needs more of a test than the factory gives (a golden, tools, a suite)
+        if score(test, Answer(text="B")).error:
+            continue   # a kind that reads what a single answer does not have (a conversation, a run's record)
+        answers = [Answer(text=text) for text in shapes]
+        answers += [Answer(tool_calls=(ToolCall.from_raw("get_weather", text),)) for text in shapes]
+        answers += [Answer(tool_calls=(ToolCall.from_arguments("get_weather", {"city": text}),)) for text in shapes]
+        answers += [Answer(tool_calls=(ToolCall.from_raw(text, "{}"),)) for text in shapes]
+        for i, answer in enumerate(answers):
+            verdict = score(test, answer)
+            if verdict.error:
+                out.append([name, json.dumps(example), i, verdict.reason[:200]])
+print(json.dumps(out))
+'''
+    done = subprocess.run([sys.executable, "-c", program], cwd=ROOT, capture_output=True, text=True, timeout=900,
+                          check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads(done.stdout) == []
