@@ -10,7 +10,11 @@ half's; the other's calls are answered at once, and every one of them must be a 
 
     .venv/bin/python bench/bench_ratelimit.py [--calls 400] [--peers-python /tmp/peers-venv/bin/python]
         [--promptfoo ~/.cache/engine-npm/node_modules/.bin/promptfoo] [--tools engine,inspect_ai,promptfoo]
-        [--scenarios NAME,...] [--engine-root /path/to/another/tree]
+        [--scenarios NAME,...] [--engine-root /path/to/another/tree] [--sim --seeds 1,2,3]
+
+`--sim` runs the engine's own pace against the same limits on a simulated clock (bench/ratelimit_sim.py: the
+engine's windows and budgets, not its process, and no peer), once per seed: the same figures in a fraction of
+a second, whatever the machine's load.
 
 inspect_ai runs from its own venv (`python -m venv /tmp/peers-venv && /tmp/peers-venv/bin/pip install inspect-ai
 openai`); a tool that is not installed is skipped. Telemetry and update checks of the peers are off.
@@ -61,6 +65,8 @@ SCENARIOS: dict[str, Scenario] = {
         ["--rps", "20", "--headers", "minute-limit", "--limited-model", "bench-model-a"], models=2,
         limited_share=0.5),
     "200 req/s, 2,000 calls": Scenario(["--rps", "200"], calls=2000),
+    "200 req/s, 2,000 calls, nothing published": Scenario(["--rps", "200", "--headers", "none"], calls=2000),
+    "two models on one key, 200 req/s, 2,000 calls": Scenario(["--rps", "200"], models=2, calls=2000),
 }
 QUIET_PROMPTFOO = {"PROMPTFOO_DISABLE_TELEMETRY": "1", "PROMPTFOO_DISABLE_UPDATE": "1",
                    "PROMPTFOO_DISABLE_SHARING": "1", "PROMPTFOO_DISABLE_REMOTE_GENERATION": "1",
@@ -184,6 +190,26 @@ def measure(tool: str, scenario: Scenario, calls: int, opts: argparse.Namespace)
             "max_in_flight": stats["max_in_flight"]}
 
 
+def simulate(scenario: Scenario, calls: int, seed: int) -> dict[str, Any]:
+    """The engine's pace on a simulated clock against the scenario's limits (bench/ratelimit_sim.py)."""
+    import asyncio
+
+    import ratelimit_server
+    from ratelimit_sim import SimRun
+
+    cost = ratelimit_server.prompt_tokens({"messages": [{"role": "user", "content": "say ok 0"}],
+                                           "max_tokens": MAX_TOKENS})   # what the server counts a call
+    sim = SimRun(scenario.server, models=scenario.models, cost=cost, seed=seed)
+    asyncio.run(sim.run(calls))
+    serving = sim.serving_s()
+    limits = [a for a in scenario.server if a not in ("--headers", "--limited-model") and a not in HEADER_MODES
+              and not a.startswith("bench-model")]
+    bound = bound_s(limits, round(calls * scenario.limited_share), sim.cost)
+    return {"tool": f"engine (simulated, seed {seed})", "rows": sim.answered, "requests": sim.sent,
+            "limited": sim.refused, "share_429": sim.refused / max(1, sim.sent), "serving_s": serving,
+            "bound_s": bound, "ratio": serving / bound, "cpu_s": 0.0, "max_in_flight": sim.max_in_flight}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--calls", type=int, default=400)
@@ -195,8 +221,10 @@ def main() -> None:
     parser.add_argument("--engine-root", default=str(ROOT), help="the engine's tree to run (a before/after pair)")
     parser.add_argument("--engine-yaml", default="", help="extra lines for each engine model entry "
                         "(`    concurrency: 64\\n`: an old tree's hosted default)")
+    parser.add_argument("--sim", action="store_true", help="the engine's pace on a simulated clock, no process")
+    parser.add_argument("--seeds", default="3", help="with --sim: the simulated latencies' seeds, one run each")
     opts = parser.parse_args()
-    tools = [t for t in opts.tools.split(",") if t]
+    tools = [t for t in opts.tools.split(",") if t and not opts.sim]
     if "inspect_ai" in tools and not Path(opts.peers_python).exists():
         print(f"inspect_ai skipped: no {opts.peers_python}", file=sys.stderr)
         tools.remove("inspect_ai")
@@ -211,9 +239,12 @@ def main() -> None:
         name = names[int(name) - 1] if name.isdigit() else name
         scenario = SCENARIOS[name]
         calls = scenario.calls or opts.calls
-        for tool in tools:
-            r = measure(tool, scenario, calls, opts)
-            print(f"| {name} | {tool} | {r['rows']} / {calls} | {100 * r['share_429']:.1f}% "
+        if opts.sim:
+            results = (simulate(scenario, calls, int(seed)) for seed in opts.seeds.split(","))
+        else:
+            results = (measure(tool, scenario, calls, opts) for tool in tools)
+        for r in results:
+            print(f"| {name} | {r['tool']} | {r['rows']} / {calls} | {100 * r['share_429']:.1f}% "
                   f"({r['limited']} of {r['requests']}) | {r['serving_s']:.1f} s / {r['bound_s']:.1f} s = "
                   f"{r['ratio']:.2f}x | {r['max_in_flight']} | {r['cpu_s']:.1f} s |", flush=True)
 

@@ -98,6 +98,7 @@ class ModelClient:
         self.rate_limited = 0   # calls paced now: waiting for the rate limit to let them go (shown too)
         # By endpoint and key (`ratelimit.budget_key`), then by model id; and by model name.
         self._budgets: dict[str, dict[str, ratelimit.Budget]] = {}
+        self._groups: dict[str, list[ratelimit.Budget]] = {}
         self._budget_of: dict[str, ratelimit.Budget] = {}
         self._key_digests = {name: ratelimit.key_digest(key) for name, key in api_keys.items()}
 
@@ -243,7 +244,7 @@ class ModelClient:
                     await transport.send(session, url, headers, payload, api=provider(request.api),
                                          stream=request.stream, reader=request.reader, limits=wire.limits,
                                          result=result, redact=wire.redact,
-                                         observe=functools.partial(self._observe, model, paced_by, ticket),
+                                         observe=functools.partial(paced_by.observe, ticket),
                                          written=functools.partial(paced_by.written, ticket))
             except Failed as caught:
                 failed = caught
@@ -292,35 +293,17 @@ class ModelClient:
 
     def _budget(self, model: ModelConfig) -> ratelimit.Budget:
         """The rate-limit budget of the model's calls: one per endpoint, key and model id (entries naming the same
-        model there share it), or the one that absorbed it (`_share`)."""
+        model there share it), or the one that absorbed it (`Budget.observe`)."""
         found = self._budget_of.get(model.name)
         if found is None:
-            group = self._budgets.setdefault(
-                ratelimit.budget_key(model, self._key_digests.get(model.name, "-")), {})
-            found = group.get(model.model)
+            key = ratelimit.budget_key(model, self._key_digests.get(model.name, "-"))
+            by_id = self._budgets.setdefault(key, {})
+            found = by_id.get(model.model)
             if found is None:
-                found = group[model.model] = ratelimit.Budget()
+                found = by_id[model.model] = ratelimit.Budget(group=self._groups.setdefault(key, []))
             found.declare(model.rate_limit)
             self._budget_of[model.name] = found
         return found.active()
-
-    def _observe(self, model: ModelConfig, budget: ratelimit.Budget, ticket: ratelimit.Ticket, status: int,
-                 headers: Mapping[str, str]) -> None:
-        """A reply to the ticket's try: its budget learns from it, and may turn out to share its limit."""
-        budget.observe(ticket, status, headers)
-        if status < 300:
-            self._share(model, budget)
-
-    def _share(self, model: ModelConfig, budget: ratelimit.Budget) -> None:
-        """Pace as one the models whose replies show one limit counting both (the provider's headers say the
-        limit is shared): `budget` absorbs any other budget of its endpoint and key whose calls it saw counted."""
-        now = time.monotonic()
-        if budget.counted_by_others(now) < 3:
-            return
-        group = self._budgets.get(ratelimit.budget_key(model, self._key_digests.get(model.name, "-")), {})
-        for other in group.values():
-            if other.active() is not budget and budget.shares_a_bucket_with(other.active(), now):
-                budget.absorb(other.active())
 
     async def _paced(self, budget: ratelimit.Budget, cost: int, deadline: float,
                      stopping: asyncio.Event | None) -> ratelimit.Ticket:

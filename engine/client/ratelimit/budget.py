@@ -4,8 +4,11 @@ It holds a `Pace` for requests and one for tokens. Calls wait for the pace in tu
 served, and a change of pace reaches the calls already waiting). Until a first reply has said what the limits are
 (or models.yaml declares them), one call goes alone and the others wait for its reply (`probe`): a burst of every
 worker at once would only meet the limit as a storm of 429s. Budgets of other models on the same endpoint and key
-merge once the provider's replies show that their limit is one and the same (`absorb`). Every wait is bounded by
-the call's deadline.
+(a group) merge once the provider's replies show that their limit is one and the same (`absorb`): the server
+counted about as many requests a budget did not send as another sent, against the bucket as the last reply
+showed it (refilled at its published rate, not at the pace's, so a pace slowed by refusals hides nothing). A
+budget starting beside others of its group goes at a share of the limit meanwhile. Every wait is bounded by the
+call's deadline.
 """
 
 from __future__ import annotations
@@ -13,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
-import math
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
@@ -27,6 +29,7 @@ from engine.model.model_config import ModelConfig, RateLimit
 __all__ = ["Budget", "PastDeadline", "Ticket", "budget_key", "key_digest"]
 
 SHARED_WINDOW_S = 2.0       # how far back another model's use of a budget's bucket is looked for
+SHARE_S = 1.0               # how long a budget starting beside others of its group goes at its share of the limit
 
 
 def key_digest(api_key: str | None) -> str:
@@ -89,11 +92,16 @@ class Budget:
     Args:
         clock: Monotonic seconds (the pace is kept in them).
         wall: Seconds since the epoch (for reset times given as dates).
+        group: The budgets of the other models at the same endpoint with the same key (`budget_key`), this one
+            added: those whose limit may turn out to be this one's.
     """
 
-    def __init__(self, *, clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time) -> None:
+    def __init__(self, *, clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time,
+                 group: list[Budget] | None = None) -> None:
         self._clock = clock
         self._wall = wall
+        self._group = group if group is not None else []
+        self._group.append(self)
         self.requests = Pace()
         self.tokens = Pace()
         self.heard = asyncio.Event()   # set once a reply (or a declared limit) has told what the limits are
@@ -104,7 +112,7 @@ class Budget:
         self._unexpected: deque[tuple[float, float]] = deque()   # (when, count) others took, lately
         self._unexpected_sum = 0.0
         self._queued_tokens = 0.0   # the waiting tries' tokens
-        self._refused_at = -math.inf
+        self._sharing_until: float | None = None   # going at a share of the rate until then (`_start_at_a_share`)
 
     def active(self) -> Budget:
         """The budget that paces this one's calls now (itself, or the one that absorbed it)."""
@@ -270,20 +278,33 @@ class Budget:
         if self.absorbed_into is not None:
             return   # the ticket counts in this budget's figures, which pace nothing now
         now = self._clock()
+        if self._sharing_until is not None and now >= self._sharing_until:
+            self._whole(now)
+        if status == 429:   # refused: the server's bucket did not count it
+            self.requests.uncounted(ticket.requests)
+            self.tokens.uncounted(ticket.tokens)
         published = read_headers(headers, self._wall())
         if published is not None:
             self._publish(ticket, published, now)
         if status == 429:
-            self._refused_at = now
-            self._unexpected.clear()
-            self._unexpected_sum = 0.0
             for pace in self._refused_paces(ticket, published):
                 pace.refused(ticket.sent_at, ticket.requests_left if pace is self.requests else ticket.tokens_left,
                              now)
         elif status < 300:
             self.requests.succeeded(ticket.sent_at, now)
             self.tokens.succeeded(ticket.sent_at, now)
+        if published is not None:
+            self._join(now)
         self._changed.set()
+
+    def _join(self, now: float) -> None:
+        """Pace as one the models whose replies show one limit counting both: absorb any budget of the group
+        whose calls this one saw counted."""
+        if self.counted_by_others(now) < 3:
+            return
+        for other in self._group:
+            if other.active() is not self and self.shares_a_bucket_with(other.active(), now):
+                self.absorb(other.active())
 
     def _refused_paces(self, ticket: Ticket, published: Published | None) -> tuple[Pace, ...]:
         """The paces a 429 speaks of: the resource its headers show spent, else requests."""
@@ -296,15 +317,42 @@ class Budget:
         return (self.requests, self.tokens) if tokens_out else (self.requests,)
 
     def _publish(self, ticket: Ticket, published: Published, now: float) -> None:
+        first = self.requests.bucket is None and self.tokens.bucket is None
         since = max(0.0, now - ticket.sent_at)
         unexpected = self.requests.publish(
             published.requests, counted=ticket.requests_before + ticket.requests,
             after=self.requests.not_counted(ticket.requests_before, ticket.requests), since=since, now=now)
         self.tokens.publish(published.tokens, counted=ticket.tokens_before + ticket.tokens,
                             after=self.tokens.not_counted(ticket.tokens_before, ticket.tokens), since=since, now=now)
-        if unexpected is not None and self.requests.fitted and now - self._refused_at > SHARED_WINDOW_S:
+        if first:
+            self._start_at_a_share(now)
+        if unexpected is not None and self.requests.fitted:
             self._unexpected.append((now, unexpected))
             self._unexpected_sum += unexpected
+
+    def _start_at_a_share(self, now: float) -> None:
+        """Paced for the first time while other budgets of its group are sending to a published limit too (or
+        finding it out), go at a share of the rate and burst for `SHARE_S`: until the replies show whether they
+        count in one bucket (`absorb`), each going at the whole of it would be a storm of 429s where they do."""
+        sending = sum(1 for other in self._group if other is not self and other.absorbed_into is None
+                      and other.requests.total > 0 and (not other.heard.is_set() or other.requests.published
+                                                        is not None or other.tokens.published is not None))
+        if not sending:
+            return
+        self._sharing_until = now + SHARE_S
+        for pace in (self.requests, self.tokens):
+            pace.share = 1.0 / (1 + sending)
+            if pace.bucket is not None:
+                pace.tune(now)
+
+    def _whole(self, now: float) -> None:
+        """Go at the whole rate again (joined, or `SHARE_S` passed without a sign of a shared bucket)."""
+        self._sharing_until = None
+        for pace in (self.requests, self.tokens):
+            if pace.share != 1.0:
+                pace.share = 1.0
+                pace.tune(now)
+        self._changed.set()
 
     def counted_by_others(self, now: float) -> float:
         """Requests the server counted lately that this budget did not send (once its bucket is known)."""
@@ -331,6 +379,10 @@ class Budget:
         if other is self or other.active() is self:
             return
         other.absorbed_into = self
+        now = self._clock()
+        self._whole(now)
+        self.requests.join(other.requests, now)
+        self.tokens.join(other.tokens, now)
         for waiter in other._queue:
             if not waiter.turn.done():
                 waiter.turn.set_result(None)

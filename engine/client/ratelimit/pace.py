@@ -78,6 +78,17 @@ class Bucket:
 
 
 
+@dataclass
+class _Seen:
+    """The server's bucket as a reply showed it: what it left for the tries it had not counted (`left`, at
+    `at`), and what this pace let through since. Refilled at the published rate, not at this pace's: what
+    another user of the bucket took is told apart from how fast this pace goes."""
+
+    left: float
+    at: float
+    taken: float = 0.0
+
+
 class Pace:
     """One resource's pace (requests, or tokens): its declared, published and learned limits and its bucket."""
 
@@ -93,6 +104,8 @@ class Pace:
         self.total = 0.0                           # let through so far
         self.written = 0.0                         # of it, written to the server
         self.unsent = 0.0                          # let through, not yet written nor given back
+        self._seen: _Seen | None = None   # the server's bucket as the last reply showed it
+        self.share = 1.0   # of the rate and size it goes at (less while others may be spending the same bucket)
         self._points: deque[tuple[float, float]] = deque(maxlen=FIT_POINTS)
         self._granted: deque[tuple[float, float]] = deque(maxlen=4096)   # (when, cost) of recent tries
 
@@ -105,15 +118,16 @@ class Pace:
         return _lowest(self.declared, self.published)
 
     def tune(self, now: float) -> None:
-        """The bucket at the lowest rate known, of one second's worth at most (the published size, if smaller)."""
+        """The bucket at the lowest rate known, of one second's worth at most (the published size, if smaller),
+        times its `share`."""
         rate = self.rate()
         if rate is None:
             self.bucket = None
             return
-        rate = max(MIN_RATE, rate)
+        rate = max(MIN_RATE, rate * self.share)
         size = rate * BURST_S
         if self.published_size is not None:
-            size = min(size, self.published_size * RATE_MARGIN)
+            size = min(size, self.published_size * RATE_MARGIN * self.share)
         size = max(1.0, size)
         if self.bucket is None:
             self.bucket = Bucket(capacity=size, rate=rate, level=size, at=now)
@@ -136,6 +150,8 @@ class Pace:
         self.total += cost
         self.unsent += cost
         self._granted.append((now, cost))
+        if self._seen is not None:
+            self._seen.taken += cost
         if self.bucket is None:
             return None
         self.bucket.take(cost, now)
@@ -151,8 +167,14 @@ class Pace:
     def refund(self, cost: float, now: float) -> None:
         """A try let through was not sent: its cost back."""
         self.unsent = max(0.0, self.unsent - cost)
+        self.uncounted(cost)
         if self.bucket is not None:
             self.bucket.refund(cost, now)
+
+    def uncounted(self, cost: float) -> None:
+        """A try let through took nothing of the server's bucket (never sent, or refused)."""
+        if self._seen is not None:
+            self._seen.taken -= cost
 
     def not_counted(self, before: float, cost: float) -> float:
         """What the server had not counted when it counted a try (written after it, or not written yet)."""
@@ -210,12 +232,20 @@ class Pace:
         # The server counted this request and those before it, and its bucket refilled since, up to its size;
         # the tries it has not counted yet are ours to count.
         size = self.published_size if self.published_size is not None else self.bucket.capacity
-        left = min(size, limit.remaining + since * self.bucket.rate) - max(0.0, after)
+        rate = self.published / RATE_MARGIN if self.published is not None else self.bucket.rate
+        refilled = limit.remaining + since * rate
+        left = min(size, refilled) - max(0.0, after)
+        unexpected = None
+        seen = self._seen
+        if seen is not None:   # what it should hold had the server counted only this pace's tries since
+            expected = seen.left + (now - seen.at) * rate
+            if max(expected, refilled) < size:   # a bucket that may have filled up hides what was taken of it
+                unexpected = expected - seen.taken - left
+        self._seen = _Seen(left, now)
         self.bucket.refill(now)
         if new:
             self.bucket.level = min(self.bucket.capacity, left)
             return None
-        unexpected = self.bucket.level - left
         self.bucket.lower_to(left, now)
         return unexpected
 
@@ -239,6 +269,25 @@ class Pace:
         self.tune(now)
         if self.bucket is not None:
             self.bucket.lower_to(0.0, now)
+
+    def join(self, other: Pace, now: float) -> None:
+        """Pace `other`'s tries here too (the server counts both in one bucket). The learned rate is the sum of
+        the two, which together went at it (none, if either has none: it went at the ceiling alone); the
+        bucket holds what the lower of the two held (each spent it unaware of the other); a refusal of a try
+        either let through before now was of the two spending one bucket, and lowers no rate."""
+        if self.learned is None or other.learned is None:
+            self.learned = None
+        else:
+            self.learned += other.learned
+            self.refused_rate += other.refused_rate
+            ceiling = self.ceiling()
+            if ceiling is not None and self.learned >= ceiling:
+                self.learned = None
+        self.adjusted_at = now
+        self.tune(now)
+        if self.bucket is not None and other.bucket is not None:
+            other.bucket.refill(now)
+            self.bucket.lower_to(other.bucket.level, now)
 
     def succeeded(self, sent_at: float, now: float) -> None:
         """A try this pace let through was answered: a lowered rate climbs back (`RECOVERY_S`)."""
