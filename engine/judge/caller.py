@@ -14,7 +14,6 @@ to pay for it. The evaluators package only knows the `GradingCaller` protocol (e
 from __future__ import annotations
 
 import asyncio
-import functools
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -185,15 +184,16 @@ class ModelJudgeCaller:
             of its own per judge model.
         on_cost: Called with each paid call's cost (the `--max-cost` budget).
         miss_hint: What a cache miss says when there is no client.
-        batched: judge model -> what answers its judge calls through its provider's batch API ((the call's judge
-            cache key, request) -> result: the run's batcher of a batched judge model), or None: live.
+        batched: (judge model, the call's judge cache key) -> what answers that call through its provider's batch
+            API (request -> result: the run's batcher, when the judge model is batched or a batch a stopped run
+            sent holds the call), or None: live.
     """
 
     def __init__(self, judges: JudgeModels, cache: JudgeCache, client: ModelClient | None = None, *,
                  dispatch: Callable[[ModelConfig], Dispatch] | None = None,
                  on_cost: Callable[[float], None] | None = None,
                  miss_hint: str = "run `engine run` again to pay for it",
-                 batched: Callable[[ModelConfig], Callable[[str, PreparedRequest], Awaitable[CallResult]] | None]
+                 batched: Callable[[ModelConfig, str], Callable[[PreparedRequest], Awaitable[CallResult]] | None]
                  | None = None) -> None:
         self._judges = judges
         self._cache = cache
@@ -332,9 +332,8 @@ class ModelJudgeCaller:
         else:
             dispatch = self._windows.get(config.name) or self._windows.setdefault(
                 config.name, Window(ceiling_of(config)))
-        via = self._batched(config) if self._batched is not None else None
-        result = await self._client.call(config, request, dispatch=dispatch,
-                                         via=None if via is None or key is None else functools.partial(via, key))
+        via = self._batched(config, key) if self._batched is not None and key is not None else None
+        result = await self._client.call(config, request, dispatch=dispatch, via=via)
         self.calls += 1
         # an embedding reply has no completion: its cost is its prompt tokens' (cost_of needs both counts)
         completion = 0 if request.reader is not None and result.prompt_tokens is not None else None

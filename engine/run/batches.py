@@ -158,10 +158,10 @@ class Batcher:
 
     # -- the worker's side ---------------------------------------------------------------------------------------
 
-    def takes(self, key: str) -> bool:
-        """Whether the row `key`'s call goes through this batcher: a batch a stopped run sent holds it, or the
-        model's entry says `batch:` now (else it goes live)."""
-        return self._batching or key in self._held
+    def takes(self, key: str, opted_in: bool = True) -> bool:
+        """Whether the call `key` goes through this batcher: a batch a stopped run sent holds it, or the model's
+        entry says `batch:` now and `opted_in` (a judge's own entry does, not `--batch`); else it goes live."""
+        return key in self._held or (opted_in and self._batching)
 
     async def call(self, key: str, request: PreparedRequest) -> CallResult:
         """The answer to `request` (the row `key`'s call) through a batch: one already holding it (a resumed run),

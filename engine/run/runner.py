@@ -239,15 +239,13 @@ class Runner:
                     cache = JudgeCache(self.config.judge_cache or default_path())
                     self._judge = ModelJudgeCaller(self.config.judges, cache, client, dispatch=self._dispatch,
                                                    on_cost=self._spend, batched=self._judged_in_batches)
-                for model, _ in jobs_by_model.values():
-                    # A model with batches recorded by a stopped run collects them even if no longer batched: they
-                    # are paid, and its calls are never sent twice; its other calls follow its entry as it is now.
+                judges = list(self.config.judges.models.values()) if self.config.judges is not None else []
+                for model in [model for model, _ in jobs_by_model.values()] + judges:
+                    # A model, tested or judge (sharing its name's batcher), collects the batches a stopped run
+                    # recorded for it even if no longer batched (paid: never sent twice), else follows its entry now.
                     settings = model.batch if isinstance(model.batch, BatchSettings) else None
-                    if settings is not None or any(r.model == model.name for r in recorded):
+                    if model.name not in self._batchers and (settings or any(r.model == model.name for r in recorded)):
                         self._batchers[model.name] = self._batcher(client, model, settings, committer, recorded)
-                for judge in self.config.judges.models.values() if self.config.judges is not None else ():
-                    if isinstance(judge.batch, BatchSettings) and judge.name not in self._batchers:   # opted in
-                        self._batchers[judge.name] = self._batcher(client, judge, judge.batch, committer, recorded)
                 for model, jobs in jobs_by_model.values():
                     self._start(client, model, jobs)
                 try:
@@ -285,9 +283,11 @@ class Runner:
             batcher.adopt(recorded, self.journal.keys(), retried)
         return batcher
 
-    def _judged_in_batches(self, judge: ModelConfig) -> Callable[[str, PreparedRequest], Awaitable[CallResult]] | None:
-        """A batched judge model's batcher (its judge calls are independent of each other); None: live."""
-        return self._batchers[judge.name].call if isinstance(judge.batch, BatchSettings) else None
+    def _judged_in_batches(self, judge: ModelConfig,
+                           key: str) -> Callable[[PreparedRequest], Awaitable[CallResult]] | None:
+        """The judge call `key` through batches: a recorded batch holds it, or the judge's entry says `batch:`."""
+        batcher, opted_in = self._batchers.get(judge.name), isinstance(judge.batch, BatchSettings)   # not --batch
+        return None if batcher is None or not batcher.takes(key, opted_in) else functools.partial(batcher.call, key)
 
     def _dispatch(self, model: ModelConfig) -> _RunDispatch:
         """The slots of `model`'s tries (its window, made on first use; judges share it with a model of the same

@@ -13,6 +13,7 @@ import json
 import os
 import signal
 import time
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -143,9 +144,11 @@ def _until_polled(provider: Provider, process: Any, calls: int | None = None, *,
     raise AssertionError(f"the batches were not all sent and polled: {provider.batches.log[-5:]}")
 
 
-def _kill_once_polled(provider: Provider, *args: str, calls: int | None = None, creates: int | None = None) -> None:
-    """Run `engine ARGS` and kill it (SIGKILL) once its batches are sent and polled (`_until_polled`)."""
-    process = start_engine(*args, env=ENV)
+def _kill_once_polled(provider: Provider, *args: str, calls: int | None = None, creates: int | None = None,
+                      env: dict[str, str] | None = None) -> None:
+    """Run `engine ARGS` (with `env`, else `ENV`) and kill it (SIGKILL) once its batches are sent and polled
+    (`_until_polled`)."""
+    process = start_engine(*args, env=env or ENV)
     try:
         _until_polled(provider, process, calls, creates=creates)
         os.kill(process.pid, signal.SIGKILL)
@@ -350,24 +353,21 @@ tests:
 """
 
 
-def test_a_judge_whose_entry_says_batch_grades_through_batches_at_the_batch_price(tmp_path: Path) -> None:
-    """Judge calls of a run are independent of each other: a judge model that opts in (`batch:` in its entry)
-    grades through its provider's batches, priced at the batch price, while the answering model stays live."""
-    live = FakeOpenAI()
-    batches = OpenAIBatchServer(live)
-    live.start()
-    try:
-        def respond(body: dict[str, Any]) -> Any:
-            if body["model"] == "shop-1":
-                n = int(body["messages"][-1]["content"].split()[-1].rstrip("?"))
-                return fake_openai.Reply(content="Within 30 days." if n % 2 else "No refunds.")
-            graded = body["messages"][0]["content"].split("\n[Answer to grade]\n", 1)[1]
-            grade = "pass" if "30 days" in graded else "fail"
-            return fake_openai.Reply(content=json.dumps({"reasoning": "r", "grade": grade}),
-                                     usage={"prompt_tokens": 1000, "completion_tokens": 100})
-        live.responder = respond
-        (tmp_path / "judged.yaml").write_text(JUDGED, encoding="utf-8")
-        (tmp_path / "models.yaml").write_text(f"""\
+def _judged(live: FakeOpenAI, folder: Path, batch: str) -> Path:
+    """The judged suite (answered live by `shop`: right for odd n) and its models file, whose judge `grader`
+    has `batch` in its entry; the fake grades an answer pass when it says 30 days. The models file."""
+    def respond(body: dict[str, Any]) -> Any:
+        if body["model"] == "shop-1":
+            n = int(body["messages"][-1]["content"].split()[-1].rstrip("?"))
+            return fake_openai.Reply(content="Within 30 days." if n % 2 else "No refunds.")
+        graded = body["messages"][0]["content"].split("\n[Answer to grade]\n", 1)[1]
+        grade = "pass" if "30 days" in graded else "fail"
+        return fake_openai.Reply(content=json.dumps({"reasoning": "r", "grade": grade}),
+                                 usage={"prompt_tokens": 1000, "completion_tokens": 100})
+    live.responder = respond
+    (folder / "judged.yaml").write_text(JUDGED, encoding="utf-8")
+    models = folder / "models.yaml"
+    models.write_text(f"""\
 defaults: {{judge: grader}}
 models:
   shop: {{base_url: "{live.base_url}", model: shop-1, timeout_s: 20}}
@@ -376,9 +376,25 @@ models:
     model: grader-1
     timeout_s: 20
     price: {{input: 2, output: 8}}
-    batch: {{size: 4, max_wait_s: 0.2}}
-""", encoding="utf-8")
-        done = engine("run", str(tmp_path / "judged.yaml"), "--models", str(tmp_path / "models.yaml"), "--model",
+{batch}""", encoding="utf-8")
+    return models
+
+
+def _graded(bodies: list[dict[str, Any]]) -> list[int]:
+    """The case each judge request grades (its question names it)."""
+    return [int(body["messages"][0]["content"].split("[Question]\nRefund policy, case ", 1)[1].split("?")[0])
+            for body in bodies if body["model"] == "grader-1"]
+
+
+def test_a_judge_whose_entry_says_batch_grades_through_batches_at_the_batch_price(tmp_path: Path) -> None:
+    """Judge calls of a run are independent of each other: a judge model that opts in (`batch:` in its entry)
+    grades through its provider's batches, priced at the batch price, while the answering model stays live."""
+    live = FakeOpenAI()
+    batches = OpenAIBatchServer(live)
+    live.start()
+    try:
+        models = _judged(live, tmp_path, "    batch: {size: 4, max_wait_s: 0.2}\n")
+        done = engine("run", str(tmp_path / "judged.yaml"), "--models", str(models), "--model",
                       "shop", "--out", str(tmp_path / "out"), "--quiet", "--no-cache",
                       env={**ENV, "ENGINE_JUDGE_CACHE": str(tmp_path / "judge.sqlite")})
         assert done.returncode == 0, done.stderr
@@ -388,6 +404,46 @@ models:
         assert frame["judge_cost"].round(9).eq(0.0014).all()   # 1000 and 100 tokens at $2 and $8, halved
         assert len(batches.submitted) == 6 and len(set(batches.submitted)) == 6
         assert all(not body.get("stream") for body in live.requests if body["model"] == "grader-1")
+    finally:
+        live.stop()
+
+
+def test_a_judge_that_lost_batch_collects_its_batch_sent_on_resume_and_grades_the_rest_live(tmp_path: Path) -> None:
+    """A run whose judge sent its first judge request in a batch is killed while it waits (`--concurrency 1`: one
+    test at a time, so no other judge request is made meanwhile); the judge's entry then loses `batch:` and the
+    run is resumed: the batch is collected (its judgement at the batch price), nothing of it is sent again,
+    neither in a batch nor live, and only the 5 judge requests no batch holds go live, at the live price."""
+    live = FakeOpenAI()
+    batches = OpenAIBatchServer(live)
+    live.start()
+    try:
+        models = _judged(live, tmp_path, "    batch: {size: 1, max_wait_s: 60}\n")
+        batches.plan = Plan(delay_s=3.0)   # answered only after the kill
+        env = {**ENV, "ENGINE_JUDGE_CACHE": str(tmp_path / "judge.sqlite")}
+        out = tmp_path / "out"
+        judge = Provider("chat", live, batches, tmp_path)
+        _kill_once_polled(judge, "run", str(tmp_path / "judged.yaml"), "--models", str(models), "--model", "shop",
+                          "--out", str(out), "--concurrency", "1", "--quiet", "--no-cache", creates=1, env=env)
+        in_batch = _graded([body for _, body in batches.jobs.jobs["batch_1"].requests])
+        assert len(in_batch) == 1 and len(batches.submitted) == 1 and not _graded(live.requests)
+        models.write_text(models.read_text(encoding="utf-8").replace("    batch: {size: 1, max_wait_s: 60}\n", ""),
+                          encoding="utf-8")
+        run_dir = next(p for p in out.iterdir() if p.is_dir() and not p.is_symlink())
+        resumed = engine("run", "--resume", str(run_dir), "--quiet", env=env)
+        assert resumed.returncode == 0, resumed.stderr
+        assert len(judge.creates()) == 1 and len(batches.submitted) == 1   # no judge request in a batch again
+        batch = batches.jobs.jobs["batch_1"]
+        assert batch.ended_as == "completed" and len(batch.answers) == 1   # collected: polled until it ended
+        # the fake answered the batch's requests through the live responder too (logged with the live ones)
+        answered = {custom_id for custom_id, _, _ in batch.answers}
+        graded_live = Counter(_graded(live.requests)) - Counter(
+            _graded([body for custom_id, body in batch.requests if custom_id in answered]))
+        assert sorted(graded_live.elements()) == sorted(set(range(6)) - set(in_batch))   # only the rest, once each
+        frame = rows(out).set_index("test_id")
+        assert frame["error_kind"].isna().all()
+        assert frame["passed"].to_dict() == {f"q-{n}": bool(n % 2) for n in range(6)}   # every row judged
+        assert frame["judge_cost"].round(9).to_dict() == {
+            f"q-{n}": 0.0014 if n in in_batch else 0.0028 for n in range(6)}
     finally:
         live.stop()
 
