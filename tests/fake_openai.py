@@ -33,8 +33,9 @@ Embeddings (`POST /v1/embeddings`): each input's vector is `server.embedder(text
 `bag_of_words` (word counts hashed into `EMBEDDING_DIM` buckets), so a test can hand-compute cosines from word
 counts; usage.prompt_tokens = the inputs' word count. Requests are recorded and take scripted replies like
 chat: http_* faults, `delay_s`, `raw` (any other field of the Reply is ignored).
-A different served model: `Reply(model="other-model")`. Tool calls: `Reply(tool_calls=[...])`
-with each call's arguments streamed in `arg_chunks` pieces.
+A reply held until the test says: `Reply(hold=...)`, or `HoldAfter(count, answer)` as the responder (a run
+killed part-way is still part-way when killed). A different served model: `Reply(model="other-model")`. Tool
+calls: `Reply(tool_calls=[...])` with each call's arguments streamed in `arg_chunks` pieces.
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ import time
 import zlib
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 from urllib.parse import unquote, unquote_plus
 
@@ -85,6 +86,8 @@ class Reply:
         should_retry: `x-should-retry` header value ("true"/"false").
         location: `Location` header value for http_3xx faults.
         delay_s: Wait this long before answering (for concurrency tests).
+        hold: Answer (after `delay_s`) only once this returns False, asked every 10 ms on the server's loop
+            (other requests go on meanwhile): a test holds a reply until it has seen what it waits for.
         chunk_chars: Content characters per streamed chunk.
         arg_chunks: Pieces each tool call's arguments are split into.
         stall_s: How long a "stall" fault waits.
@@ -106,6 +109,7 @@ class Reply:
     should_retry: str | None = None
     location: str | None = None
     delay_s: float = 0.0
+    hold: Callable[[], bool] | None = None
     chunk_chars: int = 4
     arg_chunks: int = 3
     stall_s: float = 60.0
@@ -113,6 +117,29 @@ class Reply:
     error_message: str | None = None
     raw: bytes | None = None
     echo_status: int = 400
+
+
+class HoldAfter:
+    """A responder that answers as `answer` does, but holds every request after the first `count` (in arrival
+    order) until `release()`: a test that stops a run part-way finds it stopped before its end, whatever the
+    machine's load, instead of racing the run to its end."""
+
+    def __init__(self, count: int, answer: Callable[[dict[str, Any]], Reply]) -> None:
+        self.count = count
+        self.answer = answer
+        self.released = threading.Event()
+        self.arrived = 0
+
+    def __call__(self, body: dict[str, Any]) -> Reply:
+        self.arrived += 1   # the server's loop asks, one request at a time
+        reply = self.answer(body)
+        if self.arrived <= self.count:
+            return reply
+        return replace(reply, hold=lambda: not self.released.is_set())
+
+    def release(self) -> None:
+        """Answer the held requests and every later one."""
+        self.released.set()
 
 
 class FakeOpenAI:
@@ -255,6 +282,8 @@ class FakeOpenAI:
             reply = self._next_reply(body)
             if reply.delay_s:
                 await asyncio.sleep(reply.delay_s)
+            while reply.hold is not None and reply.hold():
+                await asyncio.sleep(0.01)
             if reply.fault and reply.fault.startswith("http_"):
                 return self._status(reply)
             if reply.fault == "drop":

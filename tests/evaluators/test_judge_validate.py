@@ -6,6 +6,7 @@ are checked against values computed by hand below; exit codes; plain `validate` 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import re
 from pathlib import Path
@@ -81,9 +82,9 @@ tests:
 
 MODELS = """\
 models:
-  grader: {{base_url: "{url}", model: grader-1, timeout_s: 5}}
-  yesman: {{base_url: "{url}", model: yes-1, timeout_s: 5}}
-  broken: {{base_url: "{url}", model: broken-1, timeout_s: 5}}
+  grader: {{base_url: "{url}", model: grader-1, timeout_s: 60}}
+  yesman: {{base_url: "{url}", model: yes-1, timeout_s: 60}}
+  broken: {{base_url: "{url}", model: broken-1, timeout_s: 60}}
   slow: {{base_url: "{url}", model: slow-1, timeout_s: 0.3, max_retries: 0}}
 """
 
@@ -195,24 +196,41 @@ def test_judges_needs_the_models_file_and_a_clean_suite(project: dict[str, Any],
 def test_grading_says_it_started_and_how_far_it_is_while_it_lasts(project: dict[str, Any],
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     """Grading by small local models takes minutes in `make run`: a line when it starts, then one every
-    PROGRESS_S (shortened here) with the examples graded so far."""
+    PROGRESS_S (shortened here) with the examples graded so far. The server holds its replies until the lines
+    it waits for came (every reply until a line says 0 of 15, the sixth on until two say 5 of 15), so those
+    lines are seen whatever the machine's load, not by racing replies against the heartbeat."""
     from engine.analysis import judge_validate
     from engine.suite import load_suites
 
     tmp = project["tmp"]
-    project["server"].responder = lambda body: dataclasses.replace(respond(body), delay_s=0.3)
+    lines: list[str] = []
+
+    def counts() -> list[tuple[int, int]]:
+        """(graded, of) from each heartbeat line so far (a line of another shape: (-1, -1))."""
+        found = [re.fullmatch(r"judges: (\d+) of (\d+) examples graded \(\d+ s\)", line) for line in lines[1:]]
+        return [(int(m.group(1)), int(m.group(2))) if m else (-1, -1) for m in found]
+
+    arrived = itertools.count(1)
+
+    def held(body: dict[str, Any]) -> Reply:
+        if next(arrived) <= 5:
+            return dataclasses.replace(respond(body), hold=lambda: (0, 15) not in counts())
+        return dataclasses.replace(respond(body), hold=lambda: counts().count((5, 15)) < 2)
+
+    project["server"].responder = held
     monkeypatch.setattr(judge_validate, "PROGRESS_S", 0.1)
     suites, _ = load_suites([tmp / "good" / "good.yaml"])
-    lines: list[str] = []
     found = judge_validate.validate_judges([t for s in suites for t in s.tests], tmp / "models.yaml",
                                            tmp / "calibration.json", judge_cache=tmp / "judge.sqlite",
                                            progress=lines.append)
     assert found.calls == 15
     assert lines[0] == "judges: grading the examples of 2 judge node(s) with grader"
-    ticks = [re.fullmatch(r"judges: (\d+) of 15 examples graded \(\d+ s\)", line) for line in lines[1:]]
-    assert len(ticks) >= 3 and all(ticks), lines
-    graded = [int(t.group(1)) for t in ticks if t]
-    assert graded == sorted(graded) and graded[-1] < 15
+    ticks = counts()
+    assert (-1, -1) not in ticks, lines
+    # counted up as they go: a line before both judges' examples are read says fewer than 15 to grade
+    graded, total = [g for g, _ in ticks], [t for _, t in ticks]
+    assert graded == sorted(graded) and total == sorted(total) and total[-1] == 15, ticks
+    assert ticks.index((0, 15)) < ticks.index((5, 15)) and ticks.count((5, 15)) >= 2, ticks
 
 
 def test_a_calibrated_judge_under_final_answer_is_a_target_at_its_verdicts_path() -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from tests.fake_openai import FakeOpenAI, Reply
+from tests.fake_openai import FakeOpenAI, HoldAfter, Reply
 from tests.run.e2e import engine, start_engine, write_project
 
 KEY_ENV = "ENGINE_TEST_KEY"
@@ -87,7 +87,8 @@ def _journal_rows(run_dir: Path) -> int:
 
 
 def test_kill_9_then_resume_loses_nothing_and_duplicates_nothing(tmp_path: Path, fake_openai: FakeOpenAI) -> None:
-    fake_openai.responder = lambda body: Reply(content="ok", delay_s=0.01)
+    held = HoldAfter(60, lambda body: Reply(content="ok", delay_s=0.01))   # part-way when killed, whatever the load
+    fake_openai.responder = held
     suites, models = write_project(tmp_path, fake_openai.base_url, tests=300, concurrency=4)
     out = tmp_path / "results"
     proc = start_engine("run", str(suites), "--models", str(models), "--model", "fast", "--out", str(out),
@@ -103,6 +104,7 @@ def test_kill_9_then_resume_loses_nothing_and_duplicates_nothing(tmp_path: Path,
     assert run_dir is not None, "the run never got going"
     proc.send_signal(signal.SIGKILL)
     proc.wait(10)
+    held.release()
     before = _journal_rows(run_dir)
     assert 40 <= before < 303, "killed too late to test anything"
     assert not (run_dir / "_manifest.json").exists()
@@ -117,8 +119,10 @@ def test_kill_9_then_resume_loses_nothing_and_duplicates_nothing(tmp_path: Path,
 
 
 def _kill_part_way(tmp_path: Path, fake_openai: FakeOpenAI) -> tuple[Path, Path]:
-    """Start a 303-call run, SIGKILL it once 40 rows are committed; (the results folder, the run folder)."""
-    fake_openai.responder = lambda body: Reply(content="ok", delay_s=0.01)
+    """Start a 303-call run, SIGKILL it once 40 rows are committed (the server holds every reply after the 60th
+    until then); (the results folder, the run folder)."""
+    held = HoldAfter(60, lambda body: Reply(content="ok", delay_s=0.01))
+    fake_openai.responder = held
     suites, models = write_project(tmp_path, fake_openai.base_url, tests=300, concurrency=4)
     out = tmp_path / "results"
     proc = start_engine("run", str(suites), "--models", str(models), "--model", "fast", "--out", str(out),
@@ -131,6 +135,7 @@ def _kill_part_way(tmp_path: Path, fake_openai: FakeOpenAI) -> tuple[Path, Path]
         time.sleep(0.01)
     proc.send_signal(signal.SIGKILL)
     proc.wait(10)
+    held.release()
     (run_dir,) = [p for p in out.glob("2*") if p.is_dir()]
     assert 40 <= _journal_rows(run_dir) < 303, "killed too late to test anything"
     return out, run_dir

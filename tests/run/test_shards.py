@@ -16,7 +16,7 @@ import pytest
 
 from engine.results.rows import key_of_row
 from engine.run.shards import shard_of
-from tests.fake_openai import FakeOpenAI, Reply
+from tests.fake_openai import FakeOpenAI, HoldAfter, Reply
 from tests.run.e2e import ROOT, engine, start_engine, write_project
 
 KEY_ENV = "ENGINE_TEST_KEY"
@@ -84,7 +84,8 @@ def test_three_concurrent_shards_make_exactly_the_unsharded_run(tmp_path: Path, 
 
 
 def test_kill_9_of_one_shard_then_resume_repeats_no_committed_call(tmp_path: Path, fake_openai: FakeOpenAI) -> None:
-    fake_openai.responder = lambda body: Reply(content="ok", delay_s=0.01)
+    held = HoldAfter(40, lambda body: Reply(content="ok", delay_s=0.01))   # part-way when killed, whatever the load
+    fake_openai.responder = held
     suites, models = write_project(tmp_path, fake_openai.base_url, tests=300, concurrency=4)
     out = tmp_path / "results"
     common = ["run", str(suites), "--models", str(models), "--model", "fast", "--out", str(out), "--run-id", "big",
@@ -97,6 +98,7 @@ def test_kill_9_of_one_shard_then_resume_repeats_no_committed_call(tmp_path: Pat
         time.sleep(0.01)
     proc.send_signal(signal.SIGKILL)
     proc.wait(10)
+    held.release()
     committed = _journal_keys(shard_dir)
     assert 20 <= len(committed) < 90, "killed too early or too late to test anything"
     assert not (shard_dir / "_manifest.json").exists()

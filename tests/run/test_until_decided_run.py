@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from tests.fake_openai import FakeOpenAI, Reply
+from tests.fake_openai import FakeOpenAI, HoldAfter, Reply
 from tests.run.e2e import engine, write_project
 
 KEY_ENV = "ENGINE_TEST_KEY"
@@ -170,6 +170,8 @@ def test_killed_and_resumed_it_continues_the_decision_and_complete_runs_the_rest
     assert expected["verdict"] == "fast better" and uninterrupted < FULL_CALLS // 2
 
     run_dir = out / "killed"
+    held = HoldAfter(20, fake_openai.responder)   # killed mid-way, whatever the machine's load
+    fake_openai.responder = held
     proc = start_engine("run", str(suites), "--models", str(models), "--until-decided", "fast,other", "--seed", "3",
                         "--no-cache", "--out", str(out), "--run-id", "killed", "--quiet", env={KEY_ENV: "k"})
     deadline = time.monotonic() + 60
@@ -177,6 +179,7 @@ def test_killed_and_resumed_it_continues_the_decision_and_complete_runs_the_rest
         time.sleep(0.01)
     proc.send_signal(signal.SIGKILL)
     proc.wait(30)
+    held.release()
     at_kill = _committed(run_dir)
     assert 8 <= at_kill < uninterrupted - 8, at_kill   # killed mid-way, well before the decision
     assert not (run_dir / "_manifest.json").exists()
