@@ -56,10 +56,12 @@ async def test_an_async_scorer_is_awaited_on_the_run_loop(tmp_path: Path, fake_o
 
 def _spinning(value: Any, options: Any) -> Any:
     """A check that never ends: pure Python, or (value "deaf") with the timer signal blocked, as C code that does
-    not look at signals."""
+    not look at signals; any other value is a file it creates first, to say it began."""
     def spin(answer: Answer, ctx: ScoringContext) -> Verdict:
         if value == "deaf":
             signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})
+        elif value != "python":
+            Path(value).touch()
         while True:
             pass
     return spin
@@ -128,17 +130,19 @@ async def test_a_check_past_its_memory_limit_is_an_error_naming_it_and_every_oth
 
 
 async def test_a_cancelled_run_keeps_an_answer_whose_scoring_it_cut(
-        tmp_path: Path, fake_openai: FakeOpenAI, monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: Path, tmp_path_factory: pytest.TempPathFactory, fake_openai: FakeOpenAI,
+        monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(KINDS, "spin", Kind("a check that never ends", {"type": "string"}, build=_spinning))
     fake_openai.responder = lambda body: Reply(content="paid for")
     journal = Journal(tmp_path / "_journal.sqlite")
     runner = Runner(RunConfig(run_id="run-1", concurrency=2), journal, ResultsWriter(tmp_path, journal))
     model = make_model(fake_openai.base_url)
-    tests = [make_test(0, eval={"spin": "python", "timeout_s": 600})]
+    began = tmp_path_factory.mktemp("spin") / "began"   # beside the run folder, whose files are its Parquet
+    tests = [make_test(0, eval={"spin": str(began), "timeout_s": 600})]
     run = asyncio.create_task(runner.run({"m": (model, iter_jobs(model, tests, None))}, 1, {"m": None}))
-    while not fake_openai.requests:
-        await asyncio.sleep(0.01)
-    await asyncio.sleep(0.5)   # the answer arrived; its check spins in a scoring process
+    async with asyncio.timeout(60):   # a hang guard: the answer arrives and its check begins to spin
+        while not began.exists():
+            await asyncio.sleep(0.01)
     runner.cancel()
     await asyncio.wait_for(run, 60)   # a hang guard
     journal.close()

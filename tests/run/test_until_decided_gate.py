@@ -80,11 +80,11 @@ async def test_admit_waits_past_the_lookahead_and_says_no_once_closed() -> None:
     assert not third.done()                      # two clusters open, none read yet
     gate.record(jobs_a[0], _row(1.0))
     gate.record(jobs_b[0], _row(0.0))
-    assert await asyncio.wait_for(third, 1) is True
+    assert await asyncio.wait_for(third, 60) is True   # a hang guard
     fourth = asyncio.create_task(gate.admit(jobs_a[4]))
     await asyncio.sleep(0.01)
     gate.close()
-    assert await asyncio.wait_for(fourth, 1) is False
+    assert await asyncio.wait_for(fourth, 60) is False
 
 
 def test_the_option_is_checked() -> None:
