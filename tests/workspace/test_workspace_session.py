@@ -26,7 +26,9 @@ import http.server, socketserver, sys
 class Handler(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
         self.send_response(200); self.end_headers(); self.wfile.write(b"pong")
-socketserver.TCPServer(("127.0.0.1", 8765), Handler).serve_forever()
+server = socketserver.TCPServer(("127.0.0.1", 8765), Handler)
+open("listening", "w").close()
+server.serve_forever()
 """
 FETCH = "python3 -c \"import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:8765').read().decode())\""
 
@@ -39,9 +41,10 @@ def _bwrap() -> None:
 def test_a_background_server_outlives_its_command_serves_the_check_and_dies_with_the_workspace() -> None:
     _bwrap()
     token = f"bg-{secrets.token_hex(6)}"
-    ws = Workspace.create(WorkspaceSpec(files={"server.py": SERVER}, root="/app", timeout_s=10))
+    ws = Workspace.create(WorkspaceSpec(files={"server.py": SERVER}, root="/app", timeout_s=60))   # a hang guard
     try:
-        command = f"nohup python3 server.py {token} > log 2>&1 & sleep 0.5; pwd"
+        # waits for the server to listen (a fixed `sleep 0.5` was too short on a loaded machine)
+        command = f"nohup python3 server.py {token} > log 2>&1 & until [ -e listening ]; do sleep 0.05; done; pwd"
         started = json.loads(run_command(ws, {"command": command}).content)
         assert started["stdout"] == "/app\n", started
         assert json.loads(run_command(ws, {"command": FETCH}).content)["stdout"] == "pong\n"
@@ -71,7 +74,8 @@ def test_a_command_that_is_killed_takes_its_background_processes_with_it() -> No
         body = json.loads(run_command(ws, {"command": f"setsid sleep 300 {token} & sleep 30"}).content)
         assert "timed out" in body["error"], body
         assert live_processes(token=token) == []
-        assert json.loads(run_command(ws, {"command": "echo still usable"}).content)["stdout"] == "still usable\n"
+        # still usable (under a hang guard: the workspace's 1 s deadline is for the command above)
+        assert ws.run("echo still usable", timeout_s=60).stdout == "still usable\n"
     finally:
         ws.close()
 
