@@ -19,6 +19,7 @@ The server runs on the test's own event loop; it answers in SSE when the request
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -74,13 +75,17 @@ class ScriptedServer:
         faults: Request number (1 = the first request) -> HTTP status to answer instead of the script.
         fault: A request body -> an HTTP status to answer instead, or None; for faults that must hit one
             conversation whatever the order requests arrive in (concurrent runs).
+        hold: A request body -> whether to hold it back still (asked every 10 ms, the other requests going on
+            meanwhile; it is recorded as it arrives): a test holds a conversation until it has seen what it waits for.
     """
 
     def __init__(self, script: Script, faults: dict[int, int] | None = None,
-                 fault: Callable[[dict[str, Any]], int | None] | None = None) -> None:
+                 fault: Callable[[dict[str, Any]], int | None] | None = None,
+                 hold: Callable[[dict[str, Any]], bool] | None = None) -> None:
         self.script = script
         self.faults = dict(faults or {})
         self.fault = fault
+        self.hold = hold
         self.requests: list[dict[str, Any]] = []
         self._runner: web.AppRunner | None = None
         self.port = 0
@@ -106,7 +111,10 @@ class ScriptedServer:
     async def _chat(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
         self.requests.append(body)
-        status = self.faults.get(len(self.requests))
+        number = len(self.requests)
+        while self.hold is not None and self.hold(body):
+            await asyncio.sleep(0.01)
+        status = self.faults.get(number)
         if status is None and self.fault is not None:
             status = self.fault(body)
         if status is not None:

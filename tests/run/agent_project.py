@@ -90,10 +90,10 @@ def retry_fault() -> Any:
 
 
 @contextmanager
-def scripted_server_thread(script: Any, fault: Any = None) -> Iterator[ScriptedServer]:
+def scripted_server_thread(script: Any, fault: Any = None, hold: Any = None) -> Iterator[ScriptedServer]:
     """A ScriptedServer on its own event loop in a daemon thread (a subprocess `engine run` calls it)."""
     loop = asyncio.new_event_loop()
-    server = ScriptedServer(script, fault=fault)
+    server = ScriptedServer(script, fault=fault, hold=hold)
     ready = threading.Event()
 
     def serve() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import signal
 import sqlite3
+import threading
 import time
 from pathlib import Path
 
@@ -143,10 +144,16 @@ def test_kill_9_mid_run_then_resume_loses_and_repeats_no_conversation(tmp_path: 
             return Turn(tool_calls=[{"name": "book", "arguments": {"day": day}}])
         return Turn(content=f"{latest_tool_results(messages)[0]} for you")
 
+    killed = threading.Event()
+
+    def hold(body: dict) -> bool:
+        """Days 12 on wait for the kill: the run is part-way when killed, whatever the machine's load."""
+        return int(body["messages"][0]["content"].split()[-1]) >= 12 and not killed.is_set()
+
     (tmp_path / "suites").mkdir()
     (tmp_path / "suites" / "slow.yaml").write_text(KILL_SUITE)
     out = tmp_path / "results"
-    with scripted_server_thread(script) as server:
+    with scripted_server_thread(script, hold=hold) as server:
         (tmp_path / "models.yaml").write_text(MODELS.format(base_url=server.base_url))
         proc = start_engine("run", str(tmp_path / "suites"), "--models", str(tmp_path / "models.yaml"),
                             "--out", str(out), "--concurrency", "4", "--quiet", "--no-cache", env={})
@@ -161,6 +168,7 @@ def test_kill_9_mid_run_then_resume_loses_and_repeats_no_conversation(tmp_path: 
         assert run_dir is not None, "the run never got going"
         proc.send_signal(signal.SIGKILL)
         proc.wait(10)
+        killed.set()
         committed = _committed_prompts(run_dir)
         assert 6 <= len(committed) < 40, "killed too late to test anything"
         first_turns_before = [r["messages"][0]["content"] for r in server.requests if model_turns(r["messages"]) == 0]

@@ -11,7 +11,6 @@ isolation level the machine offers: bubblewrap's, and PID and network namespaces
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import re
@@ -21,16 +20,13 @@ import subprocess
 import sys
 import tempfile
 import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 import pytest
-from aiohttp import web
 
-from tests.agent.scripted_server import ScriptedServer, Turn, model_turns
+from tests.agent.scripted_server import Turn, model_turns
 from tests.engine_proc import checkout_env
 from tests.harness.harness_helpers import live_processes
 from tests.run.agent_project import scripted_server_thread
@@ -311,42 +307,6 @@ tests:
 """
 
 
-class WaitingServer(ScriptedServer):
-    """A ScriptedServer that holds a request back (without blocking the others) while `hold(body)` says so."""
-
-    def __init__(self, script: Callable[[list[dict[str, Any]]], Turn], hold: Callable[[dict[str, Any]], bool]) -> None:
-        super().__init__(script)
-        self.hold = hold
-
-    async def _chat(self, request: web.Request) -> web.StreamResponse:
-        body = await request.json()
-        while self.hold(body):
-            await asyncio.sleep(0.05)
-        return await super()._chat(request)
-
-
-@contextmanager
-def waiting_server_thread(server: WaitingServer) -> Iterator[WaitingServer]:
-    loop = asyncio.new_event_loop()
-    ready = threading.Event()
-
-    def serve() -> None:
-        asyncio.set_event_loop(loop)
-        loop.run_until_complete(server.__aenter__())
-        ready.set()
-        loop.run_forever()
-
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    assert ready.wait(10)
-    try:
-        yield server
-    finally:
-        asyncio.run_coroutine_threadsafe(server.__aexit__(None, None, None), loop).result(10)
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(10)
-
-
 @pytest.mark.parametrize("level", ["uid", "pidns+netns+uid"])
 def test_without_bubblewrap_no_command_runs_as_the_uid_of_another_open_workspace(level: str, tmp_path: Path) -> None:
     if os.geteuid() != 0:
@@ -378,7 +338,7 @@ def test_without_bubblewrap_no_command_runs_as_the_uid_of_another_open_workspace
     suites.mkdir()
     (suites / "uids.yaml").write_text(UID_SUITE)
     try:
-        with waiting_server_thread(WaitingServer(model, hold)) as server:
+        with scripted_server_thread(model, hold=hold) as server:
             (tmp_path / "models.yaml").write_text(MODELS.format(base_url=server.base_url))
             done = engine("run", str(suites), "--models", str(tmp_path / "models.yaml"), "--out",
                           str(tmp_path / "out"), "--quiet", "--concurrency", "2",
