@@ -34,7 +34,7 @@ from engine.model.test import Test
 
 STOPPED_BEFORE = "the run was stopped before this was asked (the answer is kept, not scored)"
 
-__all__ = ["JudgeModels", "ModelJudgeCaller", "ModelsNamed", "models_named", "resolve_judges"]
+__all__ = ["JudgeModels", "JudgeRun", "ModelJudgeCaller", "ModelsNamed", "models_named", "resolve_judges"]
 
 
 @dataclass(frozen=True)
@@ -173,35 +173,37 @@ def request_body(model: ModelConfig, messages: list[dict[str, Any]], schema: Map
     return body
 
 
+@dataclass(frozen=True)
+class JudgeRun:
+    """What a run lends its judge calls (a calibration or a rescore has none: a window of its own per judge model,
+    no budget, no batches)."""
+
+    dispatch: Callable[[ModelConfig], Dispatch]   # the slots a judge model's tries wait for (the run's windows)
+    on_cost: Callable[[float], None]              # each paid call's cost (the `--max-cost` budget)
+    #: (judge model, the call's judge cache key) -> what answers that call through its provider's batch API
+    #: (request -> result: the run's batcher, when the judge model is batched or a batch a stopped run sent holds
+    #: the call), or None: live
+    batched: Callable[[ModelConfig, str], Callable[[PreparedRequest], Awaitable[CallResult]] | None]
+
+
 class ModelJudgeCaller:
-    """Judge calls for one run (or one rescore, without a client).
+    """Judge calls for one run (or one calibration, or one rescore without a client).
 
     Args:
         judges: The resolved judge models.
         cache: The judge cache.
         client: The run's client, or None to answer from the cache only.
-        dispatch: The slots a judge model's tries wait for (the run's, `engine.client.window`); None: a window
-            of its own per judge model.
-        on_cost: Called with each paid call's cost (the `--max-cost` budget).
+        run: What the run lends the calls, or None outside a run.
         miss_hint: What a cache miss says when there is no client.
-        batched: (judge model, the call's judge cache key) -> what answers that call through its provider's batch
-            API (request -> result: the run's batcher, when the judge model is batched or a batch a stopped run
-            sent holds the call), or None: live.
     """
 
     def __init__(self, judges: JudgeModels, cache: JudgeCache, client: ModelClient | None = None, *,
-                 dispatch: Callable[[ModelConfig], Dispatch] | None = None,
-                 on_cost: Callable[[float], None] | None = None,
-                 miss_hint: str = "run `engine run` again to pay for it",
-                 batched: Callable[[ModelConfig, str], Callable[[PreparedRequest], Awaitable[CallResult]] | None]
-                 | None = None) -> None:
+                 run: JudgeRun | None = None, miss_hint: str = "run `engine run` again to pay for it") -> None:
         self._judges = judges
         self._cache = cache
         self._client = client
-        self._dispatch = dispatch
-        self._on_cost = on_cost
+        self._run = run
         self._miss_hint = miss_hint
-        self._batched = batched
         self._windows: dict[str, Window] = {}
         # cache key -> the reply (judge) or vector (embed) an identical request now in flight will bring: two
         # answering models that give the same answer are graded at once, and the second must not pay again
@@ -327,12 +329,12 @@ class ModelJudgeCaller:
             CallStopped: The run stopped before it was sent.
         """
         assert self._client is not None, "the callers answer from the cache when there is no client"
-        if self._dispatch is not None:
-            dispatch: Dispatch = self._dispatch(config)
+        if self._run is not None:
+            dispatch: Dispatch = self._run.dispatch(config)
         else:
             dispatch = self._windows.get(config.name) or self._windows.setdefault(
                 config.name, Window(ceiling_of(config)))
-        via = self._batched(config, key) if self._batched is not None and key is not None else None
+        via = self._run.batched(config, key) if self._run is not None and key is not None else None
         result = await self._client.call(config, request, dispatch=dispatch, via=via)
         self.calls += 1
         # an embedding reply has no completion: its cost is its prompt tokens' (cost_of needs both counts)
@@ -340,6 +342,6 @@ class ModelJudgeCaller:
         cost = cost_of(config, result.prompt_tokens, result.completion_tokens
                        if result.completion_tokens is not None else completion, result.cached_tokens,
                        result.cache_write_tokens, batch=result.batch_id is not None)
-        if cost is not None and self._on_cost is not None:
-            self._on_cost(cost)
+        if cost is not None and self._run is not None:
+            self._run.on_cost(cost)
         return result, cost

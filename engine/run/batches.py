@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     from engine.results.journal import Journal
     from engine.run.run_config import PollPlan, RunStats
 
-__all__ = ["MOST_WAITING", "Batcher", "SendLive", "estimated_cost"]
+__all__ = ["MOST_WAITING", "BatchRun", "Batcher", "SendLive", "estimated_cost"]
 
 #: The most calls of one model waiting in batches at once (each holds its test and request, a few KB): the first
 #: batches of a large run go at once, and later calls join as answers come back.
@@ -105,6 +105,21 @@ def _custom_id(key: str) -> str:
     return hashlib.blake2b(key.encode(), digest_size=16).hexdigest()
 
 
+@dataclass(frozen=True)
+class BatchRun:
+    """What a run lends each of its batchers."""
+
+    #: (model, request, reply body) -> the result, read as the live client reads a whole reply
+    read: Callable[[ModelConfig, PreparedRequest, bytes], CallResult]
+    write: Callable[[Callable[[Journal], None]], Awaitable[None]]   # makes a journal change durable (the committer)
+    stats: RunStats                      # the run's counters (the batches and the rows they hold)
+    changed: Callable[[], None]          # a batch was sent or ended (the progress display shows the batches)
+    on_cost: Callable[[float], None]     # counts a cost against the budget (negative: an estimate given back)
+    afford: Callable[[list[float | None]], int]   # a batch's estimates -> how many requests the budget lets go
+    plan: PollPlan                       # the pause between polls, and before a failed batch call is tried again
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep   # tests pass one that records the waits
+
+
 class Batcher:
     """One model's batches: calls gathered, sent, polled and answered.
 
@@ -114,33 +129,16 @@ class Batcher:
             batches for it: those are collected (paid, never sent again), and nothing new is batched (`takes`).
         wire: Its provider's batch entry (limits, each request's size).
         api: Its provider's batch API at its endpoint.
-        read: (request, reply body) -> the result, read as the live client reads a whole reply.
-        write: Makes a journal change durable (the committer's `write`).
-        stats: The run's counters (the batches and the rows they hold).
-        changed: Called when a batch is sent or ends (the progress display shows the batches).
-        on_cost: Counts a cost against the budget (negative: an estimate given back as its answer comes).
-        afford: The estimates of a batch about to be sent -> how many of its requests the budget lets go.
-        plan: The pause between polls, and before a failed batch call is tried again when the server asked for no
-            wait (`engine.run.batch_waits`).
-        sleep: Waits that many seconds (tests pass one that records them).
+        run: What the run lends it.
     """
 
     def __init__(self, model: ModelConfig, settings: BatchSettings | None, wire: Batch, api: BatchAPI,
-                 read: Callable[[PreparedRequest, bytes], CallResult],
-                 write: Callable[[Callable[[Journal], None]], Awaitable[None]], stats: RunStats,
-                 changed: Callable[[], None], *,
-                 on_cost: Callable[[float], None], afford: Callable[[list[float | None]], int],
-                 plan: PollPlan, sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> None:
+                 run: BatchRun) -> None:
         self.model = model
         self._wire = wire
         self._api = api
-        self._read = read
-        self._write = write
-        self._stats = stats
-        self._changed = changed
-        self._on_cost = on_cost
-        self._afford = afford
-        self._waits = Waits(plan, model.rate_limit_deadline_s, sleep)
+        self._run = run
+        self._waits = Waits(run.plan, model.rate_limit_deadline_s, run.sleep)
         self._batching = settings is not None
         settings = settings or BatchSettings()
         self._most = max(1, min(settings.size, wire.limits.max_requests))
@@ -183,7 +181,7 @@ class Batcher:
         else:
             answer = await self._gather(key, request)
         if isinstance(answer.outcome, BatchReply):
-            result = self._read(request, answer.outcome.body)
+            result = self._run.read(self.model, request, answer.outcome.body)
         elif isinstance(answer.outcome, BatchFailure):
             result = CallResult(error=answer.outcome.error())
         else:
@@ -211,7 +209,7 @@ class Batcher:
             self._send_open()
         self._open.append(gathered)
         self._open_bytes += gathered.size
-        self._stats.batch_rows_gathered += 1
+        self._run.stats.batch_rows_gathered += 1
         if len(self._open) >= self._most:
             self._send_open()
         elif self._intake_closed:
@@ -224,7 +222,7 @@ class Batcher:
             if gathered in self._open:   # not sent: leave no request behind for a call nobody waits for
                 self._open.remove(gathered)
                 self._open_bytes -= gathered.size
-                self._stats.batch_rows_gathered -= 1
+                self._run.stats.batch_rows_gathered -= 1
             raise
 
     def close_intake(self) -> None:
@@ -241,7 +239,7 @@ class Batcher:
         if not self._open:
             return
         gathered, self._open, self._open_bytes = self._open, [], 0
-        self._stats.batch_rows_gathered -= len(gathered)
+        self._run.stats.batch_rows_gathered -= len(gathered)
         task = asyncio.get_running_loop().create_task(self._send(gathered))
         self._sending.add(task)
         task.add_done_callback(self._sending.discard)
@@ -260,18 +258,18 @@ class Batcher:
                 _settle(g.answer, _Answer(None, error))
 
     async def _send_batch(self, gathered: list[_Gathered]) -> None:
-        fit = self._afford([g.estimate for g in gathered])
+        fit = self._run.afford([g.estimate for g in gathered])
         _stop_all(gathered[fit:])   # past the budget: not sent, no row (`--resume` sends them)
         gathered = gathered[:fit]
         if not gathered:
             return
         estimates = {g.key: g.estimate for g in gathered if g.estimate is not None}
         if estimates:   # counted now, before any wait: a batch sent at the same time counts this one
-            self._on_cost(sum(estimates.values()))
+            self._run.on_cost(sum(estimates.values()))
         record = await self._record_and_submit(gathered)
         if record is None:   # not sent, or not known to be: nothing is answered at the batch price
             if estimates:
-                self._on_cost(-sum(estimates.values()))
+                self._run.on_cost(-sum(estimates.values()))
             return
         self._watch(_Held(record, waiting={g.key: g.answer for g in gathered}, wanted=set(record.keys),
                           estimates=estimates, rows=len(gathered)))
@@ -281,7 +279,7 @@ class Batcher:
         sent (each call then has its answer: stopped, or the failure as its error)."""
         record = BatchRecord(secrets.token_hex(8), self.model.name, None, tuple(g.key for g in gathered), _now_iso())
         try:
-            await self._write(_recording(record))
+            await self._run.write(_recording(record))
         except StorageError:
             _stop_all(gathered)   # the run stops on the failed write: nothing was sent
             return None
@@ -298,7 +296,7 @@ class Batcher:
             return None
         record = dataclasses.replace(record, batch_id=batch_id)
         try:
-            await self._write(_recording(record))
+            await self._run.write(_recording(record))
         except StorageError:
             _stop_all(gathered)   # recorded without an id: a resumed run says so for each of its rows
             return None
@@ -350,9 +348,9 @@ class Batcher:
     def _watch(self, held: _Held) -> None:
         """Count the batch as in progress and start its poll (unless the run stopped waiting)."""
         self._helds.append(held)
-        self._stats.batches_submitted += 1
-        self._stats.batch_rows_held += held.rows
-        self._changed()
+        self._run.stats.batches_submitted += 1
+        self._run.stats.batch_rows_held += held.rows
+        self._run.changed()
         if self._stopped.is_set():
             self._stop_waiting(held)
             return
@@ -373,9 +371,9 @@ class Batcher:
         if not self._stopped.is_set():
             self._fail(held, ClientError(f"batch {batch_id} ended without an answer for this request",
                                          kind="batch_failed"))
-            self._stats.batches_done += 1
-            self._stats.batch_rows_held -= held.rows
-            self._changed()
+            self._run.stats.batches_done += 1
+            self._run.stats.batch_rows_held -= held.rows
+            self._run.changed()
 
     async def _collect(self, held: _Held, batch_id: str) -> None:
         pauses = self._waits.pauses()
@@ -419,7 +417,7 @@ class Batcher:
         held.wanted.discard(key)
         estimate = held.estimates.pop(key, None)
         if estimate is not None:
-            self._on_cost(-estimate)   # the row counts its real cost
+            self._run.on_cost(-estimate)   # the row counts its real cost
         waiting = held.waiting.pop(key, None)
         if waiting is not None:
             _settle(waiting, answer)
@@ -441,7 +439,7 @@ class Batcher:
             self._timer.cancel()
             self._timer = None
         _stop_all(self._open)
-        self._stats.batch_rows_gathered -= len(self._open)
+        self._run.stats.batch_rows_gathered -= len(self._open)
         self._open.clear()
         self._open_bytes = 0
         if waiting:

@@ -51,7 +51,7 @@ from engine.errors import CallStopped, ClientError, StorageError
 from engine.evaluators.scoring import context
 from engine.evaluators.scoring_pool import STOPPED, ScoringPool
 from engine.judge.cache import JudgeCache, default_path
-from engine.judge.caller import ModelJudgeCaller
+from engine.judge.caller import JudgeRun, ModelJudgeCaller
 from engine.local.registry import GOLDEN
 from engine.model.answer import Answer
 from engine.model.model_config import BatchSettings, ModelConfig, ceiling_of
@@ -60,7 +60,7 @@ from engine.model.test import Test
 from engine.model.verdict import Verdict
 from engine.results.committer import Committer
 from engine.results.rows import build_row, record_of, set_verdict
-from engine.run.batches import MOST_WAITING, Batcher, SendLive
+from engine.run.batches import MOST_WAITING, Batcher, BatchRun, SendLive
 from engine.run.conversation import golden_reply, run_agent_job
 from engine.run.jobs import Job, attempts
 from engine.run.run_config import ModelStats, RowSummary, RunConfig, RunStats
@@ -237,8 +237,8 @@ class Runner:
                 cache = None
                 if self.config.judges is not None:
                     cache = JudgeCache(self.config.judge_cache or default_path())
-                    self._judge = ModelJudgeCaller(self.config.judges, cache, client, dispatch=self._dispatch,
-                                                   on_cost=self._spend, batched=self._judged_in_batches)
+                    self._judge = ModelJudgeCaller(self.config.judges, cache, client, run=JudgeRun(
+                        self._dispatch, self._spend, self._judged_in_batches))
                 judges = list(self.config.judges.models.values()) if self.config.judges is not None else []
                 for model in [model for model, _ in jobs_by_model.values()] + judges:
                     # A model, tested or judge (sharing its name's batcher), collects the batches a stopped run
@@ -275,9 +275,9 @@ class Runner:
                  recorded: list[BatchRecord]) -> Batcher:
         """The model's batcher, holding the batches a stopped run recorded for it."""
         wire, api = client.batch_api(model)
-        batcher = Batcher(model, settings, wire, api, functools.partial(client.read_whole, model), committer.write,
-                          self.stats, self._show, on_cost=self._spend, afford=self._affordable,
-                          plan=self.config.batch_poll)
+        batcher = Batcher(model, settings, wire, api, BatchRun(client.read_whole, committer.write, self.stats,
+                                                               self._show, self._spend, self._affordable,
+                                                               self.config.batch_poll))
         if any(record.model == model.name for record in recorded):
             retried = self.journal.keys(errors_only=True) if self.journal.replace_errors else set()
             batcher.adopt(recorded, self.journal.keys(), retried)

@@ -6,7 +6,6 @@ server (tests/fake_batches.py); its pauses are recorded, not slept."""
 from __future__ import annotations
 
 import asyncio
-import functools
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -20,7 +19,7 @@ from engine.client.response import CallResult
 from engine.client.session import Sessions
 from engine.model.model_config import BatchSettings, ModelConfig
 from engine.results.journal import Journal
-from engine.run.batches import Batcher
+from engine.run.batches import Batcher, BatchRun
 from engine.run.run_config import PollPlan, RunStats
 from tests import fake_anthropic, fake_gemini, fake_openai
 from tests.factories import make_test
@@ -72,8 +71,8 @@ async def batched(model: ModelConfig, questions: list[str], tmp_path: Path) -> t
             client = ModelClient(sessions, {"m": KEY})
             wire, batch_api = client.batch_api(model)
             batcher = Batcher(model, BatchSettings(size=len(questions), max_wait_s=60), wire, batch_api,
-                              functools.partial(client.read_whole, model), write, RunStats(), lambda: None,
-                              on_cost=lambda cost: None, afford=len, plan=PLAN, sleep=sleep)
+                              BatchRun(client.read_whole, write, RunStats(), lambda: None, on_cost=lambda cost: None,
+                                       afford=len, plan=PLAN, sleep=sleep))
             results = await asyncio.gather(*(
                 batcher.call(f"k{i}", prepare(model, make_test(prompt=q, messages=({"role": "user", "content": q},)),
                                               RequestSettings(stream=False)))
