@@ -20,8 +20,10 @@ no level runs the model's code without a memory limit:
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -48,6 +50,10 @@ _ROOT_HAS_BETTER = frozenset({"bwrap+pidns+netns", "pidns+netns"})
 _PROBE_ERROR_CHARS = 300
 _PROBE_TMPFS_MB = 64    # the size cap of a probe's private tmpfs (it writes nothing)
 UID_RANGE = 256         # private uids per engine process: the probe's, then the pool's (engine/harness/uids.py)
+_FIRST_UID = 610_000
+_RANGES = 1000          # uid ranges: 610,000 to 866,000
+_claim_lock = threading.Lock()
+_claimed: tuple[int, int, int] | None = None   # (pid, range index, its lock's descriptor) this process claimed
 
 
 @dataclass(frozen=True)
@@ -147,9 +153,67 @@ def isolation_report() -> Isolation:
 
 def probe_uid() -> int:
     """The private uid detection runs its probes as (root only): the first of this process's range of
-    UID_RANGE uids, whose others engine/harness/uids.py hands out; processes with different pids mod 1000 never
-    share a uid (a forked child computes its own)."""
-    return 610_000 + (os.getpid() % 1000) * UID_RANGE
+    UID_RANGE uids, whose others engine/harness/uids.py hands out. As root the range is claimed under a lock no
+    other live process holds (`_claim_range`), so two engine processes never share a uid, whatever their pids; a
+    forked child claims one of its own."""
+    global _claimed  # noqa: PLW0603 (one claim per process; a forked child makes its own)
+    with _claim_lock:
+        pid = os.getpid()
+        if _claimed is None or _claimed[0] != pid:
+            if _claimed is not None and _claimed[2] >= 0:
+                os.close(_claimed[2])   # the parent's lock stays held by the parent's own descriptor
+            index, fd = _claim_range(pid % _RANGES)
+            _claimed = (pid, index, fd)
+        return _FIRST_UID + _claimed[1] * UID_RANGE
+
+
+def _claim_range(preferred: int) -> tuple[int, int]:
+    """(index, its lock's descriptor) of the first uid range from `preferred` on that no live process holds: an
+    exclusive `flock` on a file per range, released by the kernel when the process ends however it ends. Not as
+    root, or with no safe folder for the locks: `preferred` and no lock (-1), as no uid is handed out then."""
+    folder = _lock_folder() if os.geteuid() == 0 else None
+    if folder is None:
+        return preferred, -1
+    for step in range(_RANGES):
+        index = (preferred + step) % _RANGES
+        fd = os.open(os.path.join(folder, str(index)), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            continue
+        return index, fd
+    raise HarnessError(f"all {_RANGES} private uid ranges are held by live engine processes; end some of them")
+
+
+def _lock_folder() -> str | None:
+    """Where the uid ranges' locks live: a folder root owns and only root may write, under /run, else the temp
+    folder; None when neither can be had (a folder someone else made there is never used)."""
+    for parent in ("/run", tempfile.gettempdir()):
+        folder = os.path.join(parent, "engine-uid-ranges")
+        try:
+            os.mkdir(folder, 0o700)
+        except FileExistsError:
+            pass
+        except OSError:
+            continue
+        try:
+            info = os.lstat(folder)
+        except OSError:
+            continue
+        if stat.S_ISDIR(info.st_mode) and info.st_uid == 0 and not info.st_mode & 0o022:
+            return folder
+    return None
+
+
+def _renew_claim_lock() -> None:
+    """A forked child's claim lock, free whatever another thread held at the fork."""
+    global _claim_lock  # noqa: PLW0603 (module state a fork must renew)
+    _claim_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_renew_claim_lock)
 
 
 def resolve_program(name: str) -> list[str] | None:
