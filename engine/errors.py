@@ -161,3 +161,8 @@ class RunFolderInUse(EngineError):
 class CallStopped(EngineError):
     """The run stopped (Ctrl-C, `--max-cost`) while a call waited to be sent - for the rate limit, a slot or a
     retry's delay - so it was never sent: it leaves no row, and `--resume` sends it."""
+
+
+class SendLive(EngineError):
+    """A call a recorded batch failed, sent again by `--retry-errors` for a model (tested or judge) whose entry no
+    longer says `batch:`: the batcher hands it back, and it goes live, as the entry says now."""

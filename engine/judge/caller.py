@@ -23,7 +23,7 @@ from engine.client.providers import WireRequest, provider
 from engine.client.request import PreparedRequest, endpoint_url, method_path
 from engine.client.response import CallResult
 from engine.client.window import Dispatch, Window
-from engine.errors import CallStopped, UsageError
+from engine.errors import CallStopped, SendLive, UsageError
 from engine.evaluators.judge import JudgeScorer
 from engine.evaluators.similar import SimilarScorer
 from engine.judge import embeddings
@@ -335,7 +335,10 @@ class ModelJudgeCaller:
             dispatch = self._windows.get(config.name) or self._windows.setdefault(
                 config.name, Window(ceiling_of(config)))
         via = self._run.batched(config, key) if self._run is not None and key is not None else None
-        result = await self._client.call(config, request, dispatch=dispatch, via=via)
+        try:
+            result = await self._client.call(config, request, dispatch=dispatch, via=via)
+        except SendLive:   # a batch failed it, and the judge is no longer batched: live, as its entry says now
+            result = await self._client.call(config, request, dispatch=dispatch)
         self.calls += 1
         # an embedding reply has no completion: its cost is its prompt tokens' (cost_of needs both counts)
         completion = 0 if request.reader is not None and result.prompt_tokens is not None else None

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from engine.base.jsontext import dumps_compact
 from engine.client.providers.batch import Batch, BatchAPI, BatchFailure, BatchOutcome, BatchReply, SubmitError
 from engine.client.response import CallResult
-from engine.errors import CallStopped, ClientError, StorageError
+from engine.errors import CallStopped, ClientError, SendLive, StorageError
 from engine.model.model_config import BatchSettings, ModelConfig, cost_of
 from engine.results.journal import BatchRecord
 from engine.run.batch_waits import Waits
@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     from engine.results.journal import Journal
     from engine.run.run_config import PollPlan, RunStats
 
-__all__ = ["MOST_WAITING", "BatchRun", "Batcher", "SendLive", "estimated_cost"]
+__all__ = ["MOST_WAITING", "BatchRun", "Batcher", "estimated_cost"]
 
 #: The most calls of one model waiting in batches at once (each holds its test and request, a few KB): the first
 #: batches of a large run go at once, and later calls join as answers come back.
@@ -61,11 +61,6 @@ def estimated_cost(model: ModelConfig, request: PreparedRequest) -> float | None
     the model is unpriced."""
     prompt = len(dumps_compact(request.body)) // CHARS_PER_TOKEN + 1
     return cost_of(model, prompt, request.max_tokens, batch=True)
-
-
-class SendLive(Exception):
-    """A call a recorded batch failed, sent again by `--retry-errors` on a model whose entry no longer says
-    `batch:`: it goes live, as the entry says now."""
 
 
 class _Answer(NamedTuple):
@@ -317,18 +312,19 @@ class Batcher:
 
     # -- waiting -------------------------------------------------------------------------------------------------
 
-    def adopt(self, records: list[BatchRecord], done: set[str], retried: set[str]) -> None:
+    def adopt(self, records: list[BatchRecord], done: set[str], retried: set[str] | None) -> None:
         """Take over this model's batches a stopped run recorded (`--resume`), each key from the last batch that
         holds it: its call is answered from that batch (polled, never sent again) unless the key has a row
-        (`done`), or only an error row that `--retry-errors` sends again (`retried`): such a key takes its last
-        batch's answer when it is one, and is sent again when that batch failed it too (a failure is not paid).
-        A batch recorded without an id answers each of its keys without a row with a `batch_unknown` error."""
+        (`done`), or only an error row that `--retry-errors` sends again (`retried`; None without it). Under
+        `--retry-errors` a key takes its last batch's answer when it is one, and is sent again when that batch
+        failed it (a failure is not paid): a judge's call too, whose key is no row's. A batch recorded without an
+        id answers each of its keys without a row with a `batch_unknown` error."""
         mine = [record for record in records if record.model == self.model.name]
         last = {key: record for record in mine for key in record.keys}
         for record in mine:
             known = record.batch_id is not None
             wanted = [key for key in record.keys
-                      if last[key] is record and (key not in done or (known and key in retried))]
+                      if last[key] is record and (key not in done or (known and retried and key in retried))]
             if not wanted:
                 continue
             if not known:
@@ -340,7 +336,8 @@ class Batcher:
                 for key in wanted:
                     self._held[key] = unknown
                 continue
-            held = _Held(record, wanted=set(wanted), rows=len(wanted), again={k for k in wanted if k in retried})
+            again = set(wanted) if retried is not None else set()   # --retry-errors: what its batch failed, again
+            held = _Held(record, wanted=set(wanted), rows=len(wanted), again=again)
             for key in wanted:
                 self._held[key] = held
             self._watch(held)

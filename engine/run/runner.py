@@ -47,7 +47,7 @@ from engine.client.response import CallResult
 from engine.client.response_cache import use_cache
 from engine.client.session import Sessions
 from engine.client.window import Dispatch, Held, Window, unless_stopped
-from engine.errors import CallStopped, ClientError, StorageError
+from engine.errors import CallStopped, ClientError, SendLive, StorageError
 from engine.evaluators.scoring import context
 from engine.evaluators.scoring_pool import STOPPED, ScoringPool
 from engine.judge.cache import JudgeCache, default_path
@@ -60,7 +60,7 @@ from engine.model.test import Test
 from engine.model.verdict import Verdict
 from engine.results.committer import Committer
 from engine.results.rows import build_row, record_of, set_verdict
-from engine.run.batches import MOST_WAITING, Batcher, BatchRun, SendLive
+from engine.run.batches import MOST_WAITING, Batcher, BatchRun
 from engine.run.conversation import golden_reply, run_agent_job
 from engine.run.jobs import Job, attempts
 from engine.run.run_config import ModelStats, RowSummary, RunConfig, RunStats
@@ -279,7 +279,7 @@ class Runner:
                                                                self._show, self._spend, self._affordable,
                                                                self.config.batch_poll))
         if any(record.model == model.name for record in recorded):
-            retried = self.journal.keys(errors_only=True) if self.journal.replace_errors else set()
+            retried = self.journal.keys(errors_only=True) if self.journal.replace_errors else None
             batcher.adopt(recorded, self.journal.keys(), retried)
         return batcher
 

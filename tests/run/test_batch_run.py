@@ -448,6 +448,40 @@ def test_a_judge_that_lost_batch_collects_its_batch_sent_on_resume_and_grades_th
         live.stop()
 
 
+@pytest.mark.parametrize("entry", ["kept", "removed"])
+def test_judge_calls_a_batch_failed_are_sent_again_by_retry_errors(entry: str, tmp_path: Path) -> None:
+    """Every judge request of a run expires in its batch: six error rows. `--resume --retry-errors` sends those
+    judge requests again (a failure is not paid), in a new batch while the judge's entry says `batch:`, live once
+    it no longer does, instead of taking the same failure back from the batch that failed them."""
+    live = FakeOpenAI()
+    batches = OpenAIBatchServer(live)
+    live.start()
+    try:
+        entry_batch = "    batch: {size: 6, max_wait_s: 5}\n"
+        models = _judged(live, tmp_path, entry_batch)
+        batches.plan = Plan(answer_first=0)   # each batch ends expired, nothing answered
+        env = {**ENV, "ENGINE_JUDGE_CACHE": str(tmp_path / "judge.sqlite")}
+        out = tmp_path / "out"
+        first = engine("run", str(tmp_path / "judged.yaml"), "--models", str(models), "--model", "shop",
+                       "--out", str(out), "--quiet", "--no-cache", env=env)
+        assert first.returncode != 2, first.stderr
+        assert rows(out)["error_kind"].notna().all() and len(batches.submitted) == 6
+        batches.plan = Plan()
+        if entry == "removed":
+            models.write_text(models.read_text(encoding="utf-8").replace(entry_batch, ""), encoding="utf-8")
+        run_dir = next(p for p in out.iterdir() if p.is_dir() and not p.is_symlink())
+        again = engine("run", "--resume", str(run_dir), "--retry-errors", "--quiet", env=env)
+        assert again.returncode == 0, again.stderr
+        frame = rows(out).set_index("test_id")
+        assert frame["error_kind"].isna().all(), frame["error_kind"].to_dict()
+        assert frame["passed"].to_dict() == {f"q-{n}": bool(n % 2) for n in range(6)}
+        # judged once each, in the second run (the fake answers a batch's requests through the live responder too)
+        assert sorted(_graded(live.requests)) == list(range(6))
+        assert len(batches.submitted) == (12 if entry == "kept" else 6)
+    finally:
+        live.stop()
+
+
 @pytest.mark.parametrize("provider", ["chat"], indirect=True)
 @pytest.mark.parametrize("entry", ["removed", "resized"])
 def test_a_resume_after_the_entry_changed_collects_the_batches_sent_and_sends_the_rest_as_the_entry_says_now(
