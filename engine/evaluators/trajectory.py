@@ -11,7 +11,7 @@
 
 The transcript is `ctx.transcript` (engine.model.transcript). A single-turn test has none: `tool_sequence`,
 `tool_call`, `max_calls`, `parallel` and `no_invented_tools` then read the answer's calls (one turn); the kinds
-in `TRANSCRIPT_ONLY` give an error verdict saying the test needs an `agent:` block (`transcript_only_paths` lets
+in `TRANSCRIPT_ONLY` give an error verdict saying the test needs an `agent:` block (`conversation_kinds_in` lets
 the loader say it at load). Every failing verdict names each expectation that failed, not only the first.
 """
 
@@ -34,7 +34,7 @@ from engine.model.verdict import Verdict
 
 __all__ = [
     "FINAL_ANSWER", "MAX_CALLS", "MAX_TURNS", "NO_INVENTED_TOOLS", "PARALLEL", "STATE", "TOOL_CALL",
-    "TOOL_SEQUENCE", "TRANSCRIPT_ONLY", "conversation_kinds_in", "final_answer_verdict", "transcript_only_paths",
+    "TOOL_SEQUENCE", "TRANSCRIPT_ONLY", "conversation_kinds_in", "final_answer_verdict",
 ]
 
 #: Kinds that mean nothing without a conversation: on a single-turn test they are an error verdict (the record
@@ -388,12 +388,6 @@ def conversation_kinds_in(spec: Any, path: tuple[Any, ...] = ()) -> Iterator[tup
             yield from conversation_kinds_in(child, path + (kind, i))
     elif kind == "not":
         yield from conversation_kinds_in(spec[kind], path + (kind,))
-
-
-def transcript_only_paths(node: Node) -> list[tuple[tuple[Any, ...], str]]:
-    """(spec path, kind) of every node in the tree that needs a conversation: for the loader to report
-    at FILE:LINE:COL when the test has no `agent:` block (scoring it would only give an error verdict)."""
-    return [(path, n.kind) for path, n in node.walk() if n.kind in TRANSCRIPT_ONLY]
 
 
 # ------------------------------------------------------------------------------------------ registry entries

@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 
 from engine.agent.golden import replay_golden
-from engine.evaluators import compile_spec, score, score_async
-from engine.evaluators.trajectory import TRANSCRIPT_ONLY, transcript_only_paths
+from engine.evaluators import score, score_async
+from engine.evaluators.trajectory import TRANSCRIPT_ONLY, conversation_kinds_in
 from engine.model.answer import Answer
 from engine.model.scoring import ScoringContext
 from engine.model.transcript import Transcript
@@ -53,11 +53,12 @@ def test_the_child_of_final_answer_sees_the_final_answer_not_the_scored_answer()
 
 
 def test_the_loader_can_name_every_transcript_only_node() -> None:
-    node = compile_spec({"all": [{"contains": "x"}, {"not": {"state": {"a": 1}}}, {"max_turns": 3},
-                                 {"final_answer": {"contains": "y"}}]})
-    assert transcript_only_paths(node) == [(("all", 1, "not"), "state"), (("all", 2), "max_turns"),
-                                           (("all", 3), "final_answer")]
-    assert transcript_only_paths(compile_spec({"tool_sequence": ["a"], "order": "any"})) == []
+    spec = {"all": [{"contains": "x"}, {"not": {"state": {"a": 1}}}, {"max_turns": 3},
+                    {"final_answer": {"contains": "y"}}]}
+    assert list(conversation_kinds_in(spec)) == [(("all", 1, "not", "state"), "state"),
+                                                 (("all", 2, "max_turns"), "max_turns"),
+                                                 (("all", 3, "final_answer"), "final_answer")]
+    assert list(conversation_kinds_in({"tool_sequence": ["a"], "order": "any"})) == []
     assert {"max_turns", "final_answer", "state", "outcome", "turns", "tool_status",
             "failed_commands"} == TRANSCRIPT_ONLY
 
