@@ -14,7 +14,7 @@ half's; the other's calls are answered at once, and every one of them must be a 
 
 `--sim` runs the engine's own pace against the same limits on a simulated clock (bench/ratelimit_sim.py: the
 engine's windows and budgets, not its process, and no peer), once per seed: the same figures in a fraction of
-a second, whatever the machine's load.
+a second, whatever the machine's load; with `--engine-root`, that tree's engine and simulation.
 
 inspect_ai runs from its own venv (`python -m venv /tmp/peers-venv && /tmp/peers-venv/bin/pip install inspect-ai
 openai`); a tool that is not installed is skipped. Telemetry and update checks of the peers are off.
@@ -67,6 +67,10 @@ SCENARIOS: dict[str, Scenario] = {
     "200 req/s, 2,000 calls": Scenario(["--rps", "200"], calls=2000),
     "200 req/s, 2,000 calls, nothing published": Scenario(["--rps", "200", "--headers", "none"], calls=2000),
     "two models on one key, 200 req/s, 2,000 calls": Scenario(["--rps", "200"], models=2, calls=2000),
+    "no limit, 2,000 calls (the time is the ramp's: the bound is one reply)": Scenario([], calls=2000),
+    "two models on one key (20 req/s), nothing published": Scenario(["--rps", "20", "--headers", "none"], models=2),
+    "two models on one key, 200 req/s, 2,000 calls, nothing published": Scenario(
+        ["--rps", "200", "--headers", "none"], models=2, calls=2000),
 }
 QUIET_PROMPTFOO = {"PROMPTFOO_DISABLE_TELEMETRY": "1", "PROMPTFOO_DISABLE_UPDATE": "1",
                    "PROMPTFOO_DISABLE_SHARING": "1", "PROMPTFOO_DISABLE_REMOTE_GENERATION": "1",
@@ -225,6 +229,8 @@ def main() -> None:
     parser.add_argument("--seeds", default="3", help="with --sim: the simulated latencies' seeds, one run each")
     opts = parser.parse_args()
     tools = [t for t in opts.tools.split(",") if t and not opts.sim]
+    if opts.sim:   # the simulation imports the engine: that tree's, ahead of this one
+        sys.path[:0] = [str(Path(opts.engine_root) / "bench"), str(opts.engine_root)]
     if "inspect_ai" in tools and not Path(opts.peers_python).exists():
         print(f"inspect_ai skipped: no {opts.peers_python}", file=sys.stderr)
         tools.remove("inspect_ai")

@@ -24,6 +24,12 @@ connection) or a refusal while every slot was in flight (some providers cap the 
 shrinks it (x `SHRINK`, once a round). A round whose slots were not kept in flight (tries paced by the rate
 limit wait inside the window without being in flight; or the jobs ran out) decides nothing: the pace, not the
 window, then sets the speed. It never goes above its ceiling (an explicit `concurrency:`).
+
+A growth does not send its new calls at one instant (as TCP paces its window's growth): past `BURST` new slots
+at once, the rest open as good answers come, spread over about one round trip. A doubling from 128 to 256 sent
+128 calls at once, past a limit no header told (a provider that publishes nothing): ~110 were refused before the
+first refusal came back. Spread, the first refusal comes back after a few, and shrinks the window and teaches
+the pace. A published pace's opening is not spread (the pace spaces the calls).
 """
 
 from __future__ import annotations
@@ -50,13 +56,14 @@ GROWTH = 1.25         # ...by at least this much
 KNEE_GAIN = 1.25      # the settled window: this many times the calls in flight that reach the best throughput
 SLOWER = 1.5         # a round whose work took this many times longer than the last one's is measured again
 SETTLED_SHARE = 0.9   # a smaller window is kept when its throughput is at least this share of the best
-FULL = 0.8            # a round is full when this share of its slots was in flight on average
+FULL = 0.8            # a round is full when this share of its open slots was in flight on average
 HOLD_ROUNDS = 8       # full rounds held at one size before probing more
 PROBE_STEP = 0.25     # a probe adds this share of the window (one slot at least)
 PROBE_GAIN = 0.5      # ...kept when the throughput grew by this share of what it added at least
 SHRINK = 0.7          # an overload multiplies the window by this
 PACED_HEADROOM = 2.0  # a published pace's calls in flight (rate x latency) times this: room for the latency's spread
 LATENCY_WEIGHT = 0.1  # each answer's weight in the mean latency a published pace's calls in flight are reckoned by
+BURST = 16            # a growth opens this many new slots at once at most; the rest as good answers come
 
 
 async def unless_stopped(waiting: Awaitable[_T], stopping: asyncio.Event | None) -> _T:
@@ -128,15 +135,16 @@ class Unlimited:
 class _Round:
     """The tries sent at one size of the window, and what their answers tell."""
 
-    __slots__ = ("answered", "area", "ends", "latency", "number", "size", "started", "work")
+    __slots__ = ("answered", "area", "ends", "latency", "number", "opened", "size", "started", "work")
 
-    def __init__(self, number: int, size: int, started: float, area: float) -> None:
+    def __init__(self, number: int, size: int, started: float, area: float, opened: float) -> None:
         self.number = number
         self.size = size
         # It ends when a whole window's worth of the tries sent in it are answered (a round trip at its size).
         self.ends = size
         self.started = started
         self.area = area          # the window's in-flight x seconds when it started
+        self.opened = opened      # ...and its open slots x seconds
         self.answered = 0
         self.work = 0.0           # of its answered tries that went well
         self.latency = 0.0
@@ -157,6 +165,8 @@ class Window:
                  stopping: asyncio.Event | None = None, clock: Callable[[], float] = time.monotonic) -> None:
         self.ceiling = max(1, ceiling)
         self.size = max(1, min(self.ceiling, start))
+        self.open = self.size  # slots open now: a grown window opens its new ones as good answers come (`_resize`)
+        self._step = 1         # slots each good answer opens until `open` reaches `size`
         self.held = 0          # slots taken: tries paced or in flight
         self.in_flight = 0     # tries sent and not yet answered
         self._on_grow = on_grow
@@ -164,8 +174,9 @@ class Window:
         self._clock = clock
         self._waiters: deque[asyncio.Future[None]] = deque()
         self._area = 0.0                 # in-flight x seconds so far (Little's law: the mean in flight)
+        self._opened = 0.0               # open slots x seconds so far
         self._changed_at = clock()
-        self._round = _Round(1, self.size, self._changed_at, 0.0)
+        self._round = _Round(1, self.size, self._changed_at, 0.0, 0.0)
         self._phase: Literal["start", "check", "hold", "probe"] = "start"
         self._best = 0.0                 # the best throughput measured (work a second)
         self._best_size = 1              # the size that first reached it
@@ -179,15 +190,15 @@ class Window:
         self._latency_s: float | None = None   # the answered tries' mean latency, lately (for a published pace)
 
     def slots(self) -> int:
-        """Tries that may be held now."""
+        """Tries that may be held once the window's slots are all open."""
         return self.size
 
     def begin_at(self, size: int) -> None:
         """Start at `size` slots (under the ceiling) rather than one, before any try was sent: the callers know
         this many go at once (conversations, each holding a slot only while it calls the model)."""
         if self._round.number == 1 and self.in_flight == 0:
-            self.size = self._before = max(1, min(self.ceiling, size))
-            self._round = _Round(1, self.size, self._changed_at, self._area)
+            self.size = self.open = self._before = max(1, min(self.ceiling, size))
+            self._round = _Round(1, self.size, self._changed_at, self._area, self._opened)
 
     @asynccontextmanager
     async def hold(self, stoppable: bool = True) -> AsyncIterator[Held]:
@@ -204,7 +215,7 @@ class Window:
         self.in_flight += 1
         held.round = self._round.number
         held.sent_at = self._changed_at
-        held.crowded = self.in_flight >= self.size
+        held.crowded = self.in_flight >= self.open
         try:
             yield
         finally:
@@ -215,12 +226,13 @@ class Window:
     def _account(self) -> None:
         now = self._clock()
         self._area += self.in_flight * max(0.0, now - self._changed_at)
+        self._opened += self.open * max(0.0, now - self._changed_at)
         self._changed_at = now
 
     async def _acquire(self, stopping: asyncio.Event | None) -> None:
         if stopping is not None and stopping.is_set():
             raise CallStopped("the run stopped before this call was sent")
-        if self.held < self.size and not self._waiters:
+        if self.held < self.open and not self._waiters:
             self.held += 1
             return
         turn: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -236,7 +248,7 @@ class Window:
             raise
 
     def _wake(self) -> None:
-        while self._waiters and self.held < self.size:
+        while self._waiters and self.held < self.open:
             turn = self._waiters.popleft()
             if not turn.done():
                 self.held += 1
@@ -247,6 +259,9 @@ class Window:
         if held.round and held.sent_at is not None and held.answered_at is not None:
             self._answered(held, held.answered_at - held.sent_at)
             self._paced(held, held.answered_at - held.sent_at)
+            if held.outcome == "ok" and self.open < self.size:   # a growth spread over a round trip (`_resize`)
+                self._account()
+                self.open = min(self.size, self.open + self._step)
         self._wake()
 
     def _answered(self, held: Held, latency: float) -> None:
@@ -275,13 +290,13 @@ class Window:
             self._latency_s + LATENCY_WEIGHT * (latency - self._latency_s)
         need = min(self.ceiling, math.ceil(PACED_HEADROOM * held.published_rate * self._latency_s))
         if need >= GROWTH * self.size:
-            self._resize(need, "start")
+            self._resize(need, "start", at_once=True)
 
     def _ended(self, done: _Round) -> None:
         """A round's last answer: what its throughput says of the size."""
         self._account()
         elapsed = self._changed_at - done.started
-        full = elapsed > 0 and (self._area - done.area) / elapsed >= FULL * done.size
+        full = elapsed > 0 and self._area - done.area >= FULL * (self._opened - done.opened)
         if not full or done.work <= 0 or done.latency <= 0:
             if self._phase in ("check", "probe"):   # the load changed: back to the size it was sure of
                 self._resize(self._before, "hold")
@@ -330,9 +345,16 @@ class Window:
         self._before, self._reference = size, rate
         self._resize(min(self.ceiling, size + max(1, math.ceil(PROBE_STEP * size))), "probe")
 
-    def _resize(self, size: int, phase: Literal["start", "check", "hold", "probe"]) -> None:
+    def _resize(self, size: int, phase: Literal["start", "check", "hold", "probe"], at_once: bool = False) -> None:
+        """A new size. A larger one opens `BURST` new slots at once, the rest over one round trip: each good
+        answer opens its share (the rest over the slots open, as many answers as a round trip brings), so a
+        window grown past an unpublished limit meets it after a few tries, not a burst of them. `at_once`: all
+        now (a published pace, not the window, then spaces the tries)."""
+        self._account()
         grew = size > self.size
         self.size = max(1, min(self.ceiling, size))
+        self.open = self.size if at_once else min(self.size, self.open + BURST) if grew else min(self.open, self.size)
+        self._step = max(1, math.ceil((self.size - self.open) / self.open))   # the rest over one round trip
         if phase != self._phase or phase == "hold":
             self._held_rounds = 0
         self._phase = phase
@@ -344,4 +366,4 @@ class Window:
 
     def _new_round(self) -> None:
         self._account()
-        self._round = _Round(self._round.number + 1, self.size, self._changed_at, self._area)
+        self._round = _Round(self._round.number + 1, self.size, self._changed_at, self._area, self._opened)

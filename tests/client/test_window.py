@@ -6,11 +6,18 @@ from __future__ import annotations
 import asyncio
 import heapq
 import itertools
+import random
+import sys
+from collections import Counter
+from pathlib import Path
 
 import pytest
 
-from engine.client.window import Outcome, Window
+from engine.client.window import BURST, Outcome, Window
 from engine.errors import CallStopped
+
+sys.path.append(str(Path(__file__).resolve().parents[2] / "bench"))
+from ratelimit_sim import SimRun  # bench/ratelimit_sim.py: the engine's pace on a simulated clock
 
 
 class Clock:
@@ -23,13 +30,15 @@ class Clock:
 
 class Server:
     """`slots` calls served at once, each for `service_s` (+ `per_call_s` for each other call in service, as a
-    batching server slows down); the rest wait in line. `overload_at`: more calls than this in line at once are
-    refused as overloaded (a 503)."""
+    batching server slows down), x 1 +- `jitter` (seeded); the rest wait in line. `overload_at`: more calls than
+    this in line at once are refused as overloaded (a 503)."""
 
     def __init__(self, clock: Clock, slots: int | None, service_s: float = 1.0, per_call_s: float = 0.0,
-                 overload_at: int | None = None) -> None:
+                 overload_at: int | None = None, jitter: float = 0.0) -> None:
         self.clock, self.slots, self.service_s, self.per_call_s = clock, slots, service_s, per_call_s
-        self.overload_at = overload_at
+        self.overload_at, self.jitter = overload_at, jitter
+        self.rng = random.Random(1)
+        self.sent: Counter[float] = Counter()   # calls that arrived at each instant
         self.serving = 0
         self.line: list[asyncio.Future[None]] = []
         self.done: list[tuple[float, int, asyncio.Future[None]]] = []
@@ -42,6 +51,7 @@ class Server:
         self.in_flight += 1
         self.max_in_flight = max(self.max_in_flight, self.in_flight)
         started = self.clock.now
+        self.sent[started] += 1
         try:
             if self.overload_at is not None and self.in_flight > self.overload_at:
                 return "overloaded"
@@ -52,7 +62,8 @@ class Server:
             else:
                 self.serving += 1
             finished = asyncio.get_running_loop().create_future()
-            took = self.service_s + self.per_call_s * (self.serving - 1)
+            took = (self.service_s + self.per_call_s * (self.serving - 1)) * \
+                self.rng.uniform(1 - self.jitter, 1 + self.jitter)
             heapq.heappush(self.done, (self.clock.now + took, next(self.order), finished))
             await finished
             if self.line:
@@ -129,6 +140,8 @@ async def test_a_published_pace_opens_the_slow_start_at_once(published_rate: flo
     window = Window(1024, clock=clock)
     sizes = await _run(window, server, 40, workers=40, published_rate=published_rate)
     assert sizes[:2] == [1, after_first]
+    if published_rate is not None:
+        assert server.sent[server.latencies[0]] == 39   # all at once: the pace, not the window, spaces them
 
 
 async def test_a_published_pace_never_passes_the_ceiling() -> None:
@@ -168,3 +181,28 @@ async def test_a_stopped_run_ends_the_tries_waiting_for_a_slot() -> None:
         with pytest.raises(CallStopped):
             await waiting
     assert window.held == 0
+
+
+async def test_a_growth_opens_its_new_slots_as_answers_come() -> None:
+    """A server with room for every call, answering in 1 s +-30%: each doubling of the slow start (up to 512)
+    sends `BURST` new calls at one instant at most, the rest as the answers come (a limit met on the way is met
+    by a few calls, not the hundreds a doubling added at once), and the window grows about as fast."""
+    clock = Clock()
+    server = Server(clock, slots=None, jitter=0.3)
+    window = Window(1024, clock=clock)
+    await _run(window, server, 3000, workers=1024)
+    assert server.max_in_flight >= 512
+    assert max(server.sent.values()) <= BURST + 2, server.sent.most_common(3)
+    assert clock.now <= 16.0   # 14.6 s when each growth went at once: half a round trip more
+
+
+async def test_a_limit_that_publishes_nothing_is_met_by_a_few_calls() -> None:
+    """200 calls a second and no rate-limit header, through the engine's window and pace (bench/ratelimit_sim.py):
+    the slow start passes the limit growing from 128 calls in flight to 256, and nothing tells the pace a rate
+    before a refusal comes back. Before the growth was spread, its 128 new calls went at one instant and ~110
+    were refused; now the first refusal comes back after a few, and the run takes no longer."""
+    sim = SimRun(["--rps", "200", "--headers", "none"])
+    await sim.run(2000)
+    bound = (2000 - 200) / 200 + 0.3
+    assert sim.refused <= 0.01 * sim.sent, (sim.refused, sim.sent)
+    assert sim.serving_s() <= 1.17 * bound, (sim.serving_s(), bound)
