@@ -37,9 +37,10 @@ from engine.model.answer import Answer
 from engine.model.scoring import Scorer, ScoringContext
 from engine.model.verdict import Verdict
 
-# The opening's whitespace up to its last newline is taken once (atomic): backtracking into it, a fence of
-# 100,000 blank lines and no close took minutes.
-_JSON_FENCE = re.compile(r"```(?:json|JSON)(?>\s*\n)(.*?)```", re.DOTALL)
+# The opening's whitespace runs to its last newline, which the lookahead alone admits: backtracking to each earlier
+# one, a fence of 100,000 blank lines and no close took minutes. (Not an atomic group: Python before 3.11.5 matches
+# some of those and possessive repeats wrongly, gh-106052 and gh-100061.)
+_JSON_FENCE = re.compile(r"```(?:json|JSON)\s*\n(?=[^\S\n]*(?:\S|\Z))(.*?)```", re.DOTALL)
 _DECODER = json.JSONDecoder()
 _MISSING = object()
 _TOO_DEEP = "it is nested too deeply to read"

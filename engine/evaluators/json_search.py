@@ -28,11 +28,13 @@ import sys
 MAX_DEPTH = 500
 
 # One token after JSON whitespace, as the decoder reads it: 1 a bracket, brace, comma or colon; 2 a string
-# (strict: no control character, only JSON's escapes); 3 a number; 4 a literal (NaN and Infinity too).
-_TOKEN = re.compile(r"""[ \t\n\r]*+(?:
+# (strict: no control character, only JSON's escapes); 3 a number; 4 a literal (NaN and Infinity too). No
+# possessive repeats or atomic groups: Python before 3.11.5 matches some wrongly (`1e` as a number; gh-106052),
+# and none is needed: each part reads one way, so a failed string backtracks over its characters once.
+_TOKEN = re.compile(r"""[ \t\n\r]*(?:
     ([\[\]{},:])
-  | ("(?:[^"\\\x00-\x1f]++|\\(?:["\\/bfnrt]|u[0-9a-fA-F]{4}))*+")
-  | (-?(?:0|[1-9][0-9]*+)(?:\.[0-9]++)?+(?:[eE][-+]?[0-9]++)?+)
+  | ("(?:[^"\\\x00-\x1f]|\\(?:["\\/bfnrt]|u[0-9a-fA-F]{4}))*")
+  | (-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?)
   | (true|false|null|NaN|Infinity|-Infinity))""", re.VERBOSE)
 _PUNCT, _STRING, _NUMBER = 1, 2, 3
 _START = re.compile(r"[\[{]")

@@ -96,6 +96,8 @@ def test_the_search_takes_what_trying_every_start_takes(text: str) -> None:
     'x ["\\ud800\\udc00", "\\u00e9"] ["\x01"]',
     "x " + "[" * 300 + "]" * 300,
     "[" * 50 + "[1]" + " x",
+    "[2] [1e]", "[2] [3E+]",                           # a number cut off (Python < 3.11.5 read `1e` possessively)
+    "```json\n\n \n[1]``` ```JSON \t\n\n```",         # a fence's opening white space, to its last newline
 ])
 def test_the_search_takes_what_trying_every_start_takes_on_odd_shapes(text: str) -> None:
     assert same(find_json(text), plain_find_json(text))
