@@ -115,11 +115,11 @@ def test_report_renders_in_headless_chromium(report_file: Path, tmp_path: Path) 
     assert re.search(r'id="list-flaky".*s/flaky', html, re.DOTALL)
 
     shot = tmp_path / "shot.png"
-    result = _chromium(["--window-size=1200,1600", "--hide-scrollbars", f"--screenshot={shot}", url],
+    result = _chromium(["--window-size=1200,2600", "--hide-scrollbars", f"--screenshot={shot}", url],
                        tmp_path / "profile-shot")
     assert result.returncode == 0 and shot.exists(), result.stderr[-2000:]
     width, height, pixels, channels = _png_pixels(shot)
-    assert (width, height) == (1200, 1600)
+    assert (width, height) == (1200, 2600)   # tall enough that the heatmap is wholly on screen
     # Not blank: many distinct colours, and the heatmap's saturated reds and greens are on screen.
     colours = {pixels[i:i + 3] for i in range(0, len(pixels), channels * 7)}
     assert len(colours) > 50
