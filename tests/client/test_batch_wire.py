@@ -511,49 +511,37 @@ async def test_a_batch_status_with_a_wrong_type_is_an_error_naming_the_field(rig
         assert refused.value.kind == "bad_response" and place in str(refused.value), (place, refused.value)
 
 
-async def test_anthropic_results_url_that_carries_the_key_is_not_kept(sessions: Sessions) -> None:
-    live = FakeAnthropic()
-    batches = AnthropicBatchServer(live)
-    live.start()
-    try:
-        live.responder = lambda body: fake_anthropic.Reply(text="here")
-        model = ModelConfig(name="m", model="claude-1", base_url=live.base_url, api="anthropic", timeout_s=10.0)
-        rig = Rig("anthropic", live, batches, model, fake_anthropic.Reply, fake_anthropic.Reply)
-        wire = await session_of(rig, sessions)
-        batch_id = await wire.api.submit([("a", rig.body("q"))])
-        batches.jobs.jobs[batch_id].extra["results_url"] = f"{live.base_url}/messages/batches/{batch_id}/results" \
+@pytest.mark.parametrize("rig", ["anthropic"], indirect=True)
+async def test_anthropic_results_url_that_carries_the_key_is_not_kept(rig: Rig, sessions: Sessions) -> None:
+    rig.live.responder = lambda body: rig.answer("here")
+    wire = await session_of(rig, sessions)
+    batch_id = await wire.api.submit([("a", rig.body("q"))])
+    base_url = rig.live.base_url
+    rig.batches.jobs.jobs[batch_id].extra["results_url"] = f"{base_url}/messages/batches/{batch_id}/results" \
                                                            f"?token={KEY}"
-        status = (await wire.until_ended(batch_id))[-1]
-        assert status.results == (f"{live.base_url}/messages/batches/{batch_id}/results",)
-        assert parsed_text("anthropic", dict(await wire.outcomes(status, ["a"]))["a"]) == "here"
-    finally:
-        live.stop()
+    status = (await wire.until_ended(batch_id))[-1]
+    assert status.results == (f"{base_url}/messages/batches/{batch_id}/results",)
+    assert parsed_text("anthropic", dict(await wire.outcomes(status, ["a"]))["a"]) == "here"
 
 
-async def test_gemini_inline_responses_that_are_not_a_list_fail_each_request_saying_so(sessions: Sessions) -> None:
-    live = FakeGemini()
-    batches = GeminiBatchServer(live)
-    live.start()
-    try:
-        live.responder = lambda body: fake_gemini.Reply(text="here")
-        model = ModelConfig(name="m", model="gemini-1", base_url=live.base_url, api="gemini", timeout_s=10.0)
-        rig = Rig("gemini", live, batches, model, fake_gemini.Reply, fake_gemini.Reply)
+@pytest.mark.parametrize("rig", ["gemini"], indirect=True)
+async def test_gemini_inline_responses_that_are_not_a_list_fail_each_request_saying_so(rig: Rig,
+                                                                                       sessions: Sessions) -> None:
+    rig.live.responder = lambda body: rig.answer("here")
 
-        def as_text(operation: dict[str, Any]) -> None:
-            output = operation["metadata"].get("output")
-            if output is not None:
-                output["inlinedResponses"]["inlinedResponses"] = "none today"
-        batches.plan = Plan(patch=as_text)
-        wire = await session_of(rig, sessions)
-        batch_id = await wire.api.submit([("a", rig.body("q")), ("b", rig.body("r"))])
-        status = (await wire.until_ended(batch_id))[-1]
-        outcomes = dict(await wire.outcomes(status, ["a", "b"]))
-        assert sorted(outcomes) == ["a", "b"]
-        for outcome in outcomes.values():
-            assert isinstance(outcome, BatchFailure) and outcome.kind == "failed"
-            assert "`output.inlinedResponses.inlinedResponses` is a string, expected a list" in outcome.message
-    finally:
-        live.stop()
+    def as_text(operation: dict[str, Any]) -> None:
+        output = operation["metadata"].get("output")
+        if output is not None:
+            output["inlinedResponses"]["inlinedResponses"] = "none today"
+    rig.batches.plan = Plan(patch=as_text)
+    wire = await session_of(rig, sessions)
+    batch_id = await wire.api.submit([("a", rig.body("q")), ("b", rig.body("r"))])
+    status = (await wire.until_ended(batch_id))[-1]
+    outcomes = dict(await wire.outcomes(status, ["a", "b"]))
+    assert sorted(outcomes) == ["a", "b"]
+    for outcome in outcomes.values():
+        assert isinstance(outcome, BatchFailure) and outcome.kind == "failed"
+        assert "`output.inlinedResponses.inlinedResponses` is a string, expected a list" in outcome.message
 
 
 @pytest.mark.parametrize("chunk", [b"x" * 65536, b"\n" * 65536, b'{"custom_id": "z", "key": "z"}\n' * 2048],
